@@ -1,0 +1,88 @@
+"""The Starlette application: services wired at start-up, routes, one error handler."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+
+from groupbuy import routes
+from groupbuy.clock import RedisClock
+from groupbuy.db import Database
+from groupbuy.http import HANDLED_ERRORS, Authenticator, build_route, handle_error
+from groupbuy.keys import Keys
+from groupbuy.locks.records import project_team_record
+from groupbuy.locks.routes import ENDPOINTS as TEAM_ENDPOINTS
+from groupbuy.locks.service import TeamService
+from groupbuy.openapi import build_openapi
+from groupbuy.outbox import OutboxWriter
+from groupbuy.redis_client import connect_redis
+from groupbuy.scripts import Scripts
+from groupbuy.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = [*routes.ENDPOINTS, *TEAM_ENDPOINTS]
+
+
+@dataclass
+class Services:
+    """Everything a request handler may use, built once per application."""
+
+    settings: Settings
+    redis: Any
+    database: Database
+    scripts: Scripts
+    keys: Keys
+    clock: RedisClock
+    outbox: OutboxWriter
+    teams: TeamService
+
+
+def build_services(settings: Settings, redis: Any = None, database: Database | None = None) -> Services:
+    """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
+    redis = redis if redis is not None else connect_redis(settings.redis)
+    database = database or Database(settings.database.effective_url)
+    scripts = Scripts(redis)
+    keys = Keys(settings.redis.key_prefix)
+    clock = RedisClock()
+    outbox = OutboxWriter(redis, scripts, database, project_team_record, settings.outbox.batch_size)
+    teams = TeamService(redis, scripts, database, keys, settings.teams, clock, outbox)
+    return Services(settings, redis, database, scripts, keys, clock, outbox, teams)
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Starlette:
+    """The ASGI application; start-up loads the scripts, creates tables and starts the writer."""
+    services = services or build_services(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await services.database.create_all()
+        await services.scripts.load()
+        writer = asyncio.create_task(
+            services.outbox.run(services.teams.activity_streams, settings.outbox.flush_interval_s),
+            name="outbox-writer",
+        )
+        try:
+            yield
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+            await services.database.dispose()
+            await services.redis.aclose()
+
+    auth = Authenticator(settings.auth.keys)
+    app = Starlette(
+        routes=[build_route(e, auth, settings.server.max_body_bytes) for e in ENDPOINTS],
+        exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    app.state.openapi = build_openapi(ENDPOINTS)
+    return app

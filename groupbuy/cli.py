@@ -1,0 +1,87 @@
+"""The `groupbuy` command: `groupbuy serve` runs the HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from groupbuy import __version__
+from groupbuy.redis_client import describe
+from groupbuy.settings import Settings, SettingsError, load_settings
+
+
+def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]:
+    settings = load_settings(args.config)
+    server = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
+    if server:
+        settings = settings.replace("server", **server)
+    generated = None
+    if not settings.auth.api_keys:
+        generated = f"dev-{secrets.token_urlsafe(24)}"
+        settings = settings.replace("auth", api_keys=(f"admin:{generated}",))
+    if settings.server.workers > 1 and settings.redis.embedded:
+        raise SettingsError("several workers need a shared Redis: set GROUPBUY_REDIS_URL")
+    return settings, generated
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the API with uvicorn until interrupted."""
+    from groupbuy.app import create_app
+
+    try:
+        settings, generated = _settings_for_serve(args)
+    except (SettingsError, OSError) as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return 2
+    host, port = settings.server.host, settings.server.port
+    print(f"groupbuy {__version__} listening on http://{host}:{port}")
+    print(f"  redis:    {describe(settings.redis)}")
+    print(f"  database: {settings.database.effective_url}")
+    if generated:
+        print("  no API keys configured; a development admin key was generated for this run:")
+        print(f"    export GROUPBUY_KEY={generated}")
+        print('    curl -H "Authorization: Bearer $GROUPBUY_KEY" ...')
+    else:
+        print("  API keys: from config.toml / GROUPBUY_API_KEYS (send them as 'Authorization: Bearer <key>')")
+    sys.stdout.flush()
+    if settings.server.workers > 1:
+        # Each worker process builds its own app from the environment.
+        os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
+        uvicorn.run("groupbuy.cli:app_from_environment", factory=True, host=host, port=port,
+                    workers=settings.server.workers, log_level="warning")
+    else:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    return 0
+
+
+def app_from_environment() -> object:
+    """An app built from config.toml and GROUPBUY_* (for multi-worker uvicorn)."""
+    from groupbuy.app import create_app
+
+    return create_app(load_settings())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `groupbuy` console script."""
+    parser = argparse.ArgumentParser(prog="groupbuy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"groupbuy {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("serve", help="run the HTTP API")
+    run.add_argument("--host", help="interface to listen on (default from config)")
+    run.add_argument("--port", type=int, help="port to listen on (default from config)")
+    run.add_argument("--workers", type=int, help="worker processes (needs a real Redis when > 1)")
+    run.add_argument("--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)")
+    run.set_defaults(func=serve)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

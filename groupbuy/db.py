@@ -1,0 +1,72 @@
+"""SQLAlchemy 2.x async: the declarative base, the engine and its sessions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+
+
+class Base(DeclarativeBase):
+    """Base of every SQL model of the service."""
+
+
+class Database:
+    """An async engine plus a session factory; `create_all` makes the tables."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        options: dict[str, Any] = {"pool_pre_ping": True}
+        if self.is_sqlite:
+            options["connect_args"] = {"timeout": 30}
+        self.engine: AsyncEngine = create_async_engine(url, **options)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    async def create_all(self) -> None:
+        """Create missing tables (every model module must be imported first)."""
+        import groupbuy.models  # noqa: F401  (registers every table on Base.metadata)
+
+        async with self.engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction, committed on success."""
+        async with self.sessions() as session, session.begin():
+            yield session
+
+    async def ping(self) -> None:
+        """Raise unless the database answers."""
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers run while the outbox writer commits; busy_timeout waits for the lock.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+async def insert_ignore(session: AsyncSession, table: Any, values: dict[str, Any]) -> bool:
+    """INSERT a row unless its unique key exists (ON CONFLICT DO NOTHING); True if inserted."""
+    dialect = session.bind.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    result = await session.execute(insert(table).values(**values).on_conflict_do_nothing())
+    return bool(result.rowcount)

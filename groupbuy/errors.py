@@ -1,0 +1,105 @@
+"""One exception tree: every error the API can answer, with its HTTP status and stable code."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GroupBuyError(Exception):
+    """Base of every error the service reports to a client as problem+json."""
+
+    status_code: ClassVar[int] = 400
+    code: ClassVar[str] = "bad_request"
+    title: ClassVar[str] = "Bad request"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+    def to_problem(self) -> dict[str, Any]:
+        """The RFC 9457 body for this error."""
+        return {
+            "type": f"https://groupbuy.dev/problems/{self.code}",
+            "title": self.title,
+            "status": self.status_code,
+            "code": self.code,
+            "detail": self.detail,
+            **self.extra,
+        }
+
+
+class InvalidRequest(GroupBuyError):
+    status_code, code, title = 422, "invalid_request", "Invalid request"
+
+
+class Unauthorized(GroupBuyError):
+    status_code, code, title = 401, "unauthorized", "Missing or wrong API key"
+
+
+class Forbidden(GroupBuyError):
+    status_code, code, title = 403, "forbidden", "This key's role may not call this endpoint"
+
+
+class PayloadTooLarge(GroupBuyError):
+    status_code, code, title = 413, "payload_too_large", "Request body too large"
+
+
+class NotFound(GroupBuyError):
+    status_code, code, title = 404, "not_found", "Not found"
+
+
+class ActivityNotFound(NotFound):
+    code, title = "activity_not_found", "Activity not found"
+
+
+class TeamNotFound(NotFound):
+    code, title = "team_not_found", "Team not found"
+
+
+class NoLock(NotFound):
+    code, title = "no_lock", "The user holds no seat lock in this activity"
+
+
+class MethodNotAllowed(GroupBuyError):
+    status_code, code, title = 405, "method_not_allowed", "Method not allowed"
+
+
+class Conflict(GroupBuyError):
+    status_code, code, title = 409, "conflict", "Conflicts with an existing resource"
+
+
+class TeamFull(Conflict):
+    code, title = "team_full", "Every seat of the team is taken or locked"
+
+
+class AlreadyMember(Conflict):
+    code, title = "already_member", "The user is already a member of this team"
+
+
+class TeamFormed(Conflict):
+    code, title = "team_formed", "The team is already formed"
+
+
+class TeamFailed(Conflict):
+    code, title = "team_failed", "The team failed: its deadline passed before it formed"
+
+
+class LockRequired(Conflict):
+    code, title = "lock_required", "The user holds no unexpired lock on this team"
+
+
+class Unavailable(GroupBuyError):
+    status_code, code, title = 503, "unavailable", "A backing service is unavailable"
+
+
+class RedisUnavailable(Unavailable):
+    code, title = "redis_unavailable", "Redis is unreachable; retry later"
+
+
+class DatabaseUnavailable(Unavailable):
+    code, title = "database_unavailable", "The database is unreachable; retry later"
+
+
+class InternalError(GroupBuyError):
+    status_code, code, title = 500, "internal_error", "Internal error"

@@ -1,0 +1,212 @@
+"""HTTP plumbing shared by every route: endpoint specs, auth, body parsing, problem+json."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import redis.exceptions
+import sqlalchemy.exc
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from groupbuy import errors
+from groupbuy.settings import ApiKey
+
+log = logging.getLogger(__name__)
+
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+"""Every identifier of the API: 1-64 letters, digits, '_' or '-' (safe inside Redis keys)."""
+
+
+class StrictBody(BaseModel):
+    """Base of request bodies: no unknown fields, no type coercion ("3" is not 3)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class LaxQuery(BaseModel):
+    """Base of query-string models: values arrive as text, unknown parameters are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Handler = Callable[..., Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One API operation: route, who may call it, what it takes, what it answers (for OpenAPI too)."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    role: str | None = "service"
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    responses: dict[int, str] = field(default_factory=dict)
+    tag: str = "operations"
+
+
+def json_response(body: Any, status_code: int = 200) -> JSONResponse:
+    """A JSON answer."""
+    return JSONResponse(body, status_code=status_code)
+
+
+def problem_response(error: errors.GroupBuyError) -> JSONResponse:
+    """An application/problem+json answer for an error."""
+    headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
+    return JSONResponse(
+        error.to_problem(),
+        status_code=error.status_code,
+        media_type="application/problem+json",
+        headers=headers,
+    )
+
+
+class Authenticator:
+    """Checks bearer keys against the configured `role:secret` pairs in constant time."""
+
+    def __init__(self, keys: tuple[ApiKey, ...]) -> None:
+        self._keys = [(key.role, key.secret.encode()) for key in keys]
+
+    def role_of(self, authorization: str | None) -> str | None:
+        """The role a header's bearer key grants, or None."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        presented = token.strip().encode()
+        role = None
+        # Compare with every key, not stopping at a match, so timing reveals nothing.
+        for key_role, secret in self._keys:
+            if hmac.compare_digest(presented, secret) and role is None:
+                role = key_role
+        return role
+
+    def require(self, request: Request, needed: str) -> None:
+        """Raise 401 without a valid key, 403 when its role may not call this."""
+        role = self.role_of(request.headers.get("authorization"))
+        if role is None:
+            raise errors.Unauthorized()
+        if needed == "admin" and role != "admin":
+            raise errors.Forbidden()
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) anything over `limit` bytes before reading it all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise errors.PayloadTooLarge(f"request bodies are limited to {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise errors.PayloadTooLarge(f"request bodies are limited to {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _validation_problem(exc: ValidationError, where: str) -> errors.InvalidRequest:
+    details = [
+        {"field": ".".join(str(p) for p in err["loc"]) or where, "message": err["msg"]}
+        for err in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+    summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+    return errors.InvalidRequest(f"invalid {where}: {summary}", errors=details)
+
+
+def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
+    """Validate a JSON object body strictly (422 on anything else)."""
+    if not raw.strip():
+        raise errors.InvalidRequest("the request needs a JSON object body")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise _validation_problem(exc, "body") from None
+
+
+def parse_query(model: type[BaseModel], request: Request) -> BaseModel:
+    """Validate the query string (422 on unknown or bad parameters)."""
+    params = request.query_params
+    if any(len(params.getlist(name)) > 1 for name in params):
+        raise errors.InvalidRequest("query parameters may appear once each")
+    try:
+        return model.model_validate(dict(params))
+    except ValidationError as exc:
+        raise _validation_problem(exc, "query") from None
+
+
+def check_path_ids(request: Request) -> None:
+    """Every path parameter is an id; refuse the rest before anything touches Redis."""
+    for name, value in request.path_params.items():
+        if not isinstance(value, str) or not _ID.fullmatch(value):
+            raise errors.InvalidRequest(
+                f"{name} must match {ID_PATTERN}",
+                errors=[{"field": name, "message": f"must match {ID_PATTERN}"}],
+            )
+
+
+def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) -> Route:
+    """A Starlette route running auth, validation and then the endpoint's handler."""
+
+    async def run(request: Request) -> Response:
+        if endpoint.role is not None:
+            auth.require(request, endpoint.role)
+        check_path_ids(request)
+        kwargs: dict[str, Any] = {}
+        if endpoint.query is not None:
+            kwargs["query"] = parse_query(endpoint.query, request)
+        elif request.query_params:
+            raise errors.InvalidRequest("this endpoint takes no query parameters")
+        raw = await read_body(request, max_body_bytes)
+        if endpoint.body is not None:
+            kwargs["body"] = parse_body(endpoint.body, raw)
+        return await endpoint.handler(request, **kwargs)
+
+    run.__name__ = endpoint.handler.__name__
+    return Route(endpoint.path, run, methods=[endpoint.method])
+
+
+async def handle_error(_request: Request, exc: Exception) -> Response:
+    """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
+    if isinstance(exc, errors.GroupBuyError):
+        return problem_response(exc)
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 404:
+            return problem_response(errors.NotFound("no such route"))
+        if exc.status_code == 405:
+            return problem_response(errors.MethodNotAllowed())
+        body = {"type": "about:blank", "title": str(exc.detail), "status": exc.status_code,
+                "code": "http_error", "detail": str(exc.detail)}
+        return JSONResponse(body, exc.status_code, media_type="application/problem+json")
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        log.warning("redis unavailable: %s", exc)
+        return problem_response(errors.RedisUnavailable())
+    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        log.warning("database unavailable: %s", exc)
+        return problem_response(errors.DatabaseUnavailable())
+    log.error("unhandled error", exc_info=exc)
+    return problem_response(errors.InternalError())
+
+
+# Starlette needs each class named: `Exception` alone only reaches the last-resort handler.
+HANDLED_ERRORS: tuple[type[Exception], ...] = (
+    errors.GroupBuyError,
+    HTTPException,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    Exception,
+)

@@ -1,0 +1,52 @@
+"""Every Redis key the service uses, built in one place.
+
+All keys of one activity share the hash tag ``{a:<activity_id>}`` so that every
+script touches a single Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key builders under one prefix."""
+
+    prefix: str = "gb"
+
+    def _activity_tag(self, activity_id: str) -> str:
+        return f"{self.prefix}:{{a:{activity_id}}}"
+
+    def activity(self, activity_id: str) -> str:
+        """Hash of an activity's parameters."""
+        return f"{self._activity_tag(activity_id)}:activity"
+
+    def outbox(self, activity_id: str) -> str:
+        """Stream of records an activity's scripts wrote for SQL."""
+        return f"{self._activity_tag(activity_id)}:outbox"
+
+    def team(self, activity_id: str, team_id: str) -> str:
+        """Hash of one team's state."""
+        return f"{self._activity_tag(activity_id)}:team:{team_id}"
+
+    def team_members(self, activity_id: str, team_id: str) -> str:
+        """Hash user_id -> 'seq|joined_at_ms|order_id'."""
+        return f"{self.team(activity_id, team_id)}:members"
+
+    def team_locks(self, activity_id: str, team_id: str) -> str:
+        """Sorted set of a team's seat locks: member user_id, score locked_at_ms."""
+        return f"{self.team(activity_id, team_id)}:locks"
+
+    def user_lock(self, activity_id: str, user_id: str) -> str:
+        """A user's current lock in an activity: 'team_id|locked_at_ms|expires_at_ms'."""
+        return f"{self._activity_tag(activity_id)}:user:{user_id}:lock"
+
+    def team_keys(self, activity_id: str, team_id: str) -> list[str]:
+        """The KEYS[1..4] every team script starts with (see lua/_team_lib.lua)."""
+        return [
+            self.team(activity_id, team_id),
+            self.team_members(activity_id, team_id),
+            self.team_locks(activity_id, team_id),
+            self.outbox(activity_id),
+        ]

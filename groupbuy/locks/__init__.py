@@ -1,0 +1,1 @@
+"""Group-buy seat locking: activities, teams, seat locks and membership."""

@@ -1,0 +1,55 @@
+"""SQL records of the group-buy engine: activities, teams and their members."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from groupbuy.db import Base
+
+
+class ActivityRow(Base):
+    """An activity and its immutable parameters."""
+
+    __tablename__ = "activities"
+
+    activity_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    team_size: Mapped[int] = mapped_column(Integer)
+    lock_ttl_s: Mapped[int] = mapped_column(Integer)
+    team_deadline_s: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class TeamRow(Base):
+    """A team as last recorded from Redis (the record; Redis holds the live state)."""
+
+    __tablename__ = "teams"
+
+    activity_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("activities.activity_id"), primary_key=True
+    )
+    team_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    leader_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    formed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class MemberRow(Base):
+    """A paid member of a team; one row per team and user."""
+
+    __tablename__ = "team_members"
+    __table_args__ = (UniqueConstraint("activity_id", "team_id", "seq"),)
+
+    activity_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    order_id: Mapped[str | None] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    joined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

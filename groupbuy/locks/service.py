@@ -1,0 +1,349 @@
+"""TeamService: activities, teams, seat locks and membership (no HTTP in here).
+
+Redis holds the live state and decides every change in one Lua script; SQL holds
+the record. Activities are written to SQL first (they are rare, admin-made, and
+the source of truth); team changes reach SQL through the activity's outbox stream,
+which the deciding script writes in the same atomic call. Lock and unlock never
+wait on SQL.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from groupbuy import errors
+from groupbuy.clock import RedisClock
+from groupbuy.db import Database, insert_ignore
+from groupbuy.keys import Keys
+from groupbuy.locks.codes import TeamCode, raise_for, split_reply
+from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.outbox import OutboxWriter
+from groupbuy.scripts import Scripts
+from groupbuy.settings import TeamSettings
+from groupbuy.timefmt import from_ms, iso_ms, to_ms
+
+# A user switching teams needs a second call naming the old team; more tries than
+# this means the same user is racing with themselves, and they may simply retry.
+_SWITCH_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A service answer: the body, and whether this call created it (201) or found it (200)."""
+
+    body: dict[str, Any]
+    created: bool
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+class TeamService:
+    """The group-buy engine."""
+
+    def __init__(
+        self,
+        redis: Any,
+        scripts: Scripts,
+        database: Database,
+        keys: Keys,
+        defaults: TeamSettings,
+        clock: RedisClock,
+        outbox: OutboxWriter,
+    ) -> None:
+        self._redis = redis
+        self._scripts = scripts
+        self._db = database
+        self._keys = keys
+        self._defaults = defaults
+        self._clock = clock
+        self._outbox = outbox
+
+    # -- activities ---------------------------------------------------------------
+
+    async def create_activity(
+        self,
+        activity_id: str,
+        name: str | None = None,
+        team_size: int | None = None,
+        lock_ttl_s: int | None = None,
+        team_deadline_s: int | None = None,
+    ) -> Outcome:
+        """Create an activity; the same id and parameters again returns the original."""
+        wanted = {
+            "activity_id": activity_id,
+            "name": name,
+            "team_size": team_size or self._defaults.team_size,
+            "lock_ttl_s": lock_ttl_s or self._defaults.lock_ttl_s,
+            "team_deadline_s": team_deadline_s or self._defaults.team_deadline_s,
+        }
+        now_ms = await self._redis_now_ms()
+        async with self._db.transaction() as session:
+            created = await insert_ignore(
+                session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
+            )
+            row = await session.get(ActivityRow, activity_id, populate_existing=True)
+        assert row is not None
+        body = self._activity_body(row)
+        if not created and any(body[k] != v for k, v in wanted.items()):
+            raise errors.Conflict(
+                f"activity {activity_id!r} exists with other parameters", activity=body
+            )
+        await self._put_activity(row)
+        return Outcome(body, created)
+
+    async def get_activity(self, activity_id: str) -> dict[str, Any]:
+        """An activity, or ActivityNotFound."""
+        return self._activity_body(await self._activity_row(activity_id))
+
+    async def _activity_row(self, activity_id: str) -> ActivityRow:
+        async with self._db.sessions() as session:
+            row = await session.get(ActivityRow, activity_id)
+        if row is None:
+            raise errors.ActivityNotFound(f"no activity {activity_id!r}")
+        return row
+
+    async def _put_activity(self, row: ActivityRow) -> None:
+        # What the scripts need of an activity, in Redis; rewriting it is harmless.
+        await self._redis.hset(
+            self._keys.activity(row.activity_id),
+            mapping={
+                "team_size": row.team_size,
+                "lock_ttl_ms": row.lock_ttl_s * 1000,
+                "team_deadline_ms": row.team_deadline_s * 1000,
+            },
+        )
+
+    @staticmethod
+    def _activity_body(row: ActivityRow) -> dict[str, Any]:
+        return {
+            "activity_id": row.activity_id,
+            "name": row.name,
+            "team_size": row.team_size,
+            "lock_ttl_s": row.lock_ttl_s,
+            "team_deadline_s": row.team_deadline_s,
+            "created_at": iso_ms(to_ms(row.created_at)),
+        }
+
+    async def _redis_now_ms(self) -> int:
+        seconds, micros = await self._redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + self._clock.shift_ms
+
+    # -- teams --------------------------------------------------------------------
+
+    def _args(self, activity_id: str, team_id: str, *rest: Any) -> list[Any]:
+        return [activity_id, team_id, self._clock.shift_ms, *rest]
+
+    async def open_team(
+        self, activity_id: str, leader_id: str, team_id: str | None = None, order_id: str | None = None
+    ) -> Outcome:
+        """Open a team led by `leader_id` (member 1); a repeat with the same id returns it."""
+        team_id = team_id or f"t{secrets.token_hex(8)}"
+        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.activity(activity_id)]
+        args = self._args(
+            activity_id, team_id, leader_id, order_id or "", self._defaults.retention_s * 1000
+        )
+        code, _ = split_reply(await self._scripts.call("team_open", keys, args))
+        if code is TeamCode.ACTIVITY_NOT_FOUND:
+            # Redis may have lost the activity (restart without persistence): SQL knows it.
+            await self._put_activity(await self._activity_row(activity_id))
+            code, _ = split_reply(await self._scripts.call("team_open", keys, args))
+        if code is TeamCode.CONFLICT:
+            raise_for(code, f"team {team_id!r} exists with another leader or order")
+        if code not in (TeamCode.OK, TeamCode.EXISTING):
+            raise_for(code)
+        await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+        return Outcome(await self.get_team(activity_id, team_id), code is TeamCode.OK)
+
+    async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+        """A team's current state: live from Redis, or from SQL once Redis let it go."""
+        reply = await self._scripts.call(
+            "team_read", self._keys.team_keys(activity_id, team_id), self._args(activity_id, team_id)
+        )
+        code, rest = split_reply(reply)
+        if code is TeamCode.OK:
+            team, members, locks, _now = rest
+            return self._team_body(activity_id, team_id, _pairs(team), _pairs(members), locks)
+        return await self._recorded_team(activity_id, team_id)
+
+    async def _recorded_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+        async with self._db.sessions() as session:
+            team = await session.get(TeamRow, (activity_id, team_id))
+            if team is None:
+                await self._raise_team_not_found(activity_id, team_id)
+            members = (
+                await session.scalars(
+                    select(MemberRow)
+                    .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
+                    .order_by(MemberRow.seq)
+                )
+            ).all()
+        assert team is not None
+        return {
+            "activity_id": activity_id,
+            "team_id": team_id,
+            "leader_id": team.leader_id,
+            "status": team.status,
+            "size": team.size,
+            "members": [
+                {"user_id": m.user_id, "order_id": m.order_id, "joined_at": iso_ms(to_ms(m.joined_at))}
+                for m in members
+            ],
+            "locks": [],
+            "free_seats": 0 if team.status != "open" else team.size - len(members),
+            "next_unlock_at": None,
+            "deadline_at": iso_ms(to_ms(team.deadline_at)),
+            "formed_at": iso_ms(to_ms(team.formed_at)) if team.formed_at else None,
+            "failed_at": iso_ms(to_ms(team.failed_at)) if team.failed_at else None,
+        }
+
+    async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
+        if not await self._redis.exists(self._keys.activity(activity_id)):
+            await self._activity_row(activity_id)  # raises ActivityNotFound when unknown
+        raise errors.TeamNotFound(f"no team {team_id!r} in activity {activity_id!r}")
+
+    async def _raise_for_missing_team(self, activity_id: str, team_id: str) -> None:
+        # Redis no longer holds the team: its SQL record tells how it ended.
+        team = await self._recorded_team(activity_id, team_id)
+        if team["status"] == "formed":
+            raise errors.TeamFormed()
+        if team["status"] == "failed":
+            raise errors.TeamFailed()
+        raise errors.TeamNotFound(f"team {team_id!r} is no longer in Redis")
+
+    @staticmethod
+    def _team_body(
+        activity_id: str, team_id: str, team: dict[str, str], members: dict[str, str], locks: list[Any]
+    ) -> dict[str, Any]:
+        size, ttl = int(team["size"]), int(team["lock_ttl_ms"])
+        # members: user -> "seq|joined_at_ms|order_id"; listed in joining order
+        joined = sorted((int(seq), user, int(at), order) for user, (seq, at, order) in
+                        ((user, value.split("|", 2)) for user, value in members.items()))
+        member_rows = [
+            {"user_id": user, "order_id": order or None, "joined_at": iso_ms(at)}
+            for _seq, user, at, order in joined
+        ]
+        lock_times = [(user, int(float(score))) for user, score in zip(locks[0::2], locks[1::2], strict=True)]
+        is_open = team["status"] == "open"
+        return {
+            "activity_id": activity_id,
+            "team_id": team_id,
+            "leader_id": team["leader_id"],
+            "status": team["status"],
+            "size": size,
+            "members": member_rows,
+            "locks": [
+                {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(at + ttl)}
+                for user, at in lock_times
+            ],
+            "free_seats": size - len(member_rows) - len(lock_times) if is_open else 0,
+            "next_unlock_at": iso_ms(lock_times[0][1] + ttl) if lock_times else None,
+            "deadline_at": iso_ms(int(team["deadline_ms"])),
+            "formed_at": iso_ms(_opt_int(team.get("formed_ms"))),
+            "failed_at": iso_ms(_opt_int(team.get("failed_ms"))),
+        }
+
+    # -- seat locks ---------------------------------------------------------------
+
+    async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
+        """Hold a free seat of the team for the user (releasing their lock in another team)."""
+        base_keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
+        other = ""
+        for _ in range(_SWITCH_ATTEMPTS):
+            keys = base_keys
+            if other:
+                keys = [*base_keys, self._keys.team(activity_id, other), self._keys.team_locks(activity_id, other)]
+            reply = await self._scripts.call("team_lock", keys, self._args(activity_id, team_id, user_id, other))
+            code, rest = split_reply(reply)
+            if code is TeamCode.SWITCH_NEEDED:
+                other = rest[0]
+                continue
+            break
+        else:
+            raise errors.Conflict("the user's lock changed during every attempt; retry")
+
+        if code is TeamCode.OK:
+            locked_at, expires_at, released = rest
+            return Outcome(self._lock_body(user_id, team_id, locked_at, expires_at, released or None), True)
+        if code is TeamCode.EXISTING:
+            locked_at, expires_at = rest
+            return Outcome({**self._lock_body(user_id, team_id, locked_at, expires_at, None), "existing": True}, False)
+        if code is TeamCode.TEAM_FULL:
+            earliest, next_unlock = (_opt_int(v) for v in rest)
+            raise_for(
+                code,
+                f"team {team_id!r} has no free seat",
+                next_unlock_at=iso_ms(next_unlock),
+                earliest_locked_at=iso_ms(earliest),
+            )
+        if code is TeamCode.TEAM_NOT_FOUND:
+            await self._raise_for_missing_team(activity_id, team_id)
+        raise_for(code)
+
+    @staticmethod
+    def _lock_body(user_id: str, team_id: str, locked_at: Any, expires_at: Any, released: str | None) -> dict[str, Any]:
+        return {
+            "status": "locked",
+            "user_id": user_id,
+            "team_id": team_id,
+            "locked_at": iso_ms(int(locked_at)),
+            "expires_at": iso_ms(int(expires_at)),
+            "released_team_id": released,
+        }
+
+    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
+        """Release the user's lock on the team; False when there was none."""
+        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
+        reply = await self._scripts.call("team_unlock", keys, self._args(activity_id, team_id, user_id))
+        code, rest = split_reply(reply)
+        if code is TeamCode.TEAM_NOT_FOUND:
+            await self._recorded_team(activity_id, team_id)  # raises when unknown
+            return False
+        if code is not TeamCode.OK:
+            raise_for(code)
+        return bool(int(rest[0]))
+
+    async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
+        """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""
+        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
+        reply = await self._scripts.call("team_confirm", keys, self._args(activity_id, team_id, user_id, order_id))
+        code, rest = split_reply(reply)
+        if code is TeamCode.TEAM_NOT_FOUND:
+            await self._raise_for_missing_team(activity_id, team_id)
+        if code not in (TeamCode.OK, TeamCode.EXISTING):
+            raise_for(code)
+        await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+        team = await self.get_team(activity_id, team_id)
+        return Outcome({"team": team, "formed": team["status"] == "formed"}, code is TeamCode.OK)
+
+    async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
+        """The user's unexpired lock in the activity, or NoLock."""
+        user_key = self._keys.user_lock(activity_id, user_id)
+        current = await self._redis.get(user_key)
+        if current is None:
+            await self._activity_row(activity_id)  # an unknown activity is a 404 of its own
+            raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
+        team_id = current.split("|", 1)[0]
+        keys = [*self._keys.team_keys(activity_id, team_id), user_key]
+        code, rest = split_reply(
+            await self._scripts.call("user_lock_read", keys, self._args(activity_id, team_id, user_id))
+        )
+        if code is not TeamCode.OK:
+            raise_for(code, f"user {user_id!r} holds no lock in activity {activity_id!r}")
+        locked_at, expires_at = rest
+        return {"team_id": team_id, "locked_at": iso_ms(int(locked_at)), "expires_at": iso_ms(int(expires_at))}
+
+    async def activity_streams(self) -> list[str]:
+        """The outbox stream of every activity (what the background writer drains)."""
+        async with self._db.sessions() as session:
+            ids = (await session.scalars(select(ActivityRow.activity_id))).all()
+        return [self._keys.outbox(activity_id) for activity_id in ids]

@@ -1,0 +1,76 @@
+"""Write-behind from Redis to SQL: scripts append records to an outbox stream in the
+same atomic call as the state change; this writer turns them into SQL rows.
+
+Every record carries its own identity (a business key), so inserting it twice is a
+no-op. That is why the writer needs no consumer group: it reads the stream from the
+start, applies a batch in one SQL transaction, and only after the commit deletes the
+batch from the stream. A writer that dies midway leaves the entries in place and the
+next flush (of any process) applies them again harmlessly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from groupbuy.db import Database
+from groupbuy.events import Event, record_event
+from groupbuy.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+Projector = Callable[[AsyncSession, dict[str, str]], Awaitable[Event]]
+
+
+class OutboxWriter:
+    """Drains outbox streams into SQL, one transaction per batch."""
+
+    def __init__(
+        self, redis: Any, scripts: Scripts, database: Database, project: Projector, batch_size: int
+    ) -> None:
+        self._redis = redis
+        self._scripts = scripts
+        self._db = database
+        self._project = project
+        self._batch_size = batch_size
+        self._running: dict[str, asyncio.Lock] = {}
+
+    async def flush(self, stream: str) -> int:
+        """Apply every entry now in `stream` to SQL; returns how many were applied."""
+        # One flush per stream at a time in this process: concurrent callers queue up
+        # instead of applying the same batch twice (which would be harmless, only wasteful).
+        lock = self._running.setdefault(stream, asyncio.Lock())
+        applied = 0
+        async with lock:
+            while True:
+                entries = await self._redis.xrange(stream, "-", "+", count=self._batch_size)
+                if not entries:
+                    return applied
+                async with self._db.transaction() as session:
+                    for _entry_id, fields in entries:
+                        await record_event(session, await self._project(session, fields))
+                await self._scripts.call("outbox_ack", [stream], [entry_id for entry_id, _ in entries])
+                applied += len(entries)
+
+    async def flush_quietly(self, stream: str) -> None:
+        """Flush, logging instead of raising: the background loop will retry what failed."""
+        try:
+            await self.flush(stream)
+        except Exception:
+            log.warning("outbox flush of %s failed; will retry in the background", stream, exc_info=True)
+
+    async def run(self, streams: Callable[[], Awaitable[Iterable[str]]], interval_s: float) -> None:
+        """Flush every stream `streams()` names, every `interval_s` seconds, until cancelled."""
+        while True:
+            try:
+                for stream in await streams():
+                    await self.flush(stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("background outbox flush failed; retrying", exc_info=True)
+            await asyncio.sleep(interval_s)

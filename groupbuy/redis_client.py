@@ -1,0 +1,32 @@
+"""Connect to the configured Redis, or start the embedded in-process fakeredis server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import redis.asyncio as aioredis
+
+from groupbuy.settings import RedisSettings
+
+
+def connect_redis(settings: RedisSettings) -> Any:
+    """An asyncio Redis client; with no URL, one bound to a fresh embedded server (Lua via lupa)."""
+    if settings.embedded:
+        server = fakeredis.FakeServer(version=(7, 0))
+        return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    return aioredis.Redis.from_url(
+        settings.url,
+        decode_responses=True,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.socket_timeout_s,
+        max_connections=settings.max_connections,
+        health_check_interval=30,
+    )
+
+
+def describe(settings: RedisSettings) -> str:
+    """Where Redis is, for start-up messages (no credentials)."""
+    if settings.embedded:
+        return "embedded fakeredis (in-process, not durable)"
+    return settings.url.split("@")[-1]

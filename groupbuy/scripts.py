@@ -1,0 +1,59 @@
+"""The Lua scripts registry: read lua/*.lua once, SCRIPT LOAD at start, EVALSHA afterwards.
+
+redis-py's Script objects run EVALSHA and, on NOSCRIPT (after SCRIPT FLUSH or a
+Redis restart), load the source again and retry, so callers never see it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+_REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
+
+
+def lua_dir() -> Path:
+    """Where the .lua files are: inside the installed package, or lua/ of a source checkout."""
+    packaged = Path(str(resources.files("groupbuy") / "lua"))
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "lua"
+
+
+@cache
+def script_source(name: str) -> str:
+    """The full source of a script: its required libraries first, then the script itself."""
+    directory = lua_dir()
+    body = (directory / f"{name}.lua").read_text(encoding="utf-8")
+    libs = [(directory / f"{lib}.lua").read_text(encoding="utf-8") for lib in _REQUIRES.findall(body)]
+    return "\n".join([*libs, body])
+
+
+def script_names() -> list[str]:
+    """Every runnable script (files starting with '_' are libraries)."""
+    return sorted(p.stem for p in lua_dir().glob("*.lua") if not p.name.startswith("_"))
+
+
+class Scripts:
+    """Every script registered on one Redis client."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._scripts = {name: redis.register_script(script_source(name)) for name in script_names()}
+
+    async def load(self) -> None:
+        """SCRIPT LOAD every script, so the first calls do not pay for it."""
+        for script in self._scripts.values():
+            await self._redis.script_load(script.script)
+
+    async def loaded(self) -> bool:
+        """Whether Redis holds every script right now (a readiness check)."""
+        shas = [script.sha for script in self._scripts.values()]
+        return all(await self._redis.script_exists(*shas))
+
+    async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a script by EVALSHA (loading it again if Redis forgot it)."""
+        return await self._scripts[name](keys=keys, args=args)

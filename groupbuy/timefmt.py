@@ -1,0 +1,25 @@
+"""Timestamps: milliseconds since the epoch (Redis's clock) to ISO-8601 UTC with ms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """`1763746971123` -> `2025-11-21T17:42:51.123Z`; None stays None."""
+    if ms is None:
+        return None
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def to_ms(moment: datetime) -> int:
+    """A datetime (naive means UTC, as SQLite returns it) to epoch milliseconds."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    """Epoch milliseconds to an aware UTC datetime for SQL columns."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)

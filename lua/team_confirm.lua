@@ -1,0 +1,48 @@
+-- team_confirm: payment succeeded, turn the user's unexpired lock into membership.
+-- requires: _team_lib
+-- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key
+-- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
+-- Returns {OK, formed 0|1} joined (formed: this member completed the team),
+-- {EXISTING, formed 0|1} the same user and order joined before (formed: the team is formed now),
+-- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
+-- {TEAM_FAILED}, {TEAM_NOT_FOUND}.
+local now = now_ms(ARGV[3])
+local user = ARGV[4]
+local team = load_team(now)
+if not team then
+  return {TEAM_NOT_FOUND}
+end
+local member = redis.call('HGET', KEYS[2], user)
+if member then
+  if split(member)[3] == ARGV[5] then
+    return {EXISTING, team.status == 'formed' and 1 or 0}
+  end
+  return {ALREADY_MEMBER}
+end
+if team.status == 'formed' then
+  return {TEAM_FORMED}
+end
+if team.status == 'failed' then
+  return {TEAM_FAILED}
+end
+if not redis.call('ZSCORE', KEYS[3], user) then
+  return {LOCK_REQUIRED}
+end
+
+redis.call('ZREM', KEYS[3], user)
+local seq = redis.call('HINCRBY', KEYS[1], 'member_count', 1)
+redis.call('HSET', KEYS[2], user, int(seq) .. '|' .. int(now) .. '|' .. ARGV[5])
+local current = redis.call('GET', KEYS[5])
+if current and split(current)[1] == ARGV[2] then
+  redis.call('DEL', KEYS[5])
+end
+emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
+      'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq)})
+if seq < team.size then
+  return {OK, 0}
+end
+redis.call('HSET', KEYS[1], 'status', 'formed', 'formed_ms', int(now))
+redis.call('DEL', KEYS[3])
+emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
+      'members', member_list()})
+return {OK, 1}

@@ -1,0 +1,75 @@
+-- team_lock: hold one free seat of a team for a user, atomically.
+-- requires: _team_lib
+-- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key ("team_id|locked_at_ms|expires_at_ms")
+-- KEYS[6] hash and KEYS[7] locks zset of the team the caller believes the user holds a lock in
+--         (only when ARGV[5] names it)
+-- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
+-- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or ''} new lock,
+-- {EXISTING, locked_at_ms, expires_at_ms} unexpired lock on this team (unchanged),
+-- {TEAM_FULL, earliest_locked_at_ms or '', next_unlock_ms or ''},
+-- {SWITCH_NEEDED, team_id}: the user holds a live lock in that other team; call again with its keys,
+-- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND}.
+local now = now_ms(ARGV[3])
+local user = ARGV[4]
+local team = load_team(now)
+if not team then
+  return {TEAM_NOT_FOUND}
+end
+if redis.call('HEXISTS', KEYS[2], user) == 1 then
+  return {ALREADY_MEMBER}
+end
+if team.status == 'formed' then
+  return {TEAM_FORMED}
+end
+if team.status == 'failed' then
+  return {TEAM_FAILED}
+end
+
+local held = redis.call('ZSCORE', KEYS[3], user)
+if held then
+  held = tonumber(held)
+  return {EXISTING, int(held), int(held + team.lock_ttl_ms)}
+end
+
+if team.member_count + redis.call('ZCARD', KEYS[3]) >= team.size then
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if first[2] then
+    local earliest = tonumber(first[2])
+    return {TEAM_FULL, int(earliest), int(earliest + team.lock_ttl_ms)}
+  end
+  return {TEAM_FULL, '', ''}
+end
+
+-- A live lock in another team of this activity must be released first; its keys
+-- were not known to the caller if it did not name that team, so ask for them.
+local released = ''
+local current = redis.call('GET', KEYS[5])
+if current then
+  local parts = split(current)
+  local other = parts[1]
+  if other ~= ARGV[2] and tonumber(parts[3]) > now then
+    if other ~= ARGV[5] then
+      return {SWITCH_NEEDED, other}
+    end
+    local other_score = redis.call('ZSCORE', KEYS[7], user)
+    if other_score then
+      other_score = tonumber(other_score)
+      local other_ttl = tonumber(redis.call('HGET', KEYS[6], 'lock_ttl_ms') or '0')
+      redis.call('ZREM', KEYS[7], user)
+      if other_score + other_ttl > now then
+        released = other
+      else
+        -- Expired but not yet swept there: record its expiry, as the sweep would have.
+        emit({'type', 'lock.expired', 'at_ms', int(other_score + other_ttl),
+              'activity_id', ARGV[1], 'team_id', other, 'user_id', user,
+              'locked_at_ms', int(other_score)})
+      end
+    end
+  end
+end
+
+local expires = now + team.lock_ttl_ms
+redis.call('ZADD', KEYS[3], now, user)
+redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
+redis.call('SET', KEYS[5], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires), 'PX', team.lock_ttl_ms)
+return {OK, int(now), int(expires), released}
