@@ -1,0 +1,151 @@
+"""Real concurrency on a real redis-server: the seat-lock guarantees of SPEC §4 (1, 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from groupbuy import errors
+from groupbuy.app import Services
+
+pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
+
+CLIENTS = 250
+TEAMS = 12
+STORM_STEPS = 30
+
+
+async def _attempt(services: Services, aid: str, tid: str, user: str, start: asyncio.Event) -> str:
+    await start.wait()
+    try:
+        outcome = await services.teams.lock(aid, tid, user)
+    except errors.TeamFull:
+        return "team_full"
+    return "locked" if outcome.created else "existing"
+
+
+async def test_many_clients_race_for_one_team(services: Services, capsys: pytest.CaptureFixture[str]) -> None:
+    """250 clients at once on each 3-seat team: exactly 2 locks (the leader holds seat 1)."""
+    await services.teams.create_activity("race", team_size=3)
+    total_ops, total_s = 0, 0.0
+    for round_no in range(TEAMS):
+        tid = f"team{round_no}"
+        await services.teams.open_team("race", f"leader{round_no}", team_id=tid)
+        start = asyncio.Event()
+        tasks = [
+            asyncio.create_task(_attempt(services, "race", tid, f"r{round_no}u{i}", start))
+            for i in range(CLIENTS)
+        ]
+        await asyncio.sleep(0.05)  # every task is waiting on the event
+        began = time.perf_counter()
+        start.set()
+        results = Counter(await asyncio.gather(*tasks))
+        total_s += time.perf_counter() - began
+        total_ops += CLIENTS
+        assert results == {"locked": 2, "team_full": CLIENTS - 2}, results
+        team = await services.teams.get_team("race", tid)
+        assert len(team["locks"]) == 2 and team["free_seats"] == 0
+    with capsys.disabled():
+        print(f"\n[figures] lock race: {total_ops} lock calls by {CLIENTS} concurrent clients, "
+              f"{total_ops / total_s:,.0f} locks/s on the real redis-server")
+
+
+async def _snapshot(redis: Any, services: Services, aid: str, teams: list[str]) -> tuple[int, list[Any]]:
+    """All teams' locks and member counts in one MULTI/EXEC: an instant of the real state."""
+    keys = services.keys
+    pipe = redis.pipeline(transaction=True)
+    pipe.time()
+    for tid in teams:
+        pipe.zrange(keys.team_locks(aid, tid), 0, -1, withscores=True)
+        pipe.hmget(keys.team(aid, tid), "member_count", "size", "status", "lock_ttl_ms")
+    replies = await pipe.execute()
+    seconds, micros = replies[0]
+    now_ms = int(seconds) * 1000 + int(micros) // 1000 + services.clock.shift_ms
+    return now_ms, replies[1:]
+
+
+def _check_snapshot(now_ms: int, replies: list[Any], teams: list[str]) -> None:
+    holders: Counter[str] = Counter()
+    for index, tid in enumerate(teams):
+        locks, (members, size, status, ttl) = replies[2 * index], replies[2 * index + 1]
+        live = [user for user, score in locks if score + int(ttl) > now_ms]
+        holders.update(live)
+        if status == "open":
+            assert int(members) + len(live) <= int(size), (tid, members, live)
+        else:
+            assert status == "formed" and int(members) == int(size) and not live, (tid, status, members)
+    doubled = [user for user, count in holders.items() if count > 1]
+    assert not doubled, f"users holding two locks at one instant: {doubled}"
+
+
+async def test_switching_storm_never_overfills_or_doubles(
+    services: Services, redis_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Users lock, switch, unlock and confirm across teams while snapshots check the invariants."""
+    aid = "storm"
+    await services.teams.create_activity(aid, team_size=6)
+    teams = [f"s{i}" for i in range(40)]
+    for tid in teams:
+        await services.teams.open_team(aid, f"lead-{tid}", team_id=tid)
+    users = [f"user{i}" for i in range(200)]
+    outcomes: Counter[str] = Counter()
+    stop = asyncio.Event()
+    rng = random.Random(20261121)
+
+    async def shopper(user: str) -> None:
+        holding: str | None = None
+        for step in range(STORM_STEPS):
+            roll = rng.random()
+            try:
+                if holding and roll < 0.03:
+                    await services.teams.confirm(aid, holding, user, f"o-{user}-{step}")
+                    outcomes["confirmed"] += 1
+                    holding = None
+                elif holding and roll < 0.15:
+                    await services.teams.unlock(aid, holding, user)
+                    outcomes["unlock"] += 1
+                    holding = None
+                else:
+                    tid = rng.choice(teams)
+                    outcome = await services.teams.lock(aid, tid, user)
+                    outcomes["switched" if outcome.body["released_team_id"] else "locked"] += 1
+                    holding = tid
+            except errors.GroupBuyError as exc:
+                outcomes[exc.code] += 1
+
+    async def sampler() -> int:
+        samples = 0
+        while not stop.is_set():
+            now_ms, replies = await _snapshot(redis_client, services, aid, teams)
+            _check_snapshot(now_ms, replies, teams)
+            samples += 1
+            await asyncio.sleep(0)
+        return samples
+
+    sampling = asyncio.create_task(sampler())
+    began = time.perf_counter()
+    await asyncio.gather(*(shopper(user) for user in users))
+    elapsed = time.perf_counter() - began
+    stop.set()
+    samples = await sampling
+    now_ms, replies = await _snapshot(redis_client, services, aid, teams)
+    _check_snapshot(now_ms, replies, teams)
+
+    operations = sum(outcomes.values())
+    assert operations == len(users) * STORM_STEPS
+    assert samples >= 10 and outcomes["switched"] > 0 and outcomes["team_full"] > 0, outcomes
+    # Membership is exact: nobody twice in a team, formed teams full, counts agree with SQL later.
+    for tid in teams:
+        team = await services.teams.get_team(aid, tid)
+        members = [m["user_id"] for m in team["members"]]
+        assert len(members) == len(set(members)) <= team["size"]
+        assert len(members) + len(team["locks"]) + team["free_seats"] == team["size"] or team["status"] != "open"
+    with capsys.disabled():
+        print(f"\n[figures] switching storm: {operations} operations by {len(users)} users in "
+              f"{elapsed:.2f}s = {operations / elapsed:,.0f} ops/s, {samples} atomic snapshots checked; "
+              f"outcomes {dict(outcomes)}")

@@ -1,0 +1,283 @@
+"""Each team script called directly (no service), on fakeredis and on a real redis-server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from groupbuy.keys import Keys
+from groupbuy.locks.codes import TeamCode
+from groupbuy.scripts import Scripts, script_names, script_source
+
+AID = "act1"
+TTL_MS = 10_000
+DEADLINE_MS = 60_000
+RETENTION_MS = 3_600_000
+
+
+class Harness:
+    """Calls the scripts with the key layout the service uses, at a controllable time shift."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.scripts = Scripts(redis)
+        self.keys = Keys("t")
+        self.shift_ms = 0
+
+    async def activity(self, size: int = 3) -> None:
+        await self.redis.hset(
+            self.keys.activity(AID),
+            mapping={"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS},
+        )
+
+    def _keys(self, tid: str, user: str | None = None) -> list[str]:
+        keys = self.keys.team_keys(AID, tid)
+        return keys if user is None else [*keys, self.keys.user_lock(AID, user)]
+
+    async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
+        keys = [*self._keys(tid), self.keys.activity(AID)]
+        return await self.scripts.call("team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS])
+
+    async def lock(self, tid: str, user: str, other: str = "") -> list[Any]:
+        keys = self._keys(tid, user)
+        if other:
+            keys += [self.keys.team(AID, other), self.keys.team_locks(AID, other)]
+        return await self.scripts.call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
+
+    async def unlock(self, tid: str, user: str) -> list[Any]:
+        return await self.scripts.call("team_unlock", self._keys(tid, user), [AID, tid, self.shift_ms, user])
+
+    async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
+        return await self.scripts.call(
+            "team_confirm", self._keys(tid, user), [AID, tid, self.shift_ms, user, order]
+        )
+
+    async def read(self, tid: str) -> list[Any]:
+        return await self.scripts.call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
+
+    async def user_lock(self, tid: str, user: str) -> list[Any]:
+        return await self.scripts.call("user_lock_read", self._keys(tid, user), [AID, tid, self.shift_ms, user])
+
+    async def records(self) -> list[dict[str, str]]:
+        return [fields for _id, fields in await self.redis.xrange(self.keys.outbox(AID))]
+
+    async def record_types(self) -> list[str]:
+        return [r["type"] for r in await self.records()]
+
+
+@pytest.fixture
+async def h(redis_client: Any) -> Harness:
+    harness = Harness(redis_client)
+    await harness.scripts.load()
+    await harness.activity()
+    return harness
+
+
+def code(reply: list[Any]) -> TeamCode:
+    return TeamCode(int(reply[0]))
+
+
+def test_every_script_has_a_contract_header() -> None:
+    for name in script_names():
+        source = script_source(name)
+        body = source[source.index(f"-- {name}:"):]
+        assert body.startswith(f"-- {name}: "), name
+        assert "-- KEYS[1]" in body or "-- KEYS[1..4]" in body, name
+        assert "-- Returns" in body, name
+
+
+async def test_open_outcomes(h: Harness) -> None:
+    assert code(await h.open("t1", "L", "o1")) is TeamCode.OK
+    assert code(await h.open("t1", "L", "o1")) is TeamCode.EXISTING
+    assert code(await h.open("t1", "L", "other")) is TeamCode.CONFLICT
+    assert code(await h.open("t1", "M", "o1")) is TeamCode.CONFLICT
+    await h.redis.delete(h.keys.activity(AID))
+    assert code(await h.open("t2")) is TeamCode.ACTIVITY_NOT_FOUND
+    assert not await h.redis.exists(h.keys.team(AID, "t2"))
+    assert await h.record_types() == ["team.opened"]
+    # Every team key expires after deadline + retention.
+    ttl = await h.redis.pttl(h.keys.team(AID, "t1"))
+    assert DEADLINE_MS < ttl <= DEADLINE_MS + RETENTION_MS
+
+
+async def test_lock_outcomes(h: Harness) -> None:
+    await h.open("t1")
+    assert code(await h.lock("missing", "u1")) is TeamCode.TEAM_NOT_FOUND
+    first = await h.lock("t1", "u1")
+    assert code(first) is TeamCode.OK
+    locked_at, expires_at, released = int(first[1]), int(first[2]), first[3]
+    assert expires_at - locked_at == TTL_MS and released == ""
+    again = await h.lock("t1", "u1")
+    assert code(again) is TeamCode.EXISTING and [int(again[1]), int(again[2])] == [locked_at, expires_at]
+    assert code(await h.lock("t1", "u2")) is TeamCode.OK
+    full = await h.lock("t1", "u3")
+    assert code(full) is TeamCode.TEAM_FULL
+    assert [int(full[1]), int(full[2])] == [locked_at, expires_at]
+    assert code(await h.lock("t1", "L")) is TeamCode.ALREADY_MEMBER
+    # The lock's seat is held only for the TTL.
+    h.shift_ms += TTL_MS
+    assert code(await h.lock("t1", "u3")) is TeamCode.OK
+    assert await h.record_types() == ["team.opened", "lock.expired", "lock.expired"]
+
+
+async def test_full_of_members_has_no_next_unlock(h: Harness) -> None:
+    await h.activity(size=2)
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.OK
+    assert code(await h.lock("t1", "u2")) is TeamCode.TEAM_FORMED
+    assert code(await h.lock("t1", "u1")) is TeamCode.ALREADY_MEMBER
+
+
+async def test_team_full_with_members_only(h: Harness) -> None:
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    await h.confirm("t1", "u1", "o1")
+    await h.lock("t1", "u2")
+    full = await h.lock("t1", "u3")
+    assert code(full) is TeamCode.TEAM_FULL and int(full[1]) > 0
+    await h.unlock("t1", "u2")
+    await h.lock("t1", "u3")
+    # Now one member seat + one locked seat: a full team again, earliest = u3's lock.
+    assert code(await h.lock("t1", "u4")) is TeamCode.TEAM_FULL
+
+
+async def test_switching_teams_needs_the_old_team_keys(h: Harness) -> None:
+    await h.open("t1")
+    await h.open("t2")
+    await h.lock("t1", "u1")
+    switch = await h.lock("t2", "u1")
+    assert code(switch) is TeamCode.SWITCH_NEEDED and switch[1] == "t1"
+    # Nothing was written: u1 still holds t1 and t2 has no lock.
+    assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is not None
+    assert await h.redis.zcard(h.keys.team_locks(AID, "t2")) == 0
+    moved = await h.lock("t2", "u1", other="t1")
+    assert code(moved) is TeamCode.OK and moved[3] == "t1"
+    assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is None
+    assert (await h.redis.get(h.keys.user_lock(AID, "u1"))).startswith("t2|")
+
+
+async def test_switch_refused_when_target_full_keeps_old_lock(h: Harness) -> None:
+    await h.open("t1")
+    await h.open("t2")
+    await h.lock("t2", "a")
+    await h.lock("t2", "b")
+    await h.lock("t1", "u1")
+    assert code(await h.lock("t2", "u1", other="t1")) is TeamCode.TEAM_FULL
+    assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is not None
+
+
+async def test_switch_from_expired_lock_records_its_expiry(h: Harness) -> None:
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    await h.open("t2")
+    # The user key still says t1 (its PX has not run out in real time) but the lock expired.
+    h.shift_ms += TTL_MS + 1
+    reply = await h.lock("t2", "u1")
+    assert code(reply) is TeamCode.OK and reply[3] == ""
+
+
+async def test_unlock_outcomes(h: Harness) -> None:
+    await h.open("t1")
+    assert code(await h.unlock("missing", "u1")) is TeamCode.TEAM_NOT_FOUND
+    await h.lock("t1", "u1")
+    assert await h.unlock("t1", "u1") == [TeamCode.OK, 1]
+    assert await h.unlock("t1", "u1") == [TeamCode.OK, 0]
+    assert not await h.redis.exists(h.keys.user_lock(AID, "u1"))
+
+
+async def test_confirm_outcomes(h: Harness) -> None:
+    await h.open("t1", "L", "oL")
+    assert code(await h.confirm("missing", "u1", "o1")) is TeamCode.TEAM_NOT_FOUND
+    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.LOCK_REQUIRED
+    await h.lock("t1", "u1")
+    await h.lock("t1", "u2")
+    assert await h.confirm("t1", "u1", "o1") == [TeamCode.OK, 0]
+    assert await h.confirm("t1", "u1", "o1") == [TeamCode.EXISTING, 0]
+    assert code(await h.confirm("t1", "u1", "o9")) is TeamCode.ALREADY_MEMBER
+    assert await h.confirm("t1", "L", "oL") == [TeamCode.EXISTING, 0]
+    assert await h.confirm("t1", "u2", "o2") == [TeamCode.OK, 1]
+    assert await h.confirm("t1", "u1", "o1") == [TeamCode.EXISTING, 1]
+    assert code(await h.confirm("t1", "u3", "o3")) is TeamCode.TEAM_FORMED
+    records = await h.records()
+    assert [r["type"] for r in records] == [
+        "team.opened", "team.member_joined", "team.member_joined", "team.formed"
+    ]
+    assert records[-1]["members"] == "L|oL,u1|o1,u2|o2"
+    assert not await h.redis.exists(h.keys.team_locks(AID, "t1"))
+
+
+async def test_confirm_after_lock_expired_is_refused(h: Harness) -> None:
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    h.shift_ms += TTL_MS
+    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.LOCK_REQUIRED
+
+
+async def test_deadline_fails_the_team_once(h: Harness) -> None:
+    await h.open("t1", "L", "oL")
+    await h.lock("t1", "u1")
+    await h.confirm("t1", "u1", "o1")
+    await h.lock("t1", "u2")  # expires 50 s before the deadline
+    h.shift_ms += DEADLINE_MS - 5_000
+    await h.lock("t1", "u4")  # still live at the deadline
+    h.shift_ms += 5_000
+    assert code(await h.lock("t1", "u3")) is TeamCode.TEAM_FAILED
+    assert code(await h.confirm("t1", "u2", "o2")) is TeamCode.TEAM_FAILED
+    assert code(await h.read("t1")) is TeamCode.OK
+    failed = [r for r in await h.records() if r["type"] == "team.failed"]
+    assert len(failed) == 1 and failed[0]["members"] == "L|oL,u1|o1"
+    # u2's lock expired before the deadline; u4's was live and ends with the team.
+    expired = [r["user_id"] for r in await h.records() if r["type"] == "lock.expired"]
+    assert expired == ["u2"]
+    team = dict(zip((await h.read("t1"))[1][0::2], (await h.read("t1"))[1][1::2], strict=True))
+    assert team["status"] == "failed" and int(team["failed_ms"]) == int(team["deadline_ms"])
+
+
+async def test_read_reports_state(h: Harness) -> None:
+    assert code(await h.read("t1")) is TeamCode.TEAM_NOT_FOUND
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    reply = await h.read("t1")
+    assert code(reply) is TeamCode.OK
+    _code, team, members, locks, now = reply
+    team = dict(zip(team[0::2], team[1::2], strict=True))
+    assert team["status"] == "open" and team["member_count"] == "1"
+    assert members[0] == "L" and members[1].startswith("1|")
+    assert locks[0] == "u1" and int(now) >= int(float(locks[1]))
+
+
+async def test_user_lock_read(h: Harness) -> None:
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    assert code(await h.user_lock("t1", "u1")) is TeamCode.OK
+    h.shift_ms += TTL_MS
+    assert code(await h.user_lock("t1", "u1")) is TeamCode.NO_LOCK
+    assert not await h.redis.exists(h.keys.user_lock(AID, "u1"))
+
+
+async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
+    await h.open("t1")
+    await h.open("t2")
+    stream = h.keys.outbox(AID)
+    ids = [entry_id for entry_id, _ in await h.redis.xrange(stream)]
+    assert await h.scripts.call("outbox_ack", [stream], ids[:1]) == [1, 1]
+    assert await h.scripts.call("outbox_ack", [stream], ids[1:]) == [1, 0]
+    assert not await h.redis.exists(stream)
+
+
+async def test_scripts_survive_script_flush(h: Harness) -> None:
+    await h.open("t1")
+    await h.redis.script_flush()
+    assert not any(await h.redis.script_exists(*[s.sha for s in h.scripts._scripts.values()]))
+    assert code(await h.lock("t1", "u1")) is TeamCode.OK
+    assert code(await h.read("t1")) is TeamCode.OK
+
+
+async def test_all_keys_share_the_activity_slot(h: Harness) -> None:
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    keys = await h.redis.keys("*")
+    tags = {key[key.index("{") + 1 : key.index("}")] for key in keys}
+    assert tags == {f"a:{AID}"}
