@@ -63,7 +63,11 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await services.database.create_all()
-        await services.scripts.load()
+        try:
+            await services.scripts.load()
+        except Exception:
+            # Start anyway: /readyz reports it, and scripts load themselves on first use.
+            log.warning("could not load the Lua scripts at start-up", exc_info=True)
         writer = asyncio.create_task(
             services.outbox.run(services.teams.activity_streams, settings.outbox.flush_interval_s),
             name="outbox-writer",

@@ -174,19 +174,16 @@ def _coerce(section: str, name: str, kind: Any, value: Any, from_env: bool) -> A
             raise SettingsError(f"{where} must be true or false")
         return value
     if kind is int or kind is float:
-        if isinstance(value, bool):
+        if from_env:
+            try:
+                value = kind(value)
+            except ValueError:
+                raise SettingsError(f"{where} must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise SettingsError(f"{where} must be a number")
-        try:
-            number = kind(value) if from_env else value
-        except ValueError:
-            raise SettingsError(f"{where} must be a number, got {value!r}") from None
-        if kind is int and not isinstance(number, int):
+        if kind is int and not isinstance(value, int):
             raise SettingsError(f"{where} must be an integer")
-        if kind is float and isinstance(number, int):
-            number = float(number)
-        if not isinstance(number, kind):
-            raise SettingsError(f"{where} must be a number")
-        return number
+        return kind(value)
     if kind is str:
         if not isinstance(value, str):
             raise SettingsError(f"{where} must be a string")

@@ -1,0 +1,136 @@
+"""Team changes reach SQL through the outbox: exactly once, also after failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from groupbuy import errors
+from groupbuy.app import Services
+from groupbuy.events import EventRow
+from groupbuy.locks.models import MemberRow, TeamRow
+
+
+async def _count(services: Services, model: Any) -> int:
+    async with services.database.sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(model)))
+
+
+async def _event_types(services: Services) -> list[str]:
+    async with services.database.sessions() as session:
+        return list((await session.scalars(select(EventRow.type).order_by(EventRow.id))).all())
+
+
+async def _formed_team(services: Services) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", team_size=2)
+    await teams.open_team("a1", "L", team_id="t1", order_id="oL")
+    await teams.lock("a1", "t1", "u1")
+    await teams.confirm("a1", "t1", "u1", "o1")
+
+
+async def test_open_and_confirm_are_recorded_at_once(services: Services) -> None:
+    await _formed_team(services)
+    assert await _event_types(services) == ["team.opened", "team.member_joined", "team.formed"]
+    async with services.database.sessions() as session:
+        team = await session.get(TeamRow, ("a1", "t1"))
+        members = (await session.scalars(select(MemberRow).order_by(MemberRow.seq))).all()
+    assert team is not None and team.status == "formed" and team.formed_at is not None
+    assert [(m.user_id, m.order_id, m.seq) for m in members] == [("L", "oL", 1), ("u1", "o1", 2)]
+    assert not await services.redis.exists(services.keys.outbox("a1"))
+
+
+async def test_lock_expiry_is_recorded_by_the_writer(services: Services) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", lock_ttl_s=5)
+    await teams.open_team("a1", "L", team_id="t1")
+    await teams.lock("a1", "t1", "u1")
+    services.clock.advance(5)
+    await teams.get_team("a1", "t1")  # the lazy check notices the expiry
+    assert await services.outbox.flush(services.keys.outbox("a1")) == 1
+    assert await _event_types(services) == ["team.opened", "lock.expired"]
+    assert await services.outbox.flush(services.keys.outbox("a1")) == 0
+
+
+async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", team_size=3)
+    await teams.open_team("a1", "L", team_id="t1")
+    await teams.lock("a1", "t1", "u1")
+    await teams.lock("a1", "t1", "u2")
+
+    calls = {"n": 0}
+    real_project = services.outbox._project
+
+    async def dying_project(session: Any, fields: dict[str, str]) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the writer dies midway through a batch, before its commit
+            raise ConnectionError("writer killed")
+        return await real_project(session, fields)
+
+    monkeypatch.setattr(services.outbox, "_project", dying_project)
+    await teams.confirm("a1", "t1", "u1", "o1")  # its record lands (projection 1)
+    formed = await teams.confirm("a1", "t1", "u2", "o2")  # answered although its batch failed
+    assert formed.body["formed"] is True
+    assert await services.redis.xlen(services.keys.outbox("a1")) == 2
+    assert await _count(services, MemberRow) == 2
+    monkeypatch.setattr(services.outbox, "_project", real_project)
+
+    assert await services.outbox.flush(services.keys.outbox("a1")) == 2
+    assert await _event_types(services) == [
+        "team.opened", "team.member_joined", "team.member_joined", "team.formed"
+    ]
+    assert await _count(services, MemberRow) == 3
+
+
+async def test_entries_applied_twice_record_once(services: Services) -> None:
+    """A writer that committed but died before deleting the entries: the rerun is a no-op."""
+    await _formed_team(services)
+    stream = services.keys.outbox("a1")
+    assert await _count(services, EventRow) == 3
+    # Put two already-recorded facts back in the stream, as if their delete never ran.
+    await services.redis.xadd(stream, {"type": "team.formed", "at_ms": "1", "activity_id": "a1",
+                                       "team_id": "t1", "members": "L|oL,u1|o1"})
+    await services.redis.xadd(stream, {"type": "team.member_joined", "at_ms": "1", "activity_id": "a1",
+                                       "team_id": "t1", "user_id": "u1", "order_id": "o1", "seq": "2"})
+    assert await services.outbox.flush(stream) == 2
+    assert await _count(services, EventRow) == 3
+    assert await _count(services, MemberRow) == 2
+
+
+async def test_team_read_falls_back_to_sql_after_redis_let_go(services: Services) -> None:
+    await _formed_team(services)
+    live = await services.teams.get_team("a1", "t1")
+    for key in services.keys.team_keys("a1", "t1")[:3]:
+        await services.redis.delete(key)
+    recorded = await services.teams.get_team("a1", "t1")
+    assert recorded == live
+    with pytest.raises(errors.TeamFormed):
+        await services.teams.lock("a1", "t1", "u9")
+    with pytest.raises(errors.TeamFormed):
+        await services.teams.confirm("a1", "t1", "u9", "o9")
+
+
+async def test_activity_lost_by_redis_is_restored_from_sql(services: Services) -> None:
+    await services.teams.create_activity("a1", team_size=4)
+    await services.redis.delete(services.keys.activity("a1"))
+    outcome = await services.teams.open_team("a1", "L", team_id="t1")
+    assert outcome.created and outcome.body["size"] == 4
+
+
+async def test_unknown_activity_and_team(services: Services) -> None:
+    with pytest.raises(errors.ActivityNotFound):
+        await services.teams.get_team("nope", "t1")
+    with pytest.raises(errors.ActivityNotFound):
+        await services.teams.lock("nope", "t1", "u1")
+    with pytest.raises(errors.ActivityNotFound):
+        await services.teams.open_team("nope", "L")
+    await services.teams.create_activity("a1")
+    with pytest.raises(errors.TeamNotFound):
+        await services.teams.lock("a1", "t1", "u1")
+    with pytest.raises(errors.TeamNotFound):
+        await services.teams.unlock("a1", "t1", "u1")

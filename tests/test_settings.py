@@ -1,0 +1,85 @@
+"""Settings: config.toml, environment overrides, validation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from groupbuy.settings import Settings, SettingsError, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_config_toml_matches_the_built_in_defaults() -> None:
+    assert load_settings(ROOT / "config.toml", {}) == Settings()
+
+
+def test_no_file_means_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(None, {})
+    assert settings == Settings()
+    assert settings.redis.embedded
+    assert settings.database.effective_url == "sqlite+aiosqlite:///groupbuy.db"
+
+
+def test_environment_overrides_every_section() -> None:
+    settings = load_settings(
+        ROOT / "config.toml",
+        {
+            "GROUPBUY_REDIS_URL": "redis://127.0.0.1:7000/1",
+            "GROUPBUY_DATABASE_URL": "postgresql+asyncpg://u@localhost/db",
+            "GROUPBUY_SERVER_PORT": "9001",
+            "GROUPBUY_TEAMS_LOCK_TTL_S": "60",
+            "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.5",
+            "GROUPBUY_API_KEYS": "admin:a1, service:s1",
+        },
+    )
+    assert settings.redis.url == "redis://127.0.0.1:7000/1" and not settings.redis.embedded
+    assert settings.database.effective_url == "postgresql+asyncpg://u@localhost/db"
+    assert settings.server.port == 9001
+    assert settings.teams.lock_ttl_s == 60
+    assert settings.outbox.flush_interval_s == 0.5
+    assert [(k.role, k.secret) for k in settings.auth.keys] == [("admin", "a1"), ("service", "s1")]
+
+
+def test_api_keys_variable_overrides_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[auth]\napi_keys = ["service:from-file"]\n')
+    assert [k.secret for k in load_settings(config, {}).auth.keys] == ["from-file"]
+    assert [k.secret for k in load_settings(config, {"GROUPBUY_API_KEYS": "admin:env"}).auth.keys] == ["env"]
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    settings = load_settings(None, {"GROUPBUY_API_KEYS": "admin:topsecret"})
+    assert "topsecret" not in repr(settings.auth.keys)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[nope]\nx = 1\n", "unknown section"),
+        ("[server]\nprot = 1\n", "unknown key(s) in [server]: prot"),
+        ("[server]\nport = 'x'\n", "[server] port must be a number"),
+        ("[server]\nport = 70000\n", "[server] port"),
+        ("[teams]\nteam_size = 1\n", "[teams] team_size"),
+        ("[auth]\napi_keys = ['root:x']\n", "[auth] api_keys"),
+        ("[auth]\napi_keys = 'admin:x'\n", "list of strings"),
+        ("[redis]\nkey_prefix = 'a{b'\n", "key_prefix"),
+    ],
+)
+def test_bad_files_are_refused_with_a_message(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        load_settings(config, {})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GROUPBUY_SERVER_PORT", "eighty"), ("GROUPBUY_OUTBOX_BATCH_SIZE", "0"), ("GROUPBUY_API_KEYS", "admin")],
+)
+def test_bad_environment_values_are_refused(name: str, value: str) -> None:
+    with pytest.raises(SettingsError):
+        load_settings(None, {name: value})
