@@ -1,0 +1,522 @@
+"""Property-based tests of seat locking (SPEC §1.1, §3 Teams, §4 guarantees 1, 2 and 8).
+
+A hypothesis state machine drives TeamService on fakeredis and checks every answer
+against a small Python model of what SPEC says must be true; after every step it
+reads every team and every user's current lock back and checks the guarantees.
+
+Redis's clock is frozen for the whole run (see `_frozen_redis_clock`): the scripts'
+time then moves only through `RedisClock.advance`, so whether a lock has expired is
+decided by the drawn steps, never by how fast the machine running the test is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from unittest import mock
+
+import fakeredis._socket._base as fake_socket_base
+import fakeredis.commands_mixins.server_mixin as fake_server_mixin
+import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from groupbuy import errors
+from groupbuy.app import Services, build_services
+from groupbuy.db import Database
+from groupbuy.settings import load_settings
+from groupbuy.timefmt import iso_ms
+from tests.conftest import make_async_redis
+
+T = TypeVar("T")
+
+ACTIVITY = "props"
+LOCK_TTL_S = 10
+TEAM_DEADLINE_S = 60
+ORDERS = ("o1", "o2")
+MAX_USERS = 6
+MAX_TEAMS = 4
+
+# An answer, normalized so the service's and the model's can be compared with ==:
+# ("ok", created, body) for a success, ("error", code, extra) for a GroupBuyError.
+Answer = tuple[Any, ...]
+
+
+# -- harness ------------------------------------------------------------------------
+
+
+class _FrozenTime:
+    """Stands in for the `time` module inside fakeredis: a clock that moves only when told."""
+
+    def __init__(self, start_s: float, shift_ms: Callable[[], int]) -> None:
+        self._start_s = start_s
+        self._shift_ms = shift_ms
+
+    def time(self) -> float:
+        return self._start_s + self._shift_ms() / 1000
+
+
+@contextlib.contextmanager
+def _frozen_redis_clock(start_s: float, shift_ms: Callable[[], int]) -> Iterator[None]:
+    """Freeze fakeredis's TIME at `start_s`, and let key expiry (PX) follow the scripts' time.
+
+    The scripts read TIME and add RedisClock.shift_ms themselves; key TTLs are judged by
+    the server's own clock, which here is start + shift, as it would be in production
+    where scripts and key expiry share one clock.
+    """
+    with (
+        mock.patch.object(fake_server_mixin, "time", _FrozenTime(start_s, lambda: 0)),
+        mock.patch.object(fake_socket_base, "time", _FrozenTime(start_s, shift_ms)),
+    ):
+        yield
+
+
+class _Stack:
+    """TeamService on a fresh fakeredis server and SQLite file, on its own event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._exit = contextlib.ExitStack()
+        self._tmp = Path(tempfile.mkdtemp(prefix="groupbuy-props-"))
+        self._exit.callback(shutil.rmtree, self._tmp, ignore_errors=True)
+        self._exit.callback(self.loop.close)
+        self.start_ms = int(time.time()) * 1000
+        settings = load_settings(
+            None,
+            {
+                "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{self._tmp / 'groupbuy.db'}",
+                "GROUPBUY_REDIS_URL": "",
+            },
+        )
+        self.redis = make_async_redis("")
+        self.database = Database(settings.database.effective_url)
+        self.services: Services = build_services(settings, redis=self.redis, database=self.database)
+        clock = self.services.clock
+        self._exit.enter_context(_frozen_redis_clock(self.start_ms / 1000, lambda: clock.shift_ms))
+        self._exit.callback(lambda: self.run(self.redis.aclose()))
+        self._exit.callback(lambda: self.run(self.database.dispose()))
+        self.run(self.database.create_all())
+        self.run(self.services.scripts.load())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self._exit.close()
+
+
+def _answer(stack: _Stack, coro: Coroutine[Any, Any, Any]) -> Answer:
+    """Run one service call and normalize what it answered."""
+    try:
+        outcome = stack.run(coro)
+    except errors.GroupBuyError as exc:
+        return ("error", exc.code, exc.extra)
+    if isinstance(outcome, bool):  # unlock
+        return ("ok", outcome)
+    if isinstance(outcome, dict):  # current_lock
+        return ("ok", outcome)
+    return ("ok", outcome.created, outcome.body)
+
+
+# -- the model ----------------------------------------------------------------------
+
+
+@dataclass
+class _TeamModel:
+    team_id: str
+    leader_id: str
+    deadline_ms: int
+    status: str = "open"
+    members: dict[str, tuple[str | None, int]] = field(default_factory=dict)  # user -> order, joined
+    locks: dict[str, int] = field(default_factory=dict)  # user -> locked_at_ms
+    formed_ms: int | None = None
+    failed_ms: int | None = None
+
+
+class _Model:
+    """What SPEC says the activity looks like; time's effects are applied eagerly."""
+
+    def __init__(self, size: int, now_ms: int) -> None:
+        self.size = size
+        self.ttl_ms = LOCK_TTL_S * 1000
+        self.now_ms = now_ms
+        self.teams: dict[str, _TeamModel] = {}
+
+    def open(self, team_id: str, leader_id: str) -> None:
+        team = _TeamModel(team_id, leader_id, self.now_ms + TEAM_DEADLINE_S * 1000)
+        team.members[leader_id] = (None, self.now_ms)
+        self.teams[team_id] = team
+
+    def settle(self) -> None:
+        """A team past its deadline has failed (at the deadline); expired locks are gone."""
+        for team in self.teams.values():
+            if team.status != "open":
+                continue
+            if self.now_ms >= team.deadline_ms:
+                team.status, team.failed_ms = "failed", team.deadline_ms
+                team.locks.clear()
+            else:
+                team.locks = {u: at for u, at in team.locks.items() if at + self.ttl_ms > self.now_ms}
+
+    def live_lock(self, user: str) -> tuple[str, int] | None:
+        held = [(t.team_id, t.locks[user]) for t in self.teams.values() if user in t.locks]
+        assert len(held) <= 1, f"model bug: {user} holds {held}"
+        return held[0] if held else None
+
+    def team_body(self, team_id: str) -> dict[str, Any]:
+        """The team exactly as TeamService.get_team must report it."""
+        t = self.teams[team_id]
+        locks = sorted((at, user) for user, at in t.locks.items())
+        return {
+            "activity_id": ACTIVITY,
+            "team_id": team_id,
+            "leader_id": t.leader_id,
+            "status": t.status,
+            "size": self.size,
+            "members": [
+                {"user_id": user, "order_id": order, "joined_at": iso_ms(joined)}
+                for user, (order, joined) in t.members.items()
+            ],
+            "locks": [
+                {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(at + self.ttl_ms)}
+                for at, user in locks
+            ],
+            "free_seats": self.size - len(t.members) - len(t.locks) if t.status == "open" else 0,
+            "next_unlock_at": iso_ms(locks[0][0] + self.ttl_ms) if locks else None,
+            "deadline_at": iso_ms(t.deadline_ms),
+            "formed_at": iso_ms(t.formed_ms),
+            "failed_at": iso_ms(t.failed_ms),
+        }
+
+    def _lock_body(self, user: str, team_id: str, at: int, released: str | None) -> dict[str, Any]:
+        return {
+            "status": "locked",
+            "user_id": user,
+            "team_id": team_id,
+            "locked_at": iso_ms(at),
+            "expires_at": iso_ms(at + self.ttl_ms),
+            "released_team_id": released,
+        }
+
+    def lock(self, user: str, team_id: str) -> Answer:
+        self.settle()
+        t = self.teams[team_id]
+        if user in t.members:
+            return ("error", "already_member", {})
+        if t.status == "formed":
+            return ("error", "team_formed", {})
+        if t.status == "failed":
+            return ("error", "team_failed", {})
+        if user in t.locks:
+            return ("ok", False, {**self._lock_body(user, team_id, t.locks[user], None), "existing": True})
+        if len(t.members) + len(t.locks) >= self.size:
+            earliest = min(t.locks.values(), default=None)
+            return (
+                "error",
+                "team_full",
+                {
+                    "next_unlock_at": iso_ms(earliest + self.ttl_ms) if earliest is not None else None,
+                    "earliest_locked_at": iso_ms(earliest),
+                },
+            )
+        held = self.live_lock(user)
+        released = None
+        if held is not None:
+            released = held[0]
+            del self.teams[released].locks[user]
+        t.locks[user] = self.now_ms
+        return ("ok", True, self._lock_body(user, team_id, self.now_ms, released))
+
+    def unlock(self, user: str, team_id: str) -> Answer:
+        self.settle()
+        return ("ok", self.teams[team_id].locks.pop(user, None) is not None)
+
+    def confirm(self, user: str, team_id: str, order: str) -> Answer:
+        self.settle()
+        t = self.teams[team_id]
+        if user in t.members:
+            if t.members[user][0] == order:
+                return ("ok", False, {"team": self.team_body(team_id), "formed": t.status == "formed"})
+            return ("error", "already_member", {})
+        if t.status == "formed":
+            return ("error", "team_formed", {})
+        if t.status == "failed":
+            return ("error", "team_failed", {})
+        if user not in t.locks:
+            return ("error", "lock_required", {})
+        del t.locks[user]
+        t.members[user] = (order, self.now_ms)
+        if len(t.members) == self.size:
+            t.status, t.formed_ms = "formed", self.now_ms
+            t.locks.clear()
+        return ("ok", True, {"team": self.team_body(team_id), "formed": t.status == "formed"})
+
+    def current_lock(self, user: str) -> Answer:
+        self.settle()
+        held = self.live_lock(user)
+        if held is None:
+            return ("error", "no_lock", {})
+        team_id, at = held
+        return ("ok", {"team_id": team_id, "locked_at": iso_ms(at), "expires_at": iso_ms(at + self.ttl_ms)})
+
+
+# -- guarantees read from the service alone ----------------------------------------
+
+
+def _check_team(team: dict[str, Any], now_ms: int) -> None:
+    """Guarantee 1 and the §3 team shape, from one get_team answer."""
+    size, members, locks = team["size"], team["members"], team["locks"]
+    users = [m["user_id"] for m in members]
+    assert len(users) == len(set(users)), f"a member twice in {team['team_id']}: {users}"
+    if team["status"] == "open":
+        assert len(members) + len(locks) <= size, team
+        assert team["free_seats"] == size - len(members) - len(locks), team
+    elif team["status"] == "formed":
+        assert len(members) == size, team
+        assert not locks, team
+    else:
+        assert team["status"] == "failed", team
+        assert not locks, team
+    now = iso_ms(now_ms)
+    assert now is not None
+    for lock in locks:
+        # ISO-8601 UTC with fixed-width fields compares like the instant it names.
+        assert lock["expires_at"] > now, f"expired lock listed at {now}: {lock}"
+    assert [lk["locked_at"] for lk in locks] == sorted(lk["locked_at"] for lk in locks), team
+
+
+def _check_one_lock_per_user(teams: list[dict[str, Any]]) -> dict[str, str]:
+    """Guarantee 2: at most one listed lock per user across the activity; user -> team."""
+    holders = Counter(lock["user_id"] for team in teams for lock in team["locks"])
+    doubled = {user: n for user, n in holders.items() if n > 1}
+    assert not doubled, f"users holding several locks: {doubled}"
+    return {lock["user_id"]: team["team_id"] for team in teams for lock in team["locks"]}
+
+
+# -- the state machine --------------------------------------------------------------
+
+USER = st.integers(0, MAX_USERS - 1)
+TEAM = st.integers(0, MAX_TEAMS - 1)
+# Mostly short steps, so that locks expire and get re-taken before every deadline passes.
+SECONDS = st.one_of(st.integers(0, 12), st.integers(0, 70))
+
+
+@dataclass
+class _Call:
+    kind: str
+    args: tuple[str, ...]
+    answer: Answer
+    now_ms: int
+
+
+class TeamMachine(RuleBasedStateMachine):
+    """Random lock / unlock / confirm / retry / time steps on one activity, checked against _Model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: _Stack | None = None
+        self.model: _Model
+        self.users: list[str] = []
+        self.team_ids: list[str] = []
+        self.last: _Call | None = None
+        self.read_after_step = True
+
+    def teardown(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+
+    @property
+    def teams(self) -> Any:
+        assert self.stack is not None
+        return self.stack.services.teams
+
+    @initialize(
+        team_size=st.integers(2, 4),
+        n_users=st.integers(5, MAX_USERS),
+        leaders=st.lists(st.integers(0, MAX_USERS - 1), min_size=2, max_size=MAX_TEAMS),
+        gaps=st.lists(st.integers(0, 30), min_size=MAX_TEAMS, max_size=MAX_TEAMS),
+    )
+    def open_teams(self, team_size: int, n_users: int, leaders: list[int], gaps: list[int]) -> None:
+        """One activity; 2-4 teams opened some seconds apart, so their deadlines differ."""
+        self.stack = _Stack()
+        self.model = _Model(team_size, self.stack.start_ms)
+        self.users = [f"u{i}" for i in range(n_users)]
+        self.stack.run(
+            self.teams.create_activity(
+                ACTIVITY, team_size=team_size, lock_ttl_s=LOCK_TTL_S, team_deadline_s=TEAM_DEADLINE_S
+            )
+        )
+        for index, (leader, gap) in enumerate(zip(leaders, gaps, strict=False)):
+            self._advance(gap)
+            team_id, leader_id = f"t{index}", self.users[leader % n_users]
+            outcome = self.stack.run(self.teams.open_team(ACTIVITY, leader_id, team_id=team_id))
+            assert outcome.created
+            self.model.open(team_id, leader_id)
+            self.team_ids.append(team_id)
+
+    def _advance(self, seconds: int) -> None:
+        assert self.stack is not None
+        self.stack.services.clock.advance(seconds)
+        self.model.now_ms += seconds * 1000
+
+    def _user(self, index: int) -> str:
+        return self.users[index % len(self.users)]
+
+    def _team(self, index: int) -> str:
+        return self.team_ids[index % len(self.team_ids)]
+
+    def _call(self, kind: str, *args: str) -> Answer:
+        """Make one mutating call, check its answer against the model, remember it."""
+        assert self.stack is not None
+        if kind == "lock":
+            user, team_id = args
+            actual = _answer(self.stack, self.teams.lock(ACTIVITY, team_id, user))
+            expected = self.model.lock(user, team_id)
+        elif kind == "unlock":
+            user, team_id = args
+            actual = _answer(self.stack, self.teams.unlock(ACTIVITY, team_id, user))
+            expected = self.model.unlock(user, team_id)
+        else:
+            user, team_id, order = args
+            actual = _answer(self.stack, self.teams.confirm(ACTIVITY, team_id, user, order))
+            expected = self.model.confirm(user, team_id, order)
+        assert actual == expected, f"{kind}{args} at +{self._elapsed_s()}s"
+        self.last = _Call(kind, args, actual, self.model.now_ms)
+        return actual
+
+    def _elapsed_s(self) -> float:
+        assert self.stack is not None
+        return (self.model.now_ms - self.stack.start_ms) / 1000
+
+    @rule(user=USER, team=TEAM)
+    def lock(self, user: int, team: int) -> None:
+        self._call("lock", self._user(user), self._team(team))
+
+    @rule(user=USER, team=TEAM)
+    def unlock(self, user: int, team: int) -> None:
+        self._call("unlock", self._user(user), self._team(team))
+
+    @rule(user=USER, team=TEAM, order=st.sampled_from(ORDERS))
+    def confirm(self, user: int, team: int, order: str) -> None:
+        self._call("confirm", self._user(user), self._team(team), order)
+
+    @precondition(lambda self: self.last is not None)
+    @rule()
+    def repeat_last_call(self) -> None:
+        """Guarantee 8: a retried call never applies twice."""
+        assert self.last is not None
+        first = self.last
+        again = self._call(first.kind, *first.args)
+        if first.now_ms != self.model.now_ms:
+            return  # time moved on: the model alone says what the retry must answer
+        if first.answer[0] == "error":
+            assert again == first.answer, "a retry of a refused call answered differently"
+        elif first.kind == "lock":
+            body = first.answer[2]
+            assert again[:2] == ("ok", False) and again[2]["existing"] is True, again
+            assert (again[2]["locked_at"], again[2]["expires_at"]) == (body["locked_at"], body["expires_at"])
+        elif first.kind == "unlock":
+            assert again == ("ok", False), again
+        else:
+            assert again == ("ok", False, first.answer[2]), "a repeated confirm answered differently"
+            members = [m["user_id"] for m in again[2]["team"]["members"]]
+            assert members.count(first.args[0]) == 1, members
+
+    @rule(seconds=SECONDS, look=st.booleans())
+    def advance(self, seconds: int, look: bool) -> None:
+        """Let time pass; without a look, the next call meets the ended teams and locks first."""
+        self._advance(seconds)
+        # Reading every team applies the lazy deadline and expiry checks; skipping that
+        # read once lets the next mutating call be the first to notice what time did.
+        self.read_after_step = look
+
+    @invariant()
+    def service_keeps_the_guarantees(self) -> None:
+        if self.stack is None:
+            return
+        if not self.read_after_step:
+            self.read_after_step = True
+            return
+        self.model.settle()
+        teams = [self.stack.run(self.teams.get_team(ACTIVITY, tid)) for tid in self.team_ids]
+        for team in teams:
+            _check_team(team, self.model.now_ms)
+        holder = _check_one_lock_per_user(teams)
+        for user in self.users:
+            current = _answer(self.stack, self.teams.current_lock(ACTIVITY, user))
+            if user in holder:
+                assert current[0] == "ok" and current[1]["team_id"] == holder[user], (user, current)
+            else:
+                assert current == ("error", "no_lock", {}), (user, current)
+            assert current == self.model.current_lock(user), user
+        for team in teams:
+            assert team == self.model.team_body(team["team_id"])
+
+
+TestTeamMachine = TeamMachine.TestCase
+TestTeamMachine.settings = hypothesis_settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+# -- lock attempts with no time passing --------------------------------------------
+
+
+@hypothesis_settings(max_examples=30, deadline=None)
+@given(
+    size=st.integers(2, 4),
+    attempts=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), max_size=25),
+)
+def test_lock_attempts_without_time_fill_exactly_the_free_seats(
+    size: int, attempts: list[tuple[int, int]]
+) -> None:
+    """Each attempt is granted exactly when the team has a free seat; switching frees one.
+
+    (The closed form "granted = min(distinct requesters who stayed, size - 1)" does not
+    hold: u0 takes the last seat, u1 is refused, u0 switches away, and the team ends
+    with no lock. So the expectation is replayed step by step instead.)
+    """
+    stack = _Stack()
+    try:
+        services = stack.services.teams
+        stack.run(services.create_activity(ACTIVITY, team_size=size, lock_ttl_s=LOCK_TTL_S))
+        team_ids = [f"t{i}" for i in range(3)]
+        for index, tid in enumerate(team_ids):
+            stack.run(services.open_team(ACTIVITY, f"u{index}", team_id=tid))  # u0..u2 lead
+        holder: dict[str, str] = {}
+        for user_index, team_index in attempts:
+            user, tid = f"u{user_index}", team_ids[team_index]
+            answer = _answer(stack, services.lock(ACTIVITY, tid, user))
+            if user == f"u{team_index}":
+                assert answer[:2] == ("error", "already_member"), (user, tid, answer)
+            elif holder.get(user) == tid:
+                assert answer[:2] == ("ok", False), (user, tid, answer)
+            elif sum(1 for t in holder.values() if t == tid) == size - 1:
+                assert answer[:2] == ("error", "team_full"), (user, tid, answer)
+            else:
+                assert answer[:2] == ("ok", True), (user, tid, answer)
+                assert answer[2]["released_team_id"] == holder.get(user), (user, tid, answer)
+                holder[user] = tid
+        teams = [stack.run(services.get_team(ACTIVITY, tid)) for tid in team_ids]
+        for team in teams:
+            _check_team(team, stack.start_ms)
+            granted = sorted(user for user, tid in holder.items() if tid == team["team_id"])
+            assert sorted(lock["user_id"] for lock in team["locks"]) == granted, team
+        assert _check_one_lock_per_user(teams) == holder
+    finally:
+        stack.close()
+
