@@ -44,7 +44,9 @@ class Services:
     teams: TeamService
 
 
-def build_services(settings: Settings, redis: Any = None, database: Database | None = None) -> Services:
+def build_services(
+    settings: Settings, redis: Any = None, database: Database | None = None
+) -> Services:
     """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
     redis = redis if redis is not None else connect_redis(settings.redis)
     database = database or Database(settings.database.effective_url)

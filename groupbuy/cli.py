@@ -18,7 +18,11 @@ from groupbuy.settings import Settings, SettingsError, load_settings
 
 def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]:
     settings = load_settings(args.config)
-    server = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
+    server = {
+        k: v
+        for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
+        if v is not None
+    }
     if server:
         settings = settings.replace("server", **server)
     generated = None
@@ -48,13 +52,21 @@ def serve(args: argparse.Namespace) -> int:
         print(f"    export GROUPBUY_KEY={generated}")
         print('    curl -H "Authorization: Bearer $GROUPBUY_KEY" ...')
     else:
-        print("  API keys: from config.toml / GROUPBUY_API_KEYS (send them as 'Authorization: Bearer <key>')")
+        print(
+            "  API keys: from config.toml / GROUPBUY_API_KEYS; send 'Authorization: Bearer <key>'"
+        )
     sys.stdout.flush()
     if settings.server.workers > 1:
         # Each worker process builds its own app from the environment.
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
-        uvicorn.run("groupbuy.cli:app_from_environment", factory=True, host=host, port=port,
-                    workers=settings.server.workers, log_level="warning")
+        uvicorn.run(
+            "groupbuy.cli:app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=settings.server.workers,
+            log_level="warning",
+        )
     else:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
     return 0
@@ -76,10 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--host", help="interface to listen on (default from config)")
     run.add_argument("--port", type=int, help="port to listen on (default from config)")
     run.add_argument("--workers", type=int, help="worker processes (needs a real Redis when > 1)")
-    run.add_argument("--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)")
+    run.add_argument(
+        "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
+    )
     run.set_defaults(func=serve)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return int(args.func(args))
 
 

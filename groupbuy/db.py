@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy import CursorResult, event, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import DeclarativeBase
 
 
@@ -63,10 +69,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 async def insert_ignore(session: AsyncSession, table: Any, values: dict[str, Any]) -> bool:
     """INSERT a row unless its unique key exists (ON CONFLICT DO NOTHING); True if inserted."""
-    dialect = session.bind.dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    result = await session.execute(insert(table).values(**values).on_conflict_do_nothing())
-    return bool(result.rowcount)
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    statement: Any = dialect.insert(table).values(**values).on_conflict_do_nothing()
+    result = await session.execute(statement)
+    return bool(cast(CursorResult[Any], result).rowcount)

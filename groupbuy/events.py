@@ -56,7 +56,9 @@ async def record_event(session: AsyncSession, event: Event) -> bool:
 async def read_events(session: AsyncSession, after: int, limit: int) -> dict[str, Any]:
     """The feed page after id `after`: `{"events": [...], "next_after": id}`."""
     rows = (
-        await session.scalars(select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit))
+        await session.scalars(
+            select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+        )
     ).all()
     events = [
         {"id": row.id, "type": row.type, "at": iso_ms(to_ms(row.at)), "data": json.loads(row.data)}

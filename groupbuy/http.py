@@ -46,7 +46,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One API operation: route, who may call it, what it takes, what it answers (for OpenAPI too)."""
+    """One API operation: route, who may call it, what it takes and answers (also for OpenAPI)."""
 
     method: str
     path: str
@@ -187,8 +187,13 @@ async def handle_error(_request: Request, exc: Exception) -> Response:
             return problem_response(errors.NotFound("no such route"))
         if exc.status_code == 405:
             return problem_response(errors.MethodNotAllowed())
-        body = {"type": "about:blank", "title": str(exc.detail), "status": exc.status_code,
-                "code": "http_error", "detail": str(exc.detail)}
+        body = {
+            "type": "about:blank",
+            "title": str(exc.detail),
+            "status": exc.status_code,
+            "code": "http_error",
+            "detail": str(exc.detail),
+        }
         return JSONResponse(body, exc.status_code, media_type="application/problem+json")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         log.warning("redis unavailable: %s", exc)

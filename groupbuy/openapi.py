@@ -24,14 +24,21 @@ _PROBLEM = {
 
 def _operation(endpoint: Endpoint) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": ID_PATTERN}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": ID_PATTERN},
+        }
         for name in re.findall(r"{(\w+)}", endpoint.path)
     ]
     if endpoint.query is not None:
         schema = endpoint.query.model_json_schema()
         required = set(schema.get("required", []))
         for name, prop in schema.get("properties", {}).items():
-            params.append({"name": name, "in": "query", "required": name in required, "schema": prop})
+            params.append(
+                {"name": name, "in": "query", "required": name in required, "schema": prop}
+            )
     responses: dict[str, Any] = {}
     for status, text in sorted(endpoint.responses.items()):
         media = "application/json" if status < 400 else "application/problem+json"
@@ -69,7 +76,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
 def _problem(text: str) -> dict[str, Any]:
     return {
         "description": text,
-        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
     }
 
 
@@ -83,7 +92,7 @@ def build_openapi(endpoints: list[Endpoint]) -> dict[str, Any]:
         "info": {
             "title": "groupbuy",
             "version": __version__,
-            "description": "Group-buy seat locking and red-packet grabbing, decided atomically in Redis.",
+            "description": "Group-buy seat locking and red-packet grabbing, decided in Redis.",
         },
         "paths": paths,
         "components": {

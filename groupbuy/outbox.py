@@ -53,7 +53,9 @@ class OutboxWriter:
                 async with self._db.transaction() as session:
                     for _entry_id, fields in entries:
                         await record_event(session, await self._project(session, fields))
-                await self._scripts.call("outbox_ack", [stream], [entry_id for entry_id, _ in entries])
+                await self._scripts.call(
+                    "outbox_ack", [stream], [entry_id for entry_id, _ in entries]
+                )
                 applied += len(entries)
 
     async def flush_quietly(self, stream: str) -> None:
@@ -61,7 +63,9 @@ class OutboxWriter:
         try:
             await self.flush(stream)
         except Exception:
-            log.warning("outbox flush of %s failed; will retry in the background", stream, exc_info=True)
+            log.warning(
+                "outbox flush of %s failed; will retry in the background", stream, exc_info=True
+            )
 
     async def run(self, streams: Callable[[], Awaitable[Iterable[str]]], interval_s: float) -> None:
         """Flush every stream `streams()` names, every `interval_s` seconds, until cancelled."""

@@ -40,7 +40,9 @@ async def readyz(request: Request) -> Response:
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
     ready = all(value == "ok" for value in checks.values()) and len(checks) == 3
-    return json_response({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)
+    return json_response(
+        {"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503
+    )
 
 
 async def openapi(request: Request) -> Response:
@@ -54,12 +56,32 @@ async def list_events(request: Request, query: EventsQuery) -> Response:
 
 
 ENDPOINTS = [
-    Endpoint("GET", "/healthz", healthz, "The process is up", role=None,
-             responses={200: "{status: ok}"}),
-    Endpoint("GET", "/readyz", readyz, "Redis and SQL reachable, Lua scripts loaded", role=None,
-             responses={200: "ready", 503: "not ready, with the failing checks"}),
-    Endpoint("GET", "/openapi.json", openapi, "This OpenAPI document", role=None,
-             responses={200: "OpenAPI 3.1"}),
-    Endpoint("GET", "/v1/events", list_events, "Events after an id, in id order", query=EventsQuery,
-             tag="events", responses={200: "{events: [{id, type, at, data}], next_after}"}),
+    Endpoint(
+        "GET", "/healthz", healthz, "The process is up", role=None, responses={200: "{status: ok}"}
+    ),
+    Endpoint(
+        "GET",
+        "/readyz",
+        readyz,
+        "Redis and SQL reachable, Lua scripts loaded",
+        role=None,
+        responses={200: "ready", 503: "not ready, with the failing checks"},
+    ),
+    Endpoint(
+        "GET",
+        "/openapi.json",
+        openapi,
+        "This OpenAPI document",
+        role=None,
+        responses={200: "OpenAPI 3.1"},
+    ),
+    Endpoint(
+        "GET",
+        "/v1/events",
+        list_events,
+        "Events after an id, in id order",
+        query=EventsQuery,
+        tag="events",
+        responses={200: "{events: [{id, type, at, data}], next_after}"},
+    ),
 ]

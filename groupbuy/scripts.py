@@ -28,7 +28,9 @@ def script_source(name: str) -> str:
     """The full source of a script: its required libraries first, then the script itself."""
     directory = lua_dir()
     body = (directory / f"{name}.lua").read_text(encoding="utf-8")
-    libs = [(directory / f"{lib}.lua").read_text(encoding="utf-8") for lib in _REQUIRES.findall(body)]
+    libs = [
+        (directory / f"{lib}.lua").read_text(encoding="utf-8") for lib in _REQUIRES.findall(body)
+    ]
     return "\n".join([*libs, body])
 
 
@@ -42,7 +44,9 @@ class Scripts:
 
     def __init__(self, redis: Any) -> None:
         self._redis = redis
-        self._scripts = {name: redis.register_script(script_source(name)) for name in script_names()}
+        self._scripts = {
+            name: redis.register_script(script_source(name)) for name in script_names()
+        }
 
     async def load(self) -> None:
         """SCRIPT LOAD every script, so the first calls do not pay for it."""

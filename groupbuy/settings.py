@@ -191,11 +191,15 @@ def _coerce(section: str, name: str, kind: Any, value: Any, from_env: bool) -> A
     raise SettingsError(f"{where} has an unsupported type {kind!r}")  # pragma: no cover
 
 
-def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
     """Read `path` (default: $GROUPBUY_CONFIG or ./config.toml if present), then apply `environ`."""
     environ = os.environ if environ is None else environ
     if path is None:
-        path = environ.get("GROUPBUY_CONFIG") or ("config.toml" if Path("config.toml").is_file() else None)
+        path = environ.get("GROUPBUY_CONFIG") or (
+            "config.toml" if Path("config.toml").is_file() else None
+        )
     raw: dict[str, Any] = {}
     if path is not None:
         with open(path, "rb") as fh:
@@ -222,7 +226,9 @@ def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | N
                 values[name] = _coerce(section, name, hints[name], environ[env_name], True)
         for alias, (alias_section, alias_name) in ENV_ALIASES.items():
             if alias_section == section and alias in environ:
-                values[alias_name] = _coerce(section, alias_name, hints[alias_name], environ[alias], True)
+                values[alias_name] = _coerce(
+                    section, alias_name, hints[alias_name], environ[alias], True
+                )
         built[section] = cls(**values)
     return Settings(**built)
 

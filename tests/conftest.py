@@ -64,7 +64,9 @@ def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
 def make_async_redis(url: str) -> Any:
     """A fresh asyncio client: fakeredis on its own server when `url` is empty."""
     if not url:
-        return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(version=(7, 0)), decode_responses=True)
+        return fakeredis.FakeAsyncRedis(
+            server=fakeredis.FakeServer(version=(7, 0)), decode_responses=True
+        )
     return aioredis.Redis.from_url(url, decode_responses=True, max_connections=512)
 
 

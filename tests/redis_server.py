@@ -50,10 +50,25 @@ def start_redis(*extra: str) -> RedisProcess:
         raise FileNotFoundError("redis-server is not installed (apt-get install redis-server)")
     directory = Path(tempfile.mkdtemp(prefix="groupbuy-redis-"))
     port = free_port()
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", str(directory), "--maxclients", "2000", *extra]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ})
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(directory),
+        "--maxclients",
+        "2000",
+        *extra,
+    ]
+    process = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}
+    )
     client = redis.Redis(port=port, socket_connect_timeout=0.2)
     deadline = time.monotonic() + 10
     try:

@@ -48,7 +48,9 @@ def test_api_keys_variable_overrides_the_file(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[auth]\napi_keys = ["service:from-file"]\n')
     assert [k.secret for k in load_settings(config, {}).auth.keys] == ["from-file"]
-    assert [k.secret for k in load_settings(config, {"GROUPBUY_API_KEYS": "admin:env"}).auth.keys] == ["env"]
+    assert [
+        k.secret for k in load_settings(config, {"GROUPBUY_API_KEYS": "admin:env"}).auth.keys
+    ] == ["env"]
 
 
 def test_secrets_stay_out_of_reprs() -> None:
@@ -78,7 +80,11 @@ def test_bad_files_are_refused_with_a_message(tmp_path: Path, text: str, message
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("GROUPBUY_SERVER_PORT", "eighty"), ("GROUPBUY_OUTBOX_BATCH_SIZE", "0"), ("GROUPBUY_API_KEYS", "admin")],
+    [
+        ("GROUPBUY_SERVER_PORT", "eighty"),
+        ("GROUPBUY_OUTBOX_BATCH_SIZE", "0"),
+        ("GROUPBUY_API_KEYS", "admin"),
+    ],
 )
 def test_bad_environment_values_are_refused(name: str, value: str) -> None:
     with pytest.raises(SettingsError):

@@ -27,9 +27,13 @@ def test_redis_down_is_a_503(tmp_path: Path) -> None:
         assert created.status_code == 503
         assert created.headers["content-type"] == "application/problem+json"
         assert created.json()["code"] == "redis_unavailable"
-        locked = client.post("/v1/activities/a1/teams/t1/locks", json={"user_id": "u"}, headers=ADMIN)
+        locked = client.post(
+            "/v1/activities/a1/teams/t1/locks", json={"user_id": "u"}, headers=ADMIN
+        )
         assert locked.status_code == 503 and locked.json()["code"] == "redis_unavailable"
         ready = client.get("/readyz")
-        assert ready.status_code == 503 and ready.json()["checks"]["redis"].startswith("unreachable")
+        assert ready.status_code == 503 and ready.json()["checks"]["redis"].startswith(
+            "unreachable"
+        )
         assert ready.json()["checks"]["database"] == "ok"
         assert client.get("/healthz").status_code == 200

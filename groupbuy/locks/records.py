@@ -70,11 +70,20 @@ async def project_team_record(session: AsyncSession, f: dict[str, str]) -> Event
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, f"{kind}:{aid}:{tid}:{f['user_id']}", data)
     if kind in ("team.formed", "team.failed"):
-        status, column = ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
+        status, column = (
+            ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
+        )
         await _set_status(session, f, status, column)
-        return Event(kind, at_ms, f"{kind}:{aid}:{tid}", {**base, "members": _members(f["members"])})
+        return Event(
+            kind, at_ms, f"{kind}:{aid}:{tid}", {**base, "members": _members(f["members"])}
+        )
     if kind == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
-        data = {**base, "user_id": f["user_id"], "locked_at": iso_ms(locked_at_ms), "expired_at": iso_ms(at_ms)}
+        data = {
+            **base,
+            "user_id": f["user_id"],
+            "locked_at": iso_ms(locked_at_ms),
+            "expired_at": iso_ms(at_ms),
+        }
         return Event(kind, at_ms, f"{kind}:{aid}:{tid}:{f['user_id']}:{locked_at_ms}", data)
     raise ValueError(f"unknown team record type {kind!r}")

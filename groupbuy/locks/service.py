@@ -144,7 +144,11 @@ class TeamService:
         return [activity_id, team_id, self._clock.shift_ms, *rest]
 
     async def open_team(
-        self, activity_id: str, leader_id: str, team_id: str | None = None, order_id: str | None = None
+        self,
+        activity_id: str,
+        leader_id: str,
+        team_id: str | None = None,
+        order_id: str | None = None,
     ) -> Outcome:
         """Open a team led by `leader_id` (member 1); a repeat with the same id returns it."""
         team_id = team_id or f"t{secrets.token_hex(8)}"
@@ -167,7 +171,9 @@ class TeamService:
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
         """A team's current state: live from Redis, or from SQL once Redis let it go."""
         reply = await self._scripts.call(
-            "team_read", self._keys.team_keys(activity_id, team_id), self._args(activity_id, team_id)
+            "team_read",
+            self._keys.team_keys(activity_id, team_id),
+            self._args(activity_id, team_id),
         )
         code, rest = split_reply(reply)
         if code is TeamCode.OK:
@@ -195,7 +201,11 @@ class TeamService:
             "status": team.status,
             "size": team.size,
             "members": [
-                {"user_id": m.user_id, "order_id": m.order_id, "joined_at": iso_ms(to_ms(m.joined_at))}
+                {
+                    "user_id": m.user_id,
+                    "order_id": m.order_id,
+                    "joined_at": iso_ms(to_ms(m.joined_at)),
+                }
                 for m in members
             ],
             "locks": [],
@@ -222,17 +232,27 @@ class TeamService:
 
     @staticmethod
     def _team_body(
-        activity_id: str, team_id: str, team: dict[str, str], members: dict[str, str], locks: list[Any]
+        activity_id: str,
+        team_id: str,
+        team: dict[str, str],
+        members: dict[str, str],
+        locks: list[Any],
     ) -> dict[str, Any]:
         size, ttl = int(team["size"]), int(team["lock_ttl_ms"])
         # members: user -> "seq|joined_at_ms|order_id"; listed in joining order
-        joined = sorted((int(seq), user, int(at), order) for user, (seq, at, order) in
-                        ((user, value.split("|", 2)) for user, value in members.items()))
+        joined = sorted(
+            (int(seq), user, int(at), order)
+            for user, (seq, at, order) in (
+                (user, value.split("|", 2)) for user, value in members.items()
+            )
+        )
         member_rows = [
             {"user_id": user, "order_id": order or None, "joined_at": iso_ms(at)}
             for _seq, user, at, order in joined
         ]
-        lock_times = [(user, int(float(score))) for user, score in zip(locks[0::2], locks[1::2], strict=True)]
+        lock_times = [
+            (user, int(float(score))) for user, score in zip(locks[0::2], locks[1::2], strict=True)
+        ]
         is_open = team["status"] == "open"
         return {
             "activity_id": activity_id,
@@ -256,13 +276,22 @@ class TeamService:
 
     async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""
-        base_keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
+        base_keys = [
+            *self._keys.team_keys(activity_id, team_id),
+            self._keys.user_lock(activity_id, user_id),
+        ]
         other = ""
         for _ in range(_SWITCH_ATTEMPTS):
             keys = base_keys
             if other:
-                keys = [*base_keys, self._keys.team(activity_id, other), self._keys.team_locks(activity_id, other)]
-            reply = await self._scripts.call("team_lock", keys, self._args(activity_id, team_id, user_id, other))
+                keys = [
+                    *base_keys,
+                    self._keys.team(activity_id, other),
+                    self._keys.team_locks(activity_id, other),
+                ]
+            reply = await self._scripts.call(
+                "team_lock", keys, self._args(activity_id, team_id, user_id, other)
+            )
             code, rest = split_reply(reply)
             if code is TeamCode.SWITCH_NEEDED:
                 other = rest[0]
@@ -273,10 +302,18 @@ class TeamService:
 
         if code is TeamCode.OK:
             locked_at, expires_at, released = rest
-            return Outcome(self._lock_body(user_id, team_id, locked_at, expires_at, released or None), True)
+            return Outcome(
+                self._lock_body(user_id, team_id, locked_at, expires_at, released or None), True
+            )
         if code is TeamCode.EXISTING:
             locked_at, expires_at = rest
-            return Outcome({**self._lock_body(user_id, team_id, locked_at, expires_at, None), "existing": True}, False)
+            return Outcome(
+                {
+                    **self._lock_body(user_id, team_id, locked_at, expires_at, None),
+                    "existing": True,
+                },
+                False,
+            )
         if code is TeamCode.TEAM_FULL:
             earliest, next_unlock = (_opt_int(v) for v in rest)
             raise_for(
@@ -290,7 +327,9 @@ class TeamService:
         raise_for(code)
 
     @staticmethod
-    def _lock_body(user_id: str, team_id: str, locked_at: Any, expires_at: Any, released: str | None) -> dict[str, Any]:
+    def _lock_body(
+        user_id: str, team_id: str, locked_at: Any, expires_at: Any, released: str | None
+    ) -> dict[str, Any]:
         return {
             "status": "locked",
             "user_id": user_id,
@@ -302,8 +341,13 @@ class TeamService:
 
     async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
         """Release the user's lock on the team; False when there was none."""
-        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
-        reply = await self._scripts.call("team_unlock", keys, self._args(activity_id, team_id, user_id))
+        keys = [
+            *self._keys.team_keys(activity_id, team_id),
+            self._keys.user_lock(activity_id, user_id),
+        ]
+        reply = await self._scripts.call(
+            "team_unlock", keys, self._args(activity_id, team_id, user_id)
+        )
         code, rest = split_reply(reply)
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._recorded_team(activity_id, team_id)  # raises when unknown
@@ -314,8 +358,13 @@ class TeamService:
 
     async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
         """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""
-        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.user_lock(activity_id, user_id)]
-        reply = await self._scripts.call("team_confirm", keys, self._args(activity_id, team_id, user_id, order_id))
+        keys = [
+            *self._keys.team_keys(activity_id, team_id),
+            self._keys.user_lock(activity_id, user_id),
+        ]
+        reply = await self._scripts.call(
+            "team_confirm", keys, self._args(activity_id, team_id, user_id, order_id)
+        )
         code, rest = split_reply(reply)
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
@@ -335,12 +384,18 @@ class TeamService:
         team_id = current.split("|", 1)[0]
         keys = [*self._keys.team_keys(activity_id, team_id), user_key]
         code, rest = split_reply(
-            await self._scripts.call("user_lock_read", keys, self._args(activity_id, team_id, user_id))
+            await self._scripts.call(
+                "user_lock_read", keys, self._args(activity_id, team_id, user_id)
+            )
         )
         if code is not TeamCode.OK:
             raise_for(code, f"user {user_id!r} holds no lock in activity {activity_id!r}")
         locked_at, expires_at = rest
-        return {"team_id": team_id, "locked_at": iso_ms(int(locked_at)), "expires_at": iso_ms(int(expires_at))}
+        return {
+            "team_id": team_id,
+            "locked_at": iso_ms(int(locked_at)),
+            "expires_at": iso_ms(int(expires_at)),
+        }
 
     async def activity_streams(self) -> list[str]:
         """The outbox stream of every activity (what the background writer drains)."""

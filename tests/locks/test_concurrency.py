@@ -29,7 +29,9 @@ async def _attempt(services: Services, aid: str, tid: str, user: str, start: asy
     return "locked" if outcome.created else "existing"
 
 
-async def test_many_clients_race_for_one_team(services: Services, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_many_clients_race_for_one_team(
+    services: Services, capsys: pytest.CaptureFixture[str]
+) -> None:
     """250 clients at once on each 3-seat team: exactly 2 locks (the leader holds seat 1)."""
     await services.teams.create_activity("race", team_size=3)
     total_ops, total_s = 0, 0.0
@@ -51,11 +53,15 @@ async def test_many_clients_race_for_one_team(services: Services, capsys: pytest
         team = await services.teams.get_team("race", tid)
         assert len(team["locks"]) == 2 and team["free_seats"] == 0
     with capsys.disabled():
-        print(f"\n[figures] lock race: {total_ops} lock calls by {CLIENTS} concurrent clients, "
-              f"{total_ops / total_s:,.0f} locks/s on the real redis-server")
+        print(
+            f"\n[figures] lock race: {total_ops} lock calls by {CLIENTS} concurrent clients, "
+            f"{total_ops / total_s:,.0f} locks/s on the real redis-server"
+        )
 
 
-async def _snapshot(redis: Any, services: Services, aid: str, teams: list[str]) -> tuple[int, list[Any]]:
+async def _snapshot(
+    redis: Any, services: Services, aid: str, teams: list[str]
+) -> tuple[int, list[Any]]:
     """All teams' locks and member counts in one MULTI/EXEC: an instant of the real state."""
     keys = services.keys
     pipe = redis.pipeline(transaction=True)
@@ -78,7 +84,11 @@ def _check_snapshot(now_ms: int, replies: list[Any], teams: list[str]) -> None:
         if status == "open":
             assert int(members) + len(live) <= int(size), (tid, members, live)
         else:
-            assert status == "formed" and int(members) == int(size) and not live, (tid, status, members)
+            assert status == "formed" and int(members) == int(size) and not live, (
+                tid,
+                status,
+                members,
+            )
     doubled = [user for user, count in holders.items() if count > 1]
     assert not doubled, f"users holding two locks at one instant: {doubled}"
 
@@ -144,8 +154,14 @@ async def test_switching_storm_never_overfills_or_doubles(
         team = await services.teams.get_team(aid, tid)
         members = [m["user_id"] for m in team["members"]]
         assert len(members) == len(set(members)) <= team["size"]
-        assert len(members) + len(team["locks"]) + team["free_seats"] == team["size"] or team["status"] != "open"
+        assert (
+            len(members) + len(team["locks"]) + team["free_seats"] == team["size"]
+            or team["status"] != "open"
+        )
     with capsys.disabled():
-        print(f"\n[figures] switching storm: {operations} operations by {len(users)} users in "
-              f"{elapsed:.2f}s = {operations / elapsed:,.0f} ops/s, {samples} atomic snapshots checked; "
-              f"outcomes {dict(outcomes)}")
+        print(
+            f"\n[figures] switching storm: {operations} operations by {len(users)} users in "
+            f"{elapsed:.2f}s = {operations / elapsed:,.0f} ops/s, "
+            f"{samples} atomic snapshots checked; "
+            f"outcomes {dict(outcomes)}"
+        )

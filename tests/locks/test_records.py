@@ -82,7 +82,10 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
 
     assert await services.outbox.flush(services.keys.outbox("a1")) == 2
     assert await _event_types(services) == [
-        "team.opened", "team.member_joined", "team.member_joined", "team.formed"
+        "team.opened",
+        "team.member_joined",
+        "team.member_joined",
+        "team.formed",
     ]
     assert await _count(services, MemberRow) == 3
 
@@ -93,10 +96,28 @@ async def test_entries_applied_twice_record_once(services: Services) -> None:
     stream = services.keys.outbox("a1")
     assert await _count(services, EventRow) == 3
     # Put two already-recorded facts back in the stream, as if their delete never ran.
-    await services.redis.xadd(stream, {"type": "team.formed", "at_ms": "1", "activity_id": "a1",
-                                       "team_id": "t1", "members": "L|oL,u1|o1"})
-    await services.redis.xadd(stream, {"type": "team.member_joined", "at_ms": "1", "activity_id": "a1",
-                                       "team_id": "t1", "user_id": "u1", "order_id": "o1", "seq": "2"})
+    await services.redis.xadd(
+        stream,
+        {
+            "type": "team.formed",
+            "at_ms": "1",
+            "activity_id": "a1",
+            "team_id": "t1",
+            "members": "L|oL,u1|o1",
+        },
+    )
+    await services.redis.xadd(
+        stream,
+        {
+            "type": "team.member_joined",
+            "at_ms": "1",
+            "activity_id": "a1",
+            "team_id": "t1",
+            "user_id": "u1",
+            "order_id": "o1",
+            "seq": "2",
+        },
+    )
     assert await services.outbox.flush(stream) == 2
     assert await _count(services, EventRow) == 3
     assert await _count(services, MemberRow) == 2

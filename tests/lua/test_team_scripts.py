@@ -37,7 +37,9 @@ class Harness:
 
     async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
         keys = [*self._keys(tid), self.keys.activity(AID)]
-        return await self.scripts.call("team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS])
+        return await self.scripts.call(
+            "team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS]
+        )
 
     async def lock(self, tid: str, user: str, other: str = "") -> list[Any]:
         keys = self._keys(tid, user)
@@ -46,7 +48,9 @@ class Harness:
         return await self.scripts.call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
 
     async def unlock(self, tid: str, user: str) -> list[Any]:
-        return await self.scripts.call("team_unlock", self._keys(tid, user), [AID, tid, self.shift_ms, user])
+        return await self.scripts.call(
+            "team_unlock", self._keys(tid, user), [AID, tid, self.shift_ms, user]
+        )
 
     async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
         return await self.scripts.call(
@@ -57,7 +61,9 @@ class Harness:
         return await self.scripts.call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
 
     async def user_lock(self, tid: str, user: str) -> list[Any]:
-        return await self.scripts.call("user_lock_read", self._keys(tid, user), [AID, tid, self.shift_ms, user])
+        return await self.scripts.call(
+            "user_lock_read", self._keys(tid, user), [AID, tid, self.shift_ms, user]
+        )
 
     async def records(self) -> list[dict[str, str]]:
         return [fields for _id, fields in await self.redis.xrange(self.keys.outbox(AID))]
@@ -81,7 +87,7 @@ def code(reply: list[Any]) -> TeamCode:
 def test_every_script_has_a_contract_header() -> None:
     for name in script_names():
         source = script_source(name)
-        body = source[source.index(f"-- {name}:"):]
+        body = source[source.index(f"-- {name}:") :]
         assert body.startswith(f"-- {name}: "), name
         assert "-- KEYS[1]" in body or "-- KEYS[1..4]" in body, name
         assert "-- Returns" in body, name
@@ -109,7 +115,10 @@ async def test_lock_outcomes(h: Harness) -> None:
     locked_at, expires_at, released = int(first[1]), int(first[2]), first[3]
     assert expires_at - locked_at == TTL_MS and released == ""
     again = await h.lock("t1", "u1")
-    assert code(again) is TeamCode.EXISTING and [int(again[1]), int(again[2])] == [locked_at, expires_at]
+    assert code(again) is TeamCode.EXISTING and [int(again[1]), int(again[2])] == [
+        locked_at,
+        expires_at,
+    ]
     assert code(await h.lock("t1", "u2")) is TeamCode.OK
     full = await h.lock("t1", "u3")
     assert code(full) is TeamCode.TEAM_FULL
@@ -202,7 +211,10 @@ async def test_confirm_outcomes(h: Harness) -> None:
     assert code(await h.confirm("t1", "u3", "o3")) is TeamCode.TEAM_FORMED
     records = await h.records()
     assert [r["type"] for r in records] == [
-        "team.opened", "team.member_joined", "team.member_joined", "team.formed"
+        "team.opened",
+        "team.member_joined",
+        "team.member_joined",
+        "team.formed",
     ]
     assert records[-1]["members"] == "L|oL,u1|o1,u2|o2"
     assert not await h.redis.exists(h.keys.team_locks(AID, "t1"))
