@@ -6,6 +6,9 @@ from typing import Any
 
 import fakeredis
 import redis.asyncio as aioredis
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
 
@@ -22,6 +25,10 @@ def connect_redis(settings: RedisSettings) -> Any:
         socket_connect_timeout=settings.socket_timeout_s,
         max_connections=settings.max_connections,
         health_check_interval=30,
+        # Resend after a dropped connection (a Redis restart, a failover): every script
+        # is idempotent, so a command that did run before the drop is not applied twice.
+        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+        retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
     )
 
 

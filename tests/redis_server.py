@@ -28,6 +28,7 @@ class RedisProcess:
     port: int
     process: subprocess.Popen[bytes]
     directory: Path
+    owns_directory: bool = True
 
     @property
     def url(self) -> str:
@@ -40,16 +41,23 @@ class RedisProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_redis(*extra: str) -> RedisProcess:
-    """Start redis-server (no persistence unless `extra` asks) and wait until it answers."""
+def start_redis(
+    *extra: str, port: int | None = None, directory: Path | None = None
+) -> RedisProcess:
+    """Start redis-server (no persistence unless `extra` asks) and wait until it answers.
+
+    A given `directory` is kept at stop (to restart on the same data); a new one is removed.
+    """
     binary = shutil.which("redis-server")
     if binary is None:
         raise FileNotFoundError("redis-server is not installed (apt-get install redis-server)")
-    directory = Path(tempfile.mkdtemp(prefix="groupbuy-redis-"))
-    port = free_port()
+    owns_directory = directory is None
+    directory = directory or Path(tempfile.mkdtemp(prefix="groupbuy-redis-"))
+    port = port or free_port()
     args = [
         binary,
         "--port",
@@ -82,4 +90,4 @@ def start_redis(*extra: str) -> RedisProcess:
                 time.sleep(0.05)
     finally:
         client.close()
-    return RedisProcess(port, process, directory)
+    return RedisProcess(port, process, directory, owns_directory)
