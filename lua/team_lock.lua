@@ -53,16 +53,21 @@ if current then
     end
     local other_score = redis.call('ZSCORE', KEYS[7], user)
     if other_score then
-      other_score = tonumber(other_score)
-      local other_ttl = tonumber(redis.call('HGET', KEYS[6], 'lock_ttl_ms') or '0')
+      -- Only an open team keeps locks; one past its deadline has failed in effect.
+      local o = redis.call('HMGET', KEYS[6], 'lock_ttl_ms', 'deadline_ms')
+      local locked_at = tonumber(other_score)
+      local expiry = locked_at + tonumber(o[1])
+      local deadline = tonumber(o[2])
       redis.call('ZREM', KEYS[7], user)
-      if other_score + other_ttl > now then
-        released = other
+      if expiry > math.min(now, deadline) then
+        if now < deadline then
+          released = other
+        end
+        -- else: still live at that team's deadline, it ends with the team (no record).
       else
-        -- Expired but not yet swept there: record its expiry, as the sweep would have.
-        emit({'type', 'lock.expired', 'at_ms', int(other_score + other_ttl),
-              'activity_id', ARGV[1], 'team_id', other, 'user_id', user,
-              'locked_at_ms', int(other_score)})
+        -- Expired before anyone swept it there: record its expiry, as the sweep would.
+        emit({'type', 'lock.expired', 'at_ms', int(expiry), 'activity_id', ARGV[1],
+              'team_id', other, 'user_id', user, 'locked_at_ms', int(locked_at)})
       end
     end
   end
