@@ -25,7 +25,6 @@ from unittest import mock
 
 import fakeredis._socket._base as fake_socket_base
 import fakeredis.commands_mixins.server_mixin as fake_server_mixin
-import pytest
 from hypothesis import event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
