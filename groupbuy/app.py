@@ -10,11 +10,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from groupbuy import routes
 from groupbuy.clock import RedisClock
 from groupbuy.db import Database
-from groupbuy.http import HANDLED_ERRORS, Authenticator, build_route, handle_error
+from groupbuy.http import (
+    HANDLED_ERRORS,
+    Authenticator,
+    RejectAmbiguousPaths,
+    build_route,
+    handle_error,
+)
 from groupbuy.keys import Keys
 from groupbuy.locks.records import project_team_record
 from groupbuy.locks.routes import ENDPOINTS as TEAM_ENDPOINTS
@@ -26,6 +33,9 @@ from groupbuy.scripts import Scripts
 from groupbuy.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# How long shutdown waits for the background writer to finish its current round.
+_WRITER_STOP_S = 10.0
 
 ENDPOINTS = [*routes.ENDPOINTS, *TEAM_ENDPOINTS]
 
@@ -70,16 +80,21 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         except Exception:
             # Start anyway: /readyz reports it, and scripts load themselves on first use.
             log.warning("could not load the Lua scripts at start-up", exc_info=True)
+        stop = asyncio.Event()
         writer = asyncio.create_task(
-            services.outbox.run(services.teams.activity_streams, settings.outbox.flush_interval_s),
+            services.outbox.run(
+                services.teams.activity_streams, settings.outbox.flush_interval_s, stop
+            ),
             name="outbox-writer",
         )
         try:
             yield
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
+            stop.set()
+            try:
+                await asyncio.wait_for(writer, _WRITER_STOP_S)
+            except TimeoutError:
+                log.warning("the outbox writer did not stop in %ss; abandoned", _WRITER_STOP_S)
             await services.database.dispose()
             await services.redis.aclose()
 
@@ -88,7 +103,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         routes=[build_route(e, auth, settings.server.max_body_bytes) for e in ENDPOINTS],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
+        middleware=[Middleware(RejectAmbiguousPaths)],
     )
+    app.router.redirect_slashes = False  # a trailing '/' is an empty id, not another route
     app.state.services = services
     app.state.openapi = build_openapi(ENDPOINTS)
     return app

@@ -178,6 +178,31 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
     return Route(endpoint.path, run, methods=[endpoint.method])
 
 
+class RejectAmbiguousPaths:
+    """ASGI middleware: refuse (422) paths with an empty segment or an encoded '/'.
+
+    Routing works on the decoded path, so `a%2Fteams%2Ft1` would otherwise reach another
+    route, and `//` or a trailing '/' would mean an empty id.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or scope["path"].encode()
+            path = raw.split(b"?", 1)[0]
+            empty_segment = path != b"/" and (b"//" in path or path.endswith(b"/"))
+            if empty_segment or b"%2f" in path.lower():
+                error = errors.InvalidRequest(
+                    f"every path segment must be a non-empty id matching {ID_PATTERN}",
+                    errors=[{"field": "path", "message": "empty segment or encoded '/'"}],
+                )
+                await problem_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 async def handle_error(_request: Request, exc: Exception) -> Response:
     """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
     if isinstance(exc, errors.GroupBuyError):
@@ -186,7 +211,9 @@ async def handle_error(_request: Request, exc: Exception) -> Response:
         if exc.status_code == 404:
             return problem_response(errors.NotFound("no such route"))
         if exc.status_code == 405:
-            return problem_response(errors.MethodNotAllowed())
+            response = problem_response(errors.MethodNotAllowed())
+            response.headers.update(exc.headers or {})  # Allow: the methods that do exist
+            return response
         body = {
             "type": "about:blank",
             "title": str(exc.detail),

@@ -11,6 +11,7 @@ next flush (of any process) applies them again harmlessly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -67,14 +68,22 @@ class OutboxWriter:
                 "outbox flush of %s failed; will retry in the background", stream, exc_info=True
             )
 
-    async def run(self, streams: Callable[[], Awaitable[Iterable[str]]], interval_s: float) -> None:
-        """Flush every stream `streams()` names, every `interval_s` seconds, until cancelled."""
-        while True:
+    async def run(
+        self,
+        streams: Callable[[], Awaitable[Iterable[str]]],
+        interval_s: float,
+        stop: asyncio.Event,
+    ) -> None:
+        """Flush every stream `streams()` names, every `interval_s` seconds, until `stop` is set.
+
+        Stopping is cooperative: cancelling a task inside an aiosqlite call can leave it
+        waiting forever, so the loop only checks `stop` between rounds.
+        """
+        while not stop.is_set():
             try:
                 for stream in await streams():
                     await self.flush(stream)
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.warning("background outbox flush failed; retrying", exc_info=True)
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
