@@ -7,6 +7,11 @@
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms.
 
+-- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
+local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
+local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
+local NO_LOCK = 11
+
 -- Redis's own clock in ms; the shift exists only so tests can move time forward.
 local function now_ms(shift)
   local t = redis.call('TIME')
@@ -90,7 +95,12 @@ local function load_team(now)
   return team
 end
 
--- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
-local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
-local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
-local NO_LOCK = 11
+-- The refusal for a team that takes no more seats (formed or failed), or nil while open.
+local function closed_code(team)
+  if team.status == 'formed' then
+    return TEAM_FORMED
+  elseif team.status == 'failed' then
+    return TEAM_FAILED
+  end
+  return nil
+end

@@ -19,11 +19,8 @@ if member then
   end
   return {ALREADY_MEMBER}
 end
-if team.status == 'formed' then
-  return {TEAM_FORMED}
-end
-if team.status == 'failed' then
-  return {TEAM_FAILED}
+if closed_code(team) then
+  return {closed_code(team)}
 end
 if not redis.call('ZSCORE', KEYS[3], user) then
   return {LOCK_REQUIRED}

@@ -18,11 +18,8 @@ end
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   return {ALREADY_MEMBER}
 end
-if team.status == 'formed' then
-  return {TEAM_FORMED}
-end
-if team.status == 'failed' then
-  return {TEAM_FAILED}
+if closed_code(team) then
+  return {closed_code(team)}
 end
 
 local held = redis.call('ZSCORE', KEYS[3], user)

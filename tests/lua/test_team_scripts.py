@@ -293,3 +293,14 @@ async def test_all_keys_share_the_activity_slot(h: Harness) -> None:
     keys = await h.redis.keys("*")
     tags = {key[key.index("{") + 1 : key.index("}")] for key in keys}
     assert tags == {f"a:{AID}"}
+
+
+def test_lua_codes_mirror_the_python_enum() -> None:
+    import re
+
+    source = script_source("team_read")
+    lua_codes: dict[str, int] = {}
+    for names, values in re.findall(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE):
+        for name, value in zip(names.split(","), values.split(","), strict=True):
+            lua_codes[name.strip()] = int(value)
+    assert lua_codes == {code.name: code.value for code in TeamCode}
