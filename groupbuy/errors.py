@@ -61,6 +61,10 @@ class NoLock(NotFound):
     code, title = "no_lock", "The user holds no seat lock in this activity"
 
 
+class PacketNotFound(NotFound):
+    code, title = "packet_not_found", "Red packet not found"
+
+
 class MethodNotAllowed(GroupBuyError):
     status_code, code, title = 405, "method_not_allowed", "Method not allowed"
 
@@ -87,6 +91,18 @@ class TeamFailed(Conflict):
 
 class LockRequired(Conflict):
     code, title = "lock_required", "The user holds no unexpired lock on this team"
+
+
+class InsufficientFunds(Conflict):
+    code, title = "insufficient_funds", "The sender's balance is lower than the packet's amount"
+
+
+class SoldOut(Conflict):
+    code, title = "sold_out", "Every share of the packet has been grabbed"
+
+
+class Expired(GroupBuyError):
+    status_code, code, title = 410, "expired", "The packet has expired"
 
 
 class Unavailable(GroupBuyError):

@@ -1,7 +1,7 @@
 """Every Redis key the service uses, built in one place.
 
-All keys of one activity share the hash tag ``{a:<activity_id>}`` so that every
-script touches a single Redis Cluster slot.
+All keys of one activity share the hash tag ``{a:<activity_id>}``, all keys of one
+packet ``{p:<packet_id>}``, so that every script touches a single Redis Cluster slot.
 """
 
 from __future__ import annotations
@@ -41,6 +41,18 @@ class Keys:
     def user_lock(self, activity_id: str, user_id: str) -> str:
         """A user's current lock in an activity: 'team_id|locked_at_ms|expires_at_ms'."""
         return f"{self._activity_tag(activity_id)}:user:{user_id}:lock"
+
+    def _packet_tag(self, packet_id: str) -> str:
+        return f"{self.prefix}:{{p:{packet_id}}}"
+
+    def packet_keys(self, packet_id: str) -> list[str]:
+        """The KEYS[1..4] of every packet script: state hash, queued shares, grabs, outbox."""
+        tag = self._packet_tag(packet_id)
+        return [f"{tag}:packet", f"{tag}:shares", f"{tag}:grabs", f"{tag}:outbox"]
+
+    def packet_outbox(self, packet_id: str) -> str:
+        """Stream of a packet's grabs and endings for SQL (read by a consumer group)."""
+        return self.packet_keys(packet_id)[3]
 
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
         """The KEYS[1..4] every team script starts with (see lua/_team_lib.lua)."""

@@ -54,9 +54,9 @@ class OutboxWriter:
                 async with self._db.transaction() as session:
                     for _entry_id, fields in entries:
                         await record_event(session, await self._project(session, fields))
-                await self._scripts.call(
-                    "outbox_ack", [stream], [entry_id for entry_id, _ in entries]
-                )
+                ids = [entry_id for entry_id, _ in entries]
+                # Only scripts add to a team stream, and they recreate it: an empty one can go.
+                await self._scripts.call("outbox_ack", [stream], ["", "1", *ids])
                 applied += len(entries)
 
     async def flush_quietly(self, stream: str) -> None:

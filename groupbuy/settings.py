@@ -116,6 +116,24 @@ class TeamSettings:
 
 
 @dataclass(frozen=True)
+class RedPacketSettings:
+    """Limits and defaults of red packets."""
+
+    max_count: int = 10000
+    max_amount_cents: int = 1000000
+    expires_in_s: int = 86400
+    retention_s: int = 604800
+    reclaim_idle_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check_range("redpackets", "max_count", self.max_count, 1, 100_000)
+        _check_range("redpackets", "max_amount_cents", self.max_amount_cents, 1, 10**12)
+        _check_range("redpackets", "expires_in_s", self.expires_in_s, 1, 604800)
+        _check_range("redpackets", "retention_s", self.retention_s, 1, 31_536_000)
+        _check_range("redpackets", "reclaim_idle_s", self.reclaim_idle_s, 0.0, 86400)
+
+
+@dataclass(frozen=True)
 class OutboxSettings:
     """How records travel from Redis to SQL."""
 
@@ -124,7 +142,8 @@ class OutboxSettings:
 
     def __post_init__(self) -> None:
         _check_range("outbox", "flush_interval_s", self.flush_interval_s, 0.01, 3600)
-        _check_range("outbox", "batch_size", self.batch_size, 1, 100_000)
+        # a batch's ids go to one script call as ARGV; Lua's unpack() stops near 8000
+        _check_range("outbox", "batch_size", self.batch_size, 1, 5000)
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,7 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     teams: TeamSettings = field(default_factory=TeamSettings)
+    redpackets: RedPacketSettings = field(default_factory=RedPacketSettings)
     outbox: OutboxSettings = field(default_factory=OutboxSettings)
 
     def replace(self, section: str, **values: Any) -> Settings:

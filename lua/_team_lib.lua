@@ -1,5 +1,5 @@
--- _team_lib: helpers shared by the team_* scripts; groupbuy/scripts.py prepends
--- this file to every script whose header says "-- requires: _team_lib".
+-- _team_lib: helpers shared by the team_* scripts (after _common); groupbuy/scripts.py
+-- prepends this file to every script whose header says "-- requires: _team_lib".
 -- Common KEYS of team scripts (all under the hash tag {a:<activity_id>}):
 -- KEYS[1] team hash  KEYS[2] members hash (user -> "seq|joined_at_ms|order_id")
 -- KEYS[3] locks zset (member user_id, score locked_at_ms)  KEYS[4] activity outbox stream
@@ -11,25 +11,6 @@
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
 local NO_LOCK = 11
-
--- Redis's own clock in ms; the shift exists only so tests can move time forward.
-local function now_ms(shift)
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(shift)
-end
-
--- Integers as plain digits (Lua 5.1 would print large numbers in exponent form).
-local function int(n)
-  return string.format('%d', n)
-end
-
-local function split(s)
-  local parts = {}
-  for part in string.gmatch(s .. '|', '([^|]*)|') do
-    parts[#parts + 1] = part
-  end
-  return parts
-end
 
 -- Append one record for SQL to the activity's outbox; fields is a flat list.
 local function emit(fields)

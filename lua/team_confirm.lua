@@ -1,4 +1,5 @@
 -- team_confirm: payment succeeded, turn the user's unexpired lock into membership.
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id

@@ -1,4 +1,5 @@
 -- team_lock: hold one free seat of a team for a user, atomically.
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key ("team_id|locked_at_ms|expires_at_ms")
 -- KEYS[6] hash and KEYS[7] locks zset of the team the caller believes the user holds a lock in

@@ -1,4 +1,5 @@
 -- team_open: open a team whose leader is member 1, idempotently.
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib  KEYS[5] activity hash (team_size, lock_ttl_ms, team_deadline_ms)
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader order_id ('' for none)

@@ -1,4 +1,5 @@
 -- team_read: a team's current state after the lazy checks (deadline, expired locks).
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib
 -- ARGV[1..3] as _team_lib

@@ -1,4 +1,5 @@
 -- team_unlock: release a user's seat lock on a team (idempotent).
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id

@@ -1,4 +1,5 @@
 -- user_lock_read: confirm that the lock a user's current-lock key points to is live.
+-- requires: _common
 -- requires: _team_lib
 -- KEYS[1..4] as _team_lib, for the team the key names  KEYS[5] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id

@@ -274,8 +274,8 @@ async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
     await h.open("t2")
     stream = h.keys.outbox(AID)
     ids = [entry_id for entry_id, _ in await h.redis.xrange(stream)]
-    assert await h.scripts.call("outbox_ack", [stream], ids[:1]) == [1, 1]
-    assert await h.scripts.call("outbox_ack", [stream], ids[1:]) == [1, 0]
+    assert await h.scripts.call("outbox_ack", [stream], ["", "1", *ids[:1]]) == [1, 1]
+    assert await h.scripts.call("outbox_ack", [stream], ["", "1", *ids[1:]]) == [1, 0]
     assert not await h.redis.exists(stream)
 
 

@@ -1,0 +1,1 @@
+"""Red packets: send, grab, durable records, ledger, expiry refund."""
