@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from groupbuy import routes
+from groupbuy.background import maintenance_steps, run_periodically
 from groupbuy.clock import RedisClock
 from groupbuy.db import Database
 from groupbuy.http import (
@@ -29,6 +30,9 @@ from groupbuy.locks.service import TeamService
 from groupbuy.openapi import build_openapi
 from groupbuy.outbox import OutboxWriter
 from groupbuy.redis_client import connect_redis
+from groupbuy.redpacket.routes import ENDPOINTS as PACKET_ENDPOINTS
+from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.scripts import Scripts
 from groupbuy.settings import Settings
 
@@ -37,7 +41,7 @@ log = logging.getLogger(__name__)
 # How long shutdown waits for the background writer to finish its current round.
 _WRITER_STOP_S = 10.0
 
-ENDPOINTS = [*routes.ENDPOINTS, *TEAM_ENDPOINTS]
+ENDPOINTS = [*routes.ENDPOINTS, *TEAM_ENDPOINTS, *PACKET_ENDPOINTS]
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Services:
     clock: RedisClock
     outbox: OutboxWriter
     teams: TeamService
+    packets: RedPacketService
 
 
 def build_services(
@@ -65,7 +70,12 @@ def build_services(
     clock = RedisClock()
     outbox = OutboxWriter(redis, scripts, database, project_team_record, settings.outbox.batch_size)
     teams = TeamService(redis, scripts, database, keys, settings.teams, clock, outbox)
-    return Services(settings, redis, database, scripts, keys, clock, outbox, teams)
+    limits = settings.redpackets
+    writer = PacketRecordWriter(
+        redis, scripts, database, keys, settings.outbox.batch_size, limits.reclaim_idle_s
+    )
+    packets = RedPacketService(redis, scripts, database, keys, limits, clock, writer)
+    return Services(settings, redis, database, scripts, keys, clock, outbox, teams, packets)
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
@@ -82,9 +92,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
             log.warning("could not load the Lua scripts at start-up", exc_info=True)
         stop = asyncio.Event()
         writer = asyncio.create_task(
-            services.outbox.run(
-                services.teams.activity_streams, settings.outbox.flush_interval_s, stop
-            ),
+            run_periodically(maintenance_steps(services), settings.outbox.flush_interval_s, stop),
             name="outbox-writer",
         )
         try:

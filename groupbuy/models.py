@@ -2,5 +2,15 @@
 
 from groupbuy.events import EventRow
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 
-__all__ = ["ActivityRow", "EventRow", "MemberRow", "TeamRow"]
+__all__ = [
+    "AccountRow",
+    "ActivityRow",
+    "EventRow",
+    "GrabRow",
+    "LedgerEntryRow",
+    "MemberRow",
+    "PacketRow",
+    "TeamRow",
+]

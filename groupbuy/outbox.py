@@ -11,9 +11,8 @@ next flush (of any process) applies them again harmlessly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -67,23 +66,3 @@ class OutboxWriter:
             log.warning(
                 "outbox flush of %s failed; will retry in the background", stream, exc_info=True
             )
-
-    async def run(
-        self,
-        streams: Callable[[], Awaitable[Iterable[str]]],
-        interval_s: float,
-        stop: asyncio.Event,
-    ) -> None:
-        """Flush every stream `streams()` names, every `interval_s` seconds, until `stop` is set.
-
-        Stopping is cooperative: cancelling a task inside an aiosqlite call can leave it
-        waiting forever, so the loop only checks `stop` between rounds.
-        """
-        while not stop.is_set():
-            try:
-                for stream in await streams():
-                    await self.flush(stream)
-            except Exception:
-                log.warning("background outbox flush failed; retrying", exc_info=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)

@@ -397,8 +397,10 @@ class TeamService:
             "expires_at": iso_ms(int(expires_at)),
         }
 
-    async def activity_streams(self) -> list[str]:
-        """The outbox stream of every activity (what the background writer drains)."""
+    async def record_pending(self) -> int:
+        """Write every activity's waiting outbox records to SQL; returns how many."""
         async with self._db.sessions() as session:
             ids = (await session.scalars(select(ActivityRow.activity_id))).all()
-        return [self._keys.outbox(activity_id) for activity_id in ids]
+        return sum(
+            [await self._outbox.flush(self._keys.outbox(activity_id)) for activity_id in ids]
+        )

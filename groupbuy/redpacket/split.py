@@ -47,7 +47,9 @@ def equal(amount: int, count: int, randbelow: RandomBelow = secrets.randbelow) -
     return shares
 
 
-def split(strategy: str, amount: int, count: int, randbelow: RandomBelow = secrets.randbelow) -> list[int]:
+def split(
+    strategy: str, amount: int, count: int, randbelow: RandomBelow = secrets.randbelow
+) -> list[int]:
     """The shares of a packet under a named strategy."""
     if strategy == "double_mean":
         return double_mean(amount, count, randbelow)

@@ -1,0 +1,129 @@
+"""HTTP endpoints of accounts and red packets (parse, call RedPacketService, answer)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import Response
+
+from groupbuy.http import Endpoint, Id, StrictBody, json_response
+from groupbuy.locks.service import Outcome
+from groupbuy.redpacket.service import RedPacketService
+
+
+class Deposit(StrictBody):
+    """Body of POST /v1/accounts/{user_id}/deposits."""
+
+    amount_cents: int = Field(ge=1, le=10**12)
+    reference: Id
+
+
+class PacketSend(StrictBody):
+    """Body of POST /v1/redpackets (count and amount limits also come from the config)."""
+
+    sender_id: Id
+    amount_cents: int = Field(ge=1, le=10**12)
+    count: int = Field(ge=1, le=100_000)
+    packet_id: Id | None = None
+    expires_in_s: int | None = Field(default=None, ge=1, le=604800)
+    strategy: Literal["double_mean", "equal"] = "double_mean"
+
+
+class Grab(StrictBody):
+    """Body of POST /v1/redpackets/{packet_id}/grab."""
+
+    user_id: Id
+
+
+def _service(request: Request) -> RedPacketService:
+    service: RedPacketService = request.app.state.services.packets
+    return service
+
+
+def _answer(outcome: Outcome) -> Response:
+    return json_response(outcome.body, 201 if outcome.created else 200)
+
+
+async def deposit(request: Request, body: Deposit) -> Response:
+    user_id = request.path_params["user_id"]
+    return _answer(await _service(request).deposit(user_id, body.amount_cents, body.reference))
+
+
+async def get_account(request: Request) -> Response:
+    return json_response(await _service(request).account(request.path_params["user_id"]))
+
+
+async def send_packet(request: Request, body: PacketSend) -> Response:
+    return _answer(await _service(request).send(**body.model_dump()))
+
+
+async def grab_packet(request: Request, body: Grab) -> Response:
+    packet_id = request.path_params["packet_id"]
+    return json_response(await _service(request).grab(packet_id, body.user_id))
+
+
+async def get_packet(request: Request) -> Response:
+    return json_response(await _service(request).get(request.path_params["packet_id"]))
+
+
+ENDPOINTS = [
+    Endpoint(
+        "POST",
+        "/v1/accounts/{user_id}/deposits",
+        deposit,
+        "Credit a user's account",
+        role="admin",
+        body=Deposit,
+        tag="accounts",
+        responses={
+            201: "{user_id, balance_cents}",
+            200: "Same reference again: the balance",
+            409: "conflict: the reference was used for another deposit",
+        },
+    ),
+    Endpoint(
+        "GET",
+        "/v1/accounts/{user_id}",
+        get_account,
+        "A user's balance",
+        tag="accounts",
+        responses={200: "{user_id, balance_cents} (0 for an unknown user)"},
+    ),
+    Endpoint(
+        "POST",
+        "/v1/redpackets",
+        send_packet,
+        "Send a red packet (debits the sender)",
+        body=PacketSend,
+        tag="redpackets",
+        responses={
+            201: "The packet",
+            200: "Same packet_id and parameters: the packet",
+            409: "insufficient_funds / conflict",
+        },
+    ),
+    Endpoint(
+        "POST",
+        "/v1/redpackets/{packet_id}/grab",
+        grab_packet,
+        "Grab a share, at most once",
+        body=Grab,
+        tag="redpackets",
+        responses={
+            200: "{status: grabbed|already_grabbed, amount_cents, remaining_count?}",
+            409: "sold_out",
+            410: "expired",
+            404: "packet_not_found",
+        },
+    ),
+    Endpoint(
+        "GET",
+        "/v1/redpackets/{packet_id}",
+        get_packet,
+        "A packet and its grabs",
+        tag="redpackets",
+        responses={200: "The packet", 404: "packet_not_found"},
+    ),
+]

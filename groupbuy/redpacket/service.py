@@ -1,0 +1,398 @@
+"""RedPacketService: send, grab, read, expire and repair red packets (no HTTP in here).
+
+Money moves in SQL; grabs are decided in Redis. A send debits the sender and records
+the packet in one SQL transaction, then puts the packet and its pre-drawn shares in
+Redis. A grab is one Lua script that also appends the grab to the packet's outbox
+stream; the PacketRecordWriter turns those records into grab rows and ledger credits.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from sqlalchemy import select, update
+
+from groupbuy import errors
+from groupbuy.clock import RedisClock
+from groupbuy.db import Database, insert_ignore
+from groupbuy.events import Event, record_event
+from groupbuy.keys import Keys
+from groupbuy.locks.service import Outcome
+from groupbuy.redpacket import ledger
+from groupbuy.redpacket.codes import PacketCode, split_reply
+from groupbuy.redpacket.models import GrabRow, PacketRow
+from groupbuy.redpacket.split import split
+from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.scripts import Scripts
+from groupbuy.settings import RedPacketSettings
+from groupbuy.timefmt import from_ms, iso_ms, to_ms
+
+
+class RedPacketService:
+    """Red packets and the accounts they move money between."""
+
+    def __init__(
+        self,
+        redis: Any,
+        scripts: Scripts,
+        database: Database,
+        keys: Keys,
+        limits: RedPacketSettings,
+        clock: RedisClock,
+        writer: PacketRecordWriter,
+    ) -> None:
+        self._redis = redis
+        self._scripts = scripts
+        self._db = database
+        self._keys = keys
+        self._limits = limits
+        self._clock = clock
+        self.writer = writer
+
+    async def _now_ms(self) -> int:
+        seconds, micros = await self._redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + self._clock.shift_ms
+
+    async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
+        reply = await self._scripts.call(
+            script, self._keys.packet_keys(packet_id), [packet_id, self._clock.shift_ms, *args]
+        )
+        return split_reply(reply)
+
+    # -- accounts -------------------------------------------------------------------
+
+    async def deposit(self, user_id: str, amount_cents: int, reference: str) -> Outcome:
+        """Credit a user once per reference; the same reference again returns the balance."""
+        at = from_ms(await self._now_ms())
+        async with self._db.transaction() as session:
+            applied = await ledger.post_entry(
+                session,
+                user_id=user_id,
+                kind="deposit",
+                amount_cents=amount_cents,
+                business_key=f"deposit:{reference}",
+                at=at,
+            )
+            if not applied:
+                earlier = await ledger.entry(session, f"deposit:{reference}")
+                assert earlier is not None
+                if (earlier.user_id, earlier.amount_cents) != (user_id, amount_cents):
+                    raise errors.Conflict(
+                        f"reference {reference!r} was used for another deposit", reference=reference
+                    )
+            balance = await ledger.balance(session, user_id)
+        return Outcome({"user_id": user_id, "balance_cents": balance}, applied)
+
+    async def account(self, user_id: str) -> dict[str, Any]:
+        """A user's balance (0 for an unknown user)."""
+        async with self._db.sessions() as session:
+            return {"user_id": user_id, "balance_cents": await ledger.balance(session, user_id)}
+
+    # -- send -----------------------------------------------------------------------
+
+    async def send(
+        self,
+        sender_id: str,
+        amount_cents: int,
+        count: int,
+        packet_id: str | None = None,
+        expires_in_s: int | None = None,
+        strategy: str = "double_mean",
+    ) -> Outcome:
+        """Debit the sender and create the packet; the same packet_id again returns it."""
+        limits = self._limits
+        if count > limits.max_count:
+            raise errors.InvalidRequest(f"count may be at most {limits.max_count}")
+        if amount_cents > limits.max_amount_cents:
+            raise errors.InvalidRequest(f"amount_cents may be at most {limits.max_amount_cents}")
+        if amount_cents < count:
+            raise errors.InvalidRequest("amount_cents must be at least count (1 cent per share)")
+        packet_id = packet_id or f"p{secrets.token_hex(8)}"
+        expires_in_s = expires_in_s or limits.expires_in_s
+        now_ms = await self._now_ms()
+        wanted = {
+            "sender_id": sender_id,
+            "amount_cents": amount_cents,
+            "count": count,
+            "strategy": strategy,
+            "expires_in_s": expires_in_s,
+        }
+        async with self._db.transaction() as session:
+            created = await insert_ignore(
+                session,
+                PacketRow.__table__,
+                {
+                    "packet_id": packet_id,
+                    **wanted,
+                    "status": "pending",
+                    "refunded_cents": 0,
+                    "records_done": False,
+                    "created_at": from_ms(now_ms),
+                    "expires_at": from_ms(now_ms + expires_in_s * 1000),
+                },
+            )
+            if created:
+                await ledger.post_entry(
+                    session,
+                    user_id=sender_id,
+                    kind="packet_debit",
+                    amount_cents=-amount_cents,
+                    business_key=f"packet_debit:{packet_id}",
+                    at=from_ms(now_ms),
+                    require_funds=True,
+                )
+                await record_event(
+                    session,
+                    Event(
+                        "packet.sent",
+                        now_ms,
+                        f"packet.sent:{packet_id}",
+                        {"packet_id": packet_id, **wanted},
+                    ),
+                )
+            row = await session.get(PacketRow, packet_id, populate_existing=True)
+        assert row is not None
+        if not created and any(getattr(row, k) != v for k, v in wanted.items()):
+            raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
+        if row.status == "pending":
+            await self._make_live(row)
+        return Outcome(self._sent_body(row), created)
+
+    async def _make_live(self, row: PacketRow) -> None:
+        """Create the Redis state of a recorded packet (idempotent), then mark it active."""
+        shares = split(row.strategy, row.amount_cents, row.count)
+        await self._call(
+            "packet_create",
+            row.packet_id,
+            row.sender_id,
+            row.amount_cents,
+            row.count,
+            row.strategy,
+            to_ms(row.created_at),
+            to_ms(row.expires_at),
+            self._limits.retention_s * 1000,
+            *shares,
+        )
+        async with self._db.transaction() as session:
+            await session.execute(
+                update(PacketRow)
+                .where(PacketRow.packet_id == row.packet_id, PacketRow.status == "pending")
+                .values(status="active")
+            )
+        row.status = "active"
+
+    async def repair_pending(self) -> dict[str, int]:
+        """Finish sends whose Redis step failed: create the packet, or refund it if already over."""
+        async with self._db.sessions() as session:
+            pending = (
+                await session.scalars(select(PacketRow).where(PacketRow.status == "pending"))
+            ).all()
+        now_ms = await self._now_ms()
+        made_live = refunded = 0
+        for row in pending:
+            in_redis = await self._redis.exists(self._keys.packet_keys(row.packet_id)[0])
+            if in_redis or to_ms(row.expires_at) > now_ms:
+                await self._make_live(row)
+                made_live += 1
+            else:
+                await self._refund_unsent(row)
+                refunded += 1
+        return {"pending": len(pending), "made_live": made_live, "refunded": refunded}
+
+    async def _refund_unsent(self, row: PacketRow) -> None:
+        # Its time ran out before it ever reached Redis: nobody grabbed, all goes back.
+        at_ms = to_ms(row.expires_at)
+        async with self._db.transaction() as session:
+            await ledger.post_entry(
+                session,
+                user_id=row.sender_id,
+                kind="refund_credit",
+                amount_cents=row.amount_cents,
+                business_key=f"refund:{row.packet_id}",
+                at=from_ms(at_ms),
+            )
+            await session.execute(
+                update(PacketRow)
+                .where(PacketRow.packet_id == row.packet_id, PacketRow.status == "pending")
+                .values(
+                    status="expired",
+                    expired_at=from_ms(at_ms),
+                    refunded_cents=row.amount_cents,
+                    records_done=True,
+                )
+            )
+            data = {
+                "packet_id": row.packet_id,
+                "sender_id": row.sender_id,
+                "refunded_cents": row.amount_cents,
+                "ungrabbed_count": row.count,
+            }
+            await record_event(
+                session, Event("packet.refunded", at_ms, f"packet.refunded:{row.packet_id}", data)
+            )
+
+    @staticmethod
+    def _sent_body(row: PacketRow) -> dict[str, Any]:
+        return {
+            "packet_id": row.packet_id,
+            "sender_id": row.sender_id,
+            "amount_cents": row.amount_cents,
+            "count": row.count,
+            "strategy": row.strategy,
+            "status": "active" if row.status == "pending" else row.status,
+            "expires_at": iso_ms(to_ms(row.expires_at)),
+        }
+
+    # -- grab -----------------------------------------------------------------------
+
+    async def grab(self, packet_id: str, user_id: str) -> dict[str, Any]:
+        """Take one share for the user; a repeat answers `already_grabbed` with the same amount."""
+        code, rest = await self._call("packet_grab", packet_id, user_id)
+        if code is PacketCode.NOT_FOUND:
+            row = await self._recorded(packet_id)
+            if row.status == "pending":  # the send's Redis step has not happened yet
+                await self._make_live(row)
+                code, rest = await self._call("packet_grab", packet_id, user_id)
+            else:
+                return await self._grab_from_record(row, user_id)
+        if code is PacketCode.OK:
+            return {
+                "status": "grabbed",
+                "amount_cents": int(rest[0]),
+                "remaining_count": int(rest[1]),
+            }
+        if code is PacketCode.ALREADY_GRABBED:
+            return {"status": "already_grabbed", "amount_cents": int(rest[0])}
+        if code is PacketCode.SOLD_OUT:
+            raise errors.SoldOut(f"packet {packet_id!r} is sold out")
+        if code is PacketCode.EXPIRED:
+            raise errors.Expired(f"packet {packet_id!r} has expired")
+        raise RuntimeError(f"packet_grab answered {code!r}")
+
+    async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
+        # Redis has let the ended packet go; its SQL record answers.
+        async with self._db.sessions() as session:
+            grab = await session.get(GrabRow, (row.packet_id, user_id))
+        if grab is not None:
+            return {"status": "already_grabbed", "amount_cents": grab.amount_cents}
+        if row.status == "sold_out":
+            raise errors.SoldOut(f"packet {row.packet_id!r} is sold out")
+        if row.status == "expired":
+            raise errors.Expired(f"packet {row.packet_id!r} has expired")
+        raise errors.RedisUnavailable(f"packet {row.packet_id!r} is missing from Redis")
+
+    async def _recorded(self, packet_id: str) -> PacketRow:
+        async with self._db.sessions() as session:
+            row = await session.get(PacketRow, packet_id)
+        if row is None:
+            raise errors.PacketNotFound(f"no packet {packet_id!r}")
+        return row
+
+    # -- read -----------------------------------------------------------------------
+
+    async def get(self, packet_id: str) -> dict[str, Any]:
+        """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
+        code, rest = await self._call("packet_read", packet_id)
+        if code is PacketCode.OK:
+            flat, grabs_flat, _now = rest
+            p = dict(zip(flat[0::2], flat[1::2], strict=True))
+            grabs = sorted(
+                (int(seq), user, int(amount), int(at))
+                for user, (seq, amount, at) in (
+                    (u, v.split("|"))
+                    for u, v in zip(grabs_flat[0::2], grabs_flat[1::2], strict=True)
+                )
+            )
+            return self._packet_body(
+                packet_id,
+                p["sender_id"],
+                int(p["amount"]),
+                int(p["count"]),
+                p["strategy"],
+                p["status"],
+                int(p["expires_ms"]),
+                int(p.get("refunded", 0)),
+                [(user, amount, at) for _seq, user, amount, at in grabs],
+            )
+        row = await self._recorded(packet_id)
+        async with self._db.sessions() as session:
+            rows = (
+                await session.scalars(
+                    select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
+                )
+            ).all()
+        return self._packet_body(
+            packet_id,
+            row.sender_id,
+            row.amount_cents,
+            row.count,
+            row.strategy,
+            "active" if row.status == "pending" else row.status,
+            to_ms(row.expires_at),
+            row.refunded_cents,
+            [(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in rows],
+        )
+
+    @staticmethod
+    def _packet_body(
+        packet_id: str,
+        sender_id: str,
+        amount: int,
+        count: int,
+        strategy: str,
+        status: str,
+        expires_ms: int,
+        refunded: int,
+        grabs: list[tuple[str, int, int]],
+    ) -> dict[str, Any]:
+        grabbed = sum(amount_cents for _user, amount_cents, _at in grabs)
+        luckiest = None
+        if status == "sold_out" and grabs:
+            # max() keeps the first of equals: ties go to the earlier grab
+            luckiest = max(grabs, key=lambda grab: grab[1])[0]
+        return {
+            "packet_id": packet_id,
+            "sender_id": sender_id,
+            "amount_cents": amount,
+            "count": count,
+            "strategy": strategy,
+            "status": status,
+            "remaining_count": count - len(grabs),
+            "remaining_cents": amount - grabbed,
+            "refunded_cents": refunded,
+            "expires_at": iso_ms(expires_ms),
+            "grabs": [
+                {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
+                for user, amount_cents, at in grabs
+            ],
+            "luckiest_user_id": luckiest,
+        }
+
+    # -- expiry ---------------------------------------------------------------------
+
+    async def expire(self, packet_id: str) -> dict[str, Any]:
+        """Close the packet if its time is up; its refund is recorded exactly once."""
+        code, rest = await self._call("packet_expire", packet_id)
+        if code is PacketCode.OK:
+            await self.writer.drain(packet_id)
+            return {"packet_id": packet_id, "expired": True, "refunded_cents": int(rest[0])}
+        if code in (PacketCode.NOT_DUE, PacketCode.EXISTING, PacketCode.NOT_FOUND):
+            return {"packet_id": packet_id, "expired": False, "reason": code.name.lower()}
+        raise RuntimeError(f"packet_expire answered {code!r}")
+
+    async def expire_due(self) -> dict[str, int]:
+        """Expire every active packet whose time is up (safe to repeat, from any process)."""
+        now = from_ms(await self._now_ms())
+        async with self._db.sessions() as session:
+            due = (
+                await session.scalars(
+                    select(PacketRow.packet_id).where(
+                        PacketRow.status == "active", PacketRow.expires_at <= now
+                    )
+                )
+            ).all()
+        expired = 0
+        for packet_id in due:
+            expired += bool((await self.expire(packet_id))["expired"])
+        return {"due": len(due), "expired": expired}

@@ -1,0 +1,148 @@
+"""Write-behind of grabs: a Redis consumer group feeds SQL, one transaction per batch.
+
+Each packet has its own outbox stream (its keys share one cluster slot). A batch is
+applied in one SQL transaction and only then acknowledged and deleted, so a writer that
+dies midway leaves its batch pending: it is read again by the same consumer after a
+failed commit, or taken over (XAUTOCLAIM) by another writer once it has been idle for
+`reclaim_idle_s`. Unique keys (grab per packet and user, ledger business keys) turn a
+second application into a no-op, so "at least once" delivery records exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from typing import Any
+
+import redis.exceptions
+from sqlalchemy import select, update
+
+from groupbuy.db import Database
+from groupbuy.keys import Keys
+from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.records import apply_packet_record
+from groupbuy.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+GROUP = "writers"
+_ENDED = ("sold_out", "expired")
+
+Entries = list[tuple[str, dict[str, str]]]
+
+
+class PacketRecordWriter:
+    """Drains packets' outbox streams into SQL as one consumer of the `writers` group."""
+
+    def __init__(
+        self,
+        redis: Any,
+        scripts: Scripts,
+        database: Database,
+        keys: Keys,
+        batch_size: int,
+        reclaim_idle_s: float,
+        consumer: str | None = None,
+    ) -> None:
+        self._redis = redis
+        self._scripts = scripts
+        self._db = database
+        self._keys = keys
+        self._batch_size = batch_size
+        self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+    async def drain(self, packet_id: str) -> int:
+        """Record every entry of one packet's stream now; returns how many were applied."""
+        stream = self._keys.packet_outbox(packet_id)
+        applied = 0
+        while True:
+            try:
+                entries = await self._next_batch(stream)
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                # No stream: never created (pending send) or already fully recorded and dropped.
+                await self._mark_done_if_ended(packet_id)
+                return applied
+            if not entries:
+                return applied
+            async with self._db.transaction() as session:
+                for _entry_id, fields in entries:
+                    await apply_packet_record(session, fields)
+                status = await session.scalar(
+                    select(PacketRow.status).where(PacketRow.packet_id == packet_id)
+                )
+            ended = status in _ENDED  # nothing can be added to the stream after its ending
+            ids = [entry_id for entry_id, _ in entries]
+            _deleted, left = await self._scripts.call(
+                "outbox_ack", [stream], [GROUP, "1" if ended else "0", *ids]
+            )
+            applied += len(entries)
+            if ended and int(left) == 0:
+                await self._mark_done_if_ended(packet_id)
+                return applied
+
+    async def _next_batch(self, stream: str) -> Entries:
+        # 1. what this consumer read before and did not acknowledge (its commit failed)
+        mine = await self._redis.xreadgroup(
+            GROUP, self.consumer, {stream: "0"}, count=self._batch_size
+        )
+        entries = _entries(mine)
+        if entries:
+            return entries
+        # 2. what a dead consumer left pending for longer than reclaim_idle_s
+        _next, claimed, *_ = await self._redis.xautoclaim(
+            stream, GROUP, self.consumer, self._reclaim_idle_ms, "0-0", count=self._batch_size
+        )
+        claimed = [(entry_id, fields) for entry_id, fields in claimed if fields]
+        if claimed:
+            return claimed
+        # 3. new records
+        fresh = await self._redis.xreadgroup(
+            GROUP, self.consumer, {stream: ">"}, count=self._batch_size
+        )
+        return _entries(fresh)
+
+    async def _mark_done_if_ended(self, packet_id: str) -> None:
+        async with self._db.transaction() as session:
+            await session.execute(
+                update(PacketRow)
+                .where(PacketRow.packet_id == packet_id, PacketRow.status.in_(_ENDED))
+                .values(records_done=True)
+            )
+
+    async def unrecorded_packets(self) -> list[str]:
+        """Packets whose stream may still hold records (live, or ended but not drained)."""
+        async with self._db.sessions() as session:
+            rows = await session.scalars(
+                select(PacketRow.packet_id).where(
+                    PacketRow.records_done.is_(False), PacketRow.status != "pending"
+                )
+            )
+            return list(rows.all())
+
+    async def drain_all(self) -> int:
+        """Drain every packet that may have records waiting."""
+        total = 0
+        for packet_id in await self.unrecorded_packets():
+            total += await self.drain(packet_id)
+        return total
+
+    async def backlog(self) -> int:
+        """Records written by scripts and not yet in SQL (acknowledged ones are deleted)."""
+        total = 0
+        for packet_id in await self.unrecorded_packets():
+            total += int(await self._redis.xlen(self._keys.packet_outbox(packet_id)))
+        return total
+
+
+def _entries(reply: Any) -> Entries:
+    """Entries of a one-stream XREADGROUP reply (a list under RESP2, a dict under RESP3)."""
+    if not reply:
+        return []
+    batches = reply.values() if isinstance(reply, dict) else (batch for _stream, batch in reply)
+    # An entry deleted while pending comes back without fields: nothing to apply.
+    return [(entry_id, fields) for batch in batches for entry_id, fields in batch if fields]

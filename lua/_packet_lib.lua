@@ -1,0 +1,43 @@
+-- _packet_lib: helpers shared by the packet_* scripts (after _common).
+-- Common KEYS of packet scripts (all under the hash tag {p:<packet_id>}):
+-- KEYS[1] packet hash  KEYS[2] shares list (amounts still to grab, in grab order)
+-- KEYS[3] grabs hash (user -> "seq|amount_cents|grabbed_at_ms")  KEYS[4] outbox stream
+-- Common ARGV: ARGV[1] packet_id  ARGV[2] clock shift in ms (0 in production)
+-- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
+-- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,
+-- expire_at_ms (when Redis drops the packet's keys: expiry + retention).
+
+-- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
+local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
+
+local function emit(fields)
+  redis.call('XADD', KEYS[4], '*', unpack(fields))
+end
+
+-- Close a packet whose time is up: what is left goes back to the sender, recorded once
+-- because only an active packet can get here and it leaves here expired.
+local function expire_packet(p)
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'expired_ms', int(p.expires_ms),
+             'refunded', int(p.remaining_cents))
+  redis.call('DEL', KEYS[2])
+  emit({'type', 'packet.refunded', 'at_ms', int(p.expires_ms), 'packet_id', ARGV[1],
+        'sender_id', p.sender_id, 'refunded_cents', int(p.remaining_cents),
+        'remaining_count', int(p.remaining_count)})
+  p.status = 'expired'
+  p.just_expired = true
+end
+
+-- The packet's state after the lazy expiry check, or nil if Redis does not know it.
+local function load_packet(now)
+  local f = redis.call('HMGET', KEYS[1], 'status', 'count', 'remaining_count',
+                       'remaining_cents', 'expires_ms', 'sender_id')
+  if not f[1] then
+    return nil
+  end
+  local p = {status = f[1], count = tonumber(f[2]), remaining_count = tonumber(f[3]),
+             remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6]}
+  if p.status == 'active' and now >= p.expires_ms then
+    expire_packet(p)
+  end
+  return p
+end

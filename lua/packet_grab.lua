@@ -1,0 +1,46 @@
+-- packet_grab: one user takes the next share of a packet, at most once.
+-- requires: _common
+-- requires: _packet_lib
+-- KEYS[1..4] as _packet_lib
+-- ARGV[1..2] as _packet_lib  ARGV[3] user_id
+-- Returns {OK, amount_cents, remaining_count} grabbed (and recorded in the outbox),
+-- {ALREADY_GRABBED, amount_cents} the same amount as the first time,
+-- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
+-- {NOT_FOUND}.
+local now = now_ms(ARGV[2])
+local user = ARGV[3]
+local p = load_packet(now)
+if not p then
+  return {NOT_FOUND}
+end
+local prior = redis.call('HGET', KEYS[3], user)
+if prior then
+  return {ALREADY_GRABBED, tonumber(split(prior)[2])}
+end
+if p.status == 'expired' then
+  return {EXPIRED}
+end
+if p.status ~= 'active' then
+  return {SOLD_OUT}
+end
+
+local share = redis.call('LPOP', KEYS[2])
+if not share then
+  return redis.error_reply('packet ' .. ARGV[1] .. ' is active but has no shares left')
+end
+local seq = p.count - p.remaining_count + 1
+local left = p.remaining_count - 1
+redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now))
+redis.call('HSET', KEYS[1], 'remaining_count', int(left),
+           'remaining_cents', int(p.remaining_cents - tonumber(share)))
+if seq == 1 then
+  redis.call('PEXPIREAT', KEYS[3], redis.call('HGET', KEYS[1], 'expire_at_ms'))
+end
+emit({'type', 'grab', 'at_ms', int(now), 'packet_id', ARGV[1], 'user_id', user,
+      'amount_cents', share, 'seq', int(seq)})
+if left == 0 then
+  redis.call('HSET', KEYS[1], 'status', 'sold_out', 'sold_out_ms', int(now))
+  emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', ARGV[1],
+        'sender_id', p.sender_id})
+end
+return {OK, tonumber(share), left}
