@@ -1,0 +1,160 @@
+"""Each packet script called directly (no service), on fakeredis and on a real redis-server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from groupbuy.keys import Keys
+from groupbuy.redpacket.codes import PacketCode
+from groupbuy.scripts import Scripts, script_source
+
+PID = "pk1"
+RETENTION_MS = 3_600_000
+
+
+class Harness:
+    """Calls the packet scripts with the service's key layout at a controllable time shift."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.scripts = Scripts(redis)
+        self.keys = Keys("t").packet_keys(PID)
+        self.shift_ms = 0
+
+    async def now_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + self.shift_ms
+
+    async def call(self, name: str, *args: Any) -> list[Any]:
+        return await self.scripts.call(name, self.keys, [PID, self.shift_ms, *args])
+
+    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> list[Any]:
+        now = await self.now_ms()
+        return await self.call(
+            "packet_create", "sender", sum(shares), len(shares), "double_mean", now, now + ttl_ms,
+            RETENTION_MS, *shares,
+        )
+
+    async def records(self) -> list[dict[str, str]]:
+        return [fields for _id, fields in await self.redis.xrange(self.keys[3])]
+
+
+@pytest.fixture
+async def h(redis_client: Any) -> Harness:
+    harness = Harness(redis_client)
+    await harness.scripts.load()
+    return harness
+
+
+def code(reply: list[Any]) -> PacketCode:
+    return PacketCode(int(reply[0]))
+
+
+async def test_create_is_idempotent_and_sets_up_the_group(h: Harness) -> None:
+    assert await h.create([5, 3, 2]) == [PacketCode.OK]
+    assert await h.create([9, 9, 9]) == [PacketCode.EXISTING]
+    assert await h.redis.lrange(h.keys[1], 0, -1) == ["5", "3", "2"]
+    groups = await h.redis.xinfo_groups(h.keys[3])
+    assert [g["name"] for g in groups] == ["writers"]
+    ttl = await h.redis.pttl(h.keys[0])
+    assert 60_000 < ttl <= 60_000 + RETENTION_MS
+
+
+async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
+    shares = [1] * 10_000
+    assert await h.create(shares) == [PacketCode.OK]
+    assert await h.redis.llen(h.keys[1]) == 10_000
+
+
+async def test_grab_outcomes(h: Harness) -> None:
+    assert await h.call("packet_grab", "u1") == [PacketCode.NOT_FOUND]
+    await h.create([5, 3, 2])
+    assert await h.call("packet_grab", "u1") == [PacketCode.OK, 5, 2]
+    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.call("packet_grab", "u2") == [PacketCode.OK, 3, 1]
+    assert await h.call("packet_grab", "u3") == [PacketCode.OK, 2, 0]
+    assert await h.call("packet_grab", "u4") == [PacketCode.SOLD_OUT]
+    assert await h.call("packet_grab", "u2") == [PacketCode.ALREADY_GRABBED, 3]
+    records = await h.records()
+    assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
+    assert [(r["user_id"], r["amount_cents"], r["seq"]) for r in records[:3]] == [
+        ("u1", "5", "1"), ("u2", "3", "2"), ("u3", "2", "3"),
+    ]
+    packet = await h.redis.hgetall(h.keys[0])
+    assert packet["status"] == "sold_out" and packet["remaining_cents"] == "0"
+    assert await h.redis.pttl(h.keys[2]) > 0  # the grabs hash expires with the packet
+
+
+async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
+    await h.create([5, 3, 2], ttl_ms=10_000)
+    await h.call("packet_grab", "u1")
+    assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
+    h.shift_ms += 10_000
+    assert await h.call("packet_expire") == [PacketCode.OK, 5]
+    assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
+    assert await h.call("packet_grab", "u2") == [PacketCode.EXPIRED]
+    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 5]
+    refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
+    assert len(refunds) == 1 and refunds[0]["refunded_cents"] == "5"
+    assert not await h.redis.exists(h.keys[1])
+
+
+async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) -> None:
+    await h.create([4, 4], ttl_ms=1_000)
+    h.shift_ms += 1_000
+    assert await h.call("packet_grab", "u1") == [PacketCode.EXPIRED]
+    assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
+    assert [r["type"] for r in await h.records()] == ["packet.refunded"]
+
+
+async def test_sold_out_packets_never_refund(h: Harness) -> None:
+    await h.create([1], ttl_ms=1_000)
+    await h.call("packet_grab", "u1")
+    h.shift_ms += 5_000
+    assert await h.call("packet_expire") == [PacketCode.EXISTING, "sold_out"]
+    assert "packet.refunded" not in [r["type"] for r in await h.records()]
+
+
+async def test_read(h: Harness) -> None:
+    assert await h.call("packet_read") == [PacketCode.NOT_FOUND]
+    await h.create([2, 1])
+    await h.call("packet_grab", "u1")
+    _code, packet, grabs, now = await h.call("packet_read")
+    assert dict(zip(packet[0::2], packet[1::2], strict=True))["remaining_count"] == "1"
+    assert grabs[0] == "u1" and grabs[1].startswith("1|2|")
+    assert int(now) > 0
+
+
+async def test_outbox_ack_with_the_group(h: Harness) -> None:
+    await h.create([1, 1])
+    await h.call("packet_grab", "u1")
+    stream = h.keys[3]
+    batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
+    ids = [entry_id for entry_id, _ in batch[0][1]]
+    assert await h.scripts.call("outbox_ack", [stream], ["writers", "0", *ids]) == [1, 0]
+    assert await h.redis.exists(stream)  # kept: more grabs may come
+    assert (await h.redis.xpending(stream, "writers"))["pending"] == 0
+
+
+async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
+    await h.create([1, 1])
+    await h.redis.script_flush()
+    assert await h.call("packet_grab", "u1") == [PacketCode.OK, 1, 1]
+
+
+async def test_all_packet_keys_share_one_slot(h: Harness) -> None:
+    await h.create([1, 1])
+    await h.call("packet_grab", "u1")
+    keys = await h.redis.keys("*")
+    assert len(keys) == 4 and {k[k.index("{") + 1 : k.index("}")] for k in keys} == {f"p:{PID}"}
+
+
+def test_lua_codes_mirror_the_python_enum() -> None:
+    import re
+
+    source = script_source("packet_read")
+    names, values = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE).groups()
+    lua = {n.strip(): int(v) for n, v in zip(names.split(","), values.split(","), strict=True)}
+    assert lua == {c.name: c.value for c in PacketCode}
