@@ -67,9 +67,14 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def dialect_insert(session: AsyncSession, table: Any) -> Any:
+    """An INSERT of the session's dialect, which knows ON CONFLICT (SQLite and PostgreSQL)."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
 async def insert_ignore(session: AsyncSession, table: Any, values: dict[str, Any]) -> bool:
     """INSERT a row unless its unique key exists (ON CONFLICT DO NOTHING); True if inserted."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    statement: Any = dialect.insert(table).values(**values).on_conflict_do_nothing()
+    statement = dialect_insert(session, table).values(**values).on_conflict_do_nothing()
     result = await session.execute(statement)
     return bool(cast(CursorResult[Any], result).rowcount)

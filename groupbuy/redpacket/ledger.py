@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any, cast
 
@@ -9,8 +10,42 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
-from groupbuy.db import insert_ignore
+from groupbuy.db import dialect_insert, insert_ignore
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
+
+
+async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
+    """Apply many entries at once, each unless its `business_key` was applied before.
+
+    Three statements whatever the batch size: insert the entries (skipping known keys),
+    then add what was really inserted to each balance with one multi-row upsert.
+    Each entry has user_id, kind, amount_cents (signed), business_key and created_at.
+    Returns how many entries were applied now.
+    """
+    if not entries:
+        return 0
+    inserted = (
+        await session.execute(
+            dialect_insert(session, LedgerEntryRow.__table__)
+            .values(entries)
+            .on_conflict_do_nothing()
+            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents)
+        )
+    ).all()
+    deltas: Counter[str] = Counter()
+    for user_id, amount_cents in inserted:
+        deltas[user_id] += amount_cents
+    if deltas:
+        upsert = dialect_insert(session, AccountRow.__table__).values(
+            [{"user_id": user_id, "balance_cents": delta} for user_id, delta in deltas.items()]
+        )
+        await session.execute(
+            upsert.on_conflict_do_update(
+                index_elements=[AccountRow.user_id],
+                set_={"balance_cents": AccountRow.balance_cents + upsert.excluded.balance_cents},
+            )
+        )
+    return len(inserted)
 
 
 async def post_entry(
@@ -29,36 +64,26 @@ async def post_entry(
     InsufficientFunds (the caller's transaction then rolls the entry back). The balance
     changes by a conditional UPDATE, so concurrent debits can never both pass the check.
     """
-    applied = await insert_ignore(
-        session,
-        LedgerEntryRow.__table__,
-        {
-            "business_key": business_key,
-            "user_id": user_id,
-            "kind": kind,
-            "amount_cents": amount_cents,
-            "created_at": at,
-        },
-    )
-    if not applied:
+    entry = {
+        "business_key": business_key,
+        "user_id": user_id,
+        "kind": kind,
+        "amount_cents": amount_cents,
+        "created_at": at,
+    }
+    if not require_funds:
+        return await post_entries(session, [entry]) == 1
+    if not await insert_ignore(session, LedgerEntryRow.__table__, entry):
         return False
-    if require_funds:
-        debit = await session.execute(
-            update(AccountRow)
-            .where(AccountRow.user_id == user_id, AccountRow.balance_cents >= -amount_cents)
-            .values(balance_cents=AccountRow.balance_cents + amount_cents)
-        )
-        if cast(CursorResult[Any], debit).rowcount != 1:
-            raise errors.InsufficientFunds(
-                f"user {user_id!r} has less than {-amount_cents} cents", user_id=user_id
-            )
-        return True
-    await insert_ignore(session, AccountRow.__table__, {"user_id": user_id, "balance_cents": 0})
-    await session.execute(
+    debit = await session.execute(
         update(AccountRow)
-        .where(AccountRow.user_id == user_id)
+        .where(AccountRow.user_id == user_id, AccountRow.balance_cents >= -amount_cents)
         .values(balance_cents=AccountRow.balance_cents + amount_cents)
     )
+    if cast(CursorResult[Any], debit).rowcount != 1:
+        raise errors.InsufficientFunds(
+            f"user {user_id!r} has less than {-amount_cents} cents", user_id=user_id
+        )
     return True
 
 

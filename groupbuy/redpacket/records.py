@@ -5,49 +5,59 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.db import insert_ignore
+from groupbuy.db import dialect_insert
 from groupbuy.events import Event, record_event
-from groupbuy.redpacket.ledger import post_entry
+from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.timefmt import from_ms
 
 
-async def apply_packet_record(session: AsyncSession, f: dict[str, str]) -> None:
-    """Apply one record of a packet script to SQL; a record applied before changes nothing."""
+async def apply_packet_records(session: AsyncSession, records: list[dict[str, str]]) -> None:
+    """Apply a batch of packet-script records to SQL; records applied before change nothing.
+
+    Grabs, the bulk of the traffic, go in with three statements per batch (grab rows,
+    ledger credits, balances); the rare endings are applied one by one after them.
+    """
+    grabs = [f for f in records if f["type"] == "grab"]
+    if grabs:
+        await session.execute(
+            dialect_insert(session, GrabRow.__table__)
+            .values([_grab_row(f) for f in grabs])
+            .on_conflict_do_nothing()
+        )
+        await post_entries(session, [_grab_credit(f) for f in grabs])
+    for f in records:
+        if f["type"] != "grab":
+            await _apply_ending(session, f)
+
+
+def _grab_row(f: dict[str, str]) -> dict[str, object]:
+    return {
+        "packet_id": f["packet_id"],
+        "user_id": f["user_id"],
+        "seq": int(f["seq"]),
+        "amount_cents": int(f["amount_cents"]),
+        "grabbed_at": from_ms(int(f["at_ms"])),
+    }
+
+
+def _grab_credit(f: dict[str, str]) -> dict[str, object]:
+    return {
+        "business_key": f"grab:{f['packet_id']}:{f['user_id']}",
+        "user_id": f["user_id"],
+        "kind": "grab_credit",
+        "amount_cents": int(f["amount_cents"]),
+        "created_at": from_ms(int(f["at_ms"])),
+    }
+
+
+async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
     kind, packet_id, at_ms = f["type"], f["packet_id"], int(f["at_ms"])
     at = from_ms(at_ms)
-    if kind == "grab":
-        user_id, amount = f["user_id"], int(f["amount_cents"])
-        await insert_ignore(
-            session,
-            GrabRow.__table__,
-            {
-                "packet_id": packet_id,
-                "user_id": user_id,
-                "seq": int(f["seq"]),
-                "amount_cents": amount,
-                "grabbed_at": at,
-            },
-        )
-        await post_entry(
-            session,
-            user_id=user_id,
-            kind="grab_credit",
-            amount_cents=amount,
-            business_key=f"grab:{packet_id}:{user_id}",
-            at=at,
-        )
-    elif kind == "packet.sold_out":
+    if kind == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
-        await record_event(
-            session,
-            Event(
-                kind,
-                at_ms,
-                f"{kind}:{packet_id}",
-                {"packet_id": packet_id, "sender_id": f["sender_id"]},
-            ),
-        )
+        data = {"packet_id": packet_id, "sender_id": f["sender_id"]}
+        await record_event(session, Event(kind, at_ms, f"{kind}:{packet_id}", data))
     elif kind == "packet.refunded":
         refunded = int(f["refunded_cents"])
         await post_entry(
@@ -59,7 +69,7 @@ async def apply_packet_record(session: AsyncSession, f: dict[str, str]) -> None:
             at=at,
         )
         await _set(session, packet_id, status="expired", expired_at=at, refunded_cents=refunded)
-        data = {
+        data: dict[str, object] = {
             "packet_id": packet_id,
             "sender_id": f["sender_id"],
             "refunded_cents": refunded,

@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 from groupbuy.db import Database
 from groupbuy.keys import Keys
 from groupbuy.redpacket.models import PacketRow
-from groupbuy.redpacket.records import apply_packet_record
+from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,7 @@ class PacketRecordWriter:
             if not entries:
                 return applied
             async with self._db.transaction() as session:
-                for _entry_id, fields in entries:
-                    await apply_packet_record(session, fields)
+                await apply_packet_records(session, [fields for _entry_id, fields in entries])
                 status = await session.scalar(
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
                 )
