@@ -54,9 +54,9 @@ def _grab_credit(f: dict[str, str]) -> dict[str, object]:
 async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
     kind, packet_id, at_ms = f["type"], f["packet_id"], int(f["at_ms"])
     at = from_ms(at_ms)
+    data: dict[str, object] = {"packet_id": packet_id, "sender_id": f["sender_id"]}
     if kind == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
-        data = {"packet_id": packet_id, "sender_id": f["sender_id"]}
         await record_event(session, Event(kind, at_ms, f"{kind}:{packet_id}", data))
     elif kind == "packet.refunded":
         refunded = int(f["refunded_cents"])
@@ -69,12 +69,7 @@ async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
             at=at,
         )
         await _set(session, packet_id, status="expired", expired_at=at, refunded_cents=refunded)
-        data: dict[str, object] = {
-            "packet_id": packet_id,
-            "sender_id": f["sender_id"],
-            "refunded_cents": refunded,
-            "ungrabbed_count": int(f["remaining_count"]),
-        }
+        data |= {"refunded_cents": refunded, "ungrabbed_count": int(f["remaining_count"])}
         await record_event(session, Event(kind, at_ms, f"{kind}:{packet_id}", data))
     else:
         raise ValueError(f"unknown packet record type {kind!r}")
