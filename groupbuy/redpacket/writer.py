@@ -62,7 +62,7 @@ class PacketRecordWriter:
             try:
                 entries = await self._next_batch(stream)
             except redis.exceptions.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                if not _missing_stream(exc):
                     raise
                 # No stream: never created (pending send) or already fully recorded and dropped.
                 await self._mark_done_if_ended(packet_id)
@@ -145,3 +145,10 @@ def _entries(reply: Any) -> Entries:
     batches = reply.values() if isinstance(reply, dict) else (batch for _stream, batch in reply)
     # An entry deleted while pending comes back without fields: nothing to apply.
     return [(entry_id, fields) for batch in batches for entry_id, fields in batch if fields]
+
+
+def _missing_stream(exc: redis.exceptions.ResponseError) -> bool:
+    """Whether a stream command failed because the stream (and so its group) is gone."""
+    message = str(exc)
+    # Redis says NOGROUP; fakeredis words it differently.
+    return "NOGROUP" in message or "requires the key to exist" in message

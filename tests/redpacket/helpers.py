@@ -1,0 +1,54 @@
+"""Shared checks of the red-packet tests: what SQL says about money."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from groupbuy.app import Services
+from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
+
+
+async def assert_money_conserved(services: Services) -> None:
+    """SPEC §4.4 at a quiescent point: deposits == balances + money held in active packets."""
+    async with services.database.sessions() as session:
+        deposits = await session.scalar(
+            select(func.coalesce(func.sum(LedgerEntryRow.amount_cents), 0)).where(
+                LedgerEntryRow.kind == "deposit"
+            )
+        )
+        balances = await session.scalar(select(func.coalesce(func.sum(AccountRow.balance_cents), 0)))
+        held = 0
+        for packet in (await session.scalars(select(PacketRow))).all():
+            grabbed = await session.scalar(
+                select(func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
+                    GrabRow.packet_id == packet.packet_id
+                )
+            )
+            if packet.status in ("active", "pending"):
+                held += packet.amount_cents - grabbed
+            elif packet.status == "expired":  # SPEC §4.3 after expiry
+                assert grabbed + packet.refunded_cents == packet.amount_cents, packet.packet_id
+            else:
+                assert grabbed == packet.amount_cents, packet.packet_id
+        # every balance is the sum of its entries
+        per_user = dict(
+            (
+                await session.execute(
+                    select(LedgerEntryRow.user_id, func.sum(LedgerEntryRow.amount_cents)).group_by(
+                        LedgerEntryRow.user_id
+                    )
+                )
+            ).all()
+        )
+        accounts = dict((await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all())
+    assert deposits == balances + held, (deposits, balances, held)
+    assert {u: b for u, b in accounts.items()} == {u: per_user.get(u, 0) for u in accounts}
+
+
+async def count(services: Services, model: type, **where: object) -> int:
+    """How many rows of a model match the given column values."""
+    query = select(func.count()).select_from(model)
+    for column, value in where.items():
+        query = query.where(getattr(model, column) == value)
+    async with services.database.sessions() as session:
+        return int(await session.scalar(query) or 0)

@@ -1,0 +1,128 @@
+"""The grab write-behind survives a writer killed midway and SQL being down (SPEC §4.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy.exc
+
+from groupbuy.app import Services
+from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.writer import PacketRecordWriter
+from tests.redpacket.helpers import assert_money_conserved, count
+
+
+class Killed(Exception):
+    """Stands for the writer process dying at that point."""
+
+
+def other_writer(services: Services, name: str) -> PacketRecordWriter:
+    """A second writer process: another consumer of the group, taking over at once."""
+    return PacketRecordWriter(
+        services.redis, services.scripts, services.database, services.keys, 500, 0, consumer=name
+    )
+
+
+async def grabbed_packet(services: Services, users: int = 5, shares: int = 5) -> dict[str, int]:
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    await packets.send("sender", 1000, shares, packet_id="pk")
+    return {
+        f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(users)
+    }
+
+
+async def assert_recorded_once(services: Services, won: dict[str, int]) -> None:
+    assert await count(services, GrabRow) == len(won)
+    assert await count(services, LedgerEntryRow, kind="grab_credit") == len(won)
+    for user, amount in won.items():
+        assert (await services.packets.account(user))["balance_cents"] == amount
+    await assert_money_conserved(services)
+
+
+async def test_killed_after_the_commit_before_the_ack(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    won = await grabbed_packet(services, users=3)
+    first = services.packets.writer
+    real_call = services.scripts.call
+
+    async def die_at_ack(name: str, keys: list[str], args: list[Any]) -> Any:
+        if name == "outbox_ack":
+            raise Killed()
+        return await real_call(name, keys, args)
+
+    monkeypatch.setattr(first._scripts, "call", die_at_ack)
+    with pytest.raises(Killed):
+        await first.drain("pk")
+    monkeypatch.setattr(first._scripts, "call", real_call)
+    assert await count(services, GrabRow) == 3  # committed, but still pending in Redis
+    assert await first.backlog() == 3
+
+    assert await other_writer(services, "survivor").drain("pk") == 3  # reclaimed, re-applied
+    await assert_recorded_once(services, won)
+    assert await first.backlog() == 0
+
+
+async def test_killed_before_the_insert(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    won = await grabbed_packet(services, users=4)
+    first = services.packets.writer
+
+    async def die(*_args: Any) -> None:
+        raise Killed()
+
+    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", die)
+    with pytest.raises(Killed):
+        await first.drain("pk")
+    monkeypatch.undo()
+    assert await count(services, GrabRow) == 0
+    assert await other_writer(services, "survivor").drain("pk") == 4
+    await assert_recorded_once(services, won)
+
+
+async def test_a_writer_retries_its_own_pending_batch(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    won = await grabbed_packet(services, users=2)
+    writer = services.packets.writer
+    real = writer._db.transaction
+    failures = {"left": 3}
+
+    def flaky_transaction() -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise sqlalchemy.exc.OperationalError("BEGIN", {}, Exception("database is down"))
+        return real()
+
+    monkeypatch.setattr(writer._db, "transaction", flaky_transaction)
+    for _ in range(3):  # SQL is down: the records wait in Redis
+        with pytest.raises(sqlalchemy.exc.OperationalError):
+            await writer.drain("pk")
+        assert await writer.backlog() == 2
+    assert await writer.drain("pk") == 2  # back up: the same consumer re-reads its pending batch
+    await assert_recorded_once(services, won)
+
+
+async def test_the_stream_goes_once_everything_is_recorded(services: Services) -> None:
+    won = await grabbed_packet(services, users=5, shares=5)  # sold out
+    writer = services.packets.writer
+    assert await writer.drain("pk") == 6
+    assert not await services.redis.exists(services.keys.packet_outbox("pk"))
+    async with services.database.sessions() as session:
+        row = await session.get(PacketRow, "pk")
+    assert row is not None and row.status == "sold_out" and row.records_done
+    assert await writer.unrecorded_packets() == []
+    assert await writer.drain("pk") == 0  # nothing left, no error
+    await assert_recorded_once(services, won)
+
+
+async def test_replaying_records_changes_nothing(services: Services) -> None:
+    won = await grabbed_packet(services, users=3)
+    stream = services.keys.packet_outbox("pk")
+    records = [fields for _id, fields in await services.redis.xrange(stream)]
+    assert await services.packets.writer.drain("pk") == 3
+    for fields in records:  # a redelivery of everything
+        await services.redis.xadd(stream, fields)
+    assert await services.packets.writer.drain("pk") == 3
+    await assert_recorded_once(services, won)
