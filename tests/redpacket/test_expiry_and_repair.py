@@ -1,0 +1,155 @@
+"""Expiry refunds exactly once; a send whose Redis step failed is finished or refunded."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.exceptions
+from sqlalchemy import select
+
+from groupbuy import errors
+from groupbuy.app import Services
+from groupbuy.events import EventRow
+from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
+from tests.redpacket.helpers import assert_money_conserved, count
+
+
+async def _events(services: Services, kind: str) -> list[EventRow]:
+    async with services.database.sessions() as session:
+        return list((await session.scalars(select(EventRow).where(EventRow.type == kind))).all())
+
+
+async def test_expiry_refunds_exactly_once_from_every_path(services: Services) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    await packets.send("sender", 600, 6, packet_id="pk", expires_in_s=60)
+    taken = sum([(await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(2)])
+    assert (await packets.expire("pk"))["expired"] is False  # not due yet
+    services.clock.advance(60)
+    # two schedulers at once, a lazy grab, and repeats
+    results = await asyncio.gather(
+        packets.expire("pk"), packets.expire_due(), packets.grab("pk", "late"), return_exceptions=True
+    )
+    assert sum(isinstance(r, errors.Expired) for r in results) == 1
+    await packets.expire("pk")
+    await packets.expire_due()
+    await packets.writer.drain_all()
+    refunds = await count(services, LedgerEntryRow, kind="refund_credit")
+    assert refunds == 1
+    assert (await packets.account("sender"))["balance_cents"] == 1000 - 600 + (600 - taken)
+    assert len(await _events(services, "packet.refunded")) == 1
+    body = await packets.get("pk")
+    assert body["status"] == "expired" and body["refunded_cents"] == 600 - taken
+    assert sum(g["amount_cents"] for g in body["grabs"]) + body["refunded_cents"] == 600
+    await assert_money_conserved(services)
+
+
+async def test_expire_due_only_touches_due_packets(services: Services) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    await packets.send("sender", 100, 2, packet_id="soon", expires_in_s=10)
+    await packets.send("sender", 100, 2, packet_id="later", expires_in_s=100)
+    await packets.send("sender", 100, 1, packet_id="sold", expires_in_s=10)
+    await packets.grab("sold", "u1")
+    services.clock.advance(10)
+    assert await packets.expire_due() == {"due": 2, "expired": 1}  # 'sold' ended earlier
+    await packets.writer.drain_all()
+    assert (await packets.get("later"))["status"] == "active"
+    assert (await packets.get("soon"))["status"] == "expired"
+    assert (await packets.get("sold"))["status"] == "sold_out"
+    assert await packets.expire_due() == {"due": 0, "expired": 0}
+    await assert_money_conserved(services)
+
+
+@pytest.fixture
+def redis_step_fails(services: Services, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The next packet_create calls fail as if Redis were unreachable."""
+    real = services.scripts.call
+    failures = {"left": 1}
+
+    async def call(name: str, keys: list[str], args: list[Any]) -> Any:
+        if name == "packet_create" and failures["left"]:
+            failures["left"] -= 1
+            raise redis.exceptions.ConnectionError("Redis went away")
+        return await real(name, keys, args)
+
+    monkeypatch.setattr(services.scripts, "call", call)
+    return failures
+
+
+async def test_a_failed_redis_step_is_finished_by_the_repair(
+    services: Services, redis_step_fails: dict[str, int]
+) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 500, "funds")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await packets.send("sender", 300, 3, packet_id="pk")
+    # The money left the sender in the same transaction that recorded the packet.
+    assert (await packets.account("sender"))["balance_cents"] == 200
+    assert (await packets.get("pk"))["status"] == "active"  # funded; answered from SQL
+    assert await packets.repair_pending() == {"pending": 1, "made_live": 1, "refunded": 0}
+    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+    assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
+    await packets.writer.drain_all()
+    await assert_money_conserved(services)
+
+
+async def test_a_client_retry_finishes_the_send(
+    services: Services, redis_step_fails: dict[str, int]
+) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 500, "funds")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await packets.send("sender", 300, 3, packet_id="pk")
+    again = await packets.send("sender", 300, 3, packet_id="pk")
+    assert not again.created and again.body["status"] == "active"
+    assert (await packets.account("sender"))["balance_cents"] == 200  # debited once
+    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+
+
+async def test_a_grab_finishes_the_send_too(
+    services: Services, redis_step_fails: dict[str, int]
+) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 500, "funds")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await packets.send("sender", 300, 3, packet_id="pk")
+    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+
+
+async def test_a_send_that_never_reached_redis_is_refunded_after_its_expiry(
+    services: Services, redis_step_fails: dict[str, int]
+) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 500, "funds")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await packets.send("sender", 300, 3, packet_id="pk", expires_in_s=5)
+    services.clock.advance(5)
+    assert await packets.repair_pending() == {"pending": 1, "made_live": 0, "refunded": 1}
+    assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
+    assert (await packets.account("sender"))["balance_cents"] == 500
+    body = await packets.get("pk")
+    assert body["status"] == "expired" and body["refunded_cents"] == 300 and body["grabs"] == []
+    with pytest.raises(errors.Expired):
+        await packets.grab("pk", "u1")
+    assert len(await _events(services, "packet.refunded")) == 1
+    async with services.database.sessions() as session:
+        row = await session.get(PacketRow, "pk")
+    assert row is not None and row.records_done
+    await assert_money_conserved(services)
+
+
+async def test_concurrent_sends_never_overdraw(services: Services) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    results = await asyncio.gather(
+        *(packets.send("sender", 300, 3, packet_id=f"pk{i}") for i in range(6)),
+        return_exceptions=True,
+    )
+    sent = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, errors.InsufficientFunds)]
+    assert len(sent) == 3 and len(refused) == 3
+    assert (await packets.account("sender"))["balance_cents"] == 100
+    await assert_money_conserved(services)
