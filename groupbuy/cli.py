@@ -1,11 +1,13 @@
-"""The `groupbuy` command: `groupbuy serve` runs the HTTP API."""
+"""The `groupbuy` command: `groupbuy serve` runs the HTTP API, `groupbuy worker` the background."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -72,6 +74,49 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker(args: argparse.Namespace) -> int:
+    """Run only the background work (records to SQL, send repair, packet expiry) until stopped."""
+    try:
+        settings = load_settings(args.config)
+    except (SettingsError, OSError) as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return 2
+    if settings.redis.embedded:
+        print("groupbuy: the worker needs a shared Redis: set GROUPBUY_REDIS_URL", file=sys.stderr)
+        return 2
+    print(
+        f"groupbuy {__version__} worker: redis {describe(settings.redis)}, "
+        f"database {settings.database.effective_url}"
+    )
+    asyncio.run(_work(settings))
+    return 0
+
+
+async def _work(settings: Settings) -> None:
+    from groupbuy.app import build_services
+    from groupbuy.background import maintenance_steps, run_periodically
+
+    services = build_services(settings)
+    await services.database.create_all()
+    await services.scripts.load()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    async def report_backlog() -> None:
+        logging.getLogger("groupbuy.worker").info(
+            "grab records waiting for SQL: %d", await services.packets.writer.backlog()
+        )
+
+    steps = [*maintenance_steps(services), ("backlog report", report_backlog)]
+    try:
+        await run_periodically(steps, settings.outbox.flush_interval_s, stop)
+    finally:
+        await services.database.dispose()
+        await services.redis.aclose()
+
+
 def app_from_environment() -> object:
     """An app built from config.toml and GROUPBUY_* (for multi-worker uvicorn)."""
     from groupbuy.app import create_app
@@ -92,6 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
     )
     run.set_defaults(func=serve)
+    work = commands.add_parser(
+        "worker", help="run the background work alone: records to SQL, repair, expiry"
+    )
+    work.add_argument(
+        "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
+    )
+    work.set_defaults(func=worker)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

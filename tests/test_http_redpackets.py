@@ -165,7 +165,7 @@ def advance(client: TestClient, seconds: float) -> None:
 
 
 def drop_from_redis(client: TestClient, pid: str) -> None:
-    """Make Redis forget an ended packet, as its retention TTL would (after the writer drained it)."""
+    """Make Redis forget a drained, ended packet, as its retention TTL would."""
     svc = services(client)
     assert pid not in client.portal.call(svc.packets.writer.unrecorded_packets), "not drained"
     client.portal.call(svc.redis.delete, *svc.keys.packet_keys(pid))
@@ -225,11 +225,26 @@ def test_deposit_needs_the_admin_role(client: TestClient) -> None:
 
 
 def test_deposit_amount_out_of_range_or_not_an_integer_422(client: TestClient) -> None:
-    for amount in (0, -1, -(10**12), 10**12 + 1, 10**30, "100", "1e3", 1.0, 1.5, True, False,
-                   None, [100], {"cents": 100}):
+    for amount in (
+        0,
+        -1,
+        -(10**12),
+        10**12 + 1,
+        10**30,
+        "100",
+        "1e3",
+        1.0,
+        1.5,
+        True,
+        False,
+        None,
+        [100],
+        {"cents": 100},
+    ):
         assert_422(deposit(client, "alice", amount, "r-bad"))
-    assert_422(client.post("/v1/accounts/alice/deposits", json={"reference": "r-bad"},
-                           headers=ADMIN))
+    assert_422(
+        client.post("/v1/accounts/alice/deposits", json={"reference": "r-bad"}, headers=ADMIN)
+    )
     assert balance(client, "alice") == 0
     # The bounds themselves are accepted, and the refused attempts did not use "r-bad".
     assert assert_ok(deposit(client, "alice", 1, "r-bad"), 201)["balance_cents"] == 1
@@ -239,14 +254,24 @@ def test_deposit_amount_out_of_range_or_not_an_integer_422(client: TestClient) -
 def test_deposit_bad_reference_user_id_or_fields_422(client: TestClient) -> None:
     for bad in BAD_IDS:
         assert_422(deposit(client, "alice", 100, bad))
-    assert_422(client.post("/v1/accounts/alice/deposits", json={"amount_cents": 100},
-                           headers=ADMIN))
-    assert_422(client.post("/v1/accounts/alice/deposits",
-                           json={"amount_cents": 100, "reference": "r1", "user_id": "bob"},
-                           headers=ADMIN))
+    assert_422(
+        client.post("/v1/accounts/alice/deposits", json={"amount_cents": 100}, headers=ADMIN)
+    )
+    assert_422(
+        client.post(
+            "/v1/accounts/alice/deposits",
+            json={"amount_cents": 100, "reference": "r1", "user_id": "bob"},
+            headers=ADMIN,
+        )
+    )
     for segment in ("a.b", "a%20b", "x" * 65, "a:b", "%C3%A9"):
-        assert_422(client.post(f"/v1/accounts/{segment}/deposits",
-                               json={"amount_cents": 100, "reference": "r1"}, headers=ADMIN))
+        assert_422(
+            client.post(
+                f"/v1/accounts/{segment}/deposits",
+                json={"amount_cents": 100, "reference": "r1"},
+                headers=ADMIN,
+            )
+        )
         assert_422(client.get(f"/v1/accounts/{segment}", headers=SERVICE))
     assert balance(client, "alice") == 0 and balance(client, "bob") == 0
     assert assert_ok(deposit(client, "alice", 100, "r1"), 201)["balance_cents"] == 100
@@ -265,8 +290,15 @@ def test_account_of_unknown_user_is_zero(client: TestClient) -> None:
 def test_send_201_exact_body_and_sender_debited(client: TestClient) -> None:
     fund(client, "alice", 5000)
     before = time.time() * 1000
-    r = send(client, sender_id="alice", amount_cents=1200, count=4, packet_id="p1",
-             expires_in_s=600, strategy="equal")
+    r = send(
+        client,
+        sender_id="alice",
+        amount_cents=1200,
+        count=4,
+        packet_id="p1",
+        expires_in_s=600,
+        strategy="equal",
+    )
     after = time.time() * 1000
     body = assert_ok(r, 201)
     assert set(body) == SENT_KEYS, body
@@ -292,9 +324,11 @@ def test_send_defaults_generated_id_double_mean_one_day(client: TestClient) -> N
     after = time.time() * 1000
     assert set(body) == SENT_KEYS, body
     pid = body["packet_id"]
-    assert isinstance(pid, str) and 1 <= len(pid) <= 64 and pid.replace("_", "").replace(
-        "-", ""
-    ).isalnum(), pid
+    assert (
+        isinstance(pid, str)
+        and 1 <= len(pid) <= 64
+        and pid.replace("_", "").replace("-", "").isalnum()
+    ), pid
     assert body["strategy"] == "double_mean" and body["status"] == "active", body
     assert before + DAY_S * 1000 - 2000 <= ms(body["expires_at"]) <= after + DAY_S * 1000 + 2000
     assert balance(client, "alice") == 4300
@@ -304,15 +338,25 @@ def test_send_defaults_generated_id_double_mean_one_day(client: TestClient) -> N
     assert other["packet_id"] != pid
     assert balance(client, "alice") == 3600
     # An explicit null is the same as leaving the optional fields out.
-    nulls = assert_ok(send(client, sender_id="alice", amount_cents=10, count=1, packet_id=None,
-                           expires_in_s=None), 201)
-    assert nulls["strategy"] == "double_mean" and nulls["packet_id"] not in (pid, other["packet_id"])
+    nulls = assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=10, count=1, packet_id=None, expires_in_s=None
+        ),
+        201,
+    )
+    assert nulls["strategy"] == "double_mean"
+    assert nulls["packet_id"] not in (pid, other["packet_id"])
 
 
 def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> None:
     fund(client, "alice", 1000)
-    params = {"sender_id": "alice", "amount_cents": 1000, "count": 5, "packet_id": "p1",
-              "expires_in_s": 300}
+    params = {
+        "sender_id": "alice",
+        "amount_cents": 1000,
+        "count": 5,
+        "packet_id": "p1",
+        "expires_in_s": 300,
+    }
     first = assert_ok(send(client, **params), 201)
     assert balance(client, "alice") == 0
     # The balance is now 0: a retry must not be taken for a second debit.
@@ -328,11 +372,59 @@ def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> N
     assert_problem(grab(client, "p1", "u5"), 409, "sold_out")
 
 
+def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
+    client: TestClient,
+) -> None:
+    fund(client, "alice", 1000)
+    sold = {"sender_id": "alice", "amount_cents": 200, "count": 2, "packet_id": "sold"}
+    lapsed = {
+        "sender_id": "alice",
+        "amount_cents": 300,
+        "count": 3,
+        "packet_id": "lapsed",
+        "expires_in_s": 20,
+    }
+    first = {
+        "sold": assert_ok(send(client, **sold), 201),
+        "lapsed": assert_ok(send(client, **lapsed), 201),
+    }
+    grabbed(client, "sold", "bob")
+    grabbed(client, "sold", "carol")
+    a = grabbed(client, "lapsed", "bob")
+    advance(client, 21)
+    expire_due(client)
+    drain(client)
+    assert balance(client, "alice") == 500 + 300 - a
+    ended = {"sold": packet(client, "sold"), "lapsed": packet(client, "lapsed")}
+    drop_from_redis(client, "lapsed")
+    for params in (sold, lapsed):
+        pid = params["packet_id"]
+        again = assert_ok(send(client, **params), 200)
+        # The same packet; its status may say what became of it since.
+        assert {k: v for k, v in again.items() if k != "status"} == {
+            k: v for k, v in first[pid].items() if k != "status"
+        }
+        assert again["status"] in ("active", ended[pid]["status"]), again
+        assert packet(client, pid) == ended[pid]
+        assert len(packet_events(client, "packet.sent", pid)) == 1
+    assert_problem(grab(client, "sold", "dave"), 409, "sold_out")
+    assert_problem(grab(client, "lapsed", "dave"), 410, "expired")
+    drain(client)
+    assert balance(client, "alice") == 500 + 300 - a
+    assert balance(client, "dave") == 0
+
+
 def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
     fund(client, "alice", 3000)
     fund(client, "bob", 3000)
-    params = {"sender_id": "alice", "amount_cents": 1000, "count": 5, "packet_id": "p1",
-              "expires_in_s": 300, "strategy": "double_mean"}
+    params = {
+        "sender_id": "alice",
+        "amount_cents": 1000,
+        "count": 5,
+        "packet_id": "p1",
+        "expires_in_s": 300,
+        "strategy": "double_mean",
+    }
     first = assert_ok(send(client, **params), 201)
     variants = [
         {"sender_id": "bob"},
@@ -345,8 +437,9 @@ def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
     for change in variants:
         assert_problem(send(client, **{**params, **change}), 409, "conflict")
     # Leaving out expires_in_s means the default (86400), not "whatever it was".
-    assert_problem(send(client, **{k: v for k, v in params.items() if k != "expires_in_s"}),
-                   409, "conflict")
+    assert_problem(
+        send(client, **{k: v for k, v in params.items() if k != "expires_in_s"}), 409, "conflict"
+    )
     assert balance(client, "alice") == 2000 and balance(client, "bob") == 3000
     p = packet(client, "p1")
     assert {k: p[k] for k in SENT_KEYS} == first
@@ -383,8 +476,12 @@ def test_send_insufficient_funds_409_nothing_debited_no_packet(client: TestClien
 
 def test_send_invalid_requests_422_nothing_debited(client: TestClient) -> None:
     fund(client, "alice", 2_000_000)
-    good: dict[str, Any] = {"sender_id": "alice", "amount_cents": 1000, "count": 10,
-                            "packet_id": "p1"}
+    good: dict[str, Any] = {
+        "sender_id": "alice",
+        "amount_cents": 1000,
+        "count": 10,
+        "packet_id": "p1",
+    }
     changes: list[dict[str, Any]] = [
         {"count": 10001, "amount_cents": 20000},  # over max_count
         {"count": 100_001, "amount_cents": 200_000},
@@ -417,8 +514,10 @@ def test_send_invalid_requests_422_nothing_debited(client: TestClient) -> None:
     bodies: list[dict[str, Any]] = [{**good, **change} for change in changes]
     bodies += [{**good, "sender_id": bad} for bad in BAD_IDS]
     bodies += [{**good, "packet_id": bad} for bad in BAD_IDS if bad is not None]
-    bodies += [{k: v for k, v in good.items() if k != field}
-               for field in ("sender_id", "amount_cents", "count")]
+    bodies += [
+        {k: v for k, v in good.items() if k != field}
+        for field in ("sender_id", "amount_cents", "count")
+    ]
     bodies.append({})
     # The limits are checked before the funds: a poor sender gets 422, not 409.
     bodies.append({**good, "sender_id": "nobody", "count": 10001, "amount_cents": 20000})
@@ -450,8 +549,12 @@ def test_send_at_the_limits_201(client: TestClient) -> None:
 
 def test_equal_strategy_splits_evenly(client: TestClient) -> None:
     fund(client, "alice", 10_000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1003, count=10, packet_id="p1",
-                   strategy="equal"), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=1003, count=10, packet_id="p1", strategy="equal"
+        ),
+        201,
+    )
     amounts = [grabbed(client, "p1", f"u{i}") for i in range(10)]
     assert sum(amounts) == 1003
     assert max(amounts) - min(amounts) <= 1, amounts
@@ -542,8 +645,12 @@ def test_grab_sold_out_409_and_repeat_still_already_grabbed(client: TestClient) 
 
 def test_grab_after_expiry_410_and_repeat_still_already_grabbed(client: TestClient) -> None:
     fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1000, count=4, packet_id="p1",
-                   expires_in_s=60), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=1000, count=4, packet_id="p1", expires_in_s=60
+        ),
+        201,
+    )
     a = grabbed(client, "p1", "bob")
     advance(client, 30)
     b = grabbed(client, "p1", "carol")  # still in time
@@ -569,11 +676,13 @@ def test_grab_unknown_packet_404_and_bad_ids_422(client: TestClient) -> None:
     for body in ({}, {"user_id": "bob", "amount_cents": 100}, {"userId": "bob"}):
         assert_422(client.post("/v1/redpackets/p1/grab", json=body, headers=SERVICE))
     for segment in ("a.b", "a%20b", "x" * 65, "%7Bp%3Ax%7D"):
-        assert_422(client.post(f"/v1/redpackets/{segment}/grab", json={"user_id": "bob"},
-                               headers=SERVICE))
+        assert_422(
+            client.post(f"/v1/redpackets/{segment}/grab", json={"user_id": "bob"}, headers=SERVICE)
+        )
         assert_422(client.get(f"/v1/redpackets/{segment}", headers=SERVICE))
-    assert_problem(client.post("/v1/redpackets/p1/grab", json={"user_id": "bob"}), 401,
-                   "unauthorized")
+    assert_problem(
+        client.post("/v1/redpackets/p1/grab", json={"user_id": "bob"}), 401, "unauthorized"
+    )
     p = packet(client, "p1")
     assert p["grabs"] == [] and p["remaining_count"] == 2 and p["remaining_cents"] == 100
 
@@ -597,8 +706,12 @@ def test_grab_credit_reaches_the_account_within_2s(client: TestClient) -> None:
 
 def test_get_packet_lists_grabs_in_order_with_consistent_remainders(client: TestClient) -> None:
     fund(client, "alice", 10_000)
-    sent = assert_ok(send(client, sender_id="alice", amount_cents=5000, count=6, packet_id="p1",
-                          expires_in_s=3600), 201)
+    sent = assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=5000, count=6, packet_id="p1", expires_in_s=3600
+        ),
+        201,
+    )
     users = ["u5", "u1", "u9", "u0"]  # not alphabetical: order is grab order
     amounts = []
     for n, uid in enumerate(users, start=1):
@@ -633,15 +746,23 @@ def test_luckiest_is_null_until_sold_out_then_the_biggest_grab(client: TestClien
 def test_luckiest_tie_goes_to_the_earliest_grab(client: TestClient) -> None:
     fund(client, "alice", 10_000)
     # Every share is 100: all tie, the first grabber wins.
-    assert_ok(send(client, sender_id="alice", amount_cents=400, count=4, packet_id="tie",
-                   strategy="equal"), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=400, count=4, packet_id="tie", strategy="equal"
+        ),
+        201,
+    )
     for uid in ("zed", "mia", "amy", "bob"):
         assert grabbed(client, "tie", uid) == 100
     p = packet(client, "tie")
     assert p["status"] == "sold_out" and p["luckiest_user_id"] == "zed", p
     # 101, 101, 100: the earlier of the two 101s wins, wherever the shuffle put them.
-    assert_ok(send(client, sender_id="alice", amount_cents=302, count=3, packet_id="two",
-                   strategy="equal"), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=302, count=3, packet_id="two", strategy="equal"
+        ),
+        201,
+    )
     amounts = {uid: grabbed(client, "two", uid) for uid in ("xx", "yy", "zz")}
     first_101 = next(uid for uid, a in amounts.items() if a == 101)
     assert packet(client, "two")["luckiest_user_id"] == first_101
@@ -653,8 +774,12 @@ def test_luckiest_tie_goes_to_the_earliest_grab(client: TestClient) -> None:
 
 def test_expiry_refunds_the_rest_exactly_once(client: TestClient) -> None:
     fund(client, "alice", 2000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1500, count=5, packet_id="p1",
-                   expires_in_s=120), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=1500, count=5, packet_id="p1", expires_in_s=120
+        ),
+        201,
+    )
     a = grabbed(client, "p1", "bob")
     b = grabbed(client, "p1", "carol")
     assert expire_due(client) == {"due": 0, "expired": 0}  # not yet due
@@ -689,8 +814,12 @@ def test_expiry_refunds_the_rest_exactly_once(client: TestClient) -> None:
 
 def test_lazy_expiry_by_a_read_refunds_once_with_the_job(client: TestClient) -> None:
     fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1000, count=3, packet_id="p1",
-                   expires_in_s=10), 201)
+    assert_ok(
+        send(
+            client, sender_id="alice", amount_cents=1000, count=3, packet_id="p1", expires_in_s=10
+        ),
+        201,
+    )
     a = grabbed(client, "p1", "bob")
     advance(client, 11)
     # The first thing to notice the expiry is a read, then a grab, then the job.
@@ -707,8 +836,10 @@ def test_lazy_expiry_by_a_read_refunds_once_with_the_job(client: TestClient) -> 
 
 def test_nothing_grabbed_is_all_refunded(client: TestClient) -> None:
     fund(client, "alice", 800)
-    assert_ok(send(client, sender_id="alice", amount_cents=800, count=8, packet_id="p1",
-                   expires_in_s=5), 201)
+    assert_ok(
+        send(client, sender_id="alice", amount_cents=800, count=8, packet_id="p1", expires_in_s=5),
+        201,
+    )
     assert balance(client, "alice") == 0
     advance(client, 6)
     expire_due(client)
@@ -738,8 +869,10 @@ def test_sold_out_packet_is_answered_from_sql_after_redis_dropped_it(client: Tes
 
 def test_expired_packet_is_answered_from_sql_after_redis_dropped_it(client: TestClient) -> None:
     fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=900, count=3, packet_id="p1",
-                   expires_in_s=60), 201)
+    assert_ok(
+        send(client, sender_id="alice", amount_cents=900, count=3, packet_id="p1", expires_in_s=60),
+        201,
+    )
     a = grabbed(client, "p1", "bob")
     advance(client, 61)
     expire_due(client)
@@ -776,11 +909,18 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
         ("untouched", "alice", 999, 2, {"strategy": "equal"}),
     ]
     for pid, sender, amount, count, extra in sends:
-        assert_ok(send(client, sender_id=sender, amount_cents=amount, count=count,
-                       packet_id=pid, **extra), 201)
+        assert_ok(
+            send(
+                client, sender_id=sender, amount_cents=amount, count=count, packet_id=pid, **extra
+            ),
+            201,
+        )
     assert_ok(send(client, sender_id="alice", amount_cents=2000, count=3, packet_id="sold"), 200)
-    assert_problem(send(client, sender_id="dave", amount_cents=2, count=1, packet_id="poor"),
-                   409, "insufficient_funds")
+    assert_problem(
+        send(client, sender_id="dave", amount_cents=2, count=1, packet_id="poor"),
+        409,
+        "insufficient_funds",
+    )
     for uid in ("bob", "carol", "dave"):
         grabbed(client, "sold", uid)
     for uid in ("alice", "erin"):
@@ -798,24 +938,40 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
     balances = {uid: balance(client, uid) for uid in users}
     packets = {pid: packet(client, pid) for pid, *_ in sends}
     assert [p["status"] for p in packets.values()] == ["sold_out", "expired", "active", "active"]
-    held = sum(p["amount_cents"] - sum(g["amount_cents"] for g in p["grabs"])
-               for p in packets.values() if p["status"] == "active")
+    held = sum(
+        p["amount_cents"] - sum(g["amount_cents"] for g in p["grabs"])
+        for p in packets.values()
+        if p["status"] == "active"
+    )
     assert all(value >= 0 for value in balances.values()), balances
     assert total_deposits == sum(balances.values()) + held, (balances, held)
     # Every user's balance is what the packets say they got and gave.
     for uid in users:
-        got = sum(g["amount_cents"] for p in packets.values() for g in p["grabs"]
-                  if g["user_id"] == uid)
-        gave = sum(p["amount_cents"] - p["refunded_cents"] for p in packets.values()
-                   if p["sender_id"] == uid)
+        got = sum(
+            g["amount_cents"] for p in packets.values() for g in p["grabs"] if g["user_id"] == uid
+        )
+        gave = sum(
+            p["amount_cents"] - p["refunded_cents"]
+            for p in packets.values()
+            if p["sender_id"] == uid
+        )
         assert balances[uid] == sum(deposits.get(uid, [])) + got - gave, uid
 
 
 def test_events_feed_lists_packet_events(client: TestClient) -> None:
     fund(client, "alice", 5000)
     assert_ok(send(client, sender_id="alice", amount_cents=300, count=2, packet_id="soldp"), 201)
-    assert_ok(send(client, sender_id="alice", amount_cents=400, count=2, packet_id="lapsedp",
-                   expires_in_s=10), 201)
+    assert_ok(
+        send(
+            client,
+            sender_id="alice",
+            amount_cents=400,
+            count=2,
+            packet_id="lapsedp",
+            expires_in_s=10,
+        ),
+        201,
+    )
     assert_ok(send(client, sender_id="alice", amount_cents=300, count=2, packet_id="soldp"), 200)
     grabbed(client, "soldp", "bob")
     grabbed(client, "soldp", "carol")
@@ -825,12 +981,14 @@ def test_events_feed_lists_packet_events(client: TestClient) -> None:
     drain(client)
     feed = events(client)
     mine = [(e["type"], e["data"]["packet_id"]) for e in feed if e["type"].startswith("packet.")]
-    assert sorted(mine) == sorted([
-        ("packet.sent", "soldp"),
-        ("packet.sent", "lapsedp"),
-        ("packet.sold_out", "soldp"),
-        ("packet.refunded", "lapsedp"),
-    ]), mine
+    assert sorted(mine) == sorted(
+        [
+            ("packet.sent", "soldp"),
+            ("packet.sent", "lapsedp"),
+            ("packet.sold_out", "soldp"),
+            ("packet.refunded", "lapsedp"),
+        ]
+    ), mine
     assert mine.index(("packet.sent", "soldp")) < mine.index(("packet.sold_out", "soldp"))
     assert mine.index(("packet.sent", "lapsedp")) < mine.index(("packet.refunded", "lapsedp"))
     by_kind = {(e["type"], e["data"]["packet_id"]): e for e in feed}

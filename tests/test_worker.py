@@ -1,0 +1,53 @@
+"""`groupbuy worker` alone drains grab records into SQL and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from groupbuy.app import Services
+from groupbuy.redpacket.models import GrabRow
+from tests.redpacket.helpers import count
+
+pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
+
+
+async def test_worker_process_records_grabs(services: Services, tmp_path: Path) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 100, "funds")
+    await packets.send("sender", 100, 10, packet_id="pk")
+    for i in range(7):
+        await packets.grab("pk", f"u{i}")
+    assert await packets.writer.backlog() == 7
+
+    env = {
+        **os.environ,
+        "GROUPBUY_REDIS_URL": services.settings.redis.url,
+        "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
+        "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.1",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "groupbuy.cli", "worker"], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while await count(services, GrabRow) < 7 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert await count(services, GrabRow) == 7
+        assert (await packets.account("u0"))["balance_cents"] > 0
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=20)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, output
+    assert "worker" in output
