@@ -63,8 +63,10 @@ async def timed(calls: list[Any]) -> tuple[float, list[float]]:
 
 def describe(name: str, seconds: float, latencies: list[float]) -> str:
     cuts = statistics.quantiles(latencies, n=100)
-    return (f"{name:<28} {len(latencies) / seconds:>9,.0f} grabs/s   p50 {cuts[49] * 1000:5.2f} ms"
-            f"   p99 {cuts[98] * 1000:5.2f} ms")
+    return (
+        f"{name:<28} {len(latencies) / seconds:>9,.0f} grabs/s   p50 {cuts[49] * 1000:5.2f} ms"
+        f"   p99 {cuts[98] * 1000:5.2f} ms"
+    )
 
 
 async def main(url: str) -> None:
@@ -78,8 +80,20 @@ async def main(url: str) -> None:
     for i in range(PACKETS):
         shares = double_mean(1_000_000, SHARES)
         await scripts.call(
-            "packet_create", keys.packet_keys(f"pre{i}"),
-            [f"pre{i}", 0, "s", 1_000_000, SHARES, "double_mean", now, now + 3_600_000, 60_000, *shares],
+            "packet_create",
+            keys.packet_keys(f"pre{i}"),
+            [
+                f"pre{i}",
+                0,
+                "s",
+                1_000_000,
+                SHARES,
+                "double_mean",
+                now,
+                now + 3_600_000,
+                60_000,
+                *shares,
+            ],
         )
     send_pre = (time.perf_counter() - began) / PACKETS
     memory_pre = sum([await redis.memory_usage(k) or 0 for k in keys.packet_keys("pre0")[:2]])
@@ -87,9 +101,12 @@ async def main(url: str) -> None:
     grab_time = redis.register_script(GRAB_TIME_SCRIPT)
     began = time.perf_counter()
     for i in range(PACKETS):
-        await redis.hset(f"bench:{{q:{i}}}:packet", mapping={"remaining_count": SHARES, "remaining_cents": 1_000_000})
+        await redis.hset(
+            f"bench:{{q:{i}}}:packet",
+            mapping={"remaining_count": SHARES, "remaining_cents": 1_000_000},
+        )
     send_draw = (time.perf_counter() - began) / PACKETS
-    memory_draw = await redis.memory_usage(f"bench:{{q:0}}:packet") or 0
+    memory_draw = await redis.memory_usage("bench:{q:0}:packet") or 0
 
     def pre_call(i: int) -> Any:
         pid = f"pre{i % PACKETS}"
@@ -105,11 +122,15 @@ async def main(url: str) -> None:
     total = SHARES * PACKETS
     pre = await timed([pre_call(i) for i in range(total)])
     draw = await timed([draw_call(i) for i in range(total)])
-    print(f"redis-server at {url}; {PACKETS} packets x {SHARES} shares, {CONCURRENCY} concurrent grabs")
+    print(
+        f"redis-server at {url}; {PACKETS} packets x {SHARES} shares, {CONCURRENCY} concurrent grabs"
+    )
     print(describe("drawn at send (product)", *pre))
     print(describe("drawn at grab (alternative)", *draw))
-    print(f"send: {send_pre * 1000:.1f} ms per 10k-share packet at send vs {send_draw * 1000:.2f} ms;"
-          f" memory before grabs: {memory_pre / 1024:.0f} KiB vs {memory_draw / 1024:.1f} KiB")
+    print(
+        f"send: {send_pre * 1000:.1f} ms per 10k-share packet at send vs {send_draw * 1000:.2f} ms;"
+        f" memory before grabs: {memory_pre / 1024:.0f} KiB vs {memory_draw / 1024:.1f} KiB"
+    )
     await redis.aclose()
 
 

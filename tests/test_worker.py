@@ -34,8 +34,12 @@ async def test_worker_process_records_grabs(services: Services, tmp_path: Path) 
         "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.1",
     }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "groupbuy.cli", "worker"], env=env, cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "groupbuy.cli", "worker"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20

@@ -33,8 +33,15 @@ class Harness:
     async def create(self, shares: list[int], ttl_ms: int = 60_000) -> list[Any]:
         now = await self.now_ms()
         return await self.call(
-            "packet_create", "sender", sum(shares), len(shares), "double_mean", now, now + ttl_ms,
-            RETENTION_MS, *shares,
+            "packet_create",
+            "sender",
+            sum(shares),
+            len(shares),
+            "double_mean",
+            now,
+            now + ttl_ms,
+            RETENTION_MS,
+            *shares,
         )
 
     async def records(self) -> list[dict[str, str]]:
@@ -80,7 +87,9 @@ async def test_grab_outcomes(h: Harness) -> None:
     records = await h.records()
     assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
     assert [(r["user_id"], r["amount_cents"], r["seq"]) for r in records[:3]] == [
-        ("u1", "5", "1"), ("u2", "3", "2"), ("u3", "2", "3"),
+        ("u1", "5", "1"),
+        ("u2", "3", "2"),
+        ("u3", "2", "3"),
     ]
     packet = await h.redis.hgetall(h.keys[0])
     assert packet["status"] == "sold_out" and packet["remaining_cents"] == "0"

@@ -16,7 +16,9 @@ async def assert_money_conserved(services: Services) -> None:
                 LedgerEntryRow.kind == "deposit"
             )
         )
-        balances = await session.scalar(select(func.coalesce(func.sum(AccountRow.balance_cents), 0)))
+        balances = await session.scalar(
+            select(func.coalesce(func.sum(AccountRow.balance_cents), 0))
+        )
         held = 0
         for packet in (await session.scalars(select(PacketRow))).all():
             grabbed = await session.scalar(
@@ -40,7 +42,9 @@ async def assert_money_conserved(services: Services) -> None:
                 )
             ).all()
         )
-        accounts = dict((await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all())
+        accounts = dict(
+            (await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all()
+        )
     assert deposits == balances + held, (deposits, balances, held)
     assert {u: b for u, b in accounts.items()} == {u: per_user.get(u, 0) for u in accounts}
 

@@ -30,7 +30,10 @@ async def test_expiry_refunds_exactly_once_from_every_path(services: Services) -
     services.clock.advance(60)
     # two schedulers at once, a lazy grab, and repeats
     results = await asyncio.gather(
-        packets.expire("pk"), packets.expire_due(), packets.grab("pk", "late"), return_exceptions=True
+        packets.expire("pk"),
+        packets.expire_due(),
+        packets.grab("pk", "late"),
+        return_exceptions=True,
     )
     assert sum(isinstance(r, errors.Expired) for r in results) == 1
     await packets.expire("pk")

@@ -82,7 +82,9 @@ async def test_flash_grab_race(services: Services, capsys: pytest.CaptureFixture
                 )
             )
         ).all()
-        balances = dict((await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all())
+        balances = dict(
+            (await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all()
+        )
         entry_count = await session.scalar(select(func.count()).select_from(LedgerEntryRow))
     assert rows == won
     assert sorted(credits) == sorted(won.items())

@@ -28,9 +28,7 @@ async def grabbed_packet(services: Services, users: int = 5, shares: int = 5) ->
     packets = services.packets
     await packets.deposit("sender", 1000, "funds")
     await packets.send("sender", 1000, shares, packet_id="pk")
-    return {
-        f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(users)
-    }
+    return {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(users)}
 
 
 async def assert_recorded_once(services: Services, won: dict[str, int]) -> None:
@@ -65,7 +63,9 @@ async def test_killed_after_the_commit_before_the_ack(
     assert await first.backlog() == 0
 
 
-async def test_killed_before_the_insert(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_killed_before_the_insert(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     won = await grabbed_packet(services, users=4)
     first = services.packets.writer
 
