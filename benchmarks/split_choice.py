@@ -123,7 +123,8 @@ async def main(url: str) -> None:
     pre = await timed([pre_call(i) for i in range(total)])
     draw = await timed([draw_call(i) for i in range(total)])
     print(
-        f"redis-server at {url}; {PACKETS} packets x {SHARES} shares, {CONCURRENCY} concurrent grabs"
+        f"redis-server at {url}; {PACKETS} packets x {SHARES} shares, "
+        f"{CONCURRENCY} concurrent grabs"
     )
     print(describe("drawn at send (product)", *pre))
     print(describe("drawn at grab (alternative)", *draw))

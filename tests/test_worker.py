@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,25 +32,28 @@ async def test_worker_process_records_grabs(services: Services, tmp_path: Path) 
         "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
         "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.1",
     }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "groupbuy.cli", "worker"],
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "groupbuy.cli",
+        "worker",
         env=env,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 20
-        while await count(services, GrabRow) < 7 and time.monotonic() < deadline:
+        # polling SQL is the point: the worker is another process
+        while await count(services, GrabRow) < 7 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         assert await count(services, GrabRow) == 7
         assert (await packets.account("u0"))["balance_cents"] > 0
         worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=20)
+        output, _ = await asyncio.wait_for(worker.communicate(), 20)
     finally:
-        if worker.poll() is None:
+        if worker.returncode is None:
             worker.kill()
-            worker.wait()
+            await worker.wait()
     assert worker.returncode == 0, output
-    assert "worker" in output
+    assert b"worker" in output

@@ -1,4 +1,4 @@
-"""The flash-grab race on a real redis-server, then the write-behind into SQL (SPEC §4.3, 4.5, 4.8)."""
+"""The flash-grab race on a real redis-server, then the write-behind (SPEC §4.3, 4.5, 4.8)."""
 
 from __future__ import annotations
 
