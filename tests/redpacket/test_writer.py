@@ -109,6 +109,9 @@ async def test_the_stream_goes_once_everything_is_recorded(services: Services) -
     writer = services.packets.writer
     assert await writer.drain("pk") == 6
     assert not await services.redis.exists(services.keys.packet_outbox("pk"))
+    # what is left of an ended packet expires by itself (SPEC §4.9: every key has a TTL or owner)
+    for key in await services.redis.keys("*"):
+        assert await services.redis.pttl(key) > 0, key
     async with services.database.sessions() as session:
         row = await session.get(PacketRow, "pk")
     assert row is not None and row.status == "sold_out" and row.records_done
