@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
+from groupbuy.outcome import Outcome
 from groupbuy.settings import ApiKey
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,11 @@ class Endpoint:
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:
     """A JSON answer."""
     return JSONResponse(body, status_code=status_code)
+
+
+def created_response(outcome: Outcome) -> JSONResponse:
+    """201 with the body when the call created it, 200 when it found the same thing."""
+    return json_response(outcome.body, 201 if outcome.created else 200)
 
 
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:

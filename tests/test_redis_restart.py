@@ -1,97 +1,103 @@
-"""The service keeps working across a real Redis restart (its scripts are loaded again)."""
+"""The service across a real Redis restart: scripts load again, AOF-persisted grabs get recorded."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from groupbuy.app import build_services
+from groupbuy.app import Services, build_services
 from groupbuy.db import Database
 from groupbuy.redis_client import connect_redis
 from groupbuy.settings import load_settings
-from tests.redis_server import free_port, start_redis
+from tests.redis_server import RedisProcess, free_port, start_redis
 
-pytestmark = pytest.mark.real
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(
+        not shutil.which("redis-server") and not os.environ.get("CI"), reason="needs redis-server"
+    ),
+]
+
+PERSIST = ("--appendonly", "yes", "--appendfsync", "always")
 
 
-@pytest.mark.skipif(
-    not shutil.which("redis-server") and not os.environ.get("CI"), reason="needs redis-server"
-)
-async def test_locks_work_after_a_redis_restart(tmp_path: Path) -> None:
-    port = free_port()
-    data = tmp_path / "redis-data"
-    data.mkdir()
-    persist = ("--appendonly", "yes", "--appendfsync", "always")
-    server = start_redis(*persist, port=port, directory=data)
+class Restartable:
+    """A redis-server with AOF `appendfsync always` that can crash and come back on its data."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.data = tmp_path / "redis-data"
+        self.data.mkdir()
+        self.server: RedisProcess = start_redis(*PERSIST, port=self.port, directory=self.data)
+
+    def crash_and_restart(self) -> None:
+        """Kill -9 (nothing is flushed on the way out), then start again on the same data."""
+        self.server.process.kill()
+        self.server.process.wait()
+        self.server = start_redis(*PERSIST, port=self.port, directory=self.data)
+
+
+@pytest.fixture
+async def redis_server(tmp_path: Path) -> AsyncIterator[Restartable]:
+    restartable = Restartable(tmp_path)
+    try:
+        yield restartable
+    finally:
+        restartable.server.stop()
+
+
+@pytest.fixture
+async def services(redis_server: Restartable, tmp_path: Path) -> AsyncIterator[Services]:
+    """The services with the production Redis client (its retry policy included)."""
     settings = load_settings(
         None,
         {
             "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/db",
-            "GROUPBUY_REDIS_URL": server.url,
+            "GROUPBUY_REDIS_URL": redis_server.server.url,
         },
     )
-    client = connect_redis(settings.redis)  # the service's own client and retry policy
     database = Database(settings.database.effective_url)
     await database.create_all()
-    services = build_services(settings, redis=client, database=database)
+    built = build_services(settings, redis=connect_redis(settings.redis), database=database)
+    await built.scripts.load()
     try:
-        await services.scripts.load()
-        await services.teams.create_activity("a1")
-        await services.teams.open_team("a1", "L", team_id="t1")
-        assert (await services.teams.lock("a1", "t1", "u1")).created
-        server.stop()  # the scripts cache is gone with the process; the AOF keeps the data
-        server = start_redis(*persist, port=port, directory=data)
-        assert not await services.scripts.loaded()
-        assert (await services.teams.lock("a1", "t1", "u2")).created
-        team = await services.teams.get_team("a1", "t1")
-        assert [lock["user_id"] for lock in team["locks"]] == ["u1", "u2"]
+        yield built
     finally:
-        await client.aclose()
+        await built.redis.aclose()
         await database.dispose()
-        server.stop()
 
 
-@pytest.mark.skipif(
-    not shutil.which("redis-server") and not os.environ.get("CI"), reason="needs redis-server"
-)
-async def test_grabs_survive_a_redis_restart_before_they_are_recorded(tmp_path: Path) -> None:
-    """SPEC §4.5: with appendfsync always, every answered grab ends up in SQL after a restart."""
-    port = free_port()
-    data = tmp_path / "redis-data"
-    data.mkdir()
-    persist = ("--appendonly", "yes", "--appendfsync", "always")
-    server = start_redis(*persist, port=port, directory=data)
-    settings = load_settings(
-        None,
-        {
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/db",
-            "GROUPBUY_REDIS_URL": server.url,
-        },
-    )
-    client = connect_redis(settings.redis)
-    database = Database(settings.database.effective_url)
-    await database.create_all()
-    services = build_services(settings, redis=client, database=database)
-    try:
-        packets = services.packets
-        await packets.deposit("sender", 100, "funds")
-        await packets.send("sender", 100, 10, packet_id="pk")
-        won = {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
-        server.process.kill()  # a crash, not a shutdown: nothing gets flushed on the way out
-        server.process.wait()
-        server = start_redis(*persist, port=port, directory=data)
-        assert await packets.writer.drain_all() == 6
-        for user, amount in won.items():
-            assert (await packets.account(user))["balance_cents"] == amount
-            assert await packets.grab("pk", user) == {
-                "status": "already_grabbed",
-                "amount_cents": amount,
-            }
-        assert (await packets.grab("pk", "u9"))["remaining_count"] == 3
-    finally:
-        await client.aclose()
-        await database.dispose()
-        server.stop()
+async def test_locks_work_after_a_redis_restart(
+    redis_server: Restartable, services: Services
+) -> None:
+    await services.teams.create_activity("a1")
+    await services.teams.open_team("a1", "L", team_id="t1")
+    assert (await services.teams.lock("a1", "t1", "u1")).created
+    redis_server.crash_and_restart()  # the scripts cache is gone; the AOF keeps the data
+    assert not await services.scripts.loaded()
+    assert (await services.teams.lock("a1", "t1", "u2")).created
+    team = await services.teams.get_team("a1", "t1")
+    assert [lock["user_id"] for lock in team["locks"]] == ["u1", "u2"]
+
+
+async def test_grabs_survive_a_redis_restart_before_they_are_recorded(
+    redis_server: Restartable, services: Services
+) -> None:
+    """SPEC §4.5: with appendfsync always, every answered grab ends up in SQL after a crash."""
+    packets = services.packets
+    await packets.deposit("sender", 100, "funds")
+    await packets.send("sender", 100, 10, packet_id="pk")
+    won = {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
+    redis_server.crash_and_restart()
+    assert await packets.writer.drain_all() == 6
+    for user, amount in won.items():
+        assert (await packets.account(user))["balance_cents"] == amount
+        assert await packets.grab("pk", user) == {
+            "status": "already_grabbed",
+            "amount_cents": amount,
+        }
+    assert (await packets.grab("pk", "u9"))["remaining_count"] == 3

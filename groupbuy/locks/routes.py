@@ -6,8 +6,8 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.http import Endpoint, Id, StrictBody, json_response
-from groupbuy.locks.service import Outcome, TeamService
+from groupbuy.http import Endpoint, Id, StrictBody, created_response, json_response
+from groupbuy.locks.service import TeamService
 
 
 class ActivityCreate(StrictBody):
@@ -46,12 +46,8 @@ def _service(request: Request) -> TeamService:
     return service
 
 
-def _answer(outcome: Outcome) -> Response:
-    return json_response(outcome.body, 201 if outcome.created else 200)
-
-
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
-    return _answer(await _service(request).create_activity(**body.model_dump()))
+    return created_response(await _service(request).create_activity(**body.model_dump()))
 
 
 async def get_activity(request: Request) -> Response:
@@ -62,7 +58,7 @@ async def open_team(request: Request, body: TeamOpen) -> Response:
     outcome = await _service(request).open_team(
         request.path_params["activity_id"], **body.model_dump()
     )
-    return _answer(outcome)
+    return created_response(outcome)
 
 
 async def get_team(request: Request) -> Response:
@@ -72,7 +68,9 @@ async def get_team(request: Request) -> Response:
 
 async def lock_seat(request: Request, body: LockRequest) -> Response:
     p = request.path_params
-    return _answer(await _service(request).lock(p["activity_id"], p["team_id"], body.user_id))
+    return created_response(
+        await _service(request).lock(p["activity_id"], p["team_id"], body.user_id)
+    )
 
 
 async def unlock_seat(request: Request) -> Response:
@@ -86,7 +84,7 @@ async def confirm_member(request: Request, body: MemberConfirm) -> Response:
     outcome = await _service(request).confirm(
         p["activity_id"], p["team_id"], body.user_id, body.order_id
     )
-    return _answer(outcome)
+    return created_response(outcome)
 
 
 async def get_user_lock(request: Request) -> Response:

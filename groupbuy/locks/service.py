@@ -10,7 +10,6 @@ wait on SQL.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -22,6 +21,7 @@ from groupbuy.keys import Keys
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.outbox import OutboxWriter
+from groupbuy.outcome import Outcome
 from groupbuy.scripts import Scripts
 from groupbuy.settings import TeamSettings
 from groupbuy.timefmt import from_ms, iso_ms, to_ms
@@ -29,14 +29,6 @@ from groupbuy.timefmt import from_ms, iso_ms, to_ms
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
 _SWITCH_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A service answer: the body, and whether this call created it (201) or found it (200)."""
-
-    body: dict[str, Any]
-    created: bool
 
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
@@ -86,7 +78,7 @@ class TeamService:
             "lock_ttl_s": lock_ttl_s or self._defaults.lock_ttl_s,
             "team_deadline_s": team_deadline_s or self._defaults.team_deadline_s,
         }
-        now_ms = await self._redis_now_ms()
+        now_ms = await self._clock.now_ms(self._redis)
         async with self._db.transaction() as session:
             created = await insert_ignore(
                 session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
@@ -133,10 +125,6 @@ class TeamService:
             "team_deadline_s": row.team_deadline_s,
             "created_at": iso_ms(to_ms(row.created_at)),
         }
-
-    async def _redis_now_ms(self) -> int:
-        seconds, micros = await self._redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000 + self._clock.shift_ms
 
     # -- teams --------------------------------------------------------------------
 

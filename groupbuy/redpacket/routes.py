@@ -8,8 +8,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.http import Endpoint, Id, StrictBody, json_response
-from groupbuy.locks.service import Outcome
+from groupbuy.http import Endpoint, Id, StrictBody, created_response, json_response
 from groupbuy.redpacket.service import RedPacketService
 
 
@@ -42,13 +41,11 @@ def _service(request: Request) -> RedPacketService:
     return service
 
 
-def _answer(outcome: Outcome) -> Response:
-    return json_response(outcome.body, 201 if outcome.created else 200)
-
-
 async def deposit(request: Request, body: Deposit) -> Response:
     user_id = request.path_params["user_id"]
-    return _answer(await _service(request).deposit(user_id, body.amount_cents, body.reference))
+    return created_response(
+        await _service(request).deposit(user_id, body.amount_cents, body.reference)
+    )
 
 
 async def get_account(request: Request) -> Response:
@@ -56,7 +53,7 @@ async def get_account(request: Request) -> Response:
 
 
 async def send_packet(request: Request, body: PacketSend) -> Response:
-    return _answer(await _service(request).send(**body.model_dump()))
+    return created_response(await _service(request).send(**body.model_dump()))
 
 
 async def grab_packet(request: Request, body: Grab) -> Response:

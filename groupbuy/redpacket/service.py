@@ -18,7 +18,7 @@ from groupbuy.clock import RedisClock
 from groupbuy.db import Database, insert_ignore
 from groupbuy.events import Event, record_event
 from groupbuy.keys import Keys
-from groupbuy.locks.service import Outcome
+from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codes import PacketCode, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketRow
@@ -50,10 +50,6 @@ class RedPacketService:
         self._clock = clock
         self.writer = writer
 
-    async def _now_ms(self) -> int:
-        seconds, micros = await self._redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000 + self._clock.shift_ms
-
     async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
         reply = await self._scripts.call(
             script, self._keys.packet_keys(packet_id), [packet_id, self._clock.shift_ms, *args]
@@ -64,7 +60,7 @@ class RedPacketService:
 
     async def deposit(self, user_id: str, amount_cents: int, reference: str) -> Outcome:
         """Credit a user once per reference; the same reference again returns the balance."""
-        at = from_ms(await self._now_ms())
+        at = from_ms(await self._clock.now_ms(self._redis))
         async with self._db.transaction() as session:
             applied = await ledger.post_entry(
                 session,
@@ -110,7 +106,7 @@ class RedPacketService:
             raise errors.InvalidRequest("amount_cents must be at least count (1 cent per share)")
         packet_id = packet_id or f"p{secrets.token_hex(8)}"
         expires_in_s = expires_in_s or limits.expires_in_s
-        now_ms = await self._now_ms()
+        now_ms = await self._clock.now_ms(self._redis)
         wanted = {
             "sender_id": sender_id,
             "amount_cents": amount_cents,
@@ -188,7 +184,7 @@ class RedPacketService:
             pending = (
                 await session.scalars(select(PacketRow).where(PacketRow.status == "pending"))
             ).all()
-        now_ms = await self._now_ms()
+        now_ms = await self._clock.now_ms(self._redis)
         made_live = refunded = 0
         for row in pending:
             in_redis = await self._redis.exists(self._keys.packet_keys(row.packet_id)[0])
@@ -383,7 +379,7 @@ class RedPacketService:
 
     async def expire_due(self) -> dict[str, int]:
         """Expire every active packet whose time is up (safe to repeat, from any process)."""
-        now = from_ms(await self._now_ms())
+        now = from_ms(await self._clock.now_ms(self._redis))
         async with self._db.sessions() as session:
             due = (
                 await session.scalars(
