@@ -54,11 +54,29 @@ class Keys:
         """Stream of a packet's grabs and endings for SQL (read by a consumer group)."""
         return self.packet_keys(packet_id)[3]
 
+    def lock_index(self, activity_id: str) -> str:
+        """Sorted set team_id -> when the team's earliest lock expires (what sweep_locks reads)."""
+        return f"{self._activity_tag(activity_id)}:lock_due"
+
+    def deadline_index(self, activity_id: str) -> str:
+        """Sorted set team_id -> deadline of each open team (what expire_teams reads)."""
+        return f"{self._activity_tag(activity_id)}:deadlines"
+
+    def activities(self) -> str:
+        """Set of activities whose teams may need sweeping (the sweeps' registry)."""
+        return f"{self.prefix}:activities"
+
+    def lease(self, name: str) -> str:
+        """The key of a lease that lets one process at a time do something."""
+        return f"{self.prefix}:lease:{name}"
+
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
-        """The KEYS[1..4] every team script starts with (see lua/_team_lib.lua)."""
+        """The KEYS[1..6] every team script starts with (see lua/_team_lib.lua)."""
         return [
             self.team(activity_id, team_id),
             self.team_members(activity_id, team_id),
             self.team_locks(activity_id, team_id),
             self.outbox(activity_id),
+            self.lock_index(activity_id),
+            self.deadline_index(activity_id),
         ]

@@ -3,6 +3,9 @@
 -- Common KEYS of team scripts (all under the hash tag {a:<activity_id>}):
 -- KEYS[1] team hash  KEYS[2] members hash (user -> "seq|joined_at_ms|order_id")
 -- KEYS[3] locks zset (member user_id, score locked_at_ms)  KEYS[4] activity outbox stream
+-- KEYS[5] activity's lock index (zset team_id -> when its earliest lock expires, ms)
+-- KEYS[6] activity's deadline index (zset team_id -> deadline ms, open teams only)
+-- The two indexes let the sweeps find due teams without scanning the keyspace.
 -- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms.
@@ -17,7 +20,26 @@ local function emit(fields)
   redis.call('XADD', KEYS[4], '*', unpack(fields))
 end
 
--- Remove the locks that expired at or before `at`, one lock.expired record each.
+-- Keep a team's entry in the lock index equal to its earliest lock's expiry.
+local function reindex(team_id, locks_key, lock_ttl_ms)
+  local first = redis.call('ZRANGE', locks_key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    redis.call('ZADD', KEYS[5], tonumber(first[2]) + lock_ttl_ms, team_id)
+  else
+    redis.call('ZREM', KEYS[5], team_id)
+  end
+end
+
+-- A team that stops taking seats leaves both indexes and drops its locks.
+local function close_team(status, at_field, at)
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[5], ARGV[2])
+  redis.call('ZREM', KEYS[6], ARGV[2])
+  redis.call('HSET', KEYS[1], 'status', status, at_field, int(at))
+end
+
+-- Remove the locks that expired at or before `at`, one lock.expired record each;
+-- returns how many.
 local function purge_expired(team, at)
   local cutoff = at - team.lock_ttl_ms
   local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cutoff, 'WITHSCORES')
@@ -29,7 +51,9 @@ local function purge_expired(team, at)
   end
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', cutoff)
+    reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
   end
+  return #expired / 2
 end
 
 -- "user|order,user|order" in joining order, for records that list the members.
@@ -48,9 +72,8 @@ end
 
 -- A team past its deadline fails, in effect at the deadline, whoever notices first.
 local function fail_team(team)
-  purge_expired(team, team.deadline_ms)
-  redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'failed_ms', int(team.deadline_ms))
+  team.expired_locks = purge_expired(team, team.deadline_ms)
+  close_team('failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
         'team_id', ARGV[2], 'members', member_list()})
   team.status = 'failed'
@@ -66,11 +89,12 @@ local function load_team(now)
   local team = {status = f[1], size = tonumber(f[2]), lock_ttl_ms = tonumber(f[3]),
                 deadline_ms = tonumber(f[4]), member_count = tonumber(f[5]),
                 expire_at_ms = tonumber(f[6])}
+  team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
       fail_team(team)
     else
-      purge_expired(team, now)
+      team.expired_locks = purge_expired(team, now)
     end
   end
   return team

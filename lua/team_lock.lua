@@ -1,8 +1,8 @@
 -- team_lock: hold one free seat of a team for a user, atomically.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..4] as _team_lib  KEYS[5] user's current-lock key ("team_id|locked_at_ms|expires_at_ms")
--- KEYS[6] hash and KEYS[7] locks zset of the team the caller believes the user holds a lock in
+-- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key ("team_id|locked_at_ms|expires_at_ms")
+-- KEYS[8] hash and KEYS[9] locks zset of the team the caller believes the user holds a lock in
 --         (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or ''} new lock,
@@ -41,7 +41,7 @@ end
 -- A live lock in another team of this activity must be released first; its keys
 -- were not known to the caller if it did not name that team, so ask for them.
 local released = ''
-local current = redis.call('GET', KEYS[5])
+local current = redis.call('GET', KEYS[7])
 if current then
   local parts = split(current)
   local other = parts[1]
@@ -49,14 +49,15 @@ if current then
     if other ~= ARGV[5] then
       return {SWITCH_NEEDED, other}
     end
-    local other_score = redis.call('ZSCORE', KEYS[7], user)
+    local other_score = redis.call('ZSCORE', KEYS[9], user)
     if other_score then
       -- Only an open team keeps locks; one past its deadline has failed in effect.
-      local o = redis.call('HMGET', KEYS[6], 'lock_ttl_ms', 'deadline_ms')
+      local o = redis.call('HMGET', KEYS[8], 'lock_ttl_ms', 'deadline_ms')
       local locked_at = tonumber(other_score)
       local expiry = locked_at + tonumber(o[1])
       local deadline = tonumber(o[2])
-      redis.call('ZREM', KEYS[7], user)
+      redis.call('ZREM', KEYS[9], user)
+      reindex(other, KEYS[9], tonumber(o[1]))
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
@@ -73,6 +74,7 @@ end
 
 local expires = now + team.lock_ttl_ms
 redis.call('ZADD', KEYS[3], now, user)
+reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
 redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
-redis.call('SET', KEYS[5], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires), 'PX', team.lock_ttl_ms)
+redis.call('SET', KEYS[7], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires), 'PX', team.lock_ttl_ms)
 return {OK, int(now), int(expires), released}
