@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from groupbuy import routes
-from groupbuy.background import maintenance_steps, run_periodically
+from groupbuy import metrics, routes
+from groupbuy.access import ObserveRequests
 from groupbuy.clock import RedisClock
 from groupbuy.db import Database
+from groupbuy.jobs import build_jobs
 from groupbuy.http import (
     HANDLED_ERRORS,
     Authenticator,
@@ -29,17 +29,17 @@ from groupbuy.locks.routes import ENDPOINTS as TEAM_ENDPOINTS
 from groupbuy.locks.service import TeamService
 from groupbuy.openapi import build_openapi
 from groupbuy.outbox import OutboxWriter
+from groupbuy.reconcile import Reconciler
 from groupbuy.redis_client import connect_redis
 from groupbuy.redpacket.routes import ENDPOINTS as PACKET_ENDPOINTS
 from groupbuy.redpacket.service import RedPacketService
 from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.scheduler import JobRunner, Scheduler
 from groupbuy.scripts import Scripts
 from groupbuy.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# How long shutdown waits for the background writer to finish its current round.
-_WRITER_STOP_S = 10.0
 
 ENDPOINTS = [*routes.ENDPOINTS, *TEAM_ENDPOINTS, *PACKET_ENDPOINTS]
 
@@ -57,6 +57,8 @@ class Services:
     outbox: OutboxWriter
     teams: TeamService
     packets: RedPacketService
+    reconciler: Reconciler
+    jobs: JobRunner = field(init=False)
 
 
 def build_services(
@@ -75,11 +77,16 @@ def build_services(
         redis, scripts, database, keys, settings.outbox.batch_size, limits.reclaim_idle_s
     )
     packets = RedPacketService(redis, scripts, database, keys, limits, clock, writer)
-    return Services(settings, redis, database, scripts, keys, clock, outbox, teams, packets)
+    reconciler = Reconciler(redis, database, keys)
+    services = Services(
+        settings, redis, database, scripts, keys, clock, outbox, teams, packets, reconciler
+    )
+    services.jobs = JobRunner(build_jobs(services))
+    return services
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
-    """The ASGI application; start-up loads the scripts, creates tables and starts the writer."""
+    """The ASGI application; start-up loads the scripts, creates tables, starts the scheduler."""
     services = services or build_services(settings)
 
     @contextlib.asynccontextmanager
@@ -90,28 +97,26 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         except Exception:
             # Start anyway: /readyz reports it, and scripts load themselves on first use.
             log.warning("could not load the Lua scripts at start-up", exc_info=True)
-        stop = asyncio.Event()
-        writer = asyncio.create_task(
-            run_periodically(maintenance_steps(services), settings.outbox.flush_interval_s, stop),
-            name="outbox-writer",
-        )
+        scheduler = Scheduler(services, services.jobs)
+        if settings.scheduler.enabled:
+            scheduler.start()
         try:
             yield
         finally:
-            stop.set()
-            try:
-                await asyncio.wait_for(writer, _WRITER_STOP_S)
-            except TimeoutError:
-                log.warning("the outbox writer did not stop in %ss; abandoned", _WRITER_STOP_S)
+            await scheduler.stop()
             await services.database.dispose()
             await services.redis.aclose()
+            metrics.process_exited()
 
     auth = Authenticator(settings.auth.keys)
     app = Starlette(
         routes=[build_route(e, auth, settings.server.max_body_bytes) for e in ENDPOINTS],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
-        middleware=[Middleware(RejectAmbiguousPaths)],
+        middleware=[
+            Middleware(ObserveRequests, json_lines=settings.server.access_log_json),
+            Middleware(RejectAmbiguousPaths),
+        ],
     )
     app.router.redirect_slashes = False  # a trailing '/' is an empty id, not another route
     app.state.services = services

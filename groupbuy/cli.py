@@ -14,8 +14,12 @@ from collections.abc import Sequence
 import uvicorn
 
 from groupbuy import __version__
+from groupbuy.access import ACCESS_LOGGER
+from groupbuy.metrics import multiprocess_dir
 from groupbuy.redis_client import describe
 from groupbuy.settings import Settings, SettingsError, load_settings
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]:
@@ -58,24 +62,27 @@ def serve(args: argparse.Namespace) -> int:
             "  API keys: from config.toml / GROUPBUY_API_KEYS; send 'Authorization: Bearer <key>'"
         )
     sys.stdout.flush()
+    _configure_logging(settings)
     if settings.server.workers > 1:
-        # Each worker process builds its own app from the environment.
+        # Each worker process builds its own app from the environment. The workers share
+        # their metrics through files: the directory must be set before they start.
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
-        uvicorn.run(
-            "groupbuy.cli:app_from_environment",
-            factory=True,
-            host=host,
-            port=port,
-            workers=settings.server.workers,
-            log_level="warning",
-        )
+        with multiprocess_dir(needed=True):
+            uvicorn.run(
+                "groupbuy.cli:app_from_environment",
+                factory=True,
+                host=host,
+                port=port,
+                workers=settings.server.workers,
+                log_level="warning",
+            )
     else:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
     return 0
 
 
 def worker(args: argparse.Namespace) -> int:
-    """Run only the background work (records to SQL, send repair, packet expiry) until stopped."""
+    """Run only the scheduler (records to SQL, sweeps, expiry, repair, reconcile) until stopped."""
     try:
         settings = load_settings(args.config)
     except (SettingsError, OSError) as exc:
@@ -94,7 +101,7 @@ def worker(args: argparse.Namespace) -> int:
 
 async def _work(settings: Settings) -> None:
     from groupbuy.app import build_services
-    from groupbuy.background import maintenance_steps, run_periodically
+    from groupbuy.scheduler import Scheduler
 
     services = build_services(settings)
     await services.database.create_all()
@@ -103,16 +110,12 @@ async def _work(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-
-    async def report_backlog() -> None:
-        logging.getLogger("groupbuy.worker").info(
-            "grab records waiting for SQL: %d", await services.packets.writer.backlog()
-        )
-
-    steps = [*maintenance_steps(services), ("backlog report", report_backlog)]
+    scheduler = Scheduler(services, services.jobs)
+    scheduler.start()
     try:
-        await run_periodically(steps, settings.outbox.flush_interval_s, stop)
+        await stop.wait()
     finally:
+        await scheduler.stop()
         await services.database.dispose()
         await services.redis.aclose()
 
@@ -121,7 +124,20 @@ def app_from_environment() -> object:
     """An app built from config.toml and GROUPBUY_* (for multi-worker uvicorn)."""
     from groupbuy.app import create_app
 
-    return create_app(load_settings())
+    settings = load_settings()
+    _configure_logging(settings)  # a spawned worker does not inherit the parent's logging
+    return create_app(settings)
+
+
+def _configure_logging(settings: Settings) -> None:
+    """Log INFO and up to stderr; with access_log_json each access line is bare JSON."""
+    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)  # no-op once configured
+    access = logging.getLogger(ACCESS_LOGGER)
+    if settings.server.access_log_json and not access.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(handler)
+        access.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,16 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.set_defaults(func=serve)
     work = commands.add_parser(
-        "worker", help="run the background work alone: records to SQL, repair, expiry"
+        "worker", help="run the scheduled jobs alone (records to SQL, sweeps, expiry, repair)"
     )
     work.add_argument(
         "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
     )
     work.set_defaults(func=worker)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
     return int(args.func(args))
 
 

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
+from groupbuy.metrics import BACKEND_ERRORS
 from groupbuy.outcome import Outcome
 from groupbuy.settings import ApiKey
 
@@ -58,6 +59,7 @@ class Endpoint:
     query: type[BaseModel] | None = None
     responses: dict[int, str] = field(default_factory=dict)
     tag: str = "operations"
+    media_type: str = "application/json"  # of the success answers
 
 
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:
@@ -230,9 +232,11 @@ async def handle_error(_request: Request, exc: Exception) -> Response:
         return JSONResponse(body, exc.status_code, media_type="application/problem+json")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         log.warning("redis unavailable: %s", exc)
+        BACKEND_ERRORS.labels(backend="redis").inc()
         return problem_response(errors.RedisUnavailable())
     if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
         log.warning("database unavailable: %s", exc)
+        BACKEND_ERRORS.labels(backend="database").inc()
         return problem_response(errors.DatabaseUnavailable())
     log.error("unhandled error", exc_info=exc)
     return problem_response(errors.InternalError())

@@ -2,6 +2,7 @@
 
 from groupbuy.events import EventRow
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.reconcile import ReconcileReportRow
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 
 __all__ = [
@@ -12,5 +13,6 @@ __all__ = [
     "LedgerEntryRow",
     "MemberRow",
     "PacketRow",
+    "ReconcileReportRow",
     "TeamRow",
 ]

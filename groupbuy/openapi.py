@@ -41,8 +41,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             )
     responses: dict[str, Any] = {}
     for status, text in sorted(endpoint.responses.items()):
-        media = "application/json" if status < 400 else "application/problem+json"
-        schema = {"type": "object"} if status < 400 else {"$ref": "#/components/schemas/Problem"}
+        media = endpoint.media_type if status < 400 else "application/problem+json"
+        schema = {"$ref": "#/components/schemas/Problem"}
+        if status < 400:
+            schema = {"type": "object" if media == "application/json" else "string"}
         responses[str(status)] = {"description": text, "content": {media: {"schema": schema}}}
     if endpoint.body is not None or params:
         responses.setdefault("422", _problem("invalid_request: bad JSON, fields, numbers or ids"))

@@ -8,6 +8,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from groupbuy import errors, metrics
 from groupbuy.events import read_events
 from groupbuy.http import Endpoint, LaxQuery, json_response
 
@@ -49,10 +50,29 @@ async def openapi(request: Request) -> Response:
     return json_response(request.app.state.openapi)
 
 
+async def prometheus_metrics(_request: Request) -> Response:
+    # Reads only in-memory values (no Redis or SQL), so a scrape answers while they are down;
+    # the write-behind gauges are refreshed by the flush_records job (metrics.update_writeback).
+    body, content_type = metrics.render()
+    return Response(body, media_type=content_type)
+
+
 async def list_events(request: Request, query: EventsQuery) -> Response:
     async with request.app.state.services.database.sessions() as session:
         page = await read_events(session, query.after, query.limit)
     return json_response(page)
+
+
+async def run_job(request: Request) -> Response:
+    runner = request.app.state.services.jobs
+    return json_response(await runner.run(request.path_params["name"]))
+
+
+async def last_reconcile(request: Request) -> Response:
+    report = await request.app.state.services.reconciler.latest()
+    if report is None:
+        raise errors.NotFound("no reconciliation has run yet; POST /v1/admin/jobs/reconcile/run")
+    return json_response(report)
 
 
 ENDPOINTS = [
@@ -77,11 +97,41 @@ ENDPOINTS = [
     ),
     Endpoint(
         "GET",
+        "/metrics",
+        prometheus_metrics,
+        "Prometheus metrics: lock and grab outcomes, latency, write-behind backlog, jobs",
+        role=None,
+        responses={200: "Prometheus text exposition format"},
+        media_type="text/plain",
+    ),
+    Endpoint(
+        "GET",
         "/v1/events",
         list_events,
         "Events after an id, in id order",
         query=EventsQuery,
         tag="events",
         responses={200: "{events: [{id, type, at, data}], next_after}"},
+    ),
+    Endpoint(
+        "POST",
+        "/v1/admin/jobs/{name}/run",
+        run_job,
+        "Run a scheduled job now and return its report",
+        role="admin",
+        tag="admin",
+        responses={200: "The job's report", 404: "not_found: no such job"},
+    ),
+    Endpoint(
+        "GET",
+        "/v1/admin/reconcile",
+        last_reconcile,
+        "The last reconciliation report",
+        role="admin",
+        tag="admin",
+        responses={
+            200: "What was checked and every mismatch found",
+            404: "not_found: no reconciliation has run yet",
+        },
     ),
 ]

@@ -31,6 +31,7 @@ class ServerSettings:
     port: int = 8000
     workers: int = 1
     max_body_bytes: int = 65536
+    access_log_json: bool = False
 
     def __post_init__(self) -> None:
         _check_range("server", "port", self.port, 0, 65535)
@@ -147,6 +148,26 @@ class OutboxSettings:
 
 
 @dataclass(frozen=True)
+class SchedulerSettings:
+    """The scheduled jobs: how often each runs, and the lease that lets one process run them."""
+
+    enabled: bool = True
+    lease_ttl_s: float = 10.0
+    sweep_interval_s: float = 1.0  # sweep_locks and expire_teams
+    expire_packets_interval_s: float = 1.0
+    repair_interval_s: float = 30.0
+    reconcile_interval_s: float = 300.0
+    sweep_batch: int = 200  # teams per index read; each team is one short script call
+
+    def __post_init__(self) -> None:
+        _check_range("scheduler", "lease_ttl_s", self.lease_ttl_s, 0.1, 3600)
+        for name in ("sweep_interval_s", "expire_packets_interval_s", "repair_interval_s",
+                     "reconcile_interval_s"):
+            _check_range("scheduler", name, getattr(self, name), 0.01, 86400)
+        _check_range("scheduler", "sweep_batch", self.sweep_batch, 1, 10_000)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of the service, one frozen object."""
 
@@ -157,6 +178,7 @@ class Settings:
     teams: TeamSettings = field(default_factory=TeamSettings)
     redpackets: RedPacketSettings = field(default_factory=RedPacketSettings)
     outbox: OutboxSettings = field(default_factory=OutboxSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
 
     def replace(self, section: str, **values: Any) -> Settings:
         """A copy with some values of one section changed (CLI flags, tests)."""

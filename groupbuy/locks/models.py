@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.db import Base
@@ -39,6 +39,8 @@ class TeamRow(Base):
     deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     formed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # True once the repair job removed the ended team's keys from Redis.
+    redis_cleared: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
 
 
 class MemberRow(Base):

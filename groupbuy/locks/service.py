@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from groupbuy import errors
 from groupbuy.clock import RedisClock
@@ -20,6 +20,7 @@ from groupbuy.db import Database, insert_ignore
 from groupbuy.keys import Keys
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes, lock_outcome
 from groupbuy.outbox import OutboxWriter
 from groupbuy.outcome import Outcome
 from groupbuy.scripts import Scripts
@@ -106,6 +107,7 @@ class TeamService:
 
     async def _put_activity(self, row: ActivityRow) -> None:
         # What the scripts need of an activity, in Redis; rewriting it is harmless.
+        await self._redis.sadd(self._keys.activities(), row.activity_id)
         await self._redis.hset(
             self._keys.activity(row.activity_id),
             mapping={
@@ -262,6 +264,7 @@ class TeamService:
 
     # -- seat locks ---------------------------------------------------------------
 
+    @counts_outcomes(LOCK_OUTCOMES, lock_outcome)
     async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""
         base_keys = [
@@ -392,3 +395,81 @@ class TeamService:
         return sum(
             [await self._outbox.flush(self._keys.outbox(activity_id)) for activity_id in ids]
         )
+
+    # -- what time does (the scheduled jobs) ------------------------------------------
+
+    async def sweep(self, index: str, batch: int, max_batches: int = 50) -> dict[str, int]:
+        """Apply expiry to the teams an index says are due: `lock_due` (expired locks) or
+        `deadlines` (teams past their deadline fail). One short script per team, read in
+        bounded batches, so no script runs long; safe to run anywhere, any number of times."""
+        index_key = {"lock_due": self._keys.lock_index, "deadlines": self._keys.deadline_index}[
+            index
+        ]
+        now_ms = await self._clock.now_ms(self._redis)
+        report = {"activities": 0, "teams": 0, "locks_expired": 0, "teams_failed": 0}
+        for activity_id in sorted(await self._redis.smembers(self._keys.activities())):
+            report["activities"] += 1
+            touched = False
+            for _ in range(max_batches):
+                due = await self._redis.zrangebyscore(
+                    index_key(activity_id), "-inf", now_ms, start=0, num=batch
+                )
+                for team_id in due:
+                    code, rest = split_reply(
+                        await self._scripts.call(
+                            "team_sweep",
+                            self._keys.team_keys(activity_id, team_id),
+                            self._args(activity_id, team_id),
+                        )
+                    )
+                    report["teams"] += 1
+                    if code is TeamCode.OK:
+                        report["locks_expired"] += int(rest[0])
+                        report["teams_failed"] += index == "deadlines" and rest[1] == "failed"
+                touched = touched or bool(due)
+                if len(due) < batch:
+                    break
+            if touched:
+                await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+        return report
+
+    async def release_ended(self, limit: int = 1000) -> dict[str, int]:
+        """Remove from Redis what SQL has fully recorded: ended teams, idle activities."""
+        async with self._db.sessions() as session:
+            ended = (
+                await session.execute(
+                    select(TeamRow.activity_id, TeamRow.team_id)
+                    .where(
+                        TeamRow.status.in_(("formed", "failed")), TeamRow.redis_cleared.is_(False)
+                    )
+                    .limit(limit)
+                )
+            ).all()
+        for activity_id, team_id in ended:
+            keys = self._keys.team_keys(activity_id, team_id)
+            await self._redis.delete(*keys[:3])
+            await self._redis.zrem(keys[4], team_id)
+            await self._redis.zrem(keys[5], team_id)
+        if ended:
+            async with self._db.transaction() as session:
+                for activity_id, team_id in ended:
+                    await session.execute(
+                        update(TeamRow)
+                        .where(TeamRow.activity_id == activity_id, TeamRow.team_id == team_id)
+                        .values(redis_cleared=True)
+                    )
+        released = 0
+        registry = self._keys.activities()
+        for activity_id in await self._redis.smembers(registry):
+            # Out of the registry first: a team opened meanwhile puts the activity back.
+            await self._redis.srem(registry, activity_id)
+            keys = [
+                self._keys.activity(activity_id),
+                self._keys.lock_index(activity_id),
+                self._keys.deadline_index(activity_id),
+            ]
+            if int((await self._scripts.call("activity_release", keys, []))[0]):
+                released += 1
+            else:
+                await self._redis.sadd(registry, activity_id)
+        return {"teams_released": len(ended), "activities_released": released}

@@ -53,6 +53,8 @@ class PacketRow(Base):
     refunded_cents: Mapped[int] = mapped_column(BigInteger, default=0)
     # True once every record of the packet's outbox stream is in SQL and the stream is gone.
     records_done: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    # True once the repair job removed the ended packet's keys from Redis.
+    redis_cleared: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
 
 
 class GrabRow(Base):

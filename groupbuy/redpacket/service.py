@@ -18,6 +18,7 @@ from groupbuy.clock import RedisClock
 from groupbuy.db import Database, insert_ignore
 from groupbuy.events import Event, record_event
 from groupbuy.keys import Keys
+from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codes import PacketCode, split_reply
@@ -242,6 +243,7 @@ class RedPacketService:
 
     # -- grab -----------------------------------------------------------------------
 
+    @counts_outcomes(GRAB_OUTCOMES, grab_outcome)
     async def grab(self, packet_id: str, user_id: str) -> dict[str, Any]:
         """Take one share for the user; a repeat answers `already_grabbed` with the same amount."""
         code, rest = await self._call("packet_grab", packet_id, user_id)
@@ -392,3 +394,29 @@ class RedPacketService:
         for packet_id in due:
             expired += bool((await self.expire(packet_id))["expired"])
         return {"due": len(due), "expired": expired}
+
+    async def release_ended(self, limit: int = 1000) -> dict[str, int]:
+        """Remove from Redis the ended packets whose every record is in SQL."""
+        async with self._db.sessions() as session:
+            ended = (
+                await session.scalars(
+                    select(PacketRow.packet_id)
+                    .where(
+                        PacketRow.status.in_(("sold_out", "expired")),
+                        PacketRow.records_done.is_(True),
+                        PacketRow.redis_cleared.is_(False),
+                    )
+                    .limit(limit)
+                )
+            ).all()
+        for packet_id in ended:
+            await self._redis.delete(*self._keys.packet_keys(packet_id))
+        if ended:
+            async with self._db.transaction() as session:
+                await session.execute(
+                    update(PacketRow)
+                    .where(PacketRow.packet_id.in_(ended))
+                    .values(redis_cleared=True)
+                )
+        return {"packets_released": len(ended)}
+

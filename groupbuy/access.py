@@ -1,0 +1,106 @@
+"""Per-request observation: a request id, one access log line, the latency histogram.
+
+The log line names the route *template* (`/v1/redpackets/{packet_id}/grab`), never the
+raw path, and never a header or a body: bearer secrets and signatures stay out of logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from groupbuy.metrics import HTTP_DURATION
+from groupbuy.timefmt import iso_ms
+
+ACCESS_LOGGER = "groupbuy.access"
+REQUEST_ID_HEADER = b"x-request-id"
+UNMATCHED = "unmatched"
+
+_SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# Anything else is labelled OTHER so clients cannot invent label values.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+log = logging.getLogger(ACCESS_LOGGER)
+
+
+def request_id_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The caller's X-Request-Id when it is a sane token (<= 64 of [A-Za-z0-9._-]), else new."""
+    for name, value in headers:
+        if name.lower() == REQUEST_ID_HEADER:
+            text = value.decode("latin-1")
+            if _SANE_ID.fullmatch(text):
+                return text
+            break
+    return secrets.token_hex(16)
+
+
+def route_of(scope: dict[str, Any]) -> str:
+    """The template of the route Starlette matched (also for a 405), or `unmatched`."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+def method_of(scope: dict[str, Any]) -> str:
+    """The request method, or OTHER for one the API does not use."""
+    method = str(scope.get("method", ""))
+    return method if method in _METHODS else "OTHER"
+
+
+class ObserveRequests:
+    """ASGI middleware: tag each request with an id (echoed as X-Request-Id), time it,
+    observe the latency histogram and write one line to the `groupbuy.access` logger."""
+
+    def __init__(self, app: Any, json_lines: bool = False) -> None:
+        self.app = app
+        self.json_lines = json_lines
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = request_id_of(scope.get("headers") or ())
+        # Stays 500 when the app raises before answering (the outer error middleware answers).
+        status = 500
+
+        async def send_with_id(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER
+                ]
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self._observe(scope, status, time.perf_counter() - started, request_id)
+
+    def _observe(self, scope: Any, status: int, elapsed_s: float, request_id: str) -> None:
+        method, route = method_of(scope), route_of(scope)
+        HTTP_DURATION.labels(method=method, route=route, status=str(status)).observe(elapsed_s)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        duration_ms = round(elapsed_s * 1000, 2)
+        if self.json_lines:
+            line = {
+                "time": iso_ms(int(time.time() * 1000)),
+                "request_id": request_id,
+                "method": method,
+                "route": route,
+                "status": status,
+                "duration_ms": duration_ms,
+            }
+            log.info("%s", json.dumps(line, separators=(",", ":")))
+        else:
+            log.info(
+                "%s %s %d %.2fms request_id=%s", method, route, status, duration_ms, request_id
+            )

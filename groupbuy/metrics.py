@@ -1,0 +1,214 @@
+"""Prometheus metrics: the metric objects, the helpers that move them, and /metrics' text.
+
+Metrics live in prometheus-client's process-global registry. Several uvicorn worker
+processes share them through multiprocess mode: when PROMETHEUS_MULTIPROC_DIR is set
+*before prometheus_client is imported*, every process writes its values to files in
+that directory and `render()` sums them (gauges keep the most recent write instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from groupbuy import errors
+from groupbuy.outcome import Outcome
+
+if TYPE_CHECKING:
+    from groupbuy.app import Services
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# Requests are decided by one script call: most answer in a few milliseconds.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_JOB_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# Streams measured per Redis round trip by update_writeback.
+_PIPELINE_CHUNK = 500
+
+LOCK_OUTCOMES = Counter(
+    "groupbuy_lock_outcomes_total",
+    "Seat lock attempts by outcome: locked, existing, or the refusal's error code.",
+    ["outcome"],
+)
+GRAB_OUTCOMES = Counter(
+    "groupbuy_grab_outcomes_total",
+    "Red packet grabs by outcome: grabbed, already_grabbed, or the refusal's error code.",
+    ["outcome"],
+)
+HTTP_DURATION = Histogram(
+    "groupbuy_http_request_duration_seconds",
+    "HTTP request latency by method, route template (or 'unmatched') and status.",
+    ["method", "route", "status"],
+    buckets=_LATENCY_BUCKETS,
+)
+WRITEBACK_BACKLOG = Gauge(
+    "groupbuy_writeback_backlog_records",
+    "Grab records waiting in packet outbox streams to be written to SQL.",
+    multiprocess_mode="livemostrecent",
+)
+WRITEBACK_LAG = Gauge(
+    "groupbuy_writeback_lag_seconds",
+    "Age of the oldest grab record waiting in a packet outbox stream (0 when none).",
+    multiprocess_mode="livemostrecent",
+)
+JOB_RUNS = Counter(
+    "groupbuy_job_runs_total", "Scheduled job runs by job and result (ok|error).", ["job", "result"]
+)
+JOB_DURATION = Histogram(
+    "groupbuy_job_duration_seconds", "Scheduled job run time.", ["job"], buckets=_JOB_BUCKETS
+)
+BACKEND_ERRORS = Counter(
+    "groupbuy_backend_errors_total",
+    "Requests answered 503 because a backing service failed, by backend (redis|database).",
+    ["backend"],
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def counts_outcomes(
+    counter: Counter, outcome_of: Callable[[Any], str]
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Decorate an async service call to count each call in `counter` by its outcome.
+
+    A result is labelled by `outcome_of(result)`, a refusal by its error code, and any
+    other failure (Redis or SQL down, a bug) as `error`.
+    """
+
+    def decorate(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(call)
+        async def counted(*args: P.args, **kwargs: P.kwargs) -> R:
+            outcome = "error"
+            try:
+                result = await call(*args, **kwargs)
+                outcome = outcome_of(result)
+                return result
+            except errors.GroupBuyError as exc:
+                outcome = exc.code
+                raise
+            finally:
+                counter.labels(outcome=outcome).inc()
+
+        return counted
+
+    return decorate
+
+
+def lock_outcome(outcome: Outcome) -> str:
+    """The label of a successful TeamService.lock: `existing` for a repeat, else `locked`."""
+    return "existing" if outcome.body.get("existing") else "locked"
+
+
+def grab_outcome(body: dict[str, Any]) -> str:
+    """The label of a successful RedPacketService.grab: its status."""
+    return str(body["status"])
+
+
+@contextlib.contextmanager
+def track_job(name: str) -> Iterator[None]:
+    """Count one run of job `name` as ok or error (exception raised inside) and time it.
+
+    A plain context manager, so it also wraps awaits: `with track_job("flush_records"):`.
+    """
+    started = time.perf_counter()
+    result = "error"
+    try:
+        yield
+        result = "ok"
+    finally:
+        JOB_DURATION.labels(job=name).observe(time.perf_counter() - started)
+        JOB_RUNS.labels(job=name, result=result).inc()
+
+
+def _stream_id_ms(entry_id: str | bytes) -> int:
+    """The millisecond part of a stream entry id (`<ms>-<seq>`)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+async def update_writeback(services: Services) -> dict[str, Any]:
+    """Measure the grab records waiting in packet outbox streams and set both gauges.
+
+    One SQL query for the packets not yet fully recorded, then XLEN and XRANGE COUNT 1
+    per stream, pipelined. The lag compares the oldest entry's id with Redis's TIME
+    (stream ids come from that clock). Returns what it set.
+    """
+    packet_ids = await services.packets.writer.unrecorded_packets()
+    records, oldest_ms = 0, None
+    for start in range(0, len(packet_ids), _PIPELINE_CHUNK):
+        pipe = services.redis.pipeline(transaction=False)
+        for packet_id in packet_ids[start : start + _PIPELINE_CHUNK]:
+            stream = services.keys.packet_outbox(packet_id)
+            pipe.xlen(stream)
+            pipe.xrange(stream, count=1)
+        replies = await pipe.execute()
+        for length, first in zip(replies[0::2], replies[1::2], strict=True):
+            records += int(length)
+            if first:
+                entry_ms = _stream_id_ms(first[0][0])
+                oldest_ms = entry_ms if oldest_ms is None else min(oldest_ms, entry_ms)
+    lag_s = 0.0
+    if oldest_ms is not None:
+        seconds, micros = await services.redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
+    WRITEBACK_BACKLOG.set(records)
+    WRITEBACK_LAG.set(lag_s)
+    return {"backlog_records": records, "lag_seconds": lag_s, "streams": len(packet_ids)}
+
+
+def render() -> tuple[bytes, str]:
+    """The Prometheus text of every metric, and its content type.
+
+    In multiprocess mode the values are read from every process's files into a fresh
+    registry (the process-global one would only show this process).
+    """
+    registry: CollectorRegistry = REGISTRY
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_exited() -> None:
+    """Drop this process's live gauges from the multiprocess files (call at shutdown)."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+@contextlib.contextmanager
+def multiprocess_dir(needed: bool) -> Iterator[str | None]:
+    """Give worker processes started inside a fresh shared metrics directory.
+
+    Sets PROMETHEUS_MULTIPROC_DIR (children inherit it before they import
+    prometheus_client) and removes the directory afterwards. Does nothing when not
+    `needed` or when the variable is already set (the operator chose a directory).
+    """
+    if not needed or os.environ.get(MULTIPROC_ENV):
+        yield os.environ.get(MULTIPROC_ENV)
+        return
+    path = tempfile.mkdtemp(prefix="groupbuy-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)

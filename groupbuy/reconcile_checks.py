@@ -1,0 +1,306 @@
+"""The reads of reconciliation: each packet or team from Redis, then from SQL.
+
+Redis is read first and the outbox stream last, so an empty stream means every grab or
+member read from Redis is already in SQL when SQL is read. The comparisons themselves
+are in groupbuy/reconcile_rules.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy import String, and_, case, distinct, func, literal, select, tuple_
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql.elements import ColumnElement
+
+from groupbuy import reconcile_rules as rules
+from groupbuy.db import Database
+from groupbuy.keys import Keys
+from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.reconcile_rules import GrabDetails, Live, Mismatch, as_int
+from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+
+T = TypeVar("T")
+
+CHUNK = 200  # ids per SQL IN list and per Redis pipeline
+
+
+@dataclass
+class CheckPass:
+    """What one pass over some packets or teams found."""
+
+    checked: int = 0
+    pending: int = 0  # records still in outbox streams
+    users: set[str] = field(default_factory=set)  # accounts the packets' entries touch
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    """`items` in slices of at most `size`."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _concat(*parts: Any) -> ColumnElement[str]:
+    expression: Any = literal(parts[0], String)
+    for part in parts[1:]:
+        expression = expression + (literal(part, String) if isinstance(part, str) else part)
+    return expression  # type: ignore[no-any-return]
+
+
+def _field(value: str, index: int) -> str | None:
+    """Field `index` of a "a|b|c" Redis value (the last one keeps any further '|')."""
+    parts = value.split("|", 2)
+    return parts[index] if index < len(parts) else None
+
+
+class PacketChecks:
+    """Each packet: its SQL invariants and ledger entries, then Redis against SQL."""
+
+    def __init__(self, redis: Any, database: Database, keys: Keys) -> None:
+        self._redis = redis
+        self._db = database
+        self._keys = keys
+
+    async def __call__(self, packet_ids: Sequence[str]) -> CheckPass:
+        """Check packets: Redis first, then SQL, a chunk at a time."""
+        result = CheckPass()
+        for chunk in chunks(packet_ids):
+            live = await self._snapshots(chunk)  # Redis first, then SQL
+            records = await self._records(chunk)
+            detailed = [
+                pid
+                for pid, record in records.items()
+                if record["matched"] != record["grabs"]
+                or (live[pid].fields and not live[pid].pending)
+            ]
+            async with self._db.sessions() as session:
+                result.users.update(
+                    await session.scalars(
+                        select(GrabRow.user_id).where(GrabRow.packet_id.in_(chunk)).distinct()
+                    )
+                )
+                details = await _grab_details(session, detailed)
+            for pid in chunk:
+                result.pending += live[pid].pending
+                record = records.get(pid)
+                if record is None:
+                    continue  # named by a ledger key or event, but never recorded as a packet
+                result.checked += 1
+                result.users.add(record["sender_id"])
+                result.mismatches += rules.packet_sql(record, details.get(pid, {}))
+                result.mismatches += rules.packet_redis(record, live[pid], details.get(pid, {}))
+        return result
+
+    async def _snapshots(self, chunk: Sequence[str]) -> dict[str, Live]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for packet_id in chunk:
+                packet, _shares, grabs = self._keys.packet_keys(packet_id)[:3]
+                pipe.hgetall(packet).hgetall(grabs)
+                # The stream last: empty then means every grab read before is in SQL.
+                pipe.xlen(self._keys.packet_outbox(packet_id))
+            replies = await pipe.execute()
+        live = {}
+        for i, packet_id in enumerate(chunk):
+            fields, grabs, pending = replies[3 * i : 3 * i + 3]
+            # grabs: user -> "seq|amount_cents|grabbed_at_ms"
+            amounts = {user: _field(value, 1) for user, value in grabs.items()}
+            live[packet_id] = Live(
+                dict(fields), {u: as_int(a) for u, a in amounts.items()}, int(pending)
+            )
+        return live
+
+    async def _records(self, chunk: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each packet with its grab totals and ledger entries, read in one statement."""
+        grab, credit = GrabRow, aliased(LedgerEntryRow)
+        debit, refund = aliased(LedgerEntryRow), aliased(LedgerEntryRow)
+        matched = case(
+            (
+                and_(credit.user_id == grab.user_id, credit.amount_cents == grab.amount_cents),
+                1,
+            ),
+            else_=0,
+        )
+        grabs = (
+            select(
+                grab.packet_id,
+                func.count().label("grabs"),
+                func.sum(grab.amount_cents).label("grabbed"),
+                func.min(grab.amount_cents).label("smallest"),
+                func.sum(matched).label("matched"),
+            )
+            .select_from(grab)
+            .outerjoin(
+                credit, credit.business_key == _concat("grab:", grab.packet_id, ":", grab.user_id)
+            )
+            .where(grab.packet_id.in_(chunk))
+            .group_by(grab.packet_id)
+            .subquery()
+        )
+        query = (
+            select(
+                PacketRow.packet_id,
+                PacketRow.sender_id,
+                PacketRow.amount_cents,
+                PacketRow.count,
+                PacketRow.status,
+                PacketRow.refunded_cents,
+                grabs.c.grabs,
+                grabs.c.grabbed,
+                grabs.c.smallest,
+                grabs.c.matched,
+                debit.user_id.label("debit_user"),
+                debit.amount_cents.label("debit_cents"),
+                refund.user_id.label("refund_user"),
+                refund.amount_cents.label("refund_cents"),
+            )
+            .select_from(PacketRow)
+            .outerjoin(grabs, grabs.c.packet_id == PacketRow.packet_id)
+            .outerjoin(debit, debit.business_key == _concat("packet_debit:", PacketRow.packet_id))
+            .outerjoin(refund, refund.business_key == _concat("refund:", PacketRow.packet_id))
+            .where(PacketRow.packet_id.in_(chunk))
+        )
+        async with self._db.sessions() as session:
+            rows = (await session.execute(query)).mappings().all()
+        records = {}
+        for row in rows:
+            record = dict(row)
+            for name in ("grabs", "grabbed", "matched"):
+                record[name] = int(record[name] or 0)
+            records[record["packet_id"]] = record
+        return records
+
+
+class TeamChecks:
+    """Each team: its member rows, then Redis against SQL."""
+
+    def __init__(self, redis: Any, database: Database, keys: Keys) -> None:
+        self._redis = redis
+        self._db = database
+        self._keys = keys
+
+    async def __call__(self, teams: Sequence[tuple[str, str]]) -> CheckPass:
+        """Check teams: Redis first, then SQL, a chunk at a time."""
+        result = CheckPass()
+        counted: set[str] = set()
+        for chunk in chunks(teams):
+            live = await self._snapshots(chunk)
+            records = await self._records(chunk)
+            compared = [key for key in chunk if live[key].fields and not live[key].pending]
+            members = await self._members(compared)
+            for key in chunk:
+                activity_id = key[0]
+                if activity_id not in counted:  # one stream per activity
+                    counted.add(activity_id)
+                    result.pending += live[key].pending
+                record = records.get(key)
+                if record is None:
+                    continue
+                result.checked += 1
+                result.mismatches += rules.team(record, live[key], members.get(key, {}))
+        return result
+
+    async def _snapshots(self, chunk: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Live]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for activity_id, team_id in chunk:
+                keys = self._keys
+                pipe.hgetall(keys.team(activity_id, team_id))
+                pipe.hgetall(keys.team_members(activity_id, team_id))
+                pipe.xlen(keys.outbox(activity_id))
+            replies = await pipe.execute()
+        live = {}
+        for i, key in enumerate(chunk):
+            fields, members, pending = replies[3 * i : 3 * i + 3]
+            # members: user -> "seq|joined_at_ms|order_id", '' for no order
+            orders = {user: _field(value, 2) or None for user, value in members.items()}
+            live[key] = Live(dict(fields), orders, int(pending))
+        return live
+
+    async def _records(
+        self, chunk: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        member = MemberRow
+        counts = (
+            select(
+                member.activity_id,
+                member.team_id,
+                func.count().label("members"),
+                func.count(distinct(member.seq)).label("seqs"),
+            )
+            .where(tuple_(member.activity_id, member.team_id).in_(chunk))
+            .group_by(member.activity_id, member.team_id)
+            .subquery()
+        )
+        query = (
+            select(
+                TeamRow.activity_id,
+                TeamRow.team_id,
+                TeamRow.status,
+                TeamRow.size,
+                counts.c.members,
+                counts.c.seqs,
+            )
+            .select_from(TeamRow)
+            .outerjoin(
+                counts,
+                and_(
+                    counts.c.activity_id == TeamRow.activity_id,
+                    counts.c.team_id == TeamRow.team_id,
+                ),
+            )
+            .where(tuple_(TeamRow.activity_id, TeamRow.team_id).in_(chunk))
+        )
+        async with self._db.sessions() as session:
+            rows = (await session.execute(query)).mappings().all()
+        records = {}
+        for row in rows:
+            record = dict(row)
+            record["members"], record["seqs"] = (
+                int(record["members"] or 0),
+                int(record["seqs"] or 0),
+            )
+            records[(record["activity_id"], record["team_id"])] = record
+        return records
+
+    async def _members(
+        self, teams: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[str, str | None]]:
+        members: dict[tuple[str, str], dict[str, str | None]] = {}
+        if not teams:
+            return members
+        async with self._db.sessions() as session:
+            rows = await session.execute(
+                select(
+                    MemberRow.activity_id, MemberRow.team_id, MemberRow.user_id, MemberRow.order_id
+                ).where(tuple_(MemberRow.activity_id, MemberRow.team_id).in_(teams))
+            )
+            for activity_id, team_id, user_id, order_id in rows:
+                members.setdefault((activity_id, team_id), {})[user_id] = order_id or None
+        return members
+
+
+async def _grab_details(session: Any, packet_ids: Sequence[str]) -> dict[str, GrabDetails]:
+    """Grab rows with their credit: packet -> user -> (cents, credit user, credit cents)."""
+    details: dict[str, GrabDetails] = {}
+    credit = aliased(LedgerEntryRow)
+    for chunk in chunks(packet_ids):
+        rows = await session.execute(
+            select(
+                GrabRow.packet_id,
+                GrabRow.user_id,
+                GrabRow.amount_cents,
+                credit.user_id,
+                credit.amount_cents,
+            )
+            .select_from(GrabRow)
+            .outerjoin(
+                credit,
+                credit.business_key == _concat("grab:", GrabRow.packet_id, ":", GrabRow.user_id),
+            )
+            .where(GrabRow.packet_id.in_(chunk))
+        )
+        for packet_id, user_id, cents, credit_user, credit_cents in rows:
+            details.setdefault(packet_id, {})[user_id] = (int(cents), credit_user, credit_cents)
+    return details

@@ -1,0 +1,123 @@
+"""The scheduled jobs: each applies what time did exactly once, however often it runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from groupbuy.app import Services
+from groupbuy.events import EventRow
+from groupbuy.redpacket.models import LedgerEntryRow
+from tests.redpacket.helpers import assert_money_conserved, count
+
+
+async def events(services: Services, kind: str) -> list[dict[str, Any]]:
+    import json
+
+    async with services.database.sessions() as session:
+        rows = (await session.scalars(select(EventRow).where(EventRow.type == kind))).all()
+    return [json.loads(row.data) for row in rows]
+
+
+async def run(services: Services, name: str) -> dict[str, Any]:
+    return await services.jobs.run(name)
+
+
+async def test_sweep_locks_expires_each_lock_once(services: Services) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", team_size=4, lock_ttl_s=10)
+    for t in range(3):
+        await teams.open_team("a1", f"L{t}", team_id=f"t{t}")
+        for u in range(2):
+            await teams.lock("a1", f"t{t}", f"u{t}{u}")
+    report = await run(services, "sweep_locks")
+    assert report["locks_expired"] == 0 and report["teams"] == 0  # nothing due yet
+    services.clock.advance(10)
+    report = await run(services, "sweep_locks")
+    assert report["job"] == "sweep_locks" and report["locks_expired"] == 6 and report["teams"] == 3
+    again = await run(services, "sweep_locks")
+    assert again["locks_expired"] == 0 and again["teams"] == 0  # the index no longer lists them
+    expired = await events(services, "lock.expired")
+    assert sorted(e["user_id"] for e in expired) == sorted(f"u{t}{u}" for t in range(3) for u in range(2))
+    team = await teams.get_team("a1", "t0")
+    assert team["locks"] == [] and team["free_seats"] == 3
+
+
+async def test_expire_teams_fails_open_teams_once_with_their_refund_list(services: Services) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", team_size=2, team_deadline_s=60)
+    await teams.open_team("a1", "L1", team_id="open", order_id="o-L1")
+    await teams.open_team("a1", "L2", team_id="formed", order_id="o-L2")
+    await teams.lock("a1", "formed", "u2")
+    await teams.confirm("a1", "formed", "u2", "o-u2")
+    await teams.lock("a1", "open", "u1")
+    services.clock.advance(60)
+    report = await run(services, "expire_teams")
+    assert report["teams_failed"] == 1
+    assert (await run(services, "expire_teams"))["teams"] == 0
+    failed = await events(services, "team.failed")
+    assert failed == [{"activity_id": "a1", "team_id": "open",
+                       "members": [{"user_id": "L1", "order_id": "o-L1"}]}]
+    assert (await teams.get_team("a1", "formed"))["status"] == "formed"  # formed teams never fail
+    assert (await teams.get_team("a1", "open"))["status"] == "failed"
+
+
+async def test_jobs_running_twice_at_once_change_nothing_twice(services: Services) -> None:
+    teams, packets = services.teams, services.packets
+    await teams.create_activity("a1", lock_ttl_s=5, team_deadline_s=20)
+    await teams.open_team("a1", "L", team_id="t1", order_id="oL")
+    await teams.lock("a1", "t1", "u1")
+    await packets.deposit("s", 100, "funds")
+    await packets.send("s", 100, 4, packet_id="pk", expires_in_s=20)
+    await packets.grab("pk", "g1")
+    services.clock.advance(20)
+    names = ["sweep_locks", "expire_teams", "expire_packets", "flush_records"]
+    for _ in range(2):
+        await asyncio.gather(*(run(services, n) for n in names for _ in range(2)))
+    await run(services, "flush_records")
+    assert len(await events(services, "lock.expired")) == 1
+    assert len(await events(services, "team.failed")) == 1
+    assert len(await events(services, "packet.refunded")) == 1
+    assert await count(services, LedgerEntryRow, kind="refund_credit") == 1
+    await assert_money_conserved(services)
+
+
+async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
+    """SPEC §4.9: once teams and packets have ended and been swept, their keys are gone."""
+    redis, teams, packets = services.redis, services.teams, services.packets
+    baseline = await redis.dbsize()
+    await teams.create_activity("a1", team_size=2, lock_ttl_s=5, team_deadline_s=30)
+    await teams.open_team("a1", "L1", team_id="formed")
+    await teams.lock("a1", "formed", "u1")
+    await teams.confirm("a1", "formed", "u1", "o1")
+    await teams.open_team("a1", "L2", team_id="fails")
+    await packets.deposit("s", 100, "funds")
+    await packets.send("s", 10, 2, packet_id="sold")
+    await packets.grab("sold", "g1")
+    await packets.grab("sold", "g2")
+    await packets.send("s", 50, 5, packet_id="expires", expires_in_s=30)
+    await packets.grab("expires", "g1")
+    assert await redis.dbsize() > baseline
+    services.clock.advance(30)
+    for name in ["sweep_locks", "expire_teams", "expire_packets", "flush_records", "repair"]:
+        await run(services, name)
+    report = await run(services, "repair")
+    assert report["activities_released"] == 0  # nothing left to release the second time
+    assert await redis.dbsize() == baseline, await redis.keys("*")
+    # what Redis forgot, SQL answers
+    assert (await teams.get_team("a1", "formed"))["status"] == "formed"
+    assert (await packets.get("sold"))["status"] == "sold_out"
+    assert (await packets.grab("expires", "g1"))["status"] == "already_grabbed"
+    # and the activity comes back to Redis when it is used again
+    assert (await teams.open_team("a1", "L3", team_id="again")).created
+    await assert_money_conserved(services)
+
+
+async def test_unknown_job_is_not_found(services: Services) -> None:
+    from groupbuy import errors
+
+    with pytest.raises(errors.NotFound):
+        await run(services, "nope")

@@ -1,0 +1,477 @@
+"""Metrics and access logs (SPEC §3 Operations): /metrics, outcome counters, latency,
+write-behind gauges, job runs, backend errors, multiprocess mode, one log line per request.
+
+The metrics registry is global to the process, so every check reads a value before and
+after the traffic it causes and compares the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy.exc
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.requests import Request
+from starlette.testclient import TestClient
+
+from groupbuy import metrics
+from groupbuy.access import ACCESS_LOGGER
+from groupbuy.app import create_app
+from groupbuy.http import handle_error
+from groupbuy.settings import Settings, load_settings
+from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY
+from tests.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCKS = "/v1/activities/{activity_id}/teams/{team_id}/locks"
+GRAB = "/v1/redpackets/{packet_id}/grab"
+HTTP_COUNT = "groupbuy_http_request_duration_seconds_count"
+FAMILIES = {
+    "groupbuy_lock_outcomes",
+    "groupbuy_grab_outcomes",
+    "groupbuy_http_request_duration_seconds",
+    "groupbuy_writeback_backlog_records",
+    "groupbuy_writeback_lag_seconds",
+    "groupbuy_job_runs",
+    "groupbuy_job_duration_seconds",
+    "groupbuy_backend_errors",
+}
+GENERATED_ID = re.compile(r"[0-9a-f]{32}")
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a Prometheus text page, by name and labels."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape(client: TestClient) -> Samples:
+    r = client.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain"), r.headers
+    return parse(r.text)
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """A sample's value; 0 when it does not exist yet (a label set never used)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def deltas(before: Samples, after: Samples, name: str, label: str) -> dict[str, float]:
+    """How much each labelled sample of `name` rose, by the value of `label` (changes only)."""
+    changed = {}
+    for (sample, labels), now in after.items():
+        if sample == name:
+            key = dict(labels)[label]
+            if now != before.get((sample, labels), 0.0):
+                changed[key] = now - before.get((sample, labels), 0.0)
+    return changed
+
+
+def services(client: TestClient) -> Any:
+    return client.app.state.services  # type: ignore[attr-defined]
+
+
+def setup_team(client: TestClient) -> None:
+    """Activity `a` (team_size 3) with team `t1` led by L: two free seats."""
+    r = client.post("/v1/activities", json={"activity_id": "a", "team_size": 3}, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    r = client.post(
+        "/v1/activities/a/teams", json={"leader_id": "L", "team_id": "t1"}, headers=SERVICE
+    )
+    assert r.status_code == 201, r.text
+
+
+def lock(client: TestClient, user: str, team: str = "t1", activity: str = "a") -> int:
+    url = f"/v1/activities/{activity}/teams/{team}/locks"
+    return client.post(url, json={"user_id": user}, headers=SERVICE).status_code
+
+
+def grab(client: TestClient, packet: str, user: str) -> int:
+    url = f"/v1/redpackets/{packet}/grab"
+    return client.post(url, json={"user_id": user}, headers=SERVICE).status_code
+
+
+def send(client: TestClient, **body: Any) -> None:
+    r = client.post("/v1/redpackets", json=body, headers=SERVICE)
+    assert r.status_code == 201, r.text
+
+
+def fund(client: TestClient, user: str, amount: int) -> None:
+    r = client.post(
+        f"/v1/accounts/{user}/deposits",
+        json={"amount_cents": amount, "reference": f"dep-{user}"},
+        headers=ADMIN,
+    )
+    assert r.status_code == 201, r.text
+
+
+def access_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == ACCESS_LOGGER]
+
+
+@pytest.fixture
+def quiet_client(settings: Settings) -> Iterator[TestClient]:
+    """A client whose background work does not drain the outbox streams during the test."""
+    with TestClient(create_app(settings.replace("outbox", flush_interval_s=3600))) as client:
+        yield client
+
+
+def run_python(code: str, env: dict[str, str], cwd: Path = ROOT) -> str:
+    """Run `code` in a fresh interpreter on this checkout; returns its stdout and stderr."""
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**env, "PYTHONPATH": path},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+# -- /metrics -----------------------------------------------------------------------
+
+
+def test_metrics_is_open_prometheus_text_not_redirected(client: TestClient) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong-key"}):
+        r = client.get("/metrics", headers=headers, follow_redirects=False)
+        assert r.status_code == 200 and not r.history, (r.status_code, r.text)
+        assert r.headers["content-type"].startswith("text/plain"), r.headers
+        names = {family.name for family in text_string_to_metric_families(r.text)}
+        assert names >= FAMILIES, FAMILIES - names
+    assert client.get("/metrics/", follow_redirects=False).status_code != 307
+    documented = client.get("/openapi.json").json()["paths"]["/metrics"]["get"]
+    assert documented["security"] == []
+    assert "text/plain" in documented["responses"]["200"]["content"]
+
+
+def test_lock_outcomes_count_exactly_the_attempts(client: TestClient) -> None:
+    setup_team(client)
+    before = scrape(client)
+    assert [lock(client, u) for u in ("u1", "u2")] == [201, 201]
+    assert lock(client, "u1") == 200  # existing
+    assert [lock(client, u) for u in ("u3", "u4", "u5")] == [409, 409, 409]
+    assert lock(client, "L") == 409  # the leader is a member
+    assert lock(client, "u6", team="missing") == 404
+    assert lock(client, "u6", activity="nope") == 404
+    after = scrape(client)
+    assert deltas(before, after, "groupbuy_lock_outcomes_total", "outcome") == {
+        "locked": 2,
+        "existing": 1,
+        "team_full": 3,
+        "already_member": 1,
+        "team_not_found": 1,
+        "activity_not_found": 1,
+    }
+
+
+def test_grab_outcomes_count_exactly_the_grabs(client: TestClient) -> None:
+    fund(client, "sender", 1000)
+    send(client, sender_id="sender", amount_cents=100, count=2, packet_id="p1")
+    send(client, sender_id="sender", amount_cents=50, count=5, packet_id="p2", expires_in_s=1)
+    before = scrape(client)
+    assert grab(client, "p1", "u1") == 200
+    assert grab(client, "p1", "u1") == 200  # already_grabbed
+    assert grab(client, "p1", "u2") == 200
+    assert [grab(client, "p1", u) for u in ("u3", "u4")] == [409, 409]  # sold out
+    assert grab(client, "nope", "u1") == 404
+    services(client).clock.advance(2)
+    assert grab(client, "p2", "u1") == 410
+    after = scrape(client)
+    assert deltas(before, after, "groupbuy_grab_outcomes_total", "outcome") == {
+        "grabbed": 2,
+        "already_grabbed": 1,
+        "sold_out": 2,
+        "packet_not_found": 1,
+        "expired": 1,
+    }
+
+
+def test_latency_histogram_is_labelled_by_route_template(client: TestClient) -> None:
+    setup_team(client)
+    locks = {"method": "POST", "route": LOCKS}
+    unmatched = {"method": "GET", "route": "unmatched", "status": "404"}
+    before = scrape(client)
+    assert lock(client, "u1") == 201
+    assert lock(client, "u2") == 201
+    assert lock(client, "u3") == 409
+    assert client.get("/no/such/route").status_code == 404
+    assert client.get("/v1/activities/a/teams/t1/locks/", headers=SERVICE).status_code == 422
+    after = scrape(client)
+    for labels, rise in (
+        ({**locks, "status": "201"}, 2),
+        ({**locks, "status": "409"}, 1),
+        (unmatched, 1),
+        ({"method": "GET", "route": "unmatched", "status": "422"}, 1),
+    ):
+        assert value(after, HTTP_COUNT, **labels) - value(before, HTTP_COUNT, **labels) == rise
+    assert value(
+        after,
+        "groupbuy_http_request_duration_seconds_bucket",
+        le="+Inf",
+        **{**locks, "status": "201"},
+    ) == value(after, HTTP_COUNT, **locks, status="201")
+    routes = {dict(labels).get("route") for _name, labels in after}
+    assert not any(r and ("/a/" in r or "t1" in r or "/no/" in r) for r in routes), routes
+
+
+def test_backend_errors_rise_when_redis_is_down(tmp_path: Path) -> None:
+    settings = load_settings(
+        None,
+        {
+            "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
+            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
+            "GROUPBUY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": "0.2",
+        },
+    )
+    with TestClient(create_app(settings)) as client:
+        before = scrape(client)  # /metrics answers with Redis down
+        created = client.post("/v1/activities", json={"activity_id": "a1"}, headers=ADMIN)
+        assert created.status_code == 503 and created.json()["code"] == "redis_unavailable"
+        assert lock(client, "u1") == 503
+        after = scrape(client)
+    assert deltas(before, after, "groupbuy_backend_errors_total", "backend") == {"redis": 2}
+    # the lock attempt failed on Redis: counted as an error outcome, not a refusal
+    assert deltas(before, after, "groupbuy_lock_outcomes_total", "outcome") == {"error": 1}
+
+
+def test_backend_errors_count_database_failures() -> None:
+    def database_errors() -> float:
+        return value(
+            parse(metrics.render()[0].decode()), "groupbuy_backend_errors_total", backend="database"
+        )
+
+    before = database_errors()
+    request = Request({"type": "http", "method": "GET", "path": "/", "headers": []})
+    down = sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError())
+    response = asyncio.run(handle_error(request, down))
+    assert response.status_code == 503
+    assert database_errors() - before == 1
+
+
+# -- write-behind gauges and jobs ---------------------------------------------------------
+
+
+def test_update_writeback_reports_the_backlog_and_zero_after_draining(
+    quiet_client: TestClient,
+) -> None:
+    client, svc = quiet_client, services(quiet_client)
+    empty = client.portal.call(metrics.update_writeback, svc)
+    assert (empty["backlog_records"], empty["lag_seconds"]) == (0, 0.0)
+    fund(client, "sender", 1000)
+    send(client, sender_id="sender", amount_cents=100, count=5, packet_id="p1")
+    send(client, sender_id="sender", amount_cents=100, count=5, packet_id="p2")
+    for packet, user in (("p1", "u1"), ("p1", "u2"), ("p2", "u1")):
+        assert grab(client, packet, user) == 200
+    time.sleep(0.05)  # the oldest record is now at least 50 ms old
+    report = client.portal.call(metrics.update_writeback, svc)
+    assert report["backlog_records"] == 3, report
+    assert report["backlog_records"] == client.portal.call(svc.packets.writer.backlog)
+    assert 0.05 <= report["lag_seconds"] < 60, report
+    page = scrape(client)
+    assert value(page, "groupbuy_writeback_backlog_records") == 3
+    assert value(page, "groupbuy_writeback_lag_seconds") == report["lag_seconds"]
+
+    assert client.portal.call(svc.packets.writer.drain_all) == 3
+    drained = client.portal.call(metrics.update_writeback, svc)
+    assert (drained["backlog_records"], drained["lag_seconds"]) == (0, 0.0), drained
+    page = scrape(client)
+    assert value(page, "groupbuy_writeback_backlog_records") == 0
+    assert value(page, "groupbuy_writeback_lag_seconds") == 0
+
+
+def test_track_job_counts_ok_and_error_runs_and_times_them() -> None:
+    def job_samples() -> tuple[float, float, float]:
+        page = parse(metrics.render()[0].decode())
+        return (
+            value(page, "groupbuy_job_runs_total", job="test_job", result="ok"),
+            value(page, "groupbuy_job_runs_total", job="test_job", result="error"),
+            value(page, "groupbuy_job_duration_seconds_count", job="test_job"),
+        )
+
+    async def job(fail: bool) -> None:
+        with metrics.track_job("test_job"):
+            await asyncio.sleep(0)
+            if fail:
+                raise RuntimeError("job failed")
+
+    ok, error, timed = job_samples()
+    asyncio.run(job(fail=False))
+    asyncio.run(job(fail=False))
+    with pytest.raises(RuntimeError, match="job failed"):
+        asyncio.run(job(fail=True))
+    assert job_samples() == (ok + 2, error + 1, timed + 3)
+
+
+# -- multiprocess mode ------------------------------------------------------------------
+
+
+def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
+    env = {**os.environ, metrics.MULTIPROC_ENV: str(tmp_path)}
+    worker = """
+        from groupbuy import metrics
+        metrics.LOCK_OUTCOMES.labels(outcome="locked").inc()
+        metrics.WRITEBACK_BACKLOG.set(7)
+        with metrics.track_job("flush_records"):
+            pass
+    """
+    run_python(worker, env)
+    run_python(worker, env)
+    scraper = """
+        from groupbuy import metrics
+        metrics.WRITEBACK_BACKLOG.set(9)
+        metrics.process_exited()  # a stopped worker's live gauges no longer count
+        body, content_type = metrics.render()
+        assert content_type.startswith("text/plain"), content_type
+        print(body.decode())
+    """
+    page = parse(run_python(scraper, env))
+    assert value(page, "groupbuy_lock_outcomes_total", outcome="locked") == 2
+    assert value(page, "groupbuy_job_runs_total", job="flush_records", result="ok") == 2
+    assert value(page, "groupbuy_writeback_backlog_records") == 7
+    assert any(path.name.startswith("counter_") for path in tmp_path.iterdir())
+
+
+def test_multiprocess_dir_is_made_for_workers_and_removed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(metrics.MULTIPROC_ENV, raising=False)
+    with metrics.multiprocess_dir(needed=False) as path:
+        assert path is None and metrics.MULTIPROC_ENV not in os.environ
+    with metrics.multiprocess_dir(needed=True) as path:
+        assert path is not None and os.environ[metrics.MULTIPROC_ENV] == path
+        assert Path(path).is_dir()
+    assert not Path(path).exists() and metrics.MULTIPROC_ENV not in os.environ
+    # a directory the operator chose is used as it is, and kept
+    monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path))
+    with metrics.multiprocess_dir(needed=True) as path:
+        assert path == str(tmp_path)
+    assert tmp_path.is_dir() and os.environ[metrics.MULTIPROC_ENV] == str(tmp_path)
+
+
+# -- access log ---------------------------------------------------------------------------
+
+
+def test_access_log_one_line_per_request_with_template_status_and_request_id(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    setup_team(client)
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    caplog.clear()
+    r = client.post(
+        "/v1/activities/a/teams/t1/locks",
+        json={"user_id": "u1"},
+        headers={**SERVICE, "X-Request-Id": "req-42.a_B"},
+    )
+    assert r.status_code == 201 and r.headers["x-request-id"] == "req-42.a_B"
+    client.get("/no/such/route")
+    records = access_records(caplog)
+    assert len(records) == 2, [rec.getMessage() for rec in records]
+    first, second = (rec.getMessage() for rec in records)
+    assert re.fullmatch(rf"POST {re.escape(LOCKS)} 201 \d+\.\d\dms request_id=req-42\.a_B", first)
+    assert second.startswith("GET unmatched 404 ") and "/no/such" not in second
+    assert records[0].levelno == logging.INFO
+
+
+@pytest.mark.parametrize("given", [None, "", "has space", "x" * 65, "a/b", "é".encode(), "a\tb"])
+def test_insane_or_missing_request_ids_are_replaced(
+    client: TestClient, caplog: pytest.LogCaptureFixture, given: str | bytes | None
+) -> None:
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    headers = {} if given is None else {"X-Request-Id": given}
+    ids = {client.get("/healthz", headers=headers).headers["x-request-id"] for _ in range(3)}
+    assert len(ids) == 3 and all(GENERATED_ID.fullmatch(i) for i in ids), ids
+    logged = {rec.getMessage().rsplit("request_id=", 1)[1] for rec in access_records(caplog)}
+    assert logged == ids
+    longest = "A" * 64
+    assert (
+        client.get("/healthz", headers={"X-Request-Id": longest}).headers["x-request-id"] == longest
+    )
+
+
+def test_no_secret_reaches_any_log_record(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = "Bearer wrong-secret-never-logged"
+    setup_team(client)
+    assert lock(client, "u1") == 201
+    assert client.get("/v1/events", headers={"Authorization": wrong}).status_code == 401
+    assert (
+        client.post("/v1/activities", json={"activity_id": "b"}, headers=SERVICE).status_code == 403
+    )
+    assert client.post("/v1/activities", content=b"{", headers=ADMIN).status_code == 422
+    assert client.get("/metrics", headers=ADMIN).status_code == 200
+    assert len(access_records(caplog)) == 7  # one per request, setup_team's two included
+    formatter = logging.Formatter("%(name)s %(message)s")
+    for record in caplog.records:
+        text = formatter.format(record) + repr(record.__dict__)
+        for secret in (ADMIN_KEY, SERVICE_KEY, "wrong-secret-never-logged"):
+            assert secret not in text, (secret, text)
+
+
+def test_json_access_log_lines_parse(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    app = create_app(settings.replace("server", access_log_json=True))
+    with TestClient(app) as client:
+        caplog.clear()
+        assert client.get("/healthz", headers={"X-Request-Id": "r1"}).status_code == 200
+        assert lock(client, "u1") == 404
+    lines = [json.loads(rec.getMessage()) for rec in access_records(caplog)]
+    assert [(line["route"], line["status"], line["method"]) for line in lines] == [
+        ("/healthz", 200, "GET"),
+        (LOCKS, 404, "POST"),
+    ]
+    assert lines[0]["request_id"] == "r1" and GENERATED_ID.fullmatch(lines[1]["request_id"])
+    for line in lines:
+        assert set(line) == {"time", "request_id", "method", "route", "status", "duration_ms"}
+        assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
+
+
+def test_serve_logging_writes_bare_json_access_lines(tmp_path: Path) -> None:
+    """What `groupbuy serve` sets up: with access_log_json each access line is one JSON object."""
+    env = {
+        **os.environ,
+        "GROUPBUY_SERVER_ACCESS_LOG_JSON": "true",
+        "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY}",
+        "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
+    }
+    env.pop(metrics.MULTIPROC_ENV, None)
+    output = run_python(
+        """
+        from starlette.testclient import TestClient
+        from groupbuy.cli import app_from_environment
+        with TestClient(app_from_environment()) as client:
+            assert client.get("/healthz").status_code == 200
+            assert client.get("/metrics").status_code == 200
+        """,
+        env,
+        cwd=tmp_path,
+    )
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert [line["route"] for line in lines] == ["/healthz", "/metrics"], output

@@ -1,0 +1,119 @@
+"""One active scheduler across processes (a Redis lease), and jobs done once with two running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from starlette.testclient import TestClient
+
+from groupbuy.app import Services, create_app
+from groupbuy.scheduler import Scheduler
+from groupbuy.settings import Settings
+from tests.conftest import ADMIN, SERVICE
+
+
+async def test_the_lease_has_one_holder(services: Services) -> None:
+    first = Scheduler(services, services.jobs)
+    second = Scheduler(services, services.jobs)
+    assert await first.hold_lease() and first.is_leader
+    assert not await second.hold_lease()
+    assert await first.hold_lease()  # renewing keeps it
+    await first.stop()  # releases it
+    assert not first.is_leader
+    assert await second.hold_lease()
+    await second.stop()
+
+
+async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> None:
+    short = services.settings.replace("scheduler", lease_ttl_s=0.2)
+    dead = Scheduler(services, services.jobs)
+    dead._settings = short.scheduler
+    heir = Scheduler(services, services.jobs)
+    heir._settings = short.scheduler
+    assert await dead.hold_lease()  # then it dies without releasing
+    assert not await heir.hold_lease()
+    await asyncio.sleep(0.3)
+    assert await heir.hold_lease()
+
+
+@pytest.fixture
+def fast_settings(settings: Settings) -> Settings:
+    return settings.replace("scheduler", sweep_interval_s=0.05, expire_packets_interval_s=0.05,
+                            repair_interval_s=0.2, lease_ttl_s=0.6)
+
+
+@pytest.fixture
+def two_instances(fast_settings: Settings) -> Iterator[tuple[TestClient, TestClient]]:
+    """Two app instances on one Redis and one database, each with its own scheduler."""
+    with TestClient(create_app(fast_settings)) as one, TestClient(create_app(fast_settings)) as two:
+        yield one, two
+
+
+def _events(settings: Settings, kind: str) -> list[dict[str, Any]]:
+    url = settings.database.effective_url.replace("sqlite+aiosqlite", "sqlite")
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT data FROM events WHERE type = :t"), {"t": kind}).all()
+    engine.dispose()
+    return [json.loads(row[0]) for row in rows]
+
+
+def _wait_for(check: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])
+def test_two_schedulers_do_every_expiry_once(
+    two_instances: tuple[TestClient, TestClient], fast_settings: Settings, tmp_path: Path
+) -> None:
+    one, two = two_instances
+    one.post("/v1/activities", json={"activity_id": "a1", "lock_ttl_s": 5, "team_deadline_s": 30},
+             headers=ADMIN)
+    for t in range(4):
+        one.post("/v1/activities/a1/teams", json={"leader_id": f"L{t}", "team_id": f"t{t}"},
+                 headers=SERVICE)
+        two.post(f"/v1/activities/a1/teams/t{t}/locks", json={"user_id": f"u{t}"}, headers=SERVICE)
+    one.post("/v1/accounts/s/deposits", json={"amount_cents": 100, "reference": "r"}, headers=ADMIN)
+    for p in range(3):
+        one.post("/v1/redpackets", json={"sender_id": "s", "amount_cents": 20, "count": 4,
+                                         "packet_id": f"pk{p}", "expires_in_s": 30}, headers=SERVICE)
+        two.post(f"/v1/redpackets/pk{p}/grab", json={"user_id": "g"}, headers=SERVICE)
+    leaders = [c.app.state.services for c in (one, two)]
+    for services in leaders:
+        services.clock.advance(31)
+
+    _wait_for(lambda: len(_events(fast_settings, "packet.refunded")) == 3
+              and len(_events(fast_settings, "team.failed")) == 4
+              and len(_events(fast_settings, "lock.expired")) == 4)
+    time.sleep(0.5)  # more job runs on both instances change nothing
+    assert len(_events(fast_settings, "packet.refunded")) == 3
+    assert len(_events(fast_settings, "team.failed")) == 4
+    assert len(_events(fast_settings, "lock.expired")) == 4
+    balance = one.get("/v1/accounts/s", headers=SERVICE).json()["balance_cents"]
+    grabbed = sum(one.get(f"/v1/redpackets/pk{p}", headers=SERVICE).json()["grabs"][0]["amount_cents"]
+                  for p in range(3))
+    assert balance == 100 - grabbed  # every remainder came back exactly once
+
+
+def test_admin_runs_a_job_and_reads_the_reconciliation(client: TestClient) -> None:
+    ran = client.post("/v1/admin/jobs/sweep_locks/run", headers=ADMIN)
+    assert ran.status_code == 200 and ran.json()["job"] == "sweep_locks"
+    assert client.post("/v1/admin/jobs/sweep_locks/run", headers=SERVICE).status_code == 403
+    missing = client.post("/v1/admin/jobs/nope/run", headers=ADMIN)
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    before = client.get("/v1/admin/reconcile", headers=ADMIN)
+    assert before.status_code == 404
+    report = client.post("/v1/admin/jobs/reconcile/run", headers=ADMIN).json()
+    assert report["job"] == "reconcile" and report["mismatches"] == []
+    latest = client.get("/v1/admin/reconcile", headers=ADMIN)
+    assert latest.status_code == 200 and latest.json()["id"] == report["id"]
