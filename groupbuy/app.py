@@ -15,7 +15,6 @@ from groupbuy import metrics, routes
 from groupbuy.access import ObserveRequests
 from groupbuy.clock import RedisClock
 from groupbuy.db import Database
-from groupbuy.jobs import build_jobs
 from groupbuy.http import (
     HANDLED_ERRORS,
     Authenticator,
@@ -23,6 +22,7 @@ from groupbuy.http import (
     build_route,
     handle_error,
 )
+from groupbuy.jobs import build_jobs
 from groupbuy.keys import Keys
 from groupbuy.locks.records import project_team_record
 from groupbuy.locks.routes import ENDPOINTS as TEAM_ENDPOINTS

@@ -33,12 +33,18 @@ def build_jobs(services: Services) -> dict[str, Job]:
     async def flush_records() -> dict[str, Any]:
         team_records = await teams.record_pending()
         packet_records = await packets.writer.drain_all()
-        return {"team_records": team_records, "packet_records": packet_records,
-                "backlog": await packets.writer.backlog()}
+        return {
+            "team_records": team_records,
+            "packet_records": packet_records,
+            "backlog": await packets.writer.backlog(),
+        }
 
     async def repair() -> dict[str, Any]:
-        return {**await packets.repair_pending(), **await teams.release_ended(),
-                **await packets.release_ended()}
+        return {
+            **await packets.repair_pending(),
+            **await teams.release_ended(),
+            **await packets.release_ended(),
+        }
 
     async def reconcile() -> dict[str, Any]:
         return await services.reconciler.run()

@@ -44,7 +44,11 @@ class JobRunner:
             raise errors.NotFound(f"no job {name!r}; jobs: {', '.join(sorted(self.jobs))}")
         began = time.perf_counter()
         report = await job()
-        report = {"job": name, "duration_ms": round((time.perf_counter() - began) * 1000, 3), **report}
+        report = {
+            "job": name,
+            "duration_ms": round((time.perf_counter() - began) * 1000, 3),
+            **report,
+        }
         self.last_reports[name] = report
         return report
 
@@ -106,7 +110,10 @@ class Scheduler:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
         )
         aps.add_job(
-            self.hold_lease, "interval", seconds=self._settings.lease_ttl_s / 3, id="lease",
+            self.hold_lease,
+            "interval",
+            seconds=self._settings.lease_ttl_s / 3,
+            id="lease",
             next_run_time=_now(),
         )
         for name, seconds in self.intervals().items():

@@ -161,8 +161,12 @@ class SchedulerSettings:
 
     def __post_init__(self) -> None:
         _check_range("scheduler", "lease_ttl_s", self.lease_ttl_s, 0.1, 3600)
-        for name in ("sweep_interval_s", "expire_packets_interval_s", "repair_interval_s",
-                     "reconcile_interval_s"):
+        for name in (
+            "sweep_interval_s",
+            "expire_packets_interval_s",
+            "repair_interval_s",
+            "reconcile_interval_s",
+        ):
             _check_range("scheduler", name, getattr(self, name), 0.01, 86400)
         _check_range("scheduler", "sweep_batch", self.sweep_batch, 1, 10_000)
 

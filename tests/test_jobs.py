@@ -41,12 +41,16 @@ async def test_sweep_locks_expires_each_lock_once(services: Services) -> None:
     again = await run(services, "sweep_locks")
     assert again["locks_expired"] == 0 and again["teams"] == 0  # the index no longer lists them
     expired = await events(services, "lock.expired")
-    assert sorted(e["user_id"] for e in expired) == sorted(f"u{t}{u}" for t in range(3) for u in range(2))
+    assert sorted(e["user_id"] for e in expired) == sorted(
+        f"u{t}{u}" for t in range(3) for u in range(2)
+    )
     team = await teams.get_team("a1", "t0")
     assert team["locks"] == [] and team["free_seats"] == 3
 
 
-async def test_expire_teams_fails_open_teams_once_with_their_refund_list(services: Services) -> None:
+async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
+    services: Services,
+) -> None:
     teams = services.teams
     await teams.create_activity("a1", team_size=2, team_deadline_s=60)
     await teams.open_team("a1", "L1", team_id="open", order_id="o-L1")
@@ -59,8 +63,9 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(service
     assert report["teams_failed"] == 1
     assert (await run(services, "expire_teams"))["teams"] == 0
     failed = await events(services, "team.failed")
-    assert failed == [{"activity_id": "a1", "team_id": "open",
-                       "members": [{"user_id": "L1", "order_id": "o-L1"}]}]
+    assert failed == [
+        {"activity_id": "a1", "team_id": "open", "members": [{"user_id": "L1", "order_id": "o-L1"}]}
+    ]
     assert (await teams.get_team("a1", "formed"))["status"] == "formed"  # formed teams never fail
     assert (await teams.get_team("a1", "open"))["status"] == "failed"
 

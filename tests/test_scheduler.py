@@ -45,8 +45,13 @@ async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> Non
 
 @pytest.fixture
 def fast_settings(settings: Settings) -> Settings:
-    return settings.replace("scheduler", sweep_interval_s=0.05, expire_packets_interval_s=0.05,
-                            repair_interval_s=0.2, lease_ttl_s=0.6)
+    return settings.replace(
+        "scheduler",
+        sweep_interval_s=0.05,
+        expire_packets_interval_s=0.05,
+        repair_interval_s=0.2,
+        lease_ttl_s=0.6,
+    )
 
 
 @pytest.fixture
@@ -77,31 +82,52 @@ def test_two_schedulers_do_every_expiry_once(
     two_instances: tuple[TestClient, TestClient], fast_settings: Settings, tmp_path: Path
 ) -> None:
     one, two = two_instances
-    one.post("/v1/activities", json={"activity_id": "a1", "lock_ttl_s": 5, "team_deadline_s": 30},
-             headers=ADMIN)
+    one.post(
+        "/v1/activities",
+        json={"activity_id": "a1", "lock_ttl_s": 5, "team_deadline_s": 30},
+        headers=ADMIN,
+    )
     for t in range(4):
-        one.post("/v1/activities/a1/teams", json={"leader_id": f"L{t}", "team_id": f"t{t}"},
-                 headers=SERVICE)
+        one.post(
+            "/v1/activities/a1/teams",
+            json={"leader_id": f"L{t}", "team_id": f"t{t}"},
+            headers=SERVICE,
+        )
         two.post(f"/v1/activities/a1/teams/t{t}/locks", json={"user_id": f"u{t}"}, headers=SERVICE)
     one.post("/v1/accounts/s/deposits", json={"amount_cents": 100, "reference": "r"}, headers=ADMIN)
     for p in range(3):
-        one.post("/v1/redpackets", json={"sender_id": "s", "amount_cents": 20, "count": 4,
-                                         "packet_id": f"pk{p}", "expires_in_s": 30}, headers=SERVICE)
+        one.post(
+            "/v1/redpackets",
+            json={
+                "sender_id": "s",
+                "amount_cents": 20,
+                "count": 4,
+                "packet_id": f"pk{p}",
+                "expires_in_s": 30,
+            },
+            headers=SERVICE,
+        )
         two.post(f"/v1/redpackets/pk{p}/grab", json={"user_id": "g"}, headers=SERVICE)
     leaders = [c.app.state.services for c in (one, two)]
     for services in leaders:
         services.clock.advance(31)
 
-    _wait_for(lambda: len(_events(fast_settings, "packet.refunded")) == 3
-              and len(_events(fast_settings, "team.failed")) == 4
-              and len(_events(fast_settings, "lock.expired")) == 4)
+    _wait_for(
+        lambda: (
+            len(_events(fast_settings, "packet.refunded")) == 3
+            and len(_events(fast_settings, "team.failed")) == 4
+            and len(_events(fast_settings, "lock.expired")) == 4
+        )
+    )
     time.sleep(0.5)  # more job runs on both instances change nothing
     assert len(_events(fast_settings, "packet.refunded")) == 3
     assert len(_events(fast_settings, "team.failed")) == 4
     assert len(_events(fast_settings, "lock.expired")) == 4
     balance = one.get("/v1/accounts/s", headers=SERVICE).json()["balance_cents"]
-    grabbed = sum(one.get(f"/v1/redpackets/pk{p}", headers=SERVICE).json()["grabs"][0]["amount_cents"]
-                  for p in range(3))
+    grabbed = sum(
+        one.get(f"/v1/redpackets/pk{p}", headers=SERVICE).json()["grabs"][0]["amount_cents"]
+        for p in range(3)
+    )
     assert balance == 100 - grabbed  # every remainder came back exactly once
 
 

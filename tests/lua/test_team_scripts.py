@@ -341,7 +341,9 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     assert await h.redis.zscore(h.keys.lock_index(AID), "t1") is None
     assert await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]) == [TeamCode.OK, 0, "open"]
     h.shift_ms += DEADLINE_MS
-    assert await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]) == [TeamCode.OK, 0, "failed"]
+    assert await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]) == [
+        TeamCode.OK, 0, "failed"
+    ]
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") is None
     assert await h.record_types() == ["team.opened", "lock.expired", "team.failed"]
     # a team Redis no longer has leaves the indexes too
