@@ -11,7 +11,7 @@ from sqlalchemy import BigInteger, DateTime, Integer, String, Text, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy.db import Base, insert_ignore
+from groupbuy.db import Base, dialect_insert, insert_ignore
 from groupbuy.timefmt import from_ms, iso_ms, to_ms
 
 
@@ -39,18 +39,25 @@ class Event:
     data: dict[str, Any]
 
 
+def _row(event: Event) -> dict[str, Any]:
+    return {
+        "type": event.type,
+        "at": from_ms(event.at_ms),
+        "dedup_key": event.dedup_key,
+        "data": json.dumps(event.data, separators=(",", ":")),
+    }
+
+
 async def record_event(session: AsyncSession, event: Event) -> bool:
     """Insert the event unless already recorded; True if this call recorded it."""
-    return await insert_ignore(
-        session,
-        EventRow.__table__,
-        {
-            "type": event.type,
-            "at": from_ms(event.at_ms),
-            "dedup_key": event.dedup_key,
-            "data": json.dumps(event.data, separators=(",", ":")),
-        },
-    )
+    return await insert_ignore(session, EventRow.__table__, _row(event))
+
+
+async def record_events(session: AsyncSession, events: list[Event]) -> None:
+    """Insert many events in one statement, skipping those already recorded (ids follow order)."""
+    if events:
+        statement = dialect_insert(session, EventRow.__table__).values([_row(e) for e in events])
+        await session.execute(statement.on_conflict_do_nothing())
 
 
 async def read_events(session: AsyncSession, after: int, limit: int) -> dict[str, Any]:

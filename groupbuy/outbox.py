@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.db import Database
-from groupbuy.events import Event, record_event
+from groupbuy.events import Event, record_events
 from groupbuy.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ class OutboxWriter:
                 if not entries:
                     return applied
                 async with self._db.transaction() as session:
-                    for _entry_id, fields in entries:
-                        await record_event(session, await self._project(session, fields))
+                    events = [await self._project(session, fields) for _id, fields in entries]
+                    await record_events(session, events)
                 ids = [entry_id for entry_id, _ in entries]
                 # Only scripts add to a team stream, and they recreate it: an empty one can go.
                 await self._scripts.call("outbox_ack", [stream], ["", "1", *ids])
