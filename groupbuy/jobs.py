@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from groupbuy import metrics
+
 if TYPE_CHECKING:
     from groupbuy.app import Services
 
@@ -33,10 +35,12 @@ def build_jobs(services: Services) -> dict[str, Job]:
     async def flush_records() -> dict[str, Any]:
         team_records = await teams.record_pending()
         packet_records = await packets.writer.drain_all()
+        writeback = await metrics.update_writeback(services)  # also sets the gauges
         return {
             "team_records": team_records,
             "packet_records": packet_records,
-            "backlog": await packets.writer.backlog(),
+            "backlog": writeback["backlog_records"],
+            "lag_s": writeback["lag_seconds"],
         }
 
     async def repair() -> dict[str, Any]:

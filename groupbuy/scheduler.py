@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from groupbuy import errors
+from groupbuy import errors, metrics
 from groupbuy.jobs import Job
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ class JobRunner:
         if job is None:
             raise errors.NotFound(f"no job {name!r}; jobs: {', '.join(sorted(self.jobs))}")
         began = time.perf_counter()
-        report = await job()
+        with metrics.track_job(name):
+            report = await job()
         report = {
             "job": name,
             "duration_ms": round((time.perf_counter() - began) * 1000, 3),

@@ -126,3 +126,22 @@ async def test_unknown_job_is_not_found(services: Services) -> None:
 
     with pytest.raises(errors.NotFound):
         await run(services, "nope")
+
+
+async def test_jobs_are_counted_and_flush_records_reports_the_backlog(services: Services) -> None:
+    from prometheus_client import REGISTRY
+
+    def runs(job: str) -> float:
+        labels = {"job": job, "result": "ok"}
+        return REGISTRY.get_sample_value("groupbuy_job_runs_total", labels) or 0.0
+
+    before = runs("flush_records")
+    packets = services.packets
+    await packets.deposit("s", 100, "funds")
+    await packets.send("s", 100, 5, packet_id="pk")
+    for user in ("a", "b"):
+        await packets.grab("pk", user)
+    report = await run(services, "flush_records")
+    assert report["packet_records"] == 2 and report["backlog"] == 0 and report["lag_s"] == 0
+    assert runs("flush_records") == before + 1
+    assert REGISTRY.get_sample_value("groupbuy_writeback_backlog_records") == 0

@@ -51,7 +51,8 @@ async def test_sweep_ten_thousand_expired_locks(
     name = " ".join(command.split()[:3])[:60]
     with capsys.disabled():
         print(
-            f"\n[figures] sweep_locks: {report['locks_expired']:,} expired locks in {TEAMS:,} teams "
+            f"\n[figures] sweep_locks: {report['locks_expired']:,} expired locks in "
+            f"{TEAMS:,} teams "
             f"swept and evented into SQL in {seconds:.2f}s ({report['duration_ms']:.0f} ms in the "
             f"job); longest single Redis command during it (SLOWLOG): {slowest['duration']} µs "
             f"({name!r})"
