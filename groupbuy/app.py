@@ -77,7 +77,7 @@ def build_services(
         redis, scripts, database, keys, settings.outbox.batch_size, limits.reclaim_idle_s
     )
     packets = RedPacketService(redis, scripts, database, keys, limits, clock, writer)
-    reconciler = Reconciler(redis, database, keys)
+    reconciler = Reconciler(redis, database, keys, clock=clock)
     services = Services(
         settings, redis, database, scripts, keys, clock, outbox, teams, packets, reconciler
     )

@@ -11,9 +11,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy import String, and_, case, distinct, func, literal, select, tuple_
+from sqlalchemy import (
+    SQLColumnExpression,
+    String,
+    and_,
+    case,
+    distinct,
+    func,
+    literal,
+    select,
+    tuple_,
+)
 from sqlalchemy.orm import aliased
-from sqlalchemy.sql.elements import ColumnElement
 
 from groupbuy import reconcile_rules as rules
 from groupbuy.db import Database
@@ -43,11 +52,13 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _concat(*parts: Any) -> ColumnElement[str]:
-    expression: Any = literal(parts[0], String)
-    for part in parts[1:]:
-        expression = expression + (literal(part, String) if isinstance(part, str) else part)
-    return expression  # type: ignore[no-any-return]
+def _concat(*parts: str | SQLColumnExpression[str]) -> SQLColumnExpression[str]:
+    """SQL `a || b || ...`: builds a ledger business key from a row's columns."""
+    terms = [literal(p, String) if isinstance(p, str) else p for p in parts]
+    expression = terms[0]
+    for term in terms[1:]:
+        expression = expression + term
+    return expression
 
 
 def _field(value: str, index: int) -> str | None:
@@ -113,7 +124,7 @@ class PacketChecks:
         return live
 
     async def _records(self, chunk: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Each packet with its grab totals and ledger entries, read in one statement."""
+        """Each packet with its grab totals and ledger entries, in one statement (one snapshot)."""
         grab, credit = GrabRow, aliased(LedgerEntryRow)
         debit, refund = aliased(LedgerEntryRow), aliased(LedgerEntryRow)
         matched = case(
@@ -203,9 +214,9 @@ class TeamChecks:
         return result
 
     async def _snapshots(self, chunk: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Live]:
+        keys = self._keys
         async with self._redis.pipeline(transaction=False) as pipe:
             for activity_id, team_id in chunk:
-                keys = self._keys
                 pipe.hgetall(keys.team(activity_id, team_id))
                 pipe.hgetall(keys.team_members(activity_id, team_id))
                 pipe.xlen(keys.outbox(activity_id))
@@ -221,16 +232,16 @@ class TeamChecks:
     async def _records(
         self, chunk: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], dict[str, Any]]:
-        member = MemberRow
+        """Each team with its member count and distinct seqs, in one statement."""
         counts = (
             select(
-                member.activity_id,
-                member.team_id,
+                MemberRow.activity_id,
+                MemberRow.team_id,
                 func.count().label("members"),
-                func.count(distinct(member.seq)).label("seqs"),
+                func.count(distinct(MemberRow.seq)).label("seqs"),
             )
-            .where(tuple_(member.activity_id, member.team_id).in_(chunk))
-            .group_by(member.activity_id, member.team_id)
+            .where(tuple_(MemberRow.activity_id, MemberRow.team_id).in_(chunk))
+            .group_by(MemberRow.activity_id, MemberRow.team_id)
             .subquery()
         )
         query = (
@@ -257,10 +268,8 @@ class TeamChecks:
         records = {}
         for row in rows:
             record = dict(row)
-            record["members"], record["seqs"] = (
-                int(record["members"] or 0),
-                int(record["seqs"] or 0),
-            )
+            for name in ("members", "seqs"):
+                record[name] = int(record[name] or 0)
             records[(record["activity_id"], record["team_id"])] = record
         return records
 

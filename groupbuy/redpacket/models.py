@@ -67,4 +67,5 @@ class GrabRow(Base):
     user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer)
     amount_cents: Mapped[int] = mapped_column(BigInteger)
-    grabbed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # indexed: reconciliation looks for the grabs since its last run
+    grabbed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
