@@ -13,6 +13,7 @@ from starlette.middleware import Middleware
 
 from groupbuy import metrics, routes
 from groupbuy.access import ObserveRequests
+from groupbuy.backends import Backends
 from groupbuy.clock import RedisClock
 from groupbuy.db import Database
 from groupbuy.http import (
@@ -71,12 +72,11 @@ def build_services(
     keys = Keys(settings.redis.key_prefix)
     clock = RedisClock()
     outbox = OutboxWriter(redis, scripts, database, project_team_record, settings.outbox.batch_size)
-    teams = TeamService(redis, scripts, database, keys, settings.teams, clock, outbox)
+    backends = Backends(redis, scripts, database, keys, clock)
+    teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
-    writer = PacketRecordWriter(
-        redis, scripts, database, keys, settings.outbox.batch_size, limits.reclaim_idle_s
-    )
-    packets = RedPacketService(redis, scripts, database, keys, limits, clock, writer)
+    writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)
+    packets = RedPacketService(backends, limits, writer)
     reconciler = Reconciler(redis, database, keys, clock=clock)
     services = Services(
         settings, redis, database, scripts, keys, clock, outbox, teams, packets, reconciler

@@ -15,15 +15,13 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.clock import RedisClock
-from groupbuy.db import Database, insert_ignore
-from groupbuy.keys import Keys
+from groupbuy.backends import Backends, UsesBackends
+from groupbuy.db import insert_ignore
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes, lock_outcome
 from groupbuy.outbox import OutboxWriter
 from groupbuy.outcome import Outcome
-from groupbuy.scripts import Scripts
 from groupbuy.settings import TeamSettings
 from groupbuy.timefmt import from_ms, iso_ms, to_ms
 
@@ -40,25 +38,12 @@ def _opt_int(value: Any) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
-class TeamService:
+class TeamService(UsesBackends):
     """The group-buy engine."""
 
-    def __init__(
-        self,
-        redis: Any,
-        scripts: Scripts,
-        database: Database,
-        keys: Keys,
-        defaults: TeamSettings,
-        clock: RedisClock,
-        outbox: OutboxWriter,
-    ) -> None:
-        self._redis = redis
-        self._scripts = scripts
-        self._db = database
-        self._keys = keys
+    def __init__(self, backends: Backends, defaults: TeamSettings, outbox: OutboxWriter) -> None:
+        super().__init__(backends)
         self._defaults = defaults
-        self._clock = clock
         self._outbox = outbox
 
     # -- activities ---------------------------------------------------------------

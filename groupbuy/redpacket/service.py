@@ -14,10 +14,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.clock import RedisClock
-from groupbuy.db import Database, insert_ignore
+from groupbuy.backends import Backends, UsesBackends
+from groupbuy.db import insert_ignore
 from groupbuy.events import Event, record_event
-from groupbuy.keys import Keys
 from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
@@ -25,30 +24,18 @@ from groupbuy.redpacket.codes import PacketCode, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.writer import PacketRecordWriter
-from groupbuy.scripts import Scripts
 from groupbuy.settings import RedPacketSettings
 from groupbuy.timefmt import from_ms, iso_ms, to_ms
 
 
-class RedPacketService:
+class RedPacketService(UsesBackends):
     """Red packets and the accounts they move money between."""
 
     def __init__(
-        self,
-        redis: Any,
-        scripts: Scripts,
-        database: Database,
-        keys: Keys,
-        limits: RedPacketSettings,
-        clock: RedisClock,
-        writer: PacketRecordWriter,
+        self, backends: Backends, limits: RedPacketSettings, writer: PacketRecordWriter
     ) -> None:
-        self._redis = redis
-        self._scripts = scripts
-        self._db = database
-        self._keys = keys
+        super().__init__(backends)
         self._limits = limits
-        self._clock = clock
         self.writer = writer
 
     async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
@@ -419,4 +406,3 @@ class RedPacketService:
                     .values(redis_cleared=True)
                 )
         return {"packets_released": len(ended)}
-

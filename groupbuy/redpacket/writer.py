@@ -19,11 +19,9 @@ from typing import Any
 import redis.exceptions
 from sqlalchemy import select, update
 
-from groupbuy.db import Database
-from groupbuy.keys import Keys
+from groupbuy.backends import Backends, UsesBackends
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -33,23 +31,17 @@ _ENDED = ("sold_out", "expired")
 Entries = list[tuple[str, dict[str, str]]]
 
 
-class PacketRecordWriter:
+class PacketRecordWriter(UsesBackends):
     """Drains packets' outbox streams into SQL as one consumer of the `writers` group."""
 
     def __init__(
         self,
-        redis: Any,
-        scripts: Scripts,
-        database: Database,
-        keys: Keys,
+        backends: Backends,
         batch_size: int,
         reclaim_idle_s: float,
         consumer: str | None = None,
     ) -> None:
-        self._redis = redis
-        self._scripts = scripts
-        self._db = database
-        self._keys = keys
+        super().__init__(backends)
         self._batch_size = batch_size
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy.exc
 
 from groupbuy.app import Services
+from groupbuy.backends import Backends
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.writer import PacketRecordWriter
 from tests.redpacket.helpers import assert_money_conserved, count
@@ -19,9 +20,10 @@ class Killed(Exception):
 
 def other_writer(services: Services, name: str) -> PacketRecordWriter:
     """A second writer process: another consumer of the group, taking over at once."""
-    return PacketRecordWriter(
-        services.redis, services.scripts, services.database, services.keys, 500, 0, consumer=name
+    backends = Backends(
+        services.redis, services.scripts, services.database, services.keys, services.clock
     )
+    return PacketRecordWriter(backends, 500, 0, consumer=name)
 
 
 async def grabbed_packet(services: Services, users: int = 5, shares: int = 5) -> dict[str, int]:
