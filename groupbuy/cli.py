@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -68,17 +69,33 @@ def serve(args: argparse.Namespace) -> int:
         # their metrics through files: the directory must be set before they start.
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
         with multiprocess_dir(needed=True):
-            uvicorn.run(
-                "groupbuy.cli:app_from_environment",
-                factory=True,
-                host=host,
-                port=port,
-                workers=settings.server.workers,
-                log_level="warning",
-            )
+            _run_workers(host, port, settings.server.workers)
     else:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
     return 0
+
+
+def _run_workers(host: str, port: int, workers: int) -> None:
+    """What uvicorn.run does for several workers, with TCP_NODELAY on the shared socket.
+
+    uvicorn binds that socket with protocol 0, so asyncio does not turn Nagle off on the
+    accepted connections and every keep-alive answer waits ~40 ms for a delayed ACK
+    (measured: 45 ms per request with 2 workers, 1.4 ms with this option set). Accepted
+    sockets inherit the option from the listening one on Linux.
+    """
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        "groupbuy.cli:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+    )
+    sock = config.bind_socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    Multiprocess(config, sockets=[sock]).run()
 
 
 def worker(args: argparse.Namespace) -> int:

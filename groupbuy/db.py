@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, event, text
+from sqlalchemy import CursorResult, event, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -39,8 +40,15 @@ class Database:
         """Create missing tables (every model module must be imported first)."""
         import groupbuy.models  # noqa: F401  (registers every table on Base.metadata)
 
-        async with self.engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
+        try:
+            async with self.engine.begin() as conn:
+                await conn.run_sync(Base.metadata.create_all)
+        except (exc.OperationalError, exc.ProgrammingError):
+            # Several workers starting on a new database race between "does the table
+            # exist" and "create it"; the loser finds every table made on a second look.
+            await asyncio.sleep(0.2)
+            async with self.engine.begin() as conn:
+                await conn.run_sync(Base.metadata.create_all)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
