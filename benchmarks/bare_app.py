@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from groupbuy.cli import run_workers
+
 SCRIPT = "return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)"
 KEY = "bare:grabs"
 
@@ -63,14 +65,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     if args.workers > 1:
-        uvicorn.run(
-            "benchmarks.bare_app:create_app",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level="warning",
-        )
+        # exactly how `groupbuy serve --workers N` serves, TCP_NODELAY included
+        run_workers("benchmarks.bare_app:create_app", args.host, args.port, args.workers)
     else:
         uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
 

@@ -46,13 +46,9 @@ SHARES, PACKET_CENTS = 10_000, 1_000_000  # the default limits of one packet
 EXPECTED_MAX_GRABS_PER_S = 8_000  # enough packets that none should sell out at this rate
 TEAMS, TEAM_SIZE, LOCK_TTL_S, LOCK_USERS = 200, 50, 2, 20_000
 SETUP_THREADS = 16
-# uvicorn 0.54 --workers > 1 binds the listener with proto 0, so asyncio never sets
-# TCP_NODELAY on accepted sockets (uvicorn issue #3149): each keep-alive request after the
-# first waits ~40 ms for the client's delayed ACK. Measured as is: both servers share it.
-NAGLE_NOTE = (
-    "; uvicorn --workers>1 leaves Nagle on (no TCP_NODELAY, uvicorn #3149): ~40 ms per "
-    "keep-alive request, so 64 connections cap near 1.5k req/s"
-)
+# With several workers both servers go through groupbuy.cli.run_workers, which sets
+# TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
+NAGLE_NOTE = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
 STATUS_NAMES = ("c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother")
 
 

@@ -69,13 +69,13 @@ def serve(args: argparse.Namespace) -> int:
         # their metrics through files: the directory must be set before they start.
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
         with multiprocess_dir(needed=True):
-            _run_workers(host, port, settings.server.workers)
+            run_workers("groupbuy.cli:app_from_environment", host, port, settings.server.workers)
     else:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
     return 0
 
 
-def _run_workers(host: str, port: int, workers: int) -> None:
+def run_workers(app_factory: str, host: str, port: int, workers: int) -> None:
     """What uvicorn.run does for several workers, with TCP_NODELAY on the shared socket.
 
     uvicorn binds that socket with protocol 0, so asyncio does not turn Nagle off on the
@@ -86,7 +86,7 @@ def _run_workers(host: str, port: int, workers: int) -> None:
     from uvicorn.supervisors import Multiprocess
 
     config = uvicorn.Config(
-        "groupbuy.cli:app_from_environment",
+        app_factory,
         factory=True,
         host=host,
         port=port,
