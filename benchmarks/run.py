@@ -101,7 +101,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"One run of `.venv/bin/python -m benchmarks.run{' --quick' if meta['quick'] else ''}` "
         f"on {meta['machine']}, {meta['date']}; every figure below comes from the same run, "
         "against the same private redis-server (no persistence). Figures on this machine vary "
-        "by ±40% between runs.",
+        "by ±40% between runs. What was tried, what helped and where the time goes: "
+        "[benchmarks-findings.md](benchmarks-findings.md).",
         "",
         "## Throughput and latency",
         "",
