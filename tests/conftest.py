@@ -106,6 +106,21 @@ async def services(settings: Settings, redis_client: Any) -> AsyncIterator[Servi
         await database.dispose()
 
 
+def settings_without_redis(tmp_path: Path) -> Settings:
+    """Settings whose Redis URL points at a closed loopback port (Redis is down)."""
+    from tests.redis_server import free_port
+
+    return load_settings(
+        None,
+        {
+            "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
+            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
+            "GROUPBUY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": "0.2",
+        },
+    )
+
+
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     """The HTTP API through Starlette's TestClient, lifespan included."""

@@ -30,9 +30,8 @@ from groupbuy import metrics
 from groupbuy.access import ACCESS_LOGGER
 from groupbuy.app import create_app
 from groupbuy.http import handle_error
-from groupbuy.settings import Settings, load_settings
-from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY
-from tests.redis_server import free_port
+from groupbuy.settings import Settings
+from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, settings_without_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = "/v1/activities/{activity_id}/teams/{team_id}/locks"
@@ -239,15 +238,7 @@ def test_latency_histogram_is_labelled_by_route_template(client: TestClient) -> 
 
 
 def test_backend_errors_rise_when_redis_is_down(tmp_path: Path) -> None:
-    settings = load_settings(
-        None,
-        {
-            "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
-            "GROUPBUY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-            "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": "0.2",
-        },
-    )
+    settings = settings_without_redis(tmp_path)
     with TestClient(create_app(settings)) as client:
         before = scrape(client)  # /metrics answers with Redis down
         created = client.post("/v1/activities", json={"activity_id": "a1"}, headers=ADMIN)

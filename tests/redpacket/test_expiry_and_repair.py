@@ -82,13 +82,18 @@ def redis_step_fails(services: Services, monkeypatch: pytest.MonkeyPatch) -> dic
     return failures
 
 
+async def send_that_fails_in_redis(services: Services, expires_in_s: int | None = None) -> None:
+    """Fund the sender and send "pk" while its Redis step fails (after the SQL commit)."""
+    await services.packets.deposit("sender", 500, "funds")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await services.packets.send("sender", 300, 3, packet_id="pk", expires_in_s=expires_in_s)
+
+
 async def test_a_failed_redis_step_is_finished_by_the_repair(
     services: Services, redis_step_fails: dict[str, int]
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 500, "funds")
-    with pytest.raises(redis.exceptions.ConnectionError):
-        await packets.send("sender", 300, 3, packet_id="pk")
+    await send_that_fails_in_redis(services)
     # The money left the sender in the same transaction that recorded the packet.
     assert (await packets.account("sender"))["balance_cents"] == 200
     assert (await packets.get("pk"))["status"] == "active"  # funded; answered from SQL
@@ -103,9 +108,7 @@ async def test_a_client_retry_finishes_the_send(
     services: Services, redis_step_fails: dict[str, int]
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 500, "funds")
-    with pytest.raises(redis.exceptions.ConnectionError):
-        await packets.send("sender", 300, 3, packet_id="pk")
+    await send_that_fails_in_redis(services)
     again = await packets.send("sender", 300, 3, packet_id="pk")
     assert not again.created and again.body["status"] == "active"
     assert (await packets.account("sender"))["balance_cents"] == 200  # debited once
@@ -116,9 +119,7 @@ async def test_a_grab_finishes_the_send_too(
     services: Services, redis_step_fails: dict[str, int]
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 500, "funds")
-    with pytest.raises(redis.exceptions.ConnectionError):
-        await packets.send("sender", 300, 3, packet_id="pk")
+    await send_that_fails_in_redis(services)
     assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
 
 
@@ -126,9 +127,7 @@ async def test_a_send_that_never_reached_redis_is_refunded_after_its_expiry(
     services: Services, redis_step_fails: dict[str, int]
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 500, "funds")
-    with pytest.raises(redis.exceptions.ConnectionError):
-        await packets.send("sender", 300, 3, packet_id="pk", expires_in_s=5)
+    await send_that_fails_in_redis(services, expires_in_s=5)
     services.clock.advance(5)
     assert await packets.repair_pending() == {"pending": 1, "made_live": 0, "refunded": 1}
     assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
