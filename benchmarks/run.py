@@ -82,6 +82,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
                     ">= 70%",
                 )
             )
+    for kind in ("grab", "lock"):
+        row = next((r for r in rows if r["scenario"] == f"{kind} @ half max rate"), None)
+        p99 = f"{row['p99_ms']:.1f} ms" if row and row.get("p99_ms") is not None else "n/a"
+        out.append((f"engine {kind} p99 at half the maximum rate (open loop)", p99, "<= 20 ms"))
     return out
 
 

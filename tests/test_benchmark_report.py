@@ -41,6 +41,7 @@ def test_ratios_compare_each_row_with_its_baseline() -> None:
     assert found["HTTP grab, 1 worker(s) / bare Starlette + one Redis call"] == "50%"
     assert found["HTTP grab, 2 worker(s) / bare Starlette + one Redis call"] == "n/a"
     assert found["engine lock / naive multi-round-trip + SETNX mutex"] == "n/a"
+    assert found["engine grab p99 at half the maximum rate (open loop)"] == "n/a"
 
 
 def test_markdown_lists_rows_ratios_and_correctness() -> None:
