@@ -82,6 +82,11 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
                     ">= 70%",
                 )
             )
+    for workers in (1, 2):
+        http = _find(rows, "mixed", "http", f"groupbuy ({workers} worker")
+        bare = _find(rows, "mixed", "http", f"bare starlette + 1 redis call ({workers} worker")
+        what = f"HTTP mixed, {workers} worker(s) / bare Starlette + one Redis call"
+        out.append((what, _ratio(http, bare), ">= 70%"))
     for kind in ("grab", "lock"):
         row = next((r for r in rows if r["scenario"] == f"{kind} @ half max rate"), None)
         p99 = f"{row['p99_ms']:.1f} ms" if row and row.get("p99_ms") is not None else "n/a"
