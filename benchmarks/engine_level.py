@@ -872,12 +872,14 @@ async def half_rate(services: Services, kind: str, max_rate: float, sizes: Sizes
     seconds = 2.0 if sizes is QUICK else 5.0
     total = max(1, int(rate * seconds))
     if kind == "grab":
-        packet_id = f"half-{run}"
-        await services.packets.deposit(f"hs-{run}", total * 2, f"half-{run}")
-        await services.packets.send(f"hs-{run}", total * 2, total, packet_id=packet_id)
+        # enough packets of at most 5,000 shares (the config caps a packet at 10,000)
+        packets = [f"half-{run}-{p}" for p in range(total // 5000 + 1)]
+        await services.packets.deposit(f"hs-{run}", len(packets) * 10_000, f"half-{run}")
+        for packet_id in packets:
+            await services.packets.send(f"hs-{run}", 10_000, 5000, packet_id=packet_id)
 
         async def call(i: int) -> Any:
-            return await groupbuy_grab(services, packet_id, f"h{i}")
+            return await groupbuy_grab(services, packets[i % len(packets)], f"h{i}")
     else:
         aid = f"half-{run}"
         await services.teams.create_activity(aid, team_size=50)
