@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 from benchmarks.naive import NaivePackets, NaiveTeams, TooManyPeople
 from groupbuy import errors
-from groupbuy.app import Services, build_services
+from groupbuy.app import Services, build_services, settle_heap
 from groupbuy.db import Database
 from groupbuy.redis_client import connect_redis
 from groupbuy.scripts import script_source
@@ -926,6 +926,7 @@ async def open_services(redis_url: str, database_url: str) -> Services:
     await database.create_all()
     services = build_services(settings, redis=connect_redis(settings.redis), database=database)
     await services.scripts.load()
+    settle_heap()  # as the service does at the end of its start-up
     return services
 
 

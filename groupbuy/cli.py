@@ -117,7 +117,7 @@ def worker(args: argparse.Namespace) -> int:
 
 
 async def _work(settings: Settings) -> None:
-    from groupbuy.app import build_services
+    from groupbuy.app import build_services, settle_heap
     from groupbuy.scheduler import Scheduler
 
     services = build_services(settings)
@@ -129,6 +129,7 @@ async def _work(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     scheduler = Scheduler(services, services.jobs)
     scheduler.start()
+    settle_heap()
     try:
         await stop.wait()
     finally:
