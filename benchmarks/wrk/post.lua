@@ -2,7 +2,6 @@
 -- wrk -s post.lua URL -- MODE KEY ARG...
 --   grab  KEY PACKET_ID...   POST /v1/redpackets/<id>/grab, distinct users round-robin over
 --                            the packets; every 20th request repeats the previous one
---   lock  KEY ACTIVITY TEAMS USERS   POST .../teams/t<rand>/locks {"user_id": "u<rand>"}
 --   bare  KEY                POST /grab {"user_id": ...} (benchmarks/bare_app.py)
 -- done() prints "wrk_result key=value ..." lines that http_level.py parses.
 
@@ -19,7 +18,6 @@ local mode, key, params
 local counter = 0
 local last_path, last_body
 local packets = {}
-local activity, n_teams, n_users
 
 c200, c201, c404, c409, c410, c4xx, c5xx, cother, grabbed, already = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
@@ -31,10 +29,6 @@ function init(args)
   wrk.headers["Authorization"] = "Bearer " .. key
   if mode == "grab" then
     for i = 3, #args do table.insert(packets, args[i]) end
-  elseif mode == "lock" then
-    activity = args[3]
-    n_teams = tonumber(args[4])
-    n_users = tonumber(args[5])
   end
   math.randomseed(os.time() * 1000 + (tid or 0))
 end
@@ -42,10 +36,7 @@ end
 function request()
   counter = counter + 1
   local path, body
-  if mode == "lock" then
-    path = "/v1/activities/" .. activity .. "/teams/t" .. math.random(n_teams) .. "/locks"
-    body = '{"user_id":"u' .. math.random(n_users) .. '"}'
-  elseif counter % 20 == 0 and last_path then
+  if counter % 20 == 0 and last_path then
     path, body = last_path, last_body   -- a double tap: same user, same packet
   else
     local user = '{"user_id":"u' .. tid .. '-' .. counter .. '"}'
