@@ -40,7 +40,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _JOB_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # Streams measured per Redis round trip by update_writeback.
-_PIPELINE_CHUNK = 500
 
 LOCK_OUTCOMES = Counter(
     "groupbuy_lock_outcomes_total",
@@ -138,33 +137,13 @@ def track_job(name: str) -> Iterator[None]:
         JOB_RUNS.labels(job=name, result=result).inc()
 
 
-def _stream_id_ms(entry_id: str | bytes) -> int:
-    """The millisecond part of a stream entry id (`<ms>-<seq>`)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
-
-
 async def update_writeback(services: Services) -> dict[str, Any]:
     """Measure the grab records waiting in packet outbox streams and set both gauges.
 
-    One SQL query for the packets not yet fully recorded, then XLEN and XRANGE COUNT 1
-    per stream, pipelined. The lag compares the oldest entry's id with Redis's TIME
-    (stream ids come from that clock). Returns what it set.
+    The lag compares the oldest waiting record's stream id with Redis's TIME (stream
+    ids come from that clock). Returns what it set.
     """
-    packet_ids = await services.packets.writer.unrecorded_packets()
-    records, oldest_ms = 0, None
-    for start in range(0, len(packet_ids), _PIPELINE_CHUNK):
-        pipe = services.redis.pipeline(transaction=False)
-        for packet_id in packet_ids[start : start + _PIPELINE_CHUNK]:
-            stream = services.keys.packet_outbox(packet_id)
-            pipe.xlen(stream)
-            pipe.xrange(stream, count=1)
-        replies = await pipe.execute()
-        for length, first in zip(replies[0::2], replies[1::2], strict=True):
-            records += int(length)
-            if first:
-                entry_ms = _stream_id_ms(first[0][0])
-                oldest_ms = entry_ms if oldest_ms is None else min(oldest_ms, entry_ms)
+    records, oldest_ms, streams = await services.packets.writer.measure_backlog()
     lag_s = 0.0
     if oldest_ms is not None:
         seconds, micros = await services.redis.time()
@@ -172,7 +151,7 @@ async def update_writeback(services: Services) -> dict[str, Any]:
         lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
     WRITEBACK_BACKLOG.set(records)
     WRITEBACK_LAG.set(lag_s)
-    return {"backlog_records": records, "lag_seconds": lag_s, "streams": len(packet_ids)}
+    return {"backlog_records": records, "lag_seconds": lag_s, "streams": streams}
 
 
 def render() -> tuple[bytes, str]:
