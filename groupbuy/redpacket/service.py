@@ -22,6 +22,7 @@ from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codes import PacketCode, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketRow
+from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
@@ -186,34 +187,22 @@ class RedPacketService(UsesBackends):
 
     async def _refund_unsent(self, row: PacketRow) -> None:
         # Its time ran out before it ever reached Redis: nobody grabbed, all goes back.
-        at_ms = to_ms(row.expires_at)
+        # The same record a packet_expire script would have written, applied the same way
+        # (its ledger and event keys make a second application, from any path, a no-op).
+        refund = {
+            "type": "packet.refunded",
+            "at_ms": str(to_ms(row.expires_at)),
+            "packet_id": row.packet_id,
+            "sender_id": row.sender_id,
+            "refunded_cents": str(row.amount_cents),
+            "remaining_count": str(row.count),
+        }
         async with self._db.transaction() as session:
-            await ledger.post_entry(
-                session,
-                user_id=row.sender_id,
-                kind="refund_credit",
-                amount_cents=row.amount_cents,
-                business_key=f"refund:{row.packet_id}",
-                at=from_ms(at_ms),
-            )
+            await apply_packet_records(session, [refund])
             await session.execute(
                 update(PacketRow)
-                .where(PacketRow.packet_id == row.packet_id, PacketRow.status == "pending")
-                .values(
-                    status="expired",
-                    expired_at=from_ms(at_ms),
-                    refunded_cents=row.amount_cents,
-                    records_done=True,
-                )
-            )
-            data = {
-                "packet_id": row.packet_id,
-                "sender_id": row.sender_id,
-                "refunded_cents": row.amount_cents,
-                "ungrabbed_count": row.count,
-            }
-            await record_event(
-                session, Event("packet.refunded", at_ms, f"packet.refunded:{row.packet_id}", data)
+                .where(PacketRow.packet_id == row.packet_id)
+                .values(records_done=True)  # there is no stream to drain
             )
 
     @staticmethod
