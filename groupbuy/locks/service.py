@@ -19,6 +19,7 @@ from groupbuy.backends import Backends, UsesBackends
 from groupbuy.db import insert_ignore
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.locks.view import TeamView
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes, lock_outcome
 from groupbuy.outbox import OutboxWriter
 from groupbuy.outcome import Outcome
@@ -169,27 +170,19 @@ class TeamService(UsesBackends):
                 )
             ).all()
         assert team is not None
-        return {
-            "activity_id": activity_id,
-            "team_id": team_id,
-            "leader_id": team.leader_id,
-            "status": team.status,
-            "size": team.size,
-            "members": [
-                {
-                    "user_id": m.user_id,
-                    "order_id": m.order_id,
-                    "joined_at": iso_ms(to_ms(m.joined_at)),
-                }
-                for m in members
-            ],
-            "locks": [],
-            "free_seats": 0 if team.status != "open" else team.size - len(members),
-            "next_unlock_at": None,
-            "deadline_at": iso_ms(to_ms(team.deadline_at)),
-            "formed_at": iso_ms(to_ms(team.formed_at)) if team.formed_at else None,
-            "failed_at": iso_ms(to_ms(team.failed_at)) if team.failed_at else None,
-        }
+        return TeamView(
+            activity_id=activity_id,
+            team_id=team_id,
+            leader_id=team.leader_id,
+            status=team.status,
+            size=team.size,
+            members=[(m.user_id, m.order_id, to_ms(m.joined_at)) for m in members],
+            locks=[],  # locks live only in Redis
+            lock_ttl_ms=0,
+            deadline_ms=to_ms(team.deadline_at),
+            formed_ms=to_ms(team.formed_at) if team.formed_at else None,
+            failed_ms=to_ms(team.failed_at) if team.failed_at else None,
+        ).body()
 
     async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
         if not await self._redis.exists(self._keys.activity(activity_id)):
@@ -213,39 +206,26 @@ class TeamService(UsesBackends):
         members: dict[str, str],
         locks: list[Any],
     ) -> dict[str, Any]:
-        size, ttl = int(team["size"]), int(team["lock_ttl_ms"])
-        # members: user -> "seq|joined_at_ms|order_id"; listed in joining order
+        # members: user -> "seq|joined_at_ms|order_id"; locks: [user, locked_at_ms, ...]
         joined = sorted(
             (int(seq), user, int(at), order)
             for user, (seq, at, order) in (
                 (user, value.split("|", 2)) for user, value in members.items()
             )
         )
-        member_rows = [
-            {"user_id": user, "order_id": order or None, "joined_at": iso_ms(at)}
-            for _seq, user, at, order in joined
-        ]
-        lock_times = [
-            (user, int(float(score))) for user, score in zip(locks[0::2], locks[1::2], strict=True)
-        ]
-        is_open = team["status"] == "open"
-        return {
-            "activity_id": activity_id,
-            "team_id": team_id,
-            "leader_id": team["leader_id"],
-            "status": team["status"],
-            "size": size,
-            "members": member_rows,
-            "locks": [
-                {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(at + ttl)}
-                for user, at in lock_times
-            ],
-            "free_seats": size - len(member_rows) - len(lock_times) if is_open else 0,
-            "next_unlock_at": iso_ms(lock_times[0][1] + ttl) if lock_times else None,
-            "deadline_at": iso_ms(int(team["deadline_ms"])),
-            "formed_at": iso_ms(_opt_int(team.get("formed_ms"))),
-            "failed_at": iso_ms(_opt_int(team.get("failed_ms"))),
-        }
+        return TeamView(
+            activity_id=activity_id,
+            team_id=team_id,
+            leader_id=team["leader_id"],
+            status=team["status"],
+            size=int(team["size"]),
+            members=[(user, order or None, at) for _seq, user, at, order in joined],
+            locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
+            lock_ttl_ms=int(team["lock_ttl_ms"]),
+            deadline_ms=int(team["deadline_ms"]),
+            formed_ms=_opt_int(team.get("formed_ms")),
+            failed_ms=_opt_int(team.get("failed_ms")),
+        ).body()
 
     # -- seat locks ---------------------------------------------------------------
 
