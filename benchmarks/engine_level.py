@@ -39,11 +39,11 @@ from urllib.parse import urlparse
 
 from benchmarks.naive import NaivePackets, NaiveTeams, TooManyPeople
 from groupbuy import errors
-from groupbuy.app import Services, build_services, settle_heap
-from groupbuy.db import Database
-from groupbuy.redis_client import connect_redis
-from groupbuy.scripts import script_source
+from groupbuy.services import Services, build_services, settle_heap
 from groupbuy.settings import Settings
+from groupbuy.storage.db import Database
+from groupbuy.storage.redis_client import connect_redis
+from groupbuy.storage.scripts import script_source
 
 CONCURRENCY = 256
 LATENCY_SAMPLE = 2000

@@ -513,7 +513,7 @@ def _mixed(
 def _create_schema(url: str) -> None:
     """Create the tables first: two workers racing create_all on a fresh SQLite file can
     fail one worker's start-up ("table events already exists"), and uvicorn then stops."""
-    from groupbuy.db import Database
+    from groupbuy.storage.db import Database
 
     async def create() -> None:
         database = Database(url)

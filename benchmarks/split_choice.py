@@ -13,11 +13,11 @@ import statistics
 import time
 from typing import Any
 
-from groupbuy.keys import Keys
-from groupbuy.redis_client import connect_redis
 from groupbuy.redpacket.split import double_mean
-from groupbuy.scripts import Scripts
 from groupbuy.settings import RedisSettings
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.redis_client import connect_redis
+from groupbuy.storage.scripts import Scripts
 from tests.redis_server import start_redis
 
 SHARES = 10_000

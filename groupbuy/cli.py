@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import uvicorn
 
 from groupbuy import __version__
-from groupbuy.access import ACCESS_LOGGER
+from groupbuy.api.middleware import ACCESS_LOGGER
 from groupbuy.metrics import multiprocess_dir
-from groupbuy.redis_client import describe
 from groupbuy.settings import Settings, SettingsError, load_settings
+from groupbuy.storage.redis_client import describe
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -43,7 +43,7 @@ def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]
 
 def serve(args: argparse.Namespace) -> int:
     """Run the API with uvicorn until interrupted."""
-    from groupbuy.app import create_app
+    from groupbuy.api.app import create_app
 
     try:
         settings, generated = _settings_for_serve(args)
@@ -117,30 +117,19 @@ def worker(args: argparse.Namespace) -> int:
 
 
 async def _work(settings: Settings) -> None:
-    from groupbuy.app import build_services, settle_heap
-    from groupbuy.scheduler import Scheduler
+    from groupbuy.services import build_services, running
 
-    services = build_services(settings)
-    await services.database.create_all()
-    await services.scripts.load()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    scheduler = Scheduler(services, services.jobs)
-    scheduler.start()
-    settle_heap()
-    try:
+    async with running(build_services(settings)):
         await stop.wait()
-    finally:
-        await scheduler.stop()
-        await services.database.dispose()
-        await services.redis.aclose()
 
 
 def app_from_environment() -> object:
     """An app built from config.toml and GROUPBUY_* (for multi-worker uvicorn)."""
-    from groupbuy.app import create_app
+    from groupbuy.api.app import create_app
 
     settings = load_settings()
     _configure_logging(settings)  # a spawned worker does not inherit the parent's logging

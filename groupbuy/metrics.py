@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,15 +31,11 @@ from prometheus_client import (
 from groupbuy import errors
 from groupbuy.outcome import Outcome
 
-if TYPE_CHECKING:
-    from groupbuy.app import Services
-
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Requests are decided by one script call: most answer in a few milliseconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _JOB_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-# Streams measured per Redis round trip by update_writeback.
 
 LOCK_OUTCOMES = Counter(
     "groupbuy_lock_outcomes_total",
@@ -137,16 +133,24 @@ def track_job(name: str) -> Iterator[None]:
         JOB_RUNS.labels(job=name, result=result).inc()
 
 
-async def update_writeback(services: Services) -> dict[str, Any]:
+class Backlog(Protocol):
+    """What update_writeback measures: the packet record writer."""
+
+    async def measure_backlog(self) -> tuple[int, int | None, int]:
+        """(records waiting, ms timestamp of the oldest one or None, streams looked at)."""
+        ...
+
+
+async def update_writeback(backlog: Backlog, redis: Any) -> dict[str, Any]:
     """Measure the grab records waiting in packet outbox streams and set both gauges.
 
     The lag compares the oldest waiting record's stream id with Redis's TIME (stream
     ids come from that clock). Returns what it set.
     """
-    records, oldest_ms, streams = await services.packets.writer.measure_backlog()
+    records, oldest_ms, streams = await backlog.measure_backlog()
     lag_s = 0.0
     if oldest_ms is not None:
-        seconds, micros = await services.redis.time()
+        seconds, micros = await redis.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
     WRITEBACK_BACKLOG.set(records)

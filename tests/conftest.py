@@ -13,9 +13,10 @@ import redis
 import redis.asyncio as aioredis
 from starlette.testclient import TestClient
 
-from groupbuy.app import Services, build_services, create_app
-from groupbuy.db import Database
+from groupbuy.api.app import create_app
+from groupbuy.services import Services, build_services
 from groupbuy.settings import Settings, load_settings
+from groupbuy.storage.db import Database
 from tests.redis_server import start_redis
 
 ADMIN_KEY = "admin-secret-for-tests"

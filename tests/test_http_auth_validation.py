@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from groupbuy.app import ENDPOINTS
+from groupbuy.api.app import ENDPOINTS
 from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY
 
 MAX_BODY = 64 * 1024

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from groupbuy.app import Services
-from groupbuy.events import EventRow
 from groupbuy.redpacket.models import LedgerEntryRow
+from groupbuy.services import Services
+from groupbuy.storage.events import EventRow
 from tests.redpacket.helpers import assert_money_conserved, count
 
 

@@ -27,9 +27,9 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from groupbuy import metrics
-from groupbuy.access import ACCESS_LOGGER
-from groupbuy.app import create_app
-from groupbuy.http import handle_error
+from groupbuy.api.app import create_app
+from groupbuy.api.middleware import ACCESS_LOGGER
+from groupbuy.api.problems import handle_error
 from groupbuy.settings import Settings
 from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, settings_without_redis
 
@@ -271,7 +271,7 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     quiet_client: TestClient,
 ) -> None:
     client, svc = quiet_client, services(quiet_client)
-    empty = client.portal.call(metrics.update_writeback, svc)
+    empty = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (empty["backlog_records"], empty["lag_seconds"]) == (0, 0.0)
     fund(client, "sender", 1000)
     send(client, sender_id="sender", amount_cents=100, count=5, packet_id="p1")
@@ -279,7 +279,7 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     for packet, user in (("p1", "u1"), ("p1", "u2"), ("p2", "u1")):
         assert grab(client, packet, user) == 200
     time.sleep(0.05)  # the oldest record is now at least 50 ms old
-    report = client.portal.call(metrics.update_writeback, svc)
+    report = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert report["backlog_records"] == 3, report
     assert report["backlog_records"] == client.portal.call(svc.packets.writer.backlog)
     assert 0.05 <= report["lag_seconds"] < 60, report
@@ -288,7 +288,7 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     assert value(page, "groupbuy_writeback_lag_seconds") == report["lag_seconds"]
 
     assert client.portal.call(svc.packets.writer.drain_all) == 3
-    drained = client.portal.call(metrics.update_writeback, svc)
+    drained = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (drained["backlog_records"], drained["lag_seconds"]) == (0, 0.0), drained
     page = scrape(client)
     assert value(page, "groupbuy_writeback_backlog_records") == 0

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from groupbuy.app import Services
-from groupbuy.reconcile import Reconciler
+from groupbuy.ops.reconcile import Reconciler
+from groupbuy.services import Services
 
 
 def _reconciler(services: Services) -> Reconciler:

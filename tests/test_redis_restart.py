@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from groupbuy.app import Services, build_services
-from groupbuy.db import Database
-from groupbuy.redis_client import connect_redis
+from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
+from groupbuy.storage.db import Database
+from groupbuy.storage.redis_client import connect_redis
 from tests.redis_server import RedisProcess, free_port, start_redis
 
 pytestmark = [

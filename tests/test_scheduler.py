@@ -13,15 +13,16 @@ import pytest
 from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
-from groupbuy.app import Services, create_app
-from groupbuy.scheduler import Scheduler
+from groupbuy.api.app import create_app
+from groupbuy.ops.scheduler import LEASE, Scheduler
+from groupbuy.services import Services, build_scheduler
 from groupbuy.settings import Settings
 from tests.conftest import ADMIN, SERVICE
 
 
 async def test_the_lease_has_one_holder(services: Services) -> None:
-    first = Scheduler(services, services.jobs)
-    second = Scheduler(services, services.jobs)
+    first = build_scheduler(services)
+    second = build_scheduler(services)
     assert await first.hold_lease() and first.is_leader
     assert not await second.hold_lease()
     assert await first.hold_lease()  # renewing keeps it
@@ -33,10 +34,9 @@ async def test_the_lease_has_one_holder(services: Services) -> None:
 
 async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> None:
     short = services.settings.replace("scheduler", lease_ttl_s=0.2)
-    dead = Scheduler(services, services.jobs)
-    dead._settings = short.scheduler
-    heir = Scheduler(services, services.jobs)
-    heir._settings = short.scheduler
+    lease = services.keys.lease(LEASE)
+    dead = Scheduler(services.jobs, services.scripts, lease, short.scheduler)
+    heir = Scheduler(services.jobs, services.scripts, lease, short.scheduler)
     assert await dead.hold_lease()  # then it dies without releasing
     assert not await heir.hold_lease()
     await asyncio.sleep(0.3)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from groupbuy.app import Services
-from groupbuy.events import EventRow
+from groupbuy.services import Services
+from groupbuy.storage.events import EventRow
 from tests.redpacket.helpers import count
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from groupbuy.app import create_app
+from groupbuy.api.app import create_app
 from tests.conftest import ADMIN, settings_without_redis
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from groupbuy.app import Services
 from groupbuy.redpacket.models import GrabRow
+from groupbuy.services import Services
 from tests.redpacket.helpers import count
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy.db import Base
+from groupbuy.storage.db import Base
 
 
 class ActivityRow(Base):

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.db import insert_ignore
-from groupbuy.events import Event
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.timefmt import from_ms, iso_ms
+from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.events import Event
+from groupbuy.storage.timefmt import from_ms, iso_ms
 
 
 def _members(encoded: str) -> list[dict[str, Any]]:

@@ -15,16 +15,16 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.backends import Backends, UsesBackends
-from groupbuy.db import insert_ignore
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes, lock_outcome
-from groupbuy.outbox import OutboxWriter
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
-from groupbuy.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.timefmt import iso_ms
+from groupbuy.storage.timefmt import iso_ms
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
-from groupbuy.db import dialect_insert, insert_ignore
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
+from groupbuy.storage.db import dialect_insert, insert_ignore
 
 
 async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> int:

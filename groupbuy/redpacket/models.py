@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy.db import Base
+from groupbuy.storage.db import Base
 
 _ID = BigInteger().with_variant(Integer, "sqlite")
 

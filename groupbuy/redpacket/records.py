@@ -5,11 +5,11 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.db import dialect_insert
-from groupbuy.events import Event, record_event
 from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import GrabRow, PacketRow
-from groupbuy.timefmt import from_ms
+from groupbuy.storage.db import dialect_insert
+from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.timefmt import from_ms
 
 
 async def apply_packet_records(session: AsyncSession, records: list[dict[str, str]]) -> None:

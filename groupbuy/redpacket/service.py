@@ -14,9 +14,6 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.backends import Backends, UsesBackends
-from groupbuy.db import insert_ignore
-from groupbuy.events import Event, record_event
 from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
@@ -26,7 +23,10 @@ from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
-from groupbuy.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 
 class RedPacketService(UsesBackends):
@@ -370,6 +370,10 @@ class RedPacketService(UsesBackends):
         for packet_id in due:
             expired += bool((await self.expire(packet_id))["expired"])
         return {"due": len(due), "expired": expired}
+
+    async def record_pending(self) -> int:
+        """Write every packet's waiting grab and ending records to SQL; returns how many."""
+        return await self.writer.drain_all()
 
     async def release_ended(self, limit: int = 1000) -> dict[str, int]:
         """Remove from Redis the ended packets whose every record is in SQL."""

@@ -19,9 +19,9 @@ from typing import Any
 import redis.exceptions
 from sqlalchemy import select, update
 
-from groupbuy.backends import Backends, UsesBackends
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.storage.backends import Backends, UsesBackends
 
 log = logging.getLogger(__name__)
 

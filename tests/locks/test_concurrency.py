@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from groupbuy import errors
-from groupbuy.app import Services
+from groupbuy.services import Services
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 

@@ -36,10 +36,10 @@ from hypothesis.stateful import (
 )
 
 from groupbuy import errors
-from groupbuy.app import Services, build_services
-from groupbuy.db import Database
+from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
-from groupbuy.timefmt import iso_ms
+from groupbuy.storage.db import Database
+from groupbuy.storage.timefmt import iso_ms
 from tests.conftest import make_async_redis
 
 T = TypeVar("T")

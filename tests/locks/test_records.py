@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import func, select
 
 from groupbuy import errors
-from groupbuy.app import Services
-from groupbuy.events import EventRow
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.services import Services
+from groupbuy.storage.events import EventRow
 
 
 async def _count(services: Services, model: Any) -> int:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from groupbuy.keys import Keys
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.scripts import Scripts, script_source
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.scripts import Scripts, script_source
 
 PID = "pk1"
 RETENTION_MS = 3_600_000

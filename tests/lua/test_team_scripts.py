@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from groupbuy.keys import Keys
 from groupbuy.locks.codes import TeamCode
-from groupbuy.scripts import Scripts, script_names, script_source
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.scripts import Scripts, script_names, script_source
 
 AID = "act1"
 TTL_MS = 10_000
@@ -342,7 +342,9 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     assert await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]) == [TeamCode.OK, 0, "open"]
     h.shift_ms += DEADLINE_MS
     assert await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]) == [
-        TeamCode.OK, 0, "failed"
+        TeamCode.OK,
+        0,
+        "failed",
     ]
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") is None
     assert await h.record_types() == ["team.opened", "lock.expired", "team.failed"]

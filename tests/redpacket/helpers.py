@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from groupbuy.app import Services
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.services import Services
 
 
 async def assert_money_conserved(services: Services) -> None:

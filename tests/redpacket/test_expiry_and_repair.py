@@ -10,9 +10,9 @@ import redis.exceptions
 from sqlalchemy import select
 
 from groupbuy import errors
-from groupbuy.app import Services
-from groupbuy.events import EventRow
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
+from groupbuy.services import Services
+from groupbuy.storage.events import EventRow
 from tests.redpacket.helpers import assert_money_conserved, count
 
 

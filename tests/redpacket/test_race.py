@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from groupbuy import errors
-from groupbuy.app import Services
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow
+from groupbuy.services import Services
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 

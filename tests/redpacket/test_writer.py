@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import sqlalchemy.exc
 
-from groupbuy.app import Services
-from groupbuy.backends import Backends
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.services import Services
+from groupbuy.storage.backends import Backends
 from tests.redpacket.helpers import assert_money_conserved, count
 
 

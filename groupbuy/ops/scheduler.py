@@ -12,79 +12,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from groupbuy import errors, metrics
-from groupbuy.jobs import Job
-
-if TYPE_CHECKING:
-    from groupbuy.app import Services
+from groupbuy.ops.jobs import JobRunner
+from groupbuy.settings import SchedulerSettings
+from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
-LEASE = "scheduler"
+LEASE = "scheduler"  # the lease's name: Keys.lease(LEASE)
 # Longest a shutdown waits for the jobs that are running to finish.
 _STOP_WAIT_S = 10.0
-
-
-class JobRunner:
-    """Runs a job by name, keeps its last report and counts it in the metrics."""
-
-    def __init__(self, jobs: dict[str, Job]) -> None:
-        self.jobs = jobs
-        self.last_reports: dict[str, dict[str, Any]] = {}
-
-    async def run(self, name: str) -> dict[str, Any]:
-        """Run one job now and return its report (NotFound for an unknown name)."""
-        job = self.jobs.get(name)
-        if job is None:
-            raise errors.NotFound(f"no job {name!r}; jobs: {', '.join(sorted(self.jobs))}")
-        began = time.perf_counter()
-        with metrics.track_job(name):
-            report = await job()
-        report = {
-            "job": name,
-            "duration_ms": round((time.perf_counter() - began) * 1000, 3),
-            **report,
-        }
-        self.last_reports[name] = report
-        return report
 
 
 class Scheduler:
     """Interval jobs under a Redis lease; start() and stop() inside the running event loop."""
 
-    def __init__(self, services: Services, runner: JobRunner) -> None:
-        self._services = services
+    def __init__(
+        self, runner: JobRunner, scripts: Scripts, lease_key: str, settings: SchedulerSettings
+    ) -> None:
         self._runner = runner
-        self._settings = services.settings.scheduler
+        self._scripts = scripts
+        self._lease_key = lease_key
+        self._settings = settings
         self.token = secrets.token_hex(16)
         self.is_leader = False
         self._stopping = False
         self._running: set[asyncio.Task[Any]] = set()
         self._aps: AsyncIOScheduler | None = None
 
-    def intervals(self) -> dict[str, float]:
-        """Seconds between runs of each job."""
-        s = self._services.settings
-        return {
-            "sweep_locks": s.scheduler.sweep_interval_s,
-            "expire_teams": s.scheduler.sweep_interval_s,
-            "expire_packets": s.scheduler.expire_packets_interval_s,
-            "flush_records": s.outbox.flush_interval_s,
-            "repair": s.scheduler.repair_interval_s,
-            "reconcile": s.scheduler.reconcile_interval_s,
-        }
-
     async def hold_lease(self) -> bool:
         """Take or renew the lease; whether this process is the one that runs jobs."""
         ttl_ms = int(self._settings.lease_ttl_s * 1000)
-        key = self._services.keys.lease(LEASE)
         try:
-            reply = await self._services.scripts.call("lease_hold", [key], [self.token, ttl_ms])
+            reply = await self._scripts.call("lease_hold", [self._lease_key], [self.token, ttl_ms])
             self.is_leader = bool(int(reply[0]))
         except Exception:
             # Cannot tell: stop running jobs rather than risk running them without the lease.
@@ -115,11 +79,12 @@ class Scheduler:
             "interval",
             seconds=self._settings.lease_ttl_s / 3,
             id="lease",
-            next_run_time=_now(),
+            next_run_time=datetime.now(UTC),
         )
-        for name, seconds in self.intervals().items():
-            if name in self._runner.jobs:
-                aps.add_job(self._tick, "interval", seconds=seconds, args=[name], id=name)
+        for job in self._runner.jobs.values():
+            aps.add_job(
+                self._tick, "interval", seconds=job.interval_s, args=[job.name], id=job.name
+            )
         aps.start()
         self._aps = aps
 
@@ -133,15 +98,8 @@ class Scheduler:
         if self._aps is not None:
             self._aps.shutdown(wait=False)
         if self.is_leader:
-            key = self._services.keys.lease(LEASE)
             try:
-                await self._services.scripts.call("lease_release", [key], [self.token])
+                await self._scripts.call("lease_release", [self._lease_key], [self.token])
             except Exception:
                 log.warning("could not release the scheduler lease; it will run out", exc_info=True)
             self.is_leader = False
-
-
-def _now() -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)

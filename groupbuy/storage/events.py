@@ -11,8 +11,8 @@ from sqlalchemy import BigInteger, DateTime, Integer, String, Text, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy.db import Base, dialect_insert, insert_ignore
-from groupbuy.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.storage.db import Base, dialect_insert, insert_ignore
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 
 class EventRow(Base):

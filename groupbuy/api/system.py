@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy import errors, metrics
-from groupbuy.events import read_events
-from groupbuy.http import Endpoint, LaxQuery, json_response
+from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
+from groupbuy.storage.events import read_events
 
 log = logging.getLogger(__name__)
 

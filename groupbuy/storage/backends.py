@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.clock import RedisClock
-from groupbuy.db import Database
-from groupbuy.keys import Keys
-from groupbuy.scripts import Scripts
+from groupbuy.storage.clock import RedisClock
+from groupbuy.storage.db import Database
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.scripts import Scripts
 
 
 @dataclass(frozen=True)

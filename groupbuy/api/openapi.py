@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from groupbuy import __version__
-from groupbuy.http import ID_PATTERN, Endpoint
+from groupbuy.api.endpoints import ID_PATTERN, Endpoint
 
 _PROBLEM = {
     "type": "object",

@@ -20,7 +20,7 @@ def lua_dir() -> Path:
     packaged = Path(str(resources.files("groupbuy") / "lua"))
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "lua"
+    return Path(str(resources.files("groupbuy"))).resolve().parent / "lua"
 
 
 @cache

@@ -24,10 +24,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    BigInteger,
-    DateTime,
-    Integer,
-    Text,
     func,
     literal,
     or_,
@@ -35,18 +31,18 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy import reconcile_rules as rules
-from groupbuy.clock import RedisClock
-from groupbuy.db import Base, Database
-from groupbuy.events import EventRow
-from groupbuy.keys import Keys
 from groupbuy.locks.models import TeamRow
-from groupbuy.reconcile_checks import CheckPass, PacketChecks, TeamChecks, chunks
-from groupbuy.reconcile_rules import Findings, Mismatch
+from groupbuy.ops.reconcile import rules
+from groupbuy.ops.reconcile.checks import CheckPass, PacketChecks, TeamChecks, chunks
+from groupbuy.ops.reconcile.rules import Findings, Mismatch
+from groupbuy.ops.reconcile.table import ReconcileReportRow
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
-from groupbuy.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.storage.clock import RedisClock
+from groupbuy.storage.db import Database
+from groupbuy.storage.events import EventRow
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 S = TypeVar("S", bound=Hashable)
 
@@ -62,22 +58,6 @@ _SCANNED_EVENTS = (
     "team.formed",
     "team.failed",
 )
-
-
-class ReconcileReportRow(Base):
-    """One stored report; the newest one is where the next run starts from."""
-
-    __tablename__ = "reconcile_reports"
-
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    # The newest ledger entry and event ids this run covered.
-    ledger_watermark: Mapped[int] = mapped_column(BigInteger, default=0)
-    event_watermark: Mapped[int] = mapped_column(BigInteger, default=0)
-    report: Mapped[str] = mapped_column(Text)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Per-request observation: a request id, one access log line, the latency histogram.
+"""ASGI middleware: per-request observation (request id, access log line, latency
+histogram) and the refusal of ambiguous paths before routing.
 
 The log line names the route *template* (`/v1/redpackets/{packet_id}/grab`), never the
 raw path, and never a header or a body: bearer secrets and signatures stay out of logs.
@@ -14,8 +15,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from groupbuy import errors
+from groupbuy.api.endpoints import ID_PATTERN
+from groupbuy.api.problems import problem_response
 from groupbuy.metrics import HTTP_DURATION
-from groupbuy.timefmt import iso_ms
+from groupbuy.storage.timefmt import iso_ms
 
 ACCESS_LOGGER = "groupbuy.access"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -104,3 +108,28 @@ class ObserveRequests:
             log.info(
                 "%s %s %d %.2fms request_id=%s", method, route, status, duration_ms, request_id
             )
+
+
+class RejectAmbiguousPaths:
+    """ASGI middleware: refuse (422) paths with an empty segment or an encoded '/'.
+
+    Routing works on the decoded path, so `a%2Fteams%2Ft1` would otherwise reach another
+    route, and `//` or a trailing '/' would mean an empty id.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or scope["path"].encode()
+            path = raw.split(b"?", 1)[0]
+            empty_segment = path != b"/" and (b"//" in path or path.endswith(b"/"))
+            if empty_segment or b"%2f" in path.lower():
+                error = errors.InvalidRequest(
+                    f"every path segment must be a non-empty id matching {ID_PATTERN}",
+                    errors=[{"field": "path", "message": "empty segment or encoded '/'"}],
+                )
+                await problem_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,6 +1,6 @@
 """The rules of reconciliation: what must agree, as pure functions over what was read.
 
-groupbuy/reconcile.py reads Redis and SQL; these functions compare and name every
+groupbuy/ops/reconcile/reconciler.py reads Redis and SQL; these functions compare and name every
 disagreement with a `kind` from KINDS, the ids it concerns and the numbers involved.
 """
 

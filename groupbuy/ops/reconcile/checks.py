@@ -2,7 +2,7 @@
 
 Redis is read first and the outbox stream last, so an empty stream means every grab or
 member read from Redis is already in SQL when SQL is read. The comparisons themselves
-are in groupbuy/reconcile_rules.py.
+are in groupbuy/ops/reconcile/rules.py.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from groupbuy import reconcile_rules as rules
-from groupbuy.db import Database
-from groupbuy.keys import Keys
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.reconcile_rules import GrabDetails, Live, Mismatch, as_int
+from groupbuy.ops.reconcile import rules
+from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch, as_int
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.storage.db import Database
+from groupbuy.storage.keys import Keys
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.db import Database
-from groupbuy.events import Event, record_events
-from groupbuy.scripts import Scripts
+from groupbuy.storage.db import Database
+from groupbuy.storage.events import Event, record_events
+from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,8 @@ class Database:
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     async def create_all(self) -> None:
-        """Create missing tables (every model module must be imported first)."""
-        import groupbuy.models  # noqa: F401  (registers every table on Base.metadata)
-
+        """Create the missing tables of every model imported so far (the composition root
+        imports them all)."""
         try:
             async with self.engine.begin() as conn:
                 await conn.run_sync(Base.metadata.create_all)

@@ -1,28 +1,20 @@
-"""HTTP plumbing shared by every route: endpoint specs, auth, body parsing, problem+json."""
+"""What every route shares: the Endpoint spec, ids, request parsing and validation, JSON answers."""
 
 from __future__ import annotations
 
-import hmac
-import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import redis.exceptions
-import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
-from groupbuy.metrics import BACKEND_ERRORS
+from groupbuy.api.auth import Authenticator
 from groupbuy.outcome import Outcome
-from groupbuy.settings import ApiKey
-
-log = logging.getLogger(__name__)
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -70,45 +62,6 @@ def json_response(body: Any, status_code: int = 200) -> JSONResponse:
 def created_response(outcome: Outcome) -> JSONResponse:
     """201 with the body when the call created it, 200 when it found the same thing."""
     return json_response(outcome.body, 201 if outcome.created else 200)
-
-
-def problem_response(error: errors.GroupBuyError) -> JSONResponse:
-    """An application/problem+json answer for an error."""
-    headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
-    return JSONResponse(
-        error.to_problem(),
-        status_code=error.status_code,
-        media_type="application/problem+json",
-        headers=headers,
-    )
-
-
-class Authenticator:
-    """Checks bearer keys against the configured `role:secret` pairs in constant time."""
-
-    def __init__(self, keys: tuple[ApiKey, ...]) -> None:
-        self._keys = [(key.role, key.secret.encode()) for key in keys]
-
-    def role_of(self, authorization: str | None) -> str | None:
-        """The role a header's bearer key grants, or None."""
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        presented = token.strip().encode()
-        role = None
-        # Compare with every key, not stopping at a match, so timing reveals nothing.
-        for key_role, secret in self._keys:
-            if hmac.compare_digest(presented, secret) and role is None:
-                role = key_role
-        return role
-
-    def require(self, request: Request, needed: str) -> None:
-        """Raise 401 without a valid key, 403 when its role may not call this."""
-        role = self.role_of(request.headers.get("authorization"))
-        if role is None:
-            raise errors.Unauthorized()
-        if needed == "admin" and role != "admin":
-            raise errors.Forbidden()
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -184,71 +137,3 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
 
     run.__name__ = endpoint.handler.__name__
     return Route(endpoint.path, run, methods=[endpoint.method])
-
-
-class RejectAmbiguousPaths:
-    """ASGI middleware: refuse (422) paths with an empty segment or an encoded '/'.
-
-    Routing works on the decoded path, so `a%2Fteams%2Ft1` would otherwise reach another
-    route, and `//` or a trailing '/' would mean an empty id.
-    """
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            raw = scope.get("raw_path") or scope["path"].encode()
-            path = raw.split(b"?", 1)[0]
-            empty_segment = path != b"/" and (b"//" in path or path.endswith(b"/"))
-            if empty_segment or b"%2f" in path.lower():
-                error = errors.InvalidRequest(
-                    f"every path segment must be a non-empty id matching {ID_PATTERN}",
-                    errors=[{"field": "path", "message": "empty segment or encoded '/'"}],
-                )
-                await problem_response(error)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def handle_error(_request: Request, exc: Exception) -> Response:
-    """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
-    if isinstance(exc, errors.GroupBuyError):
-        return problem_response(exc)
-    if isinstance(exc, HTTPException):
-        if exc.status_code == 404:
-            return problem_response(errors.NotFound("no such route"))
-        if exc.status_code == 405:
-            response = problem_response(errors.MethodNotAllowed())
-            response.headers.update(exc.headers or {})  # Allow: the methods that do exist
-            return response
-        body = {
-            "type": "about:blank",
-            "title": str(exc.detail),
-            "status": exc.status_code,
-            "code": "http_error",
-            "detail": str(exc.detail),
-        }
-        return JSONResponse(body, exc.status_code, media_type="application/problem+json")
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        log.warning("redis unavailable: %s", exc)
-        BACKEND_ERRORS.labels(backend="redis").inc()
-        return problem_response(errors.RedisUnavailable())
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        log.warning("database unavailable: %s", exc)
-        BACKEND_ERRORS.labels(backend="database").inc()
-        return problem_response(errors.DatabaseUnavailable())
-    log.error("unhandled error", exc_info=exc)
-    return problem_response(errors.InternalError())
-
-
-# Starlette needs each class named: `Exception` alone only reaches the last-resort handler.
-HANDLED_ERRORS: tuple[type[Exception], ...] = (
-    errors.GroupBuyError,
-    HTTPException,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    Exception,
-)

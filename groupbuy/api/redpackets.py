@@ -8,7 +8,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.http import Endpoint, Id, StrictBody, created_response, json_response
+from groupbuy.api.endpoints import Endpoint, Id, StrictBody, created_response, json_response
 from groupbuy.redpacket.service import RedPacketService
 
 

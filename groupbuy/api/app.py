@@ -1,0 +1,45 @@
+"""The Starlette application: routes from every Endpoint, one error handler, the lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from groupbuy.api import redpackets, system, teams
+from groupbuy.api.auth import Authenticator
+from groupbuy.api.endpoints import build_route
+from groupbuy.api.middleware import ObserveRequests, RejectAmbiguousPaths
+from groupbuy.api.openapi import build_openapi
+from groupbuy.api.problems import HANDLED_ERRORS, handle_error
+from groupbuy.services import Services, build_services, running
+from groupbuy.settings import Settings
+
+ENDPOINTS = [*system.ENDPOINTS, *teams.ENDPOINTS, *redpackets.ENDPOINTS]
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Starlette:
+    """The ASGI application; its lifespan starts and stops the services (services.running)."""
+    services = services or build_services(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with running(services):
+            yield
+
+    auth = Authenticator(settings.auth.keys)
+    app = Starlette(
+        routes=[build_route(e, auth, settings.server.max_body_bytes) for e in ENDPOINTS],
+        exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
+        lifespan=lifespan,
+        middleware=[
+            Middleware(ObserveRequests, json_lines=settings.server.access_log_json),
+            Middleware(RejectAmbiguousPaths),
+        ],
+    )
+    app.router.redirect_slashes = False  # a trailing '/' is an empty id, not another route
+    app.state.services = services
+    app.state.openapi = build_openapi(ENDPOINTS)
+    return app

@@ -1,0 +1,70 @@
+"""problem+json answers, and the one handler that turns every failure into one."""
+
+from __future__ import annotations
+
+import logging
+
+import redis.exceptions
+import sqlalchemy.exc
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from groupbuy import errors
+from groupbuy.metrics import BACKEND_ERRORS
+
+log = logging.getLogger(__name__)
+
+
+def problem_response(error: errors.GroupBuyError) -> JSONResponse:
+    """An application/problem+json answer for an error."""
+    headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
+    return JSONResponse(
+        error.to_problem(),
+        status_code=error.status_code,
+        media_type="application/problem+json",
+        headers=headers,
+    )
+
+
+async def handle_error(_request: Request, exc: Exception) -> Response:
+    """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
+    if isinstance(exc, errors.GroupBuyError):
+        return problem_response(exc)
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 404:
+            return problem_response(errors.NotFound("no such route"))
+        if exc.status_code == 405:
+            response = problem_response(errors.MethodNotAllowed())
+            response.headers.update(exc.headers or {})  # Allow: the methods that do exist
+            return response
+        body = {
+            "type": "about:blank",
+            "title": str(exc.detail),
+            "status": exc.status_code,
+            "code": "http_error",
+            "detail": str(exc.detail),
+        }
+        return JSONResponse(body, exc.status_code, media_type="application/problem+json")
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        log.warning("redis unavailable: %s", exc)
+        BACKEND_ERRORS.labels(backend="redis").inc()
+        return problem_response(errors.RedisUnavailable())
+    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        log.warning("database unavailable: %s", exc)
+        BACKEND_ERRORS.labels(backend="database").inc()
+        return problem_response(errors.DatabaseUnavailable())
+    log.error("unhandled error", exc_info=exc)
+    return problem_response(errors.InternalError())
+
+
+# Starlette needs each class named: `Exception` alone only reaches the last-resort handler.
+HANDLED_ERRORS: tuple[type[Exception], ...] = (
+    errors.GroupBuyError,
+    HTTPException,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    Exception,
+)

@@ -1,0 +1,1 @@
+"""What time and operators do: the scheduled jobs, their scheduler, reconciliation."""

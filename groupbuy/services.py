@@ -1,0 +1,117 @@
+"""The composition root: every service built once, and the one start/stop path.
+
+Both `groupbuy serve` (the app's lifespan) and `groupbuy worker` build their services
+here and run them inside `running(...)`; nothing else wires objects together, and
+nothing imports the HTTP app to reach a service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from groupbuy import metrics
+from groupbuy.locks.records import project_team_record
+from groupbuy.locks.service import TeamService
+from groupbuy.ops.jobs import JobRunner, build_jobs
+from groupbuy.ops.reconcile import Reconciler
+from groupbuy.ops.scheduler import LEASE, Scheduler
+from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.settings import Settings
+from groupbuy.storage.backends import Backends
+from groupbuy.storage.clock import RedisClock
+from groupbuy.storage.db import Database
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.redis_client import connect_redis
+from groupbuy.storage.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the API and the scheduler use, built once per process."""
+
+    settings: Settings
+    redis: Any
+    database: Database
+    scripts: Scripts
+    keys: Keys
+    clock: RedisClock
+    outbox: OutboxWriter
+    teams: TeamService
+    packets: RedPacketService
+    reconciler: Reconciler
+    jobs: JobRunner
+
+
+def build_services(
+    settings: Settings, redis: Any = None, database: Database | None = None
+) -> Services:
+    """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
+    redis = redis if redis is not None else connect_redis(settings.redis)
+    database = database or Database(settings.database.effective_url)
+    scripts = Scripts(redis)
+    keys = Keys(settings.redis.key_prefix)
+    clock = RedisClock()
+    backends = Backends(redis, scripts, database, keys, clock)
+    outbox = OutboxWriter(redis, scripts, database, project_team_record, settings.outbox.batch_size)
+    teams = TeamService(backends, settings.teams, outbox)
+    limits = settings.redpackets
+    writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)
+    packets = RedPacketService(backends, limits, writer)
+    reconciler = Reconciler(redis, database, keys, clock=clock)
+    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis))
+    return Services(
+        settings, redis, database, scripts, keys, clock, outbox, teams, packets, reconciler, jobs
+    )
+
+
+def build_scheduler(services: Services) -> Scheduler:
+    """The scheduler of this process: the jobs, under the shared lease."""
+    return Scheduler(
+        services.jobs,
+        services.scripts,
+        services.keys.lease(LEASE),
+        services.settings.scheduler,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(services: Services, scheduler: bool = True) -> AsyncIterator[Services]:
+    """Start the services (tables, scripts, the scheduler when `scheduler` and enabled),
+    yield them, and stop everything in reverse order, whatever happened inside."""
+    await services.database.create_all()
+    try:
+        await services.scripts.load()
+    except Exception:
+        # Start anyway: /readyz reports it, and scripts load themselves on first use.
+        log.warning("could not load the Lua scripts at start-up", exc_info=True)
+    jobs = build_scheduler(services)
+    if scheduler and services.settings.scheduler.enabled:
+        jobs.start()
+    settle_heap()
+    try:
+        yield services
+    finally:
+        await jobs.stop()
+        await services.database.dispose()
+        await services.redis.aclose()
+        metrics.process_exited()
+
+
+def settle_heap() -> None:
+    """Move everything allocated at start-up out of the garbage collector's reach.
+
+    Imports and wiring leave a few hundred thousand long-lived objects; every full
+    collection walked them all, which showed as ~70-90 ms stalls at the 99th percentile
+    of grabs offered at half the maximum rate. Frozen, that p99 fell to ~2 ms.
+    """
+    gc.collect()
+    gc.freeze()
