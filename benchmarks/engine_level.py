@@ -995,7 +995,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     """Start a private redis-server, run the quick (or --full) engine benchmark, print rows."""
-    from tests.redis_server import start_redis
+    from groupbuy.testing.servers import start_redis
 
     server = start_redis()
     directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))

@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 import redis
 
-from tests.redis_server import free_port, start_redis
+from groupbuy.testing.servers import free_port, start_redis
 
 REPO = Path(__file__).resolve().parents[1]
 LUA = REPO / "benchmarks" / "wrk" / "post.lua"

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.engine_level import run_engine
 from benchmarks.http_level import run_http
-from tests.redis_server import start_redis
+from groupbuy.testing.servers import start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -18,7 +18,7 @@ from groupbuy.settings import RedisSettings
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.storage.scripts import Scripts
-from tests.redis_server import start_redis
+from groupbuy.testing.servers import start_redis
 
 SHARES = 10_000
 PACKETS = 4

@@ -17,7 +17,7 @@ from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
 from groupbuy.settings import Settings, load_settings
 from groupbuy.storage.db import Database
-from tests.redis_server import start_redis
+from groupbuy.testing.servers import start_redis
 
 ADMIN_KEY = "admin-secret-for-tests"
 SERVICE_KEY = "service-secret-for-tests"
@@ -109,7 +109,7 @@ async def services(settings: Settings, redis_client: Any) -> AsyncIterator[Servi
 
 def settings_without_redis(tmp_path: Path) -> Settings:
     """Settings whose Redis URL points at a closed loopback port (Redis is down)."""
-    from tests.redis_server import free_port
+    from groupbuy.testing.servers import free_port
 
     return load_settings(
         None,

@@ -13,7 +13,7 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
-from tests.redis_server import RedisProcess, free_port, start_redis
+from groupbuy.testing.servers import RedisProcess, free_port, start_redis
 
 pytestmark = [
     pytest.mark.real,

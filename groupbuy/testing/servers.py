@@ -1,4 +1,4 @@
-"""Start and stop a private redis-server on a free loopback port (for tests and tools)."""
+"""Start and stop a private redis-server on a free loopback port (tests and benchmarks)."""
 
 from __future__ import annotations
 

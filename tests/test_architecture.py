@@ -1,0 +1,186 @@
+"""The package's shape: imports point down the layers only, and no module cycle exists.
+
+The graph is read from the source with `ast`, so every import counts: module level,
+inside functions, and under TYPE_CHECKING.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import groupbuy
+
+PACKAGE_DIR = Path(groupbuy.__file__).resolve().parent
+
+# Lower numbers sit lower: a module may import its own layer's modules or lower ones.
+LAYERS: list[tuple[str, int]] = [
+    ("groupbuy.cli", 6),
+    ("groupbuy.testing", 6),
+    ("groupbuy.api", 5),
+    ("groupbuy.services", 4),
+    ("groupbuy.ops", 3),
+    ("groupbuy.locks", 2),
+    ("groupbuy.redpacket", 2),
+    ("groupbuy.storage", 1),
+    ("groupbuy.settings", 0),
+    ("groupbuy.errors", 0),
+    ("groupbuy.metrics", 0),
+    ("groupbuy.outcome", 0),
+    ("groupbuy", 0),
+]
+# The two engines are independent of each other.
+ENGINES = ("groupbuy.locks", "groupbuy.redpacket")
+# Only the HTTP layer (and the command line that serves it) may know Starlette or uvicorn.
+HTTP_LIBRARIES = ("starlette", "uvicorn")
+
+
+def module_name(path: Path) -> str:
+    """`groupbuy/api/app.py` -> `groupbuy.api.app`; a package's __init__ is the package."""
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def imported_names(path: Path, name: str, known: set[str]) -> Iterator[str]:
+    """Every module `path` imports (any depth in the file), absolute names resolved."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                # `from package import module` imports the module; otherwise the package.
+                candidate = f"{base}.{alias.name}"
+                yield candidate if candidate in known else base
+
+
+def graph() -> dict[str, set[str]]:
+    """groupbuy module -> the groupbuy modules it imports."""
+    found = modules()
+    known = set(found)
+    edges: dict[str, set[str]] = {}
+    for name, path in found.items():
+        targets = {t for t in imported_names(path, name, known) if t in known and t != name}
+        edges[name] = targets
+    return edges
+
+
+def layer_of(name: str) -> tuple[str, int]:
+    """The layer a module belongs to: the longest matching prefix in LAYERS."""
+    for prefix, rank in LAYERS:
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix, rank
+    raise AssertionError(f"{name} is in no layer; add it to LAYERS")
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in modules():
+        layer_of(name)
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = []
+    for source, targets in graph().items():
+        source_layer, source_rank = layer_of(source)
+        for target in sorted(targets):
+            target_layer, target_rank = layer_of(target)
+            if target_rank > source_rank:
+                upward.append(f"{source} ({source_layer}) imports {target} ({target_layer})")
+    assert upward == []
+
+
+def test_the_engines_do_not_import_each_other() -> None:
+    crossing = [
+        f"{source} imports {target}"
+        for source, targets in graph().items()
+        for target in targets
+        for engine in ENGINES
+        if layer_of(source)[0] == engine
+        and layer_of(target)[0] in ENGINES
+        and layer_of(target)[0] != engine
+    ]
+    assert crossing == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    assert find_cycle(graph()) is None
+
+
+def test_only_the_api_knows_http() -> None:
+    found = modules()
+    known = set(found)
+    leaks = []
+    for name, path in found.items():
+        if layer_of(name)[0] in ("groupbuy.api", "groupbuy.cli"):
+            continue
+        for target in imported_names(path, name, known):
+            if target.split(".")[0] in HTTP_LIBRARIES:
+                leaks.append(f"{name} imports {target}")
+    assert leaks == []
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": {"b2"}, "b2": {"b"}}, ["b", "b2", "b"]),
+    ],
+)
+def test_the_cycle_finder_finds_cycles(
+    edges: dict[str, set[str]], expected: list[str] | None
+) -> None:
+    assert find_cycle(edges) == expected
+
+
+def test_the_graph_sees_type_checking_and_function_imports(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from groupbuy.api.app import create_app\n"
+        "def late():\n    import groupbuy.services\n"
+        "from groupbuy.ops import jobs\n",
+        encoding="utf-8",
+    )
+    known = set(modules())
+    names = set(imported_names(source, "groupbuy.probe", known))
+    assert {"groupbuy.api.app", "groupbuy.services", "groupbuy.ops.jobs"} <= names
