@@ -7,6 +7,8 @@ inside functions, and under TYPE_CHECKING.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +186,16 @@ def test_the_graph_sees_type_checking_and_function_imports(tmp_path: Path) -> No
     known = set(modules())
     names = set(imported_names(source, "groupbuy.probe", known))
     assert {"groupbuy.api.app", "groupbuy.services", "groupbuy.ops.jobs"} <= names
+
+
+def test_the_worker_runs_without_the_http_stack() -> None:
+    """`groupbuy worker` builds and runs the services without importing Starlette or uvicorn."""
+    probe = (
+        "import sys, groupbuy.cli, groupbuy.services; "
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn'}); "
+        "print(','.join(loaded))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == ""

@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from groupbuy import metrics
+from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.app import create_app
-from groupbuy.api.middleware import ACCESS_LOGGER
 from groupbuy.api.problems import handle_error
 from groupbuy.settings import Settings
 from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, settings_without_redis

@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from groupbuy import errors
+from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.endpoints import ID_PATTERN
 from groupbuy.api.problems import problem_response
 from groupbuy.metrics import HTTP_DURATION
 from groupbuy.storage.timefmt import iso_ms
 
-ACCESS_LOGGER = "groupbuy.access"
 REQUEST_ID_HEADER = b"x-request-id"
 UNMATCHED = "unmatched"
 
