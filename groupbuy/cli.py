@@ -109,6 +109,7 @@ def worker(args: argparse.Namespace) -> int:
     if settings.redis.embedded:
         print("groupbuy: the worker needs a shared Redis: set GROUPBUY_REDIS_URL", file=sys.stderr)
         return 2
+    _configure_logging(settings)
     print(
         f"groupbuy {__version__} worker: redis {describe(settings.redis)}, "
         f"database {settings.database.effective_url}"
@@ -140,6 +141,9 @@ def app_from_environment() -> object:
 def _configure_logging(settings: Settings) -> None:
     """Log INFO and up to stderr; with access_log_json each access line is bare JSON."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)  # no-op once configured
+    # APScheduler logs every job it adds and runs at INFO (several lines a second);
+    # the jobs' own failures are logged by the scheduler module at WARNING.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     access = logging.getLogger(ACCESS_LOGGER)
     if settings.server.access_log_json and not access.handlers:
         handler = logging.StreamHandler()
