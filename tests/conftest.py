@@ -7,22 +7,19 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pytest
 import redis
-import redis.asyncio as aioredis
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
-from groupbuy.settings import Settings, load_settings
+from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
 from groupbuy.testing.servers import start_redis
+from tests.support.redis import make_async_redis
+from tests.support.settings import settings_for
 
-ADMIN_KEY = "admin-secret-for-tests"
-SERVICE_KEY = "service-secret-for-tests"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-SERVICE = {"Authorization": f"Bearer {SERVICE_KEY}"}
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -62,15 +59,6 @@ def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
     return url
 
 
-def make_async_redis(url: str) -> Any:
-    """A fresh asyncio client: fakeredis on its own server when `url` is empty."""
-    if not url:
-        return fakeredis.FakeAsyncRedis(
-            server=fakeredis.FakeServer(version=(7, 0)), decode_responses=True
-        )
-    return aioredis.Redis.from_url(url, decode_responses=True, max_connections=512)
-
-
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Any]:
     client = make_async_redis(redis_url)
@@ -83,15 +71,7 @@ async def redis_client(redis_url: str) -> AsyncIterator[Any]:
 @pytest.fixture
 def settings(tmp_path: Path, redis_url: str) -> Settings:
     """Settings for one test: its own SQLite file, the backend's Redis, known keys."""
-    return load_settings(
-        None,
-        {
-            "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
-            "GROUPBUY_REDIS_URL": redis_url,
-            "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
-        },
-    )
+    return settings_for(tmp_path, redis_url)
 
 
 @pytest.fixture
@@ -105,21 +85,6 @@ async def services(settings: Settings, redis_client: Any) -> AsyncIterator[Servi
         yield built
     finally:
         await database.dispose()
-
-
-def settings_without_redis(tmp_path: Path) -> Settings:
-    """Settings whose Redis URL points at a closed loopback port (Redis is down)."""
-    from groupbuy.testing.servers import free_port
-
-    return load_settings(
-        None,
-        {
-            "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
-            "GROUPBUY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-            "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": "0.2",
-        },
-    )
 
 
 @pytest.fixture

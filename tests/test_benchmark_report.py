@@ -5,7 +5,9 @@ from __future__ import annotations
 from benchmarks.run import markdown, ratios
 
 
-def _row(scenario: str, level: str, impl: str, ops_per_s: float, **extra: object) -> dict:
+def _row(
+    scenario: str, level: str, impl: str, ops_per_s: float, **extra: object
+) -> dict[str, object]:
     return {
         "scenario": scenario,
         "level": level,

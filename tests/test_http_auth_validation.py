@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import ENDPOINTS
-from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY
+from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, assert_ok, assert_problem
 
 MAX_BODY = 64 * 1024
 
@@ -79,34 +79,6 @@ BAD_IDS = [
 
 
 # -- helpers ------------------------------------------------------------------------
-
-
-def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> Any:
-    """An RFC 9457 problem with this status (and stable code); returns the body."""
-    assert response.status_code == status, (
-        response.request.url,
-        response.status_code,
-        response.text,
-    )
-    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = response.json()
-    assert {"type", "title", "status", "code", "detail"} <= set(body), body
-    assert body["status"] == status, body
-    assert isinstance(body["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", body["code"]), body
-    if code is not None:
-        assert body["code"] == code, body
-    assert all(isinstance(body[k], str) and body[k] for k in ("type", "title", "detail")), body
-    return body
-
-
-def assert_ok(response: httpx.Response, status: int) -> Any:
-    assert response.status_code == status, (
-        response.request.url,
-        response.status_code,
-        response.text,
-    )
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    return response.json()
 
 
 def setup_team(client: TestClient) -> Any:

@@ -14,8 +14,7 @@ from typing import Any
 import httpx2 as httpx
 from starlette.testclient import TestClient
 
-from tests.conftest import ADMIN, SERVICE
-from tests.test_http_teams import assert_ok, assert_problem, ms
+from tests.support.http import ADMIN, SERVICE, assert_ok, assert_problem, ms, on_loop, services_of
 
 SENT_KEYS = {"packet_id", "sender_id", "amount_cents", "count", "strategy", "status", "expires_at"}
 PACKET_KEYS = {
@@ -56,10 +55,6 @@ BAD_IDS: list[Any] = [
 
 
 # -- helpers ------------------------------------------------------------------------
-
-
-def services(client: TestClient) -> Any:
-    return client.app.state.services  # type: ignore[attr-defined]
 
 
 def deposit(
@@ -153,24 +148,24 @@ def check_packet(p: dict[str, Any]) -> None:
 
 def drain(client: TestClient) -> None:
     """Write every pending grab, sold-out and refund record to SQL now."""
-    client.portal.call(services(client).packets.writer.drain_all)
+    on_loop(client, services_of(client).packets.writer.drain_all)
 
 
 def expire_due(client: TestClient) -> Any:
-    return client.portal.call(services(client).packets.expire_due)
+    return on_loop(client, services_of(client).packets.expire_due)
 
 
 def advance(client: TestClient, seconds: float) -> None:
-    services(client).clock.advance(seconds)
+    services_of(client).clock.advance(seconds)
 
 
 def drop_from_redis(client: TestClient, pid: str) -> None:
     """Make Redis forget a drained, ended packet, as its retention TTL would."""
-    svc = services(client)
+    svc = services_of(client)
     outbox = svc.keys.packet_outbox(pid)
-    assert client.portal.call(svc.redis.xlen, outbox) == 0, "records not yet in SQL"
-    client.portal.call(svc.redis.delete, *svc.keys.packet_keys(pid))
-    assert client.portal.call(svc.redis.exists, *svc.keys.packet_keys(pid)) == 0
+    assert on_loop(client, svc.redis.xlen, outbox) == 0, "records not yet in SQL"
+    on_loop(client, svc.redis.delete, *svc.keys.packet_keys(pid))
+    assert on_loop(client, svc.redis.exists, *svc.keys.packet_keys(pid)) == 0
 
 
 def events(client: TestClient) -> list[dict[str, Any]]:
@@ -351,7 +346,7 @@ def test_send_defaults_generated_id_double_mean_one_day(client: TestClient) -> N
 
 def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> None:
     fund(client, "alice", 1000)
-    params = {
+    params: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 1000,
         "count": 5,
@@ -377,8 +372,13 @@ def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
     client: TestClient,
 ) -> None:
     fund(client, "alice", 1000)
-    sold = {"sender_id": "alice", "amount_cents": 200, "count": 2, "packet_id": "sold"}
-    lapsed = {
+    sold: dict[str, Any] = {
+        "sender_id": "alice",
+        "amount_cents": 200,
+        "count": 2,
+        "packet_id": "sold",
+    }
+    lapsed: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 300,
         "count": 3,
@@ -418,7 +418,7 @@ def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
 def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
     fund(client, "alice", 3000)
     fund(client, "bob", 3000)
-    params = {
+    params: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 1000,
         "count": 5,
@@ -427,7 +427,7 @@ def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
         "strategy": "double_mean",
     }
     first = assert_ok(send(client, **params), 201)
-    variants = [
+    variants: list[dict[str, Any]] = [
         {"sender_id": "bob"},
         {"amount_cents": 1001},
         {"amount_cents": 999},
@@ -903,7 +903,7 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
     assert_ok(deposit(client, "alice", 5000, "ref-alice-0"), 200)  # a retry, not money
     total_deposits = sum(sum(amounts) for amounts in deposits.values())
 
-    sends = [
+    sends: list[tuple[str, str, int, int, dict[str, Any]]] = [
         ("sold", "alice", 2000, 3, {}),
         ("lapsed", "bob", 1500, 4, {"expires_in_s": 30}),
         ("open", "carol", 1000, 5, {}),

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx2 as httpx
 from starlette.testclient import TestClient
 
-from tests.conftest import ADMIN, SERVICE
+from tests.support.http import ADMIN, SERVICE, assert_ok, assert_problem, ms, on_loop, services_of
 
-ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 TEAM_KEYS = {
@@ -43,32 +41,8 @@ ACTIVITY_KEYS = {"activity_id", "name", "team_size", "lock_ttl_s", "team_deadlin
 # -- helpers ------------------------------------------------------------------------
 
 
-def ms(stamp: str) -> int:
-    """Epoch milliseconds of an ISO-8601 UTC stamp with milliseconds (asserting the format)."""
-    assert isinstance(stamp, str) and ISO_MS.match(stamp), stamp
-    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1000)
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> Any:
-    """An RFC 9457 problem with this status and stable code; returns the body."""
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = response.json()
-    assert {"type", "title", "status", "code", "detail"} <= set(body), body
-    assert body["status"] == status and body["code"] == code, body
-    assert all(isinstance(body[k], str) and body[k] for k in ("type", "title", "detail")), body
-    return body
-
-
-def assert_ok(response: httpx.Response, status: int) -> Any:
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    return response.json()
-
-
 def clock(client: TestClient) -> Any:
-    return client.app.state.services.clock  # type: ignore[attr-defined]
+    return services_of(client).clock
 
 
 def make_activity(client: TestClient, aid: str, **params: Any) -> Any:
@@ -416,9 +390,9 @@ def test_team_full_without_locks_has_null_next_unlock(client: TestClient) -> Non
     """
     make_activity(client, "a", team_size=2)
     open_team(client, "a", "t1", "L")
-    services = client.app.state.services  # type: ignore[attr-defined]
+    services = services_of(client)
     assert client.portal is not None
-    client.portal.call(services.redis.hset, services.keys.team("a", "t1"), "member_count", "2")
+    on_loop(client, services.redis.hset, services.keys.team("a", "t1"), "member_count", "2")
 
     body = assert_problem(lock(client, "a", "t1", "u1"), 409, "team_full")
     assert body["next_unlock_at"] is None

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from groupbuy.redpacket.models import LedgerEntryRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
-from tests.redpacket.helpers import assert_money_conserved, count
+from tests.support.money import assert_money_conserved, count
 
 
 async def events(services: Services, kind: str) -> list[dict[str, Any]]:

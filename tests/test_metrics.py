@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy.exc
@@ -31,7 +31,8 @@ from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.app import create_app
 from groupbuy.api.problems import handle_error
 from groupbuy.settings import Settings
-from tests.conftest import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, settings_without_redis
+from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, on_loop, services_of
+from tests.support.settings import settings_without_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = "/v1/activities/{activity_id}/teams/{team_id}/locks"
@@ -85,10 +86,6 @@ def deltas(before: Samples, after: Samples, name: str, label: str) -> dict[str, 
             if now != before.get((sample, labels), 0.0):
                 changed[key] = now - before.get((sample, labels), 0.0)
     return changed
-
-
-def services(client: TestClient) -> Any:
-    return client.app.state.services  # type: ignore[attr-defined]
 
 
 def setup_team(client: TestClient) -> None:
@@ -197,7 +194,7 @@ def test_grab_outcomes_count_exactly_the_grabs(client: TestClient) -> None:
     assert grab(client, "p1", "u2") == 200
     assert [grab(client, "p1", u) for u in ("u3", "u4")] == [409, 409]  # sold out
     assert grab(client, "nope", "u1") == 404
-    services(client).clock.advance(2)
+    services_of(client).clock.advance(2)
     assert grab(client, "p2", "u1") == 410
     after = scrape(client)
     assert deltas(before, after, "groupbuy_grab_outcomes_total", "outcome") == {
@@ -270,8 +267,8 @@ def test_backend_errors_count_database_failures() -> None:
 def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     quiet_client: TestClient,
 ) -> None:
-    client, svc = quiet_client, services(quiet_client)
-    empty = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
+    client, svc = quiet_client, services_of(quiet_client)
+    empty = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (empty["backlog_records"], empty["lag_seconds"]) == (0, 0.0)
     fund(client, "sender", 1000)
     send(client, sender_id="sender", amount_cents=100, count=5, packet_id="p1")
@@ -279,16 +276,16 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     for packet, user in (("p1", "u1"), ("p1", "u2"), ("p2", "u1")):
         assert grab(client, packet, user) == 200
     time.sleep(0.05)  # the oldest record is now at least 50 ms old
-    report = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
+    report = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
     assert report["backlog_records"] == 3, report
-    assert report["backlog_records"] == client.portal.call(svc.packets.writer.backlog)
+    assert report["backlog_records"] == on_loop(client, svc.packets.writer.backlog)
     assert 0.05 <= report["lag_seconds"] < 60, report
     page = scrape(client)
     assert value(page, "groupbuy_writeback_backlog_records") == 3
     assert value(page, "groupbuy_writeback_lag_seconds") == report["lag_seconds"]
 
-    assert client.portal.call(svc.packets.writer.drain_all) == 3
-    drained = client.portal.call(metrics.update_writeback, svc.packets.writer, svc.redis)
+    assert on_loop(client, svc.packets.writer.drain_all) == 3
+    drained = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (drained["backlog_records"], drained["lag_seconds"]) == (0, 0.0), drained
     page = scrape(client)
     assert value(page, "groupbuy_writeback_backlog_records") == 0
@@ -393,7 +390,8 @@ def test_insane_or_missing_request_ids_are_replaced(
     client: TestClient, caplog: pytest.LogCaptureFixture, given: str | bytes | None
 ) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    headers = {} if given is None else {"X-Request-Id": given}
+    # httpx sends a bytes header value as it is, which is what this test needs.
+    headers = cast(dict[str, str], {} if given is None else {"X-Request-Id": given})
     ids = {client.get("/healthz", headers=headers).headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3 and all(GENERATED_ID.fullmatch(i) for i in ids), ids
     logged = {rec.getMessage().rsplit("request_id=", 1)[1] for rec in access_records(caplog)}

@@ -10,7 +10,7 @@ import pytest
 
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
-from tests.redpacket.helpers import count
+from tests.support.money import count
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
-from tests.conftest import ADMIN, settings_without_redis
+from tests.support.http import ADMIN
+from tests.support.settings import settings_without_redis
 
 
 def test_redis_down_is_a_503(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services
-from tests.redpacket.helpers import count
+from tests.support.money import count
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 

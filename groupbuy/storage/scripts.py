@@ -58,6 +58,8 @@ class Scripts:
         shas = [script.sha for script in self._scripts.values()]
         return all(await self._redis.script_exists(*shas))
 
-    async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run a script by EVALSHA (loading it again if Redis forgot it)."""
-        return await self._scripts[name](keys=keys, args=args)
+    async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        """Run a script by EVALSHA (loading it again if Redis forgot it); every script
+        answers a table, `{code, ...}`."""
+        reply: list[Any] = await self._scripts[name](keys=keys, args=args)
+        return reply

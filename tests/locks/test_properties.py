@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,7 +40,7 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import iso_ms
-from tests.conftest import make_async_redis
+from tests.support.redis import make_async_redis
 
 T = TypeVar("T")
 
@@ -112,14 +112,14 @@ class _Stack:
         self.run(self.database.create_all())
         self.run(self.services.scripts.load())
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Awaitable[T]) -> T:
         return self.loop.run_until_complete(coro)
 
     def close(self) -> None:
         self._exit.close()
 
 
-def _answer(stack: _Stack, coro: Coroutine[Any, Any, Any]) -> Answer:
+def _answer(stack: _Stack, coro: Awaitable[Any]) -> Answer:
     """Run one service call and normalize what it answered."""
     try:
         outcome = stack.run(coro)

@@ -15,7 +15,7 @@ from groupbuy.storage.events import EventRow
 
 async def _count(services: Services, model: Any) -> int:
     async with services.database.sessions() as session:
-        return int(await session.scalar(select(func.count()).select_from(model)))
+        return int(await session.scalar(select(func.count()).select_from(model)) or 0)
 
 
 async def _event_types(services: Services) -> list[str]:

@@ -164,6 +164,8 @@ def test_lua_codes_mirror_the_python_enum() -> None:
     import re
 
     source = script_source("packet_read")
-    names, values = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE).groups()
+    found = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE)
+    assert found is not None, "the codes line of _packet_lib.lua"
+    names, values = found.groups()
     lua = {n.strip(): int(v) for n, v in zip(names.split(","), values.split(","), strict=True)}
     assert lua == {c.name: c.value for c in PacketCode}

@@ -13,7 +13,7 @@ from groupbuy import errors
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
-from tests.redpacket.helpers import assert_money_conserved, count
+from tests.support.money import assert_money_conserved, count
 
 
 async def _events(services: Services, kind: str) -> list[EventRow]:

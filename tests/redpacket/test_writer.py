@@ -11,7 +11,7 @@ from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
 from groupbuy.storage.backends import Backends
-from tests.redpacket.helpers import assert_money_conserved, count
+from tests.support.money import assert_money_conserved, count
 
 
 class Killed(Exception):

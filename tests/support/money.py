@@ -1,6 +1,8 @@
-"""Shared checks of the red-packet tests: what SQL says about money."""
+"""What SQL says about money, checked the same way by every red-packet test."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import func, select
 
@@ -21,10 +23,13 @@ async def assert_money_conserved(services: Services) -> None:
         )
         held = 0
         for packet in (await session.scalars(select(PacketRow))).all():
-            grabbed = await session.scalar(
-                select(func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
-                    GrabRow.packet_id == packet.packet_id
+            grabbed = int(
+                await session.scalar(
+                    select(func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
+                        GrabRow.packet_id == packet.packet_id
+                    )
                 )
+                or 0
             )
             if packet.status in ("active", "pending"):
                 held += packet.amount_cents - grabbed
@@ -33,23 +38,19 @@ async def assert_money_conserved(services: Services) -> None:
             else:
                 assert grabbed == packet.amount_cents, packet.packet_id
         # every balance is the sum of its entries
-        per_user = dict(
-            (
-                await session.execute(
-                    select(LedgerEntryRow.user_id, func.sum(LedgerEntryRow.amount_cents)).group_by(
-                        LedgerEntryRow.user_id
-                    )
-                )
-            ).all()
+        sums = await session.execute(
+            select(LedgerEntryRow.user_id, func.sum(LedgerEntryRow.amount_cents)).group_by(
+                LedgerEntryRow.user_id
+            )
         )
-        accounts = dict(
-            (await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all()
-        )
-    assert deposits == balances + held, (deposits, balances, held)
+        per_user = {user_id: int(total) for user_id, total in sums}
+        rows = await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))
+        accounts = {user_id: balance for user_id, balance in rows}
+    assert deposits == (balances or 0) + held, (deposits, balances, held)
     assert {u: b for u, b in accounts.items()} == {u: per_user.get(u, 0) for u in accounts}
 
 
-async def count(services: Services, model: type, **where: object) -> int:
+async def count(services: Services, model: type[Any], **where: object) -> int:
     """How many rows of a model match the given column values."""
     query = select(func.count()).select_from(model)
     for column, value in where.items():

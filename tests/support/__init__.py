@@ -1,0 +1,1 @@
+"""What many tests share: HTTP assertions and keys, money checks, settings, fixtures."""
