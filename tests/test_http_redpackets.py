@@ -14,6 +14,7 @@ from typing import Any
 import httpx2 as httpx
 from starlette.testclient import TestClient
 
+from tests.support.fixtures import SentPacket
 from tests.support.http import ADMIN, SERVICE, assert_ok, assert_problem, ms, on_loop, services_of
 
 SENT_KEYS = {"packet_id", "sender_id", "amount_cents", "count", "strategy", "status", "expires_at"}
@@ -447,7 +448,9 @@ def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
     assert len(packet_events(client, "packet.sent", "p1")) == 1
 
 
-def test_send_insufficient_funds_409_nothing_debited_no_packet(client: TestClient) -> None:
+def test_send_insufficient_funds_409_nothing_debited_no_packet(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
     fund(client, "alice", 500)
     r = send(client, sender_id="alice", amount_cents=501, count=2, packet_id="p1")
     assert_problem(r, 409, "insufficient_funds")
@@ -467,8 +470,7 @@ def test_send_insufficient_funds_409_nothing_debited_no_packet(client: TestClien
     assert assert_ok(r, 201)["packet_id"] == "p1"
     assert balance(client, "alice") == 0
     # Exactly the whole balance is enough; then one cent more is not.
-    fund(client, "bob", 300)
-    assert_ok(send(client, sender_id="bob", amount_cents=300, count=3, packet_id="p3"), 201)
+    sent_packet("p3", 300, 3, sender_id="bob")
     assert balance(client, "bob") == 0
     r = send(client, sender_id="bob", amount_cents=1, count=1, packet_id="p4")
     assert_problem(r, 409, "insufficient_funds")
@@ -590,9 +592,10 @@ def test_double_mean_shares_stay_within_twice_the_mean(client: TestClient) -> No
 # -- grab -------------------------------------------------------------------------------
 
 
-def test_grab_200_then_repeat_already_grabbed_same_amount(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1000, count=3, packet_id="p1"), 201)
+def test_grab_200_then_repeat_already_grabbed_same_amount(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
+    sent_packet("p1", 1000, 3)
     first = assert_ok(grab(client, "p1", "bob"), 200)
     assert set(first) == {"status", "amount_cents", "remaining_count"}, first
     assert first["status"] == "grabbed" and first["remaining_count"] == 2, first
@@ -616,9 +619,10 @@ def test_grab_200_then_repeat_already_grabbed_same_amount(client: TestClient) ->
     assert balance(client, "alice") == 0
 
 
-def test_grab_sold_out_409_and_repeat_still_already_grabbed(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=500, count=2, packet_id="p1"), 201)
+def test_grab_sold_out_409_and_repeat_still_already_grabbed(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
+    sent_packet("p1", 500, 2, funds=1000)
     a = grabbed(client, "p1", "bob")
     last = assert_ok(grab(client, "p1", "carol"), 200)
     assert last["status"] == "grabbed" and last["remaining_count"] == 0
@@ -667,11 +671,12 @@ def test_grab_after_expiry_410_and_repeat_still_already_grabbed(client: TestClie
     assert balance(client, "alice") == 1000 - a - b
 
 
-def test_grab_unknown_packet_404_and_bad_ids_422(client: TestClient) -> None:
+def test_grab_unknown_packet_404_and_bad_ids_422(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
     assert_problem(grab(client, "nope", "bob"), 404, "packet_not_found")
     assert_problem(raw_packet(client, "nope"), 404, "packet_not_found")
-    fund(client, "alice", 100)
-    assert_ok(send(client, sender_id="alice", amount_cents=100, count=2, packet_id="p1"), 201)
+    sent_packet("p1", 100, 2)
     for bad in BAD_IDS:
         assert_422(client.post("/v1/redpackets/p1/grab", json={"user_id": bad}, headers=SERVICE))
     for body in ({}, {"user_id": "bob", "amount_cents": 100}, {"userId": "bob"}):
@@ -688,9 +693,10 @@ def test_grab_unknown_packet_404_and_bad_ids_422(client: TestClient) -> None:
     assert p["grabs"] == [] and p["remaining_count"] == 2 and p["remaining_cents"] == 100
 
 
-def test_grab_credit_reaches_the_account_within_2s(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1000, count=2, packet_id="p1"), 201)
+def test_grab_credit_reaches_the_account_within_2s(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
+    sent_packet("p1", 1000, 2)
     amount = grabbed(client, "p1", "bob")
     deadline = time.monotonic() + 2.0
     while balance(client, "bob") != amount and time.monotonic() < deadline:
@@ -850,9 +856,10 @@ def test_nothing_grabbed_is_all_refunded(client: TestClient) -> None:
     assert balance(client, "alice") == 800
 
 
-def test_sold_out_packet_is_answered_from_sql_after_redis_dropped_it(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(send(client, sender_id="alice", amount_cents=1000, count=3, packet_id="p1"), 201)
+def test_sold_out_packet_is_answered_from_sql_after_redis_dropped_it(
+    client: TestClient, sent_packet: SentPacket
+) -> None:
+    sent_packet("p1", 1000, 3)
     amounts = {uid: grabbed(client, "p1", uid) for uid in ("bob", "carol", "dave")}
     drain(client)
     live = packet(client, "p1")
@@ -959,9 +966,8 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
         assert balances[uid] == sum(deposits.get(uid, [])) + got - gave, uid
 
 
-def test_events_feed_lists_packet_events(client: TestClient) -> None:
-    fund(client, "alice", 5000)
-    assert_ok(send(client, sender_id="alice", amount_cents=300, count=2, packet_id="soldp"), 201)
+def test_events_feed_lists_packet_events(client: TestClient, sent_packet: SentPacket) -> None:
+    sent_packet("soldp", 300, 2, funds=5000)
     assert_ok(
         send(
             client,
