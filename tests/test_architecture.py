@@ -199,3 +199,19 @@ def test_the_worker_runs_without_the_http_stack() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == ""
+
+
+def test_tests_share_helpers_through_tests_support_only() -> None:
+    """No test imports another test module or conftest; only the benchmark's own test
+    imports the benchmark."""
+    tests_dir = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        name = ".".join(path.relative_to(tests_dir.parent).with_suffix("").parts)
+        for target in imported_names(path, name, set()):
+            leaf = target.split(".")[-1]
+            if target.startswith("tests.") and (leaf.startswith("test_") or leaf == "conftest"):
+                offenders.append(f"{name} imports {target}")
+            if target.split(".")[0] == "benchmarks" and path.name != "test_benchmark_report.py":
+                offenders.append(f"{name} imports {target}")
+    assert offenders == []
