@@ -33,6 +33,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -410,14 +411,14 @@ class NaiveTeamsAdapter:
             return "too_many_people"
 
     async def lock(self, aid: str, tid: str, user: str) -> str:
-        return await self._guard(self.naive.lock(aid, tid, user))
+        return str(await self._guard(self.naive.lock(aid, tid, user)))
 
     async def unlock(self, aid: str, tid: str, user: str) -> str:
         result = await self._guard(self.naive.unlock(aid, tid, user))
         return result if isinstance(result, str) else ("unlocked" if result else "no_lock")
 
     async def confirm(self, aid: str, tid: str, user: str) -> str:
-        return await self._guard(self.naive.confirm(aid, tid, user))
+        return str(await self._guard(self.naive.confirm(aid, tid, user)))
 
 
 OK_OUTCOMES = {"locked", "switched", "existing", "unlocked", "confirmed"}
@@ -452,7 +453,9 @@ class Shopper:
         self.outcomes[result] += 1
 
 
-def storm_correct(outcomes: Counter[str], expected: set[str], checks: dict[str, int]) -> dict:
+def storm_correct(
+    outcomes: Counter[str], expected: set[str], checks: dict[str, int]
+) -> dict[str, Any]:
     """The correctness figures of a lock storm.
 
     over_capacity and double_locks are violations summed over every MULTI snapshot taken.
@@ -494,7 +497,7 @@ async def lock_storm_groupbuy(services: Services, sizes: Sizes, run: str) -> dic
     await services.teams.create_activity(aid, team_size=TEAM_SIZE)
     teams = [f"t{i}" for i in range(sizes.teams)]
     await gather_limited(
-        [lambda t=t: services.teams.open_team(aid, f"lead-{t}", team_id=t) for t in teams]
+        [partial(services.teams.open_team, aid, f"lead-{t}", team_id=t) for t in teams]
     )
     pairs = [(aid, t) for t in teams]
     sampler = Sampler(lambda: groupbuy_snapshot(services, pairs))
@@ -549,7 +552,7 @@ async def mixed_setup(services: Services, run: str) -> tuple[list[str], list[str
         await services.teams.create_activity(aid, team_size=TEAM_SIZE)
     await gather_limited(
         [
-            lambda a=a, t=t: services.teams.open_team(a, f"lead-{t}", team_id=t)
+            partial(services.teams.open_team, a, f"lead-{t}", team_id=t)
             for a in activities
             for t in teams
         ]
@@ -576,7 +579,7 @@ async def mixed_groupbuy(services: Services, sizes: Sizes, run: str) -> dict[str
         for _ in range(sizes.mixed_steps):
             if rng.random() < 0.5:
                 pid = rng.choice(packets)
-                answer = await meter.measure(lambda p=pid: groupbuy_grab(services, p, user), "grab")
+                answer = await meter.measure(partial(groupbuy_grab, services, pid, user), "grab")
                 grabs[pid].append((user, answer))
                 outcomes[f"grab:{answer['status']}"] += 1
             elif not shopper.done:
@@ -620,7 +623,9 @@ def redis_benchmark_binary() -> str | None:
     return "/usr/bin/redis-benchmark" if Path("/usr/bin/redis-benchmark").exists() else None
 
 
-async def redis_benchmark(binary: str, port: int, requests: int, pipeline: int, *cmd: str) -> dict:
+async def redis_benchmark(
+    binary: str, port: int, requests: int, pipeline: int, *cmd: str
+) -> dict[str, Any]:
     """Run redis-benchmark -q on one command; its requests/s and p50 (ms)."""
     args = [binary, "-h", "127.0.0.1", "-p", str(port), "-c", "50", "-n", str(requests)]
     args += ["-r", "100000000", "-P", str(pipeline), "-q", *cmd]
@@ -659,7 +664,9 @@ async def prepare_bench_team(services: Services, aid: str, tid: str) -> None:
     )
 
 
-def bench_row(script: str, pipeline: int, requests: int, result: dict, winners: int) -> dict:
+def bench_row(
+    script: str, pipeline: int, requests: int, result: dict[str, Any], winners: int
+) -> dict[str, Any]:
     """A redis-benchmark result as a row (only p50 is known)."""
     rps = result["rps"]
     row = {
@@ -682,7 +689,9 @@ def bench_row(script: str, pipeline: int, requests: int, result: dict, winners: 
     return row
 
 
-async def redis_benchmark_rows(services: Services, redis_url: str, sizes: Sizes) -> list[dict]:
+async def redis_benchmark_rows(
+    services: Services, redis_url: str, sizes: Sizes
+) -> list[dict[str, Any]]:
     """The grab and lock scripts under redis-benchmark, plain and with -P 16."""
     binary = redis_benchmark_binary()
     if binary is None:
@@ -732,7 +741,7 @@ async def create_packets_pipelined(services: Services, count: int) -> list[str]:
             pipe.evalsha(sha, 4, *services.keys.packet_keys(pid), *args)
         await pipe.execute()
 
-    await gather_limited([lambda s=s: batch(s) for s in range(0, count, BATCH)], limit=3)
+    await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)
     return ids
 
 
@@ -750,7 +759,7 @@ async def create_teams_pipelined(services: Services, aid: str, count: int) -> li
             pipe.evalsha(sha, 7, *team_keys, aid, tid, 0, f"lead-{tid}", "", 60_000)
         await pipe.execute()
 
-    await gather_limited([lambda s=s: batch(s) for s in range(0, count, BATCH)], limit=3)
+    await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)
     return ids
 
 
@@ -808,7 +817,7 @@ async def scaling_locks(services: Services, live: int, sizes: Sizes, run: str) -
     calls = [(rng.choice(ids), f"l{i}") for i in range(sizes.scaling_ops)]
     began = time.perf_counter()
     results = await asyncio.gather(
-        *(meter.measure(lambda t=t, u=u: engine.lock(aid, t, u)) for t, u in calls)
+        *(meter.measure(partial(engine.lock, aid, t, u)) for t, u in calls)
     )
     seconds = time.perf_counter() - began
     after = await used_memory(redis)
@@ -866,7 +875,9 @@ async def open_loop(
     return latencies
 
 
-async def half_rate(services: Services, kind: str, max_rate: float, sizes: Sizes, run: str) -> dict:
+async def half_rate(
+    services: Services, kind: str, max_rate: float, sizes: Sizes, run: str
+) -> dict[str, Any]:
     """p50/p95/p99 of grabs or locks offered at half the rate measured earlier in this run."""
     rate = max_rate / 2
     seconds = 2.0 if sizes is QUICK else 5.0
@@ -885,7 +896,7 @@ async def half_rate(services: Services, kind: str, max_rate: float, sizes: Sizes
         await services.teams.create_activity(aid, team_size=50)
         teams = [f"t{t}" for t in range(max(1, total // 40 + 1))]
         await gather_limited(
-            [lambda t=t: services.teams.open_team(aid, f"L{t}", team_id=t) for t in teams]
+            [partial(services.teams.open_team, aid, f"L{t}", team_id=t) for t in teams]
         )
 
         async def call(i: int) -> Any:
@@ -902,7 +913,7 @@ async def half_rate(services: Services, kind: str, max_rate: float, sizes: Sizes
     return make_row(f"{kind} @ half max rate", "groupbuy", seconds, latencies, {}, note)
 
 
-def _rate_of(rows: list[dict], scenario: str, note_part: str = "") -> float:
+def _rate_of(rows: list[dict[str, Any]], scenario: str, note_part: str = "") -> float:
     for row in rows:
         if (
             row["scenario"] == scenario
@@ -930,12 +941,12 @@ async def open_services(redis_url: str, database_url: str) -> Services:
     return services
 
 
-async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dict]:
+async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dict[str, Any]]:
     """Run every engine-level scenario; one dict per measured row."""
     sizes = QUICK if quick else FULL
     run = secrets.token_hex(3)  # ids unique in a reused SQLite file
     services = await open_services(redis_url, database_url)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     began = time.perf_counter()
     try:
         steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
@@ -947,9 +958,9 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
             ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
         ]
         for live in sizes.scaling_live:
-            steps.append((f"scaling grab {live}", lambda n=live: scaling_grabs(services, n, sizes)))
+            steps.append((f"scaling grab {live}", partial(scaling_grabs, services, live, sizes)))
             steps.append(
-                (f"scaling lock {live}", lambda n=live: scaling_locks(services, n, sizes, run))
+                (f"scaling lock {live}", partial(scaling_locks, services, live, sizes, run))
             )
         steps.append(
             (
@@ -979,7 +990,7 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[dict[str, Any]]) -> None:
     """The key numbers of each row."""
     print(f"{'scenario':<13}{'impl':<25}{'ops':>8}{'ops/s':>11}{'p50':>8}{'p99':>8}  correct")
     for r in rows:

@@ -115,12 +115,21 @@ def _log_errors(log: Path) -> int:
 def _ensure_wrk() -> str | None:
     found = shutil.which("wrk")
     if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 300}
+
+        def apt_get(*args: str) -> None:
+            subprocess.run(
+                ["apt-get", *args],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=300,
+            )
+
         with contextlib.suppress(subprocess.SubprocessError, OSError):
-            subprocess.run(["apt-get", "install", "-y", "wrk"], check=False, **quiet)
+            apt_get("install", "-y", "wrk")
             if shutil.which("wrk") is None:
-                subprocess.run(["apt-get", "update"], check=False, **quiet)
-                subprocess.run(["apt-get", "install", "-y", "wrk"], check=False, **quiet)
+                apt_get("update")
+                apt_get("install", "-y", "wrk")
         found = shutil.which("wrk")
     return found
 
@@ -323,7 +332,8 @@ def _packet_checks(client: httpx.Client, ids: list[str]) -> dict[str, Any]:
     summing with the remainder to the packet's amount (so never above it)."""
 
     def read(packet_id: str) -> dict[str, Any]:
-        return client.get(f"/v1/redpackets/{packet_id}").raise_for_status().json()
+        body: dict[str, Any] = client.get(f"/v1/redpackets/{packet_id}").raise_for_status().json()
+        return body
 
     with ThreadPoolExecutor(SETUP_THREADS) as pool:
         packets = list(pool.map(read, ids))
@@ -406,7 +416,9 @@ def _team_checks(client: httpx.Client, activities: list[str], teams: int) -> dic
 
     def read_team(pair: tuple[str, int]) -> dict[str, Any]:
         activity, i = pair
-        return client.get(f"/v1/activities/{activity}/teams/t{i}").raise_for_status().json()
+        url = f"/v1/activities/{activity}/teams/t{i}"
+        body: dict[str, Any] = client.get(url).raise_for_status().json()
+        return body
 
     pairs = [(a, i) for a in activities for i in range(1, teams + 1)]
     with ThreadPoolExecutor(SETUP_THREADS) as pool:
@@ -617,7 +629,7 @@ def _bare_rows(
     return [row, {**row, "scenario": "lock_storm"}, {**row, "scenario": "mixed"}]
 
 
-def run_http(redis_url: str, workdir: Path, quick: bool) -> list[dict]:
+def run_http(redis_url: str, workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Rows for groupbuy serve and the bare baseline, 1 and 2 workers, every scenario."""
     workdir.mkdir(parents=True, exist_ok=True)
     wrk = _ensure_wrk()
