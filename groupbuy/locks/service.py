@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
+from groupbuy.locks.codec import parse_member, parse_user_lock
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
@@ -206,12 +207,10 @@ class TeamService(UsesBackends):
         members: dict[str, str],
         locks: list[Any],
     ) -> dict[str, Any]:
-        # members: user -> "seq|joined_at_ms|order_id"; locks: [user, locked_at_ms, ...]
+        # members: user -> codec.member_value(...); locks: [user, locked_at_ms, ...]
         joined = sorted(
-            (int(seq), user, int(at), order)
-            for user, (seq, at, order) in (
-                (user, value.split("|", 2)) for user, value in members.items()
-            )
+            (member.seq, user, member.joined_at_ms, member.order_id)
+            for user, member in ((user, parse_member(value)) for user, value in members.items())
         )
         return TeamView(
             activity_id=activity_id,
@@ -219,7 +218,7 @@ class TeamService(UsesBackends):
             leader_id=team["leader_id"],
             status=team["status"],
             size=int(team["size"]),
-            members=[(user, order or None, at) for _seq, user, at, order in joined],
+            members=[(user, order, at) for _seq, user, at, order in joined],
             locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
             lock_ttl_ms=int(team["lock_ttl_ms"]),
             deadline_ms=int(team["deadline_ms"]),
@@ -337,7 +336,7 @@ class TeamService(UsesBackends):
         if current is None:
             await self._activity_row(activity_id)  # an unknown activity is a 404 of its own
             raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
-        team_id = current.split("|", 1)[0]
+        team_id = parse_user_lock(current).team_id
         keys = [*self._keys.team_keys(activity_id, team_id), user_key]
         code, rest = split_reply(
             await self._scripts.call(

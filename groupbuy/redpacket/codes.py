@@ -1,9 +1,11 @@
-"""Result codes of the packet_* scripts."""
+"""Result codes of the packet_* scripts and the one place that turns them into errors."""
 
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, NoReturn
+
+from groupbuy import errors
 
 
 class PacketCode(IntEnum):
@@ -18,6 +20,21 @@ class PacketCode(IntEnum):
     NOT_DUE = 6
 
 
+_ERRORS: dict[PacketCode, type[errors.GroupBuyError]] = {
+    PacketCode.NOT_FOUND: errors.PacketNotFound,
+    PacketCode.SOLD_OUT: errors.SoldOut,
+    PacketCode.EXPIRED: errors.Expired,
+}
+
+
 def split_reply(reply: list[Any]) -> tuple[PacketCode, list[Any]]:
     """(code, rest) of a script reply; an unknown code is a bug and raises."""
     return PacketCode(int(reply[0])), list(reply[1:])
+
+
+def raise_for(code: PacketCode, detail: str | None = None, **extra: Any) -> NoReturn:
+    """Raise the API error that a failure code stands for (a code without one is a bug)."""
+    error = _ERRORS.get(code)
+    if error is None:
+        raise RuntimeError(f"script code {code!r} has no error mapping")
+    raise error(detail, **extra)

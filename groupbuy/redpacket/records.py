@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from groupbuy.redpacket.codec import grab_credit_key, packet_event_key, refund_key
 from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.storage.db import dialect_insert
@@ -43,7 +44,7 @@ def _grab_row(f: dict[str, str]) -> dict[str, object]:
 
 def _grab_credit(f: dict[str, str]) -> dict[str, object]:
     return {
-        "business_key": f"grab:{f['packet_id']}:{f['user_id']}",
+        "business_key": grab_credit_key(f["packet_id"], f["user_id"]),
         "user_id": f["user_id"],
         "kind": "grab_credit",
         "amount_cents": int(f["amount_cents"]),
@@ -57,7 +58,7 @@ async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
     data: dict[str, object] = {"packet_id": packet_id, "sender_id": f["sender_id"]}
     if kind == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
-        await record_event(session, Event(kind, at_ms, f"{kind}:{packet_id}", data))
+        await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
     elif kind == "packet.refunded":
         refunded = int(f["refunded_cents"])
         await post_entry(
@@ -65,12 +66,12 @@ async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
             user_id=f["sender_id"],
             kind="refund_credit",
             amount_cents=refunded,
-            business_key=f"refund:{packet_id}",
+            business_key=refund_key(packet_id),
             at=at,
         )
         await _set(session, packet_id, status="expired", expired_at=at, refunded_cents=refunded)
         data |= {"refunded_cents": refunded, "ungrabbed_count": int(f["remaining_count"])}
-        await record_event(session, Event(kind, at_ms, f"{kind}:{packet_id}", data))
+        await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
     else:
         raise ValueError(f"unknown packet record type {kind!r}")
 

@@ -17,16 +17,32 @@ from groupbuy import errors
 from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
-from groupbuy.redpacket.codes import PacketCode, split_reply
+from groupbuy.redpacket.codec import (
+    deposit_key,
+    packet_debit_key,
+    packet_event_key,
+)
+from groupbuy.redpacket.codes import PacketCode, raise_for, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
+from groupbuy.redpacket.view import PacketView
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+# The detail of each refusal of a grab, by script code.
+_REFUSALS = {
+    PacketCode.SOLD_OUT: "packet {packet_id!r} is sold out",
+    PacketCode.EXPIRED: "packet {packet_id!r} has expired",
+}
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 class RedPacketService(UsesBackends):
@@ -56,11 +72,11 @@ class RedPacketService(UsesBackends):
                 user_id=user_id,
                 kind="deposit",
                 amount_cents=amount_cents,
-                business_key=f"deposit:{reference}",
+                business_key=deposit_key(reference),
                 at=at,
             )
             if not applied:
-                earlier = await ledger.entry(session, f"deposit:{reference}")
+                earlier = await ledger.entry(session, deposit_key(reference))
                 assert earlier is not None
                 if (earlier.user_id, earlier.amount_cents) != (user_id, amount_cents):
                     raise errors.Conflict(
@@ -123,7 +139,7 @@ class RedPacketService(UsesBackends):
                     user_id=sender_id,
                     kind="packet_debit",
                     amount_cents=-amount_cents,
-                    business_key=f"packet_debit:{packet_id}",
+                    business_key=packet_debit_key(packet_id),
                     at=from_ms(now_ms),
                     require_funds=True,
                 )
@@ -132,7 +148,7 @@ class RedPacketService(UsesBackends):
                     Event(
                         "packet.sent",
                         now_ms,
-                        f"packet.sent:{packet_id}",
+                        packet_event_key("packet.sent", packet_id),
                         {"packet_id": packet_id, **wanted},
                     ),
                 )
@@ -238,11 +254,7 @@ class RedPacketService(UsesBackends):
             }
         if code is PacketCode.ALREADY_GRABBED:
             return {"status": "already_grabbed", "amount_cents": int(rest[0])}
-        if code is PacketCode.SOLD_OUT:
-            raise errors.SoldOut(f"packet {packet_id!r} is sold out")
-        if code is PacketCode.EXPIRED:
-            raise errors.Expired(f"packet {packet_id!r} has expired")
-        raise RuntimeError(f"packet_grab answered {code!r}")
+        raise_for(code, _REFUSALS.get(code, "").format(packet_id=packet_id) or None)
 
     async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
         # Redis has let the ended packet go; its SQL record answers.
@@ -250,10 +262,9 @@ class RedPacketService(UsesBackends):
             grab = await session.get(GrabRow, (row.packet_id, user_id))
         if grab is not None:
             return {"status": "already_grabbed", "amount_cents": grab.amount_cents}
-        if row.status == "sold_out":
-            raise errors.SoldOut(f"packet {row.packet_id!r} is sold out")
-        if row.status == "expired":
-            raise errors.Expired(f"packet {row.packet_id!r} has expired")
+        ended = {"sold_out": PacketCode.SOLD_OUT, "expired": PacketCode.EXPIRED}.get(row.status)
+        if ended is not None:
+            raise_for(ended, _REFUSALS[ended].format(packet_id=row.packet_id))
         raise errors.RedisUnavailable(f"packet {row.packet_id!r} is missing from Redis")
 
     async def _recorded(self, packet_id: str) -> PacketRow:
@@ -270,78 +281,15 @@ class RedPacketService(UsesBackends):
         code, rest = await self._call("packet_read", packet_id)
         if code is PacketCode.OK:
             flat, grabs_flat, _now = rest
-            p = dict(zip(flat[0::2], flat[1::2], strict=True))
-            grabs = sorted(
-                (int(seq), user, int(amount), int(at))
-                for user, (seq, amount, at) in (
-                    (u, v.split("|"))
-                    for u, v in zip(grabs_flat[0::2], grabs_flat[1::2], strict=True)
-                )
-            )
-            return self._packet_body(
-                packet_id,
-                p["sender_id"],
-                int(p["amount"]),
-                int(p["count"]),
-                p["strategy"],
-                p["status"],
-                int(p["expires_ms"]),
-                int(p.get("refunded", 0)),
-                [(user, amount, at) for _seq, user, amount, at in grabs],
-            )
+            return PacketView.from_redis(packet_id, _pairs(flat), _pairs(grabs_flat)).body()
         row = await self._recorded(packet_id)
         async with self._db.sessions() as session:
-            rows = (
+            grabs = (
                 await session.scalars(
                     select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
                 )
             ).all()
-        return self._packet_body(
-            packet_id,
-            row.sender_id,
-            row.amount_cents,
-            row.count,
-            row.strategy,
-            "active" if row.status == "pending" else row.status,
-            to_ms(row.expires_at),
-            row.refunded_cents,
-            [(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in rows],
-        )
-
-    @staticmethod
-    def _packet_body(
-        packet_id: str,
-        sender_id: str,
-        amount: int,
-        count: int,
-        strategy: str,
-        status: str,
-        expires_ms: int,
-        refunded: int,
-        grabs: list[tuple[str, int, int]],
-    ) -> dict[str, Any]:
-        grabbed = sum(amount_cents for _user, amount_cents, _at in grabs)
-        luckiest = None
-        if status == "sold_out" and grabs:
-            # max() keeps the first of equals: ties go to the earlier grab
-            luckiest = max(grabs, key=lambda grab: grab[1])[0]
-        return {
-            "packet_id": packet_id,
-            "sender_id": sender_id,
-            "amount_cents": amount,
-            "count": count,
-            "strategy": strategy,
-            "status": status,
-            "remaining_count": count - len(grabs),
-            "remaining_cents": amount - grabbed,
-            "refunded_cents": refunded,
-            "expires_at": iso_ms(expires_ms),
-            "grabs": [
-                {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
-                for user, amount_cents, at in grabs
-            ],
-            "luckiest_user_id": luckiest,
-        }
+        return PacketView.from_sql(row, list(grabs)).body()
 
     # -- expiry ---------------------------------------------------------------------
 

@@ -7,26 +7,30 @@ are in groupbuy/ops/reconcile/rules.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    SQLColumnExpression,
-    String,
     and_,
     case,
     distinct,
     func,
-    literal,
     select,
     tuple_,
 )
 from sqlalchemy.orm import aliased
 
+from groupbuy.locks.codec import parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.ops.reconcile import rules
-from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch, as_int
+from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch
+from groupbuy.redpacket.codec import (
+    grab_credit_key_sql,
+    packet_debit_key_sql,
+    parse_grab,
+    refund_key_sql,
+)
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
@@ -52,19 +56,12 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _concat(*parts: str | SQLColumnExpression[str]) -> SQLColumnExpression[str]:
-    """SQL `a || b || ...`: builds a ledger business key from a row's columns."""
-    terms = [literal(p, String) if isinstance(p, str) else p for p in parts]
-    expression = terms[0]
-    for term in terms[1:]:
-        expression = expression + term
-    return expression
-
-
-def _field(value: str, index: int) -> str | None:
-    """Field `index` of a "a|b|c" Redis value (the last one keeps any further '|')."""
-    parts = value.split("|", 2)
-    return parts[index] if index < len(parts) else None
+def _or_none(parse: Callable[[str], T], value: str) -> T | None:
+    """A codec's parse of a Redis value, or None when the value is malformed (reported)."""
+    try:
+        return parse(value)
+    except ValueError:
+        return None
 
 
 class PacketChecks:
@@ -117,10 +114,9 @@ class PacketChecks:
         for i, packet_id in enumerate(chunk):
             fields, grabs, pending = replies[3 * i : 3 * i + 3]
             # grabs: user -> "seq|amount_cents|grabbed_at_ms"
-            amounts = {user: _field(value, 1) for user, value in grabs.items()}
-            live[packet_id] = Live(
-                dict(fields), {u: as_int(a) for u, a in amounts.items()}, int(pending)
-            )
+            parsed = {user: _or_none(parse_grab, value) for user, value in grabs.items()}
+            amounts = {user: grab and grab.amount_cents for user, grab in parsed.items()}
+            live[packet_id] = Live(dict(fields), amounts, int(pending))
         return live
 
     async def _records(self, chunk: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -144,7 +140,7 @@ class PacketChecks:
             )
             .select_from(grab)
             .outerjoin(
-                credit, credit.business_key == _concat("grab:", grab.packet_id, ":", grab.user_id)
+                credit, credit.business_key == grab_credit_key_sql(grab.packet_id, grab.user_id)
             )
             .where(grab.packet_id.in_(chunk))
             .group_by(grab.packet_id)
@@ -169,8 +165,8 @@ class PacketChecks:
             )
             .select_from(PacketRow)
             .outerjoin(grabs, grabs.c.packet_id == PacketRow.packet_id)
-            .outerjoin(debit, debit.business_key == _concat("packet_debit:", PacketRow.packet_id))
-            .outerjoin(refund, refund.business_key == _concat("refund:", PacketRow.packet_id))
+            .outerjoin(debit, debit.business_key == packet_debit_key_sql(PacketRow.packet_id))
+            .outerjoin(refund, refund.business_key == refund_key_sql(PacketRow.packet_id))
             .where(PacketRow.packet_id.in_(chunk))
         )
         async with self._db.sessions() as session:
@@ -225,7 +221,8 @@ class TeamChecks:
         for i, key in enumerate(chunk):
             fields, members, pending = replies[3 * i : 3 * i + 3]
             # members: user -> "seq|joined_at_ms|order_id", '' for no order
-            orders = {user: _field(value, 2) or None for user, value in members.items()}
+            parsed = {user: _or_none(parse_member, value) for user, value in members.items()}
+            orders = {user: member and member.order_id for user, member in parsed.items()}
             live[key] = Live(dict(fields), orders, int(pending))
         return live
 
@@ -306,7 +303,7 @@ async def _grab_details(session: Any, packet_ids: Sequence[str]) -> dict[str, Gr
             .select_from(GrabRow)
             .outerjoin(
                 credit,
-                credit.business_key == _concat("grab:", GrabRow.packet_id, ":", GrabRow.user_id),
+                credit.business_key == grab_credit_key_sql(GrabRow.packet_id, GrabRow.user_id),
             )
             .where(GrabRow.packet_id.in_(chunk))
         )

@@ -32,11 +32,13 @@ from sqlalchemy import (
     union_all,
 )
 
+from groupbuy.locks import codec as team_codec
 from groupbuy.locks.models import TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.checks import CheckPass, PacketChecks, TeamChecks, chunks
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
 from groupbuy.ops.reconcile.table import ReconcileReportRow
+from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
@@ -232,11 +234,12 @@ class Reconciler:
             if not page:
                 return
             for _id, key in page:
-                parts = key.split(":")  # "<type>:<packet_id>" or "<type>:<aid>:<tid>[:...]"
-                if parts[0].startswith("packet.") and len(parts) >= 2:
-                    touched.packets.add(parts[1])
-                elif parts[0].startswith("team.") and len(parts) >= 3:
-                    touched.teams.add((parts[1], parts[2]))
+                packet_event = packet_codec.parse_packet_event_key(key)
+                team_event = team_codec.parse_team_event_key(key)
+                if packet_event is not None:
+                    touched.packets.add(packet_event[1])
+                elif team_event is not None:
+                    touched.teams.add((team_event.activity_id, team_event.team_id))
             after = page[-1][0]
 
     async def _scan_ledger(self, after: int, upto: int, touched: _Touched) -> None:
@@ -263,11 +266,15 @@ class Reconciler:
             for _id, key, user_id, kind, cents in page:
                 if touched.users is not None:
                     touched.users.add(user_id)
-                parts = key.split(":")
-                if parts[0] in ("packet_debit", "refund", "grab") and len(parts) >= 2:
-                    touched.packets.add(parts[1])
-                if kind == "grab_credit":
-                    credits[(parts[1] if len(parts) > 1 else "", parts[-1])] = int(cents)
+                named = packet_codec.parse_business_key(key)
+                if named is not None and named.packet_id is not None:
+                    touched.packets.add(named.packet_id)
+                if kind == packet_codec.ENTRY_KINDS[packet_codec.GRAB]:
+                    # A credit whose key names no grab cannot have a grab row: reported.
+                    grab = None
+                    if named and named.packet_id and named.user_id:
+                        grab = (named.packet_id, named.user_id)
+                    credits[grab or ("", key)] = int(cents)
             # Read after the credits: a grab row commits with its credit, so none is missed.
             touched.orphan_credits += await self._orphan_credits(credits)
             after = page[-1][0]
