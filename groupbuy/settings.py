@@ -1,58 +1,74 @@
-"""Typed settings: config.toml, overridden by GROUPBUY_* environment variables."""
+"""Typed settings: config.toml, overridden by GROUPBUY_<SECTION>_<NAME> environment variables.
+
+pydantic converts and checks every value: each section is a frozen model whose fields
+carry their bounds, and the bounds that requests share (team size, lock time, amounts,
+counts, lifetimes) are the Annotated types below, used by the request models too, so
+each range is written once. This module only maps variable names to fields and turns
+pydantic's errors into messages that name the setting.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ROLES = ("service", "admin")
+
+# -- the bounds shared with the request models ------------------------------------------
+
+TeamSize = Annotated[int, Field(ge=2, le=50)]
+"""Seats in a team, the leader's included."""
+LockTtlS = Annotated[int, Field(ge=1, le=86400)]
+"""How long a seat lock holds, in seconds."""
+TeamDeadlineS = Annotated[int, Field(ge=1, le=2_592_000)]
+"""How long a team has to form after it opens, in seconds."""
+AmountCents = Annotated[int, Field(ge=1, le=10**12)]
+"""An amount of money in cents (deposits, packets)."""
+ShareCount = Annotated[int, Field(ge=1, le=100_000)]
+"""How many shares a packet is split into."""
+PacketLifetimeS = Annotated[int, Field(ge=1, le=604_800)]
+"""How long a packet can be grabbed, in seconds."""
+RetentionS = Annotated[int, Field(ge=1, le=31_536_000)]
+"""How long Redis keeps an ended team or packet, in seconds."""
+IntervalS = Annotated[float, Field(ge=0.01, le=86400)]
+"""Seconds between two runs of a scheduled job."""
 
 
 class SettingsError(ValueError):
     """A configuration value is unknown, mistyped or out of range."""
 
 
-def _check_range(section: str, name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise SettingsError(f"[{section}] {name} = {value!r} is outside {low}..{high}")
+class _Section(BaseModel):
+    """Base of the sections: immutable, unknown keys refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-@dataclass(frozen=True)
-class ServerSettings:
+class ServerSettings(_Section):
     """Where the HTTP API listens."""
 
     host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
-    max_body_bytes: int = 65536
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
+    max_body_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536
     access_log_json: bool = False
 
-    def __post_init__(self) -> None:
-        _check_range("server", "port", self.port, 0, 65535)
-        _check_range("server", "workers", self.workers, 1, 64)
-        _check_range("server", "max_body_bytes", self.max_body_bytes, 1024, 16 * 1024 * 1024)
 
-
-@dataclass(frozen=True)
-class RedisSettings:
+class RedisSettings(_Section):
     """The Redis that holds the live state; an empty url means the embedded fakeredis."""
 
     url: str = ""
-    key_prefix: str = "gb"
-    socket_timeout_s: float = 5.0
-    max_connections: int = 256
-
-    def __post_init__(self) -> None:
-        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
-            raise SettingsError("[redis] key_prefix must be non-empty without braces or spaces")
-        _check_range("redis", "socket_timeout_s", self.socket_timeout_s, 0.01, 600)
-        _check_range("redis", "max_connections", self.max_connections, 1, 100_000)
+    # Inside every key, before the hash tag: braces would break the tag, spaces the key.
+    key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[^{} ]+$")] = "gb"
+    socket_timeout_s: Annotated[float, Field(ge=0.01, le=600)] = 5.0
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = 256
 
     @property
     def embedded(self) -> bool:
@@ -60,8 +76,7 @@ class RedisSettings:
         return not self.url
 
 
-@dataclass(frozen=True)
-class DatabaseSettings:
+class DatabaseSettings(_Section):
     """The SQL database that holds the durable record."""
 
     url: str = ""
@@ -80,19 +95,19 @@ class ApiKey:
     secret: str = field(repr=False)
 
 
-@dataclass(frozen=True)
-class AuthSettings:
+class AuthSettings(_Section):
     """Bearer keys, each `role:secret`."""
 
     api_keys: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        for entry in self.api_keys:
+    @field_validator("api_keys")
+    @classmethod
+    def _role_and_secret(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
             role, sep, secret = entry.partition(":")
             if not sep or role not in ROLES or not secret:
-                raise SettingsError(
-                    "[auth] api_keys entries must look like 'service:<secret>' or 'admin:<secret>'"
-                )
+                raise ValueError("entries must look like 'service:<secret>' or 'admin:<secret>'")
+        return entries
 
     @property
     def keys(self) -> tuple[ApiKey, ...]:
@@ -100,141 +115,126 @@ class AuthSettings:
         return tuple(ApiKey(*entry.split(":", 1)) for entry in self.api_keys)
 
 
-@dataclass(frozen=True)
-class TeamSettings:
+class TeamSettings(_Section):
     """Defaults for activities that do not set their own values."""
 
-    team_size: int = 3
-    lock_ttl_s: int = 300
-    team_deadline_s: int = 86400
-    retention_s: int = 604800
-
-    def __post_init__(self) -> None:
-        _check_range("teams", "team_size", self.team_size, 2, 50)
-        _check_range("teams", "lock_ttl_s", self.lock_ttl_s, 1, 86400)
-        _check_range("teams", "team_deadline_s", self.team_deadline_s, 1, 2592000)
-        _check_range("teams", "retention_s", self.retention_s, 1, 31_536_000)
+    team_size: TeamSize = 3
+    lock_ttl_s: LockTtlS = 300
+    team_deadline_s: TeamDeadlineS = 86400
+    retention_s: RetentionS = 604800
 
 
-@dataclass(frozen=True)
-class RedPacketSettings:
+class RedPacketSettings(_Section):
     """Limits and defaults of red packets."""
 
-    max_count: int = 10000
-    max_amount_cents: int = 1000000
-    expires_in_s: int = 86400
-    retention_s: int = 604800
-    reclaim_idle_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        _check_range("redpackets", "max_count", self.max_count, 1, 100_000)
-        _check_range("redpackets", "max_amount_cents", self.max_amount_cents, 1, 10**12)
-        _check_range("redpackets", "expires_in_s", self.expires_in_s, 1, 604800)
-        _check_range("redpackets", "retention_s", self.retention_s, 1, 31_536_000)
-        _check_range("redpackets", "reclaim_idle_s", self.reclaim_idle_s, 0.0, 86400)
+    max_count: ShareCount = 10000
+    max_amount_cents: AmountCents = 1000000
+    expires_in_s: PacketLifetimeS = 86400
+    retention_s: RetentionS = 604800
+    reclaim_idle_s: Annotated[float, Field(ge=0.0, le=86400)] = 30.0
 
 
-@dataclass(frozen=True)
-class OutboxSettings:
+class OutboxSettings(_Section):
     """How records travel from Redis to SQL."""
 
-    flush_interval_s: float = 1.0
-    batch_size: int = 500
-
-    def __post_init__(self) -> None:
-        _check_range("outbox", "flush_interval_s", self.flush_interval_s, 0.01, 3600)
-        # a batch's ids go to one script call as ARGV; Lua's unpack() stops near 8000
-        _check_range("outbox", "batch_size", self.batch_size, 1, 5000)
+    flush_interval_s: Annotated[float, Field(ge=0.01, le=3600)] = 1.0
+    # a batch's ids go to one script call as ARGV; Lua's unpack() stops near 8000
+    batch_size: Annotated[int, Field(ge=1, le=5000)] = 500
 
 
-@dataclass(frozen=True)
-class SchedulerSettings:
+class SchedulerSettings(_Section):
     """The scheduled jobs: how often each runs, and the lease that lets one process run them."""
 
     enabled: bool = True
-    lease_ttl_s: float = 10.0
-    sweep_interval_s: float = 1.0  # sweep_locks and expire_teams
-    expire_packets_interval_s: float = 1.0
-    repair_interval_s: float = 30.0
-    reconcile_interval_s: float = 300.0
-    sweep_batch: int = 200  # teams per index read; each team is one short script call
-
-    def __post_init__(self) -> None:
-        _check_range("scheduler", "lease_ttl_s", self.lease_ttl_s, 0.1, 3600)
-        for name in (
-            "sweep_interval_s",
-            "expire_packets_interval_s",
-            "repair_interval_s",
-            "reconcile_interval_s",
-        ):
-            _check_range("scheduler", name, getattr(self, name), 0.01, 86400)
-        _check_range("scheduler", "sweep_batch", self.sweep_batch, 1, 10_000)
+    lease_ttl_s: Annotated[float, Field(ge=0.1, le=3600)] = 10.0
+    sweep_interval_s: IntervalS = 1.0  # sweep_locks and expire_teams
+    expire_packets_interval_s: IntervalS = 1.0
+    repair_interval_s: IntervalS = 30.0
+    reconcile_interval_s: IntervalS = 300.0
+    # teams per index read; each team is one short script call
+    sweep_batch: Annotated[int, Field(ge=1, le=10_000)] = 200
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(_Section):
     """Every setting of the service, one frozen object."""
 
-    server: ServerSettings = field(default_factory=ServerSettings)
-    redis: RedisSettings = field(default_factory=RedisSettings)
-    database: DatabaseSettings = field(default_factory=DatabaseSettings)
-    auth: AuthSettings = field(default_factory=AuthSettings)
-    teams: TeamSettings = field(default_factory=TeamSettings)
-    redpackets: RedPacketSettings = field(default_factory=RedPacketSettings)
-    outbox: OutboxSettings = field(default_factory=OutboxSettings)
-    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    server: ServerSettings = ServerSettings()
+    redis: RedisSettings = RedisSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    auth: AuthSettings = AuthSettings()
+    teams: TeamSettings = TeamSettings()
+    redpackets: RedPacketSettings = RedPacketSettings()
+    outbox: OutboxSettings = OutboxSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
 
     def replace(self, section: str, **values: Any) -> Settings:
-        """A copy with some values of one section changed (CLI flags, tests)."""
-        current = getattr(self, section)
-        return dataclasses.replace(self, **{section: dataclasses.replace(current, **values)})
+        """A copy with some values of one section changed (CLI flags, tests), checked again."""
+        current: BaseModel = getattr(self, section)
+        changed = {**current.model_dump(), **values}
+        return _validated(Settings, {**self.model_dump(), section: changed}, "a replacement")
 
 
 # Short names the product documents besides the systematic GROUPBUY_<SECTION>_<NAME>.
 ENV_ALIASES = {"GROUPBUY_API_KEYS": ("auth", "api_keys")}
 
+# What a pydantic error type means, said in the words of a configuration file.
+_EXPECTED = {
+    "int_parsing": "must be a number",
+    "int_type": "must be a number",
+    "int_from_float": "must be an integer",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "tuple_type": "must be a list of strings",
+}
 
-def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(Settings)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """GROUPBUY_<SECTION>_<NAME> (and the aliases) as {section: {name: text}}.
+
+    Values stay text for pydantic to convert, except lists, given comma-separated.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    names = {
+        f"GROUPBUY_{section.upper()}_{name.upper()}": (section, name)
+        for section, info in Settings.model_fields.items()
+        for name in typing.cast(type[BaseModel], info.annotation).model_fields
+    }
+    names.update(ENV_ALIASES)
+    for variable, (section, name) in names.items():
+        if variable not in environ:
+            continue
+        value: Any = environ[variable]
+        section_model = typing.cast(type[BaseModel], Settings.model_fields[section].annotation)
+        if typing.get_origin(section_model.model_fields[name].annotation) is tuple:
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        found.setdefault(section, {})[name] = value
+    return found
 
 
-def _coerce(section: str, name: str, kind: Any, value: Any, from_env: bool) -> Any:
-    where = f"[{section}] {name}"
-    origin = typing.get_origin(kind)
-    if origin is tuple:
-        if from_env:
-            return tuple(part.strip() for part in str(value).split(",") if part.strip())
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SettingsError(f"{where} must be a list of strings")
-        return tuple(value)
-    if kind is bool:
-        if from_env:
-            lowered = str(value).strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise SettingsError(f"{where} must be true or false, got {value!r}")
-        if not isinstance(value, bool):
-            raise SettingsError(f"{where} must be true or false")
-        return value
-    if kind is int or kind is float:
-        if from_env:
-            try:
-                value = kind(value)
-            except ValueError:
-                raise SettingsError(f"{where} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SettingsError(f"{where} must be a number")
-        if kind is int and not isinstance(value, int):
-            raise SettingsError(f"{where} must be an integer")
-        return kind(value)
-    if kind is str:
-        if not isinstance(value, str):
-            raise SettingsError(f"{where} must be a string")
-        return value
-    raise SettingsError(f"{where} has an unsupported type {kind!r}")  # pragma: no cover
+def _message(error: Any, source: str) -> str:
+    """One pydantic error as a sentence naming the setting."""
+    location = [str(part) for part in error["loc"]]
+    if error["type"] == "extra_forbidden":
+        if len(location) == 1:
+            return f"unknown section(s) in {source}: {location[0]}"
+        return f"unknown key(s) in [{location[0]}]: {location[1]}"
+    where = f"[{location[0]}] {'.'.join(location[1:])}" if location else source
+    if len(location) == 1:
+        return f"[{location[0]}] must be a table"
+    expected = _EXPECTED.get(error["type"])
+    detail = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where} {expected}, got {error['input']!r}" if expected else f"{where}: {detail}"
+
+
+def _validated(model: type[Settings], data: Mapping[str, Any], source: str) -> Settings:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        messages = [_message(error, source) for error in exc.errors(include_url=False)]
+        raise SettingsError("; ".join(messages)) from None
 
 
 def load_settings(
@@ -250,33 +250,23 @@ def load_settings(
     if path is not None:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
-    sections = _section_types()
-    unknown_sections = set(raw) - set(sections)
-    if unknown_sections:
-        raise SettingsError(f"unknown section(s) in {path}: {', '.join(sorted(unknown_sections))}")
-
-    built: dict[str, Any] = {}
-    for section, cls in sections.items():
-        hints = typing.get_type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
-        given = raw.get(section, {})
-        if not isinstance(given, dict):
-            raise SettingsError(f"[{section}] must be a table")
-        unknown = set(given) - names
-        if unknown:
-            raise SettingsError(f"unknown key(s) in [{section}]: {', '.join(sorted(unknown))}")
-        values = {n: _coerce(section, n, hints[n], v, False) for n, v in given.items()}
-        for name in names:
-            env_name = f"GROUPBUY_{section.upper()}_{name.upper()}"
-            if env_name in environ:
-                values[name] = _coerce(section, name, hints[name], environ[env_name], True)
-        for alias, (alias_section, alias_name) in ENV_ALIASES.items():
-            if alias_section == section and alias in environ:
-                values[alias_name] = _coerce(
-                    section, alias_name, hints[alias_name], environ[alias], True
-                )
-        built[section] = cls(**values)
-    return Settings(**built)
+    merged: dict[str, Any] = dict(raw)
+    for section, values in _from_environment(environ).items():
+        given = merged.get(section, {})
+        merged[section] = {**given, **values} if isinstance(given, dict) else given
+    return _validated(Settings, merged, str(path or "the environment"))
 
 
-__all__ = ["Settings", "SettingsError", "load_settings", "ApiKey", "ROLES"]
+__all__ = [
+    "ROLES",
+    "AmountCents",
+    "ApiKey",
+    "LockTtlS",
+    "PacketLifetimeS",
+    "Settings",
+    "SettingsError",
+    "ShareCount",
+    "TeamDeadlineS",
+    "TeamSize",
+    "load_settings",
+]

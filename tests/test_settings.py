@@ -6,7 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
+from groupbuy.api.redpackets import Deposit, PacketSend
+from groupbuy.api.teams import ActivityCreate
 from groupbuy.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +92,60 @@ def test_bad_files_are_refused_with_a_message(tmp_path: Path, text: str, message
 def test_bad_environment_values_are_refused(name: str, value: str) -> None:
     with pytest.raises(SettingsError):
         load_settings(None, {name: value})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GROUPBUY_SERVER_PORT", "eighty", "[server] port must be a number"),
+        ("GROUPBUY_OUTBOX_BATCH_SIZE", "5001", "[outbox] batch_size"),
+        ("GROUPBUY_SCHEDULER_ENABLED", "maybe", "[scheduler] enabled must be true or false"),
+        ("GROUPBUY_TEAMS_TEAM_SIZE", "1.5", "[teams] team_size"),
+    ],
+)
+def test_a_bad_environment_value_names_the_setting(variable: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        load_settings(None, {variable: value})
+
+
+@pytest.mark.parametrize(("word", "expected"), [("yes", True), ("on", True), ("0", False)])
+def test_booleans_from_the_environment(word: str, expected: bool) -> None:
+    assert load_settings(None, {"GROUPBUY_SCHEDULER_ENABLED": word}).scheduler.enabled is expected
+
+
+def test_settings_are_immutable_and_replace_checks_again() -> None:
+    settings = Settings()
+    with pytest.raises(ValidationError):
+        settings.server.port = 1
+    assert settings.replace("server", port=9000).server.port == 9000
+    assert settings.server.port == 8000
+    with pytest.raises(SettingsError, match=re.escape("[server] port")):
+        settings.replace("server", port=70000)
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "model", "field", "bad"),
+    [
+        ("teams", "team_size", ActivityCreate, "team_size", 51),
+        ("teams", "lock_ttl_s", ActivityCreate, "lock_ttl_s", 0),
+        ("redpackets", "max_count", PacketSend, "count", 100_001),
+        ("redpackets", "max_amount_cents", Deposit, "amount_cents", 10**12 + 1),
+        ("redpackets", "expires_in_s", PacketSend, "expires_in_s", 604_801),
+    ],
+)
+def test_a_bound_shared_with_a_request_refuses_the_same_value_in_both(
+    section: str, name: str, model: type[BaseModel], field: str, bad: int
+) -> None:
+    with pytest.raises(SettingsError, match=re.escape(f"[{section}] {name}")):
+        load_settings(None, {f"GROUPBUY_{section.upper()}_{name.upper()}": str(bad)})
+    good = {
+        "activity_id": "a",
+        "sender_id": "s",
+        "amount_cents": 100,
+        "count": 1,
+        "reference": "r",
+    }
+    body = {k: v for k, v in good.items() if k in model.model_fields} | {field: bad}
+    with pytest.raises(ValidationError):
+        model.model_validate(body)
+    model.model_validate({**body, field: bad - 1 if bad > 1 else 1})

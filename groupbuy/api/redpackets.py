@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy.api.endpoints import Endpoint, Id, StrictBody, created_response, json_response
 from groupbuy.redpacket.service import RedPacketService
+from groupbuy.settings import AmountCents, PacketLifetimeS, ShareCount
 
 
 class Deposit(StrictBody):
     """Body of POST /v1/accounts/{user_id}/deposits."""
 
-    amount_cents: int = Field(ge=1, le=10**12)
+    amount_cents: AmountCents
     reference: Id
 
 
@@ -23,10 +23,10 @@ class PacketSend(StrictBody):
     """Body of POST /v1/redpackets (count and amount limits also come from the config)."""
 
     sender_id: Id
-    amount_cents: int = Field(ge=1, le=10**12)
-    count: int = Field(ge=1, le=100_000)
+    amount_cents: AmountCents
+    count: ShareCount
     packet_id: Id | None = None
-    expires_in_s: int | None = Field(default=None, ge=1, le=604800)
+    expires_in_s: PacketLifetimeS | None = None
     strategy: Literal["double_mean", "equal"] = "double_mean"
 
 

@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from groupbuy.api.endpoints import Endpoint, Id, StrictBody, created_response, json_response
 from groupbuy.locks.service import TeamService
+from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize
 
 
 class ActivityCreate(StrictBody):
@@ -15,9 +16,9 @@ class ActivityCreate(StrictBody):
 
     activity_id: Id
     name: str | None = Field(default=None, max_length=200)
-    team_size: int | None = Field(default=None, ge=2, le=50)
-    lock_ttl_s: int | None = Field(default=None, ge=1, le=86400)
-    team_deadline_s: int | None = Field(default=None, ge=1, le=2592000)
+    team_size: TeamSize | None = None
+    lock_ttl_s: LockTtlS | None = None
+    team_deadline_s: TeamDeadlineS | None = None
 
 
 class TeamOpen(StrictBody):
