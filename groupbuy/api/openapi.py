@@ -53,6 +53,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     if endpoint.role is not None:
         responses.setdefault("401", _problem("unauthorized: missing or wrong API key"))
         responses.setdefault("403", _problem("forbidden: the key's role may not call this"))
+        responses.setdefault(
+            "503", _problem("redis_unavailable / database_unavailable: a backing service is down")
+        )
     operation: dict[str, Any] = {
         "summary": endpoint.summary,
         "operationId": endpoint.handler.__name__,
@@ -62,8 +65,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     }
     if endpoint.role is not None:
         operation["security"] = [{"bearer": []}]
-        operation["description"] = f"Needs a `{endpoint.role}` key" + (
-            " (or `admin`)." if endpoint.role == "service" else "."
+        operation["description"] = (
+            "Needs a `service` key (or `admin`)."
+            if endpoint.role == "service"
+            else f"Needs an `{endpoint.role}` key."
         )
     else:
         operation["security"] = []
