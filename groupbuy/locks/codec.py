@@ -1,90 +1,148 @@
-"""Every string the team scripts, this engine and SQL must agree on, built and parsed here.
+"""Every string the team scripts, Python and SQL share, built and parsed in one place.
 
-- a member in a team's members hash: ``seq|joined_at_ms|order_id`` (order '' when none);
-- a user's current lock: ``team_id|locked_at_ms|expires_at_ms``;
-- the members of a team.formed / team.failed record: ``user|order,user|order`` in
-  joining order;
-- the dedup keys of team events: ``<type>:<activity_id>:<team_id>[:<user_id>[:<ms>]]``.
-
-Ids match ``[A-Za-z0-9_-]{1,64}``, so neither '|', ',' nor ':' can occur inside one.
-The scripts in lua/ write the first three; tests/lua/test_codecs.py checks that this
-module reads what they write.
+The scripts (lua/_team_lib.lua and the team_* scripts) write the Redis values; these
+functions read them back, and build the same strings where Python or a test needs one.
+Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2), so neither '|', ',' nor ':' can occur
+inside a field; a value that does not split into its fields is a bug and raises ValueError.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
+
+FIELD = "|"  # between the fields of a Redis value
+ITEM = ","  # between the members of a member list
+KEY = ":"  # between the parts of an event key
+
+# Event types of the team engine, and how many parts follow "<type>:<aid>:<tid>".
+_EVENT_EXTRA_PARTS = {
+    "team.opened": 0,
+    "team.member_joined": 1,  # user_id
+    "team.formed": 0,
+    "team.failed": 0,
+    "lock.expired": 2,  # user_id, locked_at_ms
+}
+EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
+
+
+def _fields(value: str, count: int, what: str) -> list[str]:
+    parts = value.split(FIELD)
+    if len(parts) != count:
+        raise ValueError(f"{what} {value!r} does not have {count} '{FIELD}'-separated fields")
+    return parts
+
+
+def _int(text: str, what: str, value: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{what} {value!r} has a non-integer field {text!r}")
+    return int(text)
 
 
 class Member(NamedTuple):
-    """One member of a team as its members hash holds it."""
+    """A member's value in the team's members hash: ``seq|joined_at_ms|order_id``."""
 
     seq: int
     joined_at_ms: int
-    order_id: str | None
+    order_id: str | None  # stored as '' when the member has no order
 
 
-class UserLock(NamedTuple):
-    """A user's current lock in an activity, as the user's lock key holds it."""
+def member_value(seq: int, joined_at_ms: int, order_id: str | None) -> str:
+    """The members-hash value the scripts write for one member."""
+    return FIELD.join((str(seq), str(joined_at_ms), order_id or ""))
+
+
+def parse_member(value: str) -> Member:
+    """A members-hash value as the scripts wrote it."""
+    what = "member value"
+    seq, joined_at_ms, order_id = _fields(value, 3, what)
+    return Member(_int(seq, what, value), _int(joined_at_ms, what, value), order_id or None)
+
+
+class CurrentLock(NamedTuple):
+    """A user's current-lock value in an activity: ``team_id|locked_at_ms|expires_at_ms``."""
 
     team_id: str
     locked_at_ms: int
     expires_at_ms: int
 
 
+def current_lock_value(team_id: str, locked_at_ms: int, expires_at_ms: int) -> str:
+    """The current-lock value team_lock writes."""
+    return FIELD.join((team_id, str(locked_at_ms), str(expires_at_ms)))
+
+
+def parse_current_lock(value: str) -> CurrentLock:
+    """A current-lock value as team_lock wrote it."""
+    team_id, locked_at_ms, expires_at_ms = _fields(value, 3, "current lock")
+    if not team_id:
+        raise ValueError(f"current lock {value!r} names no team")
+    return CurrentLock(
+        team_id,
+        _int(locked_at_ms, "current lock", value),
+        _int(expires_at_ms, "current lock", value),
+    )
+
+
+class ListedMember(NamedTuple):
+    """One entry of the member list in team.formed / team.failed records."""
+
+    user_id: str
+    order_id: str | None  # '' in the list when the member has no order
+
+
+def member_list(members: Iterable[tuple[str, str | None]]) -> str:
+    """``u1|o1,u2|``: (user, order) in joining order, as the scripts' member_list() writes it."""
+    return ITEM.join(FIELD.join((user_id, order_id or "")) for user_id, order_id in members)
+
+
+def parse_member_list(encoded: str) -> list[ListedMember]:
+    """The members of a team.formed / team.failed record, in joining order."""
+    members = []
+    for item in encoded.split(ITEM) if encoded else []:
+        user_id, order_id = _fields(item, 2, "member list item")
+        if not user_id:
+            raise ValueError(f"member list {encoded!r} has an item without a user")
+        members.append(ListedMember(user_id, order_id or None))
+    return members
+
+
 class TeamEventKey(NamedTuple):
-    """What a team event's dedup key names."""
+    """The identity of a team event: ``<type>:<aid>:<tid>[:<user>[:<locked_at_ms>]]``."""
 
     type: str
     activity_id: str
     team_id: str
+    user_id: str | None = None  # team.member_joined, lock.expired
+    locked_at_ms: int | None = None  # lock.expired
 
 
-def member_value(seq: int, joined_at_ms: int, order_id: str | None) -> str:
-    """`seq|joined_at_ms|order_id`, as team_open and team_confirm write it."""
-    return f"{seq}|{joined_at_ms}|{order_id or ''}"
+def team_event_key(
+    event_type: str,
+    activity_id: str,
+    team_id: str,
+    user_id: str | None = None,
+    locked_at_ms: int | None = None,
+) -> str:
+    """The dedup key an event of the team engine is recorded under (one per fact)."""
+    extra = _EVENT_EXTRA_PARTS.get(event_type)
+    if extra is None:
+        raise ValueError(f"{event_type!r} is not an event of the team engine")
+    tail = [user_id, None if locked_at_ms is None else str(locked_at_ms)]
+    if None in tail[:extra] or any(part is not None for part in tail[extra:]):
+        raise ValueError(f"a {event_type} key has {extra} part(s) after the team id")
+    return KEY.join([event_type, activity_id, team_id, *(str(p) for p in tail[:extra])])
 
 
-def parse_member(value: str) -> Member:
-    """A members-hash value; ValueError when it is not `seq|joined_at_ms|order_id`."""
-    seq, joined_at_ms, order_id = value.split("|", 2)
-    return Member(int(seq), int(joined_at_ms), order_id or None)
-
-
-def user_lock_value(team_id: str, locked_at_ms: int, expires_at_ms: int) -> str:
-    """`team_id|locked_at_ms|expires_at_ms`, as team_lock writes it."""
-    return f"{team_id}|{locked_at_ms}|{expires_at_ms}"
-
-
-def parse_user_lock(value: str) -> UserLock:
-    """A user's lock value; ValueError when malformed."""
-    team_id, locked_at_ms, expires_at_ms = value.split("|")
-    return UserLock(team_id, int(locked_at_ms), int(expires_at_ms))
-
-
-def member_list(members: list[tuple[str, str | None]]) -> str:
-    """`user|order,user|order` of (user, order) pairs in joining order."""
-    return ",".join(f"{user}|{order or ''}" for user, order in members)
-
-
-def parse_member_list(encoded: str) -> list[tuple[str, str | None]]:
-    """(user, order or None) pairs of a team record's `members` field, in joining order."""
-    pairs = []
-    for item in filter(None, encoded.split(",")):
-        user_id, _, order_id = item.partition("|")
-        pairs.append((user_id, order_id or None))
-    return pairs
-
-
-def team_event_key(kind: str, activity_id: str, team_id: str, *more: str | int) -> str:
-    """The dedup key of a team event: its type, the team, then what else makes it one fact
-    (the user who joined; the user and lock time of an expired lock)."""
-    return ":".join([kind, activity_id, team_id, *(str(part) for part in more)])
-
-
-def parse_team_event_key(key: str) -> TeamEventKey | None:
-    """The team a team event's dedup key names, or None for another engine's key."""
-    parts = key.split(":")
-    if len(parts) < 3 or not (parts[0].startswith("team.") or parts[0] == "lock.expired"):
+def parse_event_key(key: str) -> TeamEventKey | None:
+    """A team event's dedup key, or None for an event of another engine."""
+    parts = key.split(KEY)
+    extra = _EVENT_EXTRA_PARTS.get(parts[0])
+    if extra is None:
         return None
-    return TeamEventKey(parts[0], parts[1], parts[2])
+    if len(parts) != 3 + extra or not all(parts):
+        raise ValueError(f"event key {key!r} does not have {3 + extra} ':'-separated parts")
+    event_type, activity_id, team_id, *tail = parts
+    user_id = tail[0] if extra >= 1 else None
+    locked_at_ms = _int(tail[1], "event key", key) if extra == 2 else None
+    return TeamEventKey(event_type, activity_id, team_id, user_id, locked_at_ms)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.locks.codec import parse_member_list, team_event_key
+from groupbuy.locks import codec
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event
@@ -15,8 +15,7 @@ from groupbuy.storage.timefmt import from_ms, iso_ms
 
 
 def _members(encoded: str) -> list[dict[str, Any]]:
-    """'u1|o1,u2|' -> [{"user_id": "u1", "order_id": "o1"}, {"user_id": "u2", "order_id": None}]."""
-    return [{"user_id": user, "order_id": order} for user, order in parse_member_list(encoded)]
+    return [m._asdict() for m in codec.parse_member_list(encoded)]
 
 
 async def _insert_member(session: AsyncSession, f: dict[str, str], user_id: str, seq: int) -> None:
@@ -61,22 +60,18 @@ async def project_team_record(session: AsyncSession, f: dict[str, str]) -> Event
         )
         await _insert_member(session, f, f["leader_id"], 1)
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
-        return Event(kind, at_ms, team_event_key(kind, aid, tid), data)
+        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), data)
     if kind == "team.member_joined":
         await _insert_member(session, f, f["user_id"], int(f["seq"]))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
-        return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
+        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid, f["user_id"]), data)
     if kind in ("team.formed", "team.failed"):
         status, column = (
             ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
         )
         await _set_status(session, f, status, column)
-        return Event(
-            kind,
-            at_ms,
-            team_event_key(kind, aid, tid),
-            {**base, "members": _members(f["members"])},
-        )
+        members = {**base, "members": _members(f["members"])}
+        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members)
     if kind == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
         data = {
@@ -85,6 +80,6 @@ async def project_team_record(session: AsyncSession, f: dict[str, str]) -> Event
             "locked_at": iso_ms(locked_at_ms),
             "expired_at": iso_ms(at_ms),
         }
-        key = team_event_key(kind, aid, tid, f["user_id"], locked_at_ms)
+        key = codec.team_event_key(kind, aid, tid, f["user_id"], locked_at_ms)
         return Event(kind, at_ms, key, data)
     raise ValueError(f"unknown team record type {kind!r}")

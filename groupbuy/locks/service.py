@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.locks.codec import parse_member, parse_user_lock
+from groupbuy.locks.codec import parse_current_lock
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
@@ -155,7 +155,9 @@ class TeamService(UsesBackends):
         code, rest = split_reply(reply)
         if code is TeamCode.OK:
             team, members, locks, _now = rest
-            return self._team_body(activity_id, team_id, _pairs(team), _pairs(members), locks)
+            return TeamView.from_redis(
+                activity_id, team_id, _pairs(team), _pairs(members), locks
+            ).body()
         return await self._recorded_team(activity_id, team_id)
 
     async def _recorded_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
@@ -171,19 +173,7 @@ class TeamService(UsesBackends):
                 )
             ).all()
         assert team is not None
-        return TeamView(
-            activity_id=activity_id,
-            team_id=team_id,
-            leader_id=team.leader_id,
-            status=team.status,
-            size=team.size,
-            members=[(m.user_id, m.order_id, to_ms(m.joined_at)) for m in members],
-            locks=[],  # locks live only in Redis
-            lock_ttl_ms=0,
-            deadline_ms=to_ms(team.deadline_at),
-            formed_ms=to_ms(team.formed_at) if team.formed_at else None,
-            failed_ms=to_ms(team.failed_at) if team.failed_at else None,
-        ).body()
+        return TeamView.from_rows(team, members).body()
 
     async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
         if not await self._redis.exists(self._keys.activity(activity_id)):
@@ -198,33 +188,6 @@ class TeamService(UsesBackends):
         if team["status"] == "failed":
             raise errors.TeamFailed()
         raise errors.TeamNotFound(f"team {team_id!r} is no longer in Redis")
-
-    @staticmethod
-    def _team_body(
-        activity_id: str,
-        team_id: str,
-        team: dict[str, str],
-        members: dict[str, str],
-        locks: list[Any],
-    ) -> dict[str, Any]:
-        # members: user -> codec.member_value(...); locks: [user, locked_at_ms, ...]
-        joined = sorted(
-            (member.seq, user, member.joined_at_ms, member.order_id)
-            for user, member in ((user, parse_member(value)) for user, value in members.items())
-        )
-        return TeamView(
-            activity_id=activity_id,
-            team_id=team_id,
-            leader_id=team["leader_id"],
-            status=team["status"],
-            size=int(team["size"]),
-            members=[(user, order, at) for _seq, user, at, order in joined],
-            locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
-            lock_ttl_ms=int(team["lock_ttl_ms"]),
-            deadline_ms=int(team["deadline_ms"]),
-            formed_ms=_opt_int(team.get("formed_ms")),
-            failed_ms=_opt_int(team.get("failed_ms")),
-        ).body()
 
     # -- seat locks ---------------------------------------------------------------
 
@@ -336,7 +299,7 @@ class TeamService(UsesBackends):
         if current is None:
             await self._activity_row(activity_id)  # an unknown activity is a 404 of its own
             raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
-        team_id = parse_user_lock(current).team_id
+        team_id = parse_current_lock(current).team_id
         keys = [*self._keys.team_keys(activity_id, team_id), user_key]
         code, rest = split_reply(
             await self._scripts.call(
@@ -362,7 +325,15 @@ class TeamService(UsesBackends):
 
     # -- what time does (the scheduled jobs) ------------------------------------------
 
-    async def sweep(self, index: str, batch: int, max_batches: int = 50) -> dict[str, int]:
+    async def expire_locks(self, batch: int) -> dict[str, int]:
+        """Remove every expired seat lock (one lock.expired record each); safe to repeat."""
+        return await self._sweep("lock_due", batch)
+
+    async def expire_due(self, batch: int) -> dict[str, int]:
+        """Fail every open team past its deadline (one team.failed record each); safe to repeat."""
+        return await self._sweep("deadlines", batch)
+
+    async def _sweep(self, index: str, batch: int, max_batches: int = 50) -> dict[str, int]:
         """Apply expiry to the teams an index says are due: `lock_due` (expired locks) or
         `deadlines` (teams past their deadline fail). One short script per team, read in
         bounded batches, so no script runs long; safe to run anywhere, any number of times."""

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.storage.timefmt import iso_ms
+from groupbuy.locks.codec import parse_member
+from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.storage.timefmt import iso_ms, to_ms
+
+
+def _opt_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,52 @@ class TeamView:
     deadline_ms: int
     formed_ms: int | None
     failed_ms: int | None
+
+    @classmethod
+    def from_redis(
+        cls,
+        activity_id: str,
+        team_id: str,
+        team: dict[str, str],
+        members: dict[str, str],
+        locks: list[Any],
+    ) -> TeamView:
+        """From a team_read reply: the team hash, the members hash (user -> member value)
+        and the locks as a flat [user, locked_at_ms, ...] list, oldest first."""
+        joined = sorted(
+            ((parse_member(value), user) for user, value in members.items()),
+            key=lambda item: item[0].seq,
+        )
+        return cls(
+            activity_id=activity_id,
+            team_id=team_id,
+            leader_id=team["leader_id"],
+            status=team["status"],
+            size=int(team["size"]),
+            members=[(user, m.order_id, m.joined_at_ms) for m, user in joined],
+            locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
+            lock_ttl_ms=int(team["lock_ttl_ms"]),
+            deadline_ms=int(team["deadline_ms"]),
+            formed_ms=_opt_int(team.get("formed_ms")),
+            failed_ms=_opt_int(team.get("failed_ms")),
+        )
+
+    @classmethod
+    def from_rows(cls, team: TeamRow, members: Sequence[MemberRow]) -> TeamView:
+        """From the SQL record of an ended (or Redis-forgotten) team; members in seq order."""
+        return cls(
+            activity_id=team.activity_id,
+            team_id=team.team_id,
+            leader_id=team.leader_id,
+            status=team.status,
+            size=team.size,
+            members=[(m.user_id, m.order_id, to_ms(m.joined_at)) for m in members],
+            locks=[],  # locks live only in Redis
+            lock_ttl_ms=0,
+            deadline_ms=to_ms(team.deadline_at),
+            formed_ms=to_ms(team.formed_at) if team.formed_at else None,
+            failed_ms=to_ms(team.failed_at) if team.failed_at else None,
+        )
 
     def body(self) -> dict[str, Any]:
         """The API's team JSON (SPEC §3: members + locks + free_seats == size while open)."""

@@ -43,10 +43,10 @@ def build_jobs(
     batch = schedule.sweep_batch
 
     async def sweep_locks() -> Report:
-        return await teams.sweep("lock_due", batch)
+        return await teams.expire_locks(batch)
 
     async def expire_teams() -> Report:
-        return await teams.sweep("deadlines", batch)
+        return await teams.expire_due(batch)
 
     async def flush_records() -> Report:
         team_records = await teams.record_pending()

@@ -1,15 +1,9 @@
-"""Every string the packet scripts, this engine, the ledger and SQL must agree on.
+"""Every string the packet scripts, Python and SQL share, built and parsed in one place.
 
-- a grab in a packet's grabs hash: ``seq|amount_cents|grabbed_at_ms``;
-- ledger business keys: ``deposit:<reference>``, ``packet_debit:<packet_id>``,
-  ``grab:<packet_id>:<user_id>``, ``refund:<packet_id>`` — built in Python when entries
-  are posted and in SQL (the ``*_sql`` functions) when reconciliation joins entries to
-  the rows they belong to;
-- the dedup keys of packet events: ``<type>:<packet_id>``.
-
-Ids match ``[A-Za-z0-9_-]{1,64}``, so neither '|' nor ':' can occur inside one.
-tests/lua/test_codecs.py checks this module against what the scripts and the
-write-behind really store.
+The grab value is written by lua/packet_grab.lua; ledger business keys and event dedup
+keys are written by Python into SQL and rebuilt by reconciliation inside SQL statements,
+so each key has a Python builder and an SQL-expression builder made from the same parts.
+Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2): neither '|' nor ':' occurs inside a field.
 """
 
 from __future__ import annotations
@@ -18,113 +12,146 @@ from typing import NamedTuple
 
 from sqlalchemy import SQLColumnExpression, String, literal
 
-DEPOSIT, PACKET_DEBIT, GRAB, REFUND = "deposit", "packet_debit", "grab", "refund"
-# The kind column of the ledger entry each business key belongs to.
-ENTRY_KINDS = {
-    DEPOSIT: "deposit",
-    PACKET_DEBIT: "packet_debit",
-    GRAB: "grab_credit",
-    REFUND: "refund_credit",
+FIELD = "|"  # between the fields of a Redis value
+KEY = ":"  # between the parts of a business key or an event key
+
+# The first part of each ledger business key, and the parts that follow it.
+GRAB_CREDIT = "grab"  # grab:<packet_id>:<user_id>
+REFUND = "refund"  # refund:<packet_id>
+PACKET_DEBIT = "packet_debit"  # packet_debit:<packet_id>
+DEPOSIT = "deposit"  # deposit:<reference>
+_KEY_PARTS = {
+    GRAB_CREDIT: ("packet_id", "user_id"),
+    REFUND: ("packet_id",),
+    PACKET_DEBIT: ("packet_id",),
+    DEPOSIT: ("reference",),
 }
+
+EVENT_TYPES = ("packet.sent", "packet.sold_out", "packet.refunded")  # <type>:<packet_id>
+
+
+def _int(text: str, value: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{value!r} has a non-integer field {text!r}")
+    return int(text)
 
 
 class Grab(NamedTuple):
-    """One grab as a packet's grabs hash holds it."""
+    """A grab's value in the packet's grabs hash: ``seq|amount_cents|grabbed_at_ms``."""
 
     seq: int
     amount_cents: int
-    grabbed_at_ms: int
+    at_ms: int
 
 
-class BusinessKey(NamedTuple):
-    """What a ledger business key names: its kind and the packet, user or reference."""
-
-    kind: str
-    packet_id: str | None = None
-    user_id: str | None = None
-    reference: str | None = None
-
-
-def grab_value(seq: int, amount_cents: int, grabbed_at_ms: int) -> str:
-    """`seq|amount_cents|grabbed_at_ms`, as packet_grab writes it."""
-    return f"{seq}|{amount_cents}|{grabbed_at_ms}"
+def grab_value(seq: int, amount_cents: int, at_ms: int) -> str:
+    """The grabs-hash value packet_grab writes for one grab."""
+    return FIELD.join((str(seq), str(amount_cents), str(at_ms)))
 
 
 def parse_grab(value: str) -> Grab:
-    """A grabs-hash value; ValueError when it is not `seq|amount_cents|grabbed_at_ms`."""
-    seq, amount_cents, grabbed_at_ms = value.split("|")
-    return Grab(int(seq), int(amount_cents), int(grabbed_at_ms))
+    """A grabs-hash value as packet_grab wrote it."""
+    parts = value.split(FIELD)
+    if len(parts) != 3:
+        raise ValueError(f"grab value {value!r} does not have 3 '{FIELD}'-separated fields")
+    seq, amount_cents, at_ms = (_int(part, value) for part in parts)
+    return Grab(seq, amount_cents, at_ms)
 
 
-def deposit_key(reference: str) -> str:
-    """The business key of a deposit (one per reference)."""
-    return f"{DEPOSIT}:{reference}"
+# -- ledger business keys -------------------------------------------------------------
 
 
-def packet_debit_key(packet_id: str) -> str:
-    """The business key of the debit that funds a packet."""
-    return f"{PACKET_DEBIT}:{packet_id}"
+def _key(kind: str, *parts: str) -> str:
+    return KEY.join((kind, *parts))
 
 
-def grab_credit_key(packet_id: str, user_id: str) -> str:
-    """The business key of a grab's credit to the grabber."""
-    return f"{GRAB}:{packet_id}:{user_id}"
-
-
-def refund_key(packet_id: str) -> str:
-    """The business key of a packet's refund to its sender."""
-    return f"{REFUND}:{packet_id}"
-
-
-def parse_business_key(key: str) -> BusinessKey | None:
-    """What a ledger business key names, or None for a key of no known kind."""
-    kind, _, rest = key.partition(":")
-    if not rest:
-        return None
-    if kind == DEPOSIT:
-        return BusinessKey(kind, reference=rest)
-    if kind in (PACKET_DEBIT, REFUND):
-        return BusinessKey(kind, packet_id=rest)
-    if kind == GRAB:
-        packet_id, _, user_id = rest.partition(":")
-        return BusinessKey(kind, packet_id=packet_id, user_id=user_id) if user_id else None
-    return None
-
-
-def _concat(*parts: str | SQLColumnExpression[str]) -> SQLColumnExpression[str]:
-    """SQL `a || b || ...` over literals and columns."""
-    terms = [literal(p, String) if isinstance(p, str) else p for p in parts]
-    expression = terms[0]
-    for term in terms[1:]:
-        expression = expression + term
+def _key_sql(kind: str, *parts: SQLColumnExpression[str]) -> SQLColumnExpression[str]:
+    """SQL `'kind:' || part || ':' || ...`, the same string as _key() over column values."""
+    expression: SQLColumnExpression[str] = literal(kind + KEY, String)
+    for i, part in enumerate(parts):
+        if i:
+            expression = expression + literal(KEY, String)
+        expression = expression + part
     return expression
 
 
-def packet_debit_key_sql(packet_id: SQLColumnExpression[str]) -> SQLColumnExpression[str]:
-    """packet_debit_key() computed by SQL from a packet id column."""
-    return _concat(f"{PACKET_DEBIT}:", packet_id)
+def grab_credit_key(packet_id: str, user_id: str) -> str:
+    """The business key of the ledger credit for one grab."""
+    return _key(GRAB_CREDIT, packet_id, user_id)
 
 
 def grab_credit_key_sql(
     packet_id: SQLColumnExpression[str], user_id: SQLColumnExpression[str]
 ) -> SQLColumnExpression[str]:
-    """grab_credit_key() computed by SQL from packet and user id columns."""
-    return _concat(f"{GRAB}:", packet_id, ":", user_id)
+    """grab_credit_key() as an SQL expression over columns (e.g. GrabRow's)."""
+    return _key_sql(GRAB_CREDIT, packet_id, user_id)
+
+
+def refund_key(packet_id: str) -> str:
+    """The business key of the sender's refund credit for an expired packet."""
+    return _key(REFUND, packet_id)
 
 
 def refund_key_sql(packet_id: SQLColumnExpression[str]) -> SQLColumnExpression[str]:
-    """refund_key() computed by SQL from a packet id column."""
-    return _concat(f"{REFUND}:", packet_id)
+    """refund_key() as an SQL expression over a column."""
+    return _key_sql(REFUND, packet_id)
 
 
-def packet_event_key(kind: str, packet_id: str) -> str:
-    """The dedup key of a packet event (each happens once per packet)."""
-    return f"{kind}:{packet_id}"
+def packet_debit_key(packet_id: str) -> str:
+    """The business key of the sender's debit for a sent packet."""
+    return _key(PACKET_DEBIT, packet_id)
 
 
-def parse_packet_event_key(key: str) -> tuple[str, str] | None:
-    """(type, packet_id) of a packet event's dedup key, or None for another engine's key."""
-    kind, _, packet_id = key.partition(":")
-    if not kind.startswith("packet.") or not packet_id:
+def packet_debit_key_sql(packet_id: SQLColumnExpression[str]) -> SQLColumnExpression[str]:
+    """packet_debit_key() as an SQL expression over a column."""
+    return _key_sql(PACKET_DEBIT, packet_id)
+
+
+def deposit_key(reference: str) -> str:
+    """The business key of a deposit, so one reference credits once."""
+    return _key(DEPOSIT, reference)
+
+
+class BusinessKey(NamedTuple):
+    """A parsed ledger business key: its kind and the ids it names."""
+
+    kind: str  # GRAB_CREDIT, REFUND, PACKET_DEBIT or DEPOSIT
+    packet_id: str | None = None
+    user_id: str | None = None
+    reference: str | None = None
+
+
+def parse_business_key(key: str) -> BusinessKey:
+    """A ledger business key built by this module; anything else raises ValueError."""
+    kind, *parts = key.split(KEY)
+    names = _KEY_PARTS.get(kind)
+    if names is None or len(parts) != len(names) or not all(parts):
+        raise ValueError(f"{key!r} is not a ledger business key")
+    return BusinessKey(kind, **dict(zip(names, parts, strict=True)))
+
+
+# -- event dedup keys -----------------------------------------------------------------
+
+
+class PacketEventKey(NamedTuple):
+    """The identity of a packet event: ``<type>:<packet_id>``."""
+
+    type: str
+    packet_id: str
+
+
+def packet_event_key(event_type: str, packet_id: str) -> str:
+    """The dedup key an event of the packet engine is recorded under (one per packet)."""
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"{event_type!r} is not an event of the packet engine")
+    return KEY.join((event_type, packet_id))
+
+
+def parse_event_key(key: str) -> PacketEventKey | None:
+    """A packet event's dedup key, or None for an event of another engine."""
+    event_type, *parts = key.split(KEY)
+    if event_type not in EVENT_TYPES:
         return None
-    return kind, packet_id.split(":", 1)[0]
+    if len(parts) != 1 or not parts[0]:
+        raise ValueError(f"event key {key!r} is not '<type>:<packet_id>'")
+    return PacketEventKey(event_type, parts[0])

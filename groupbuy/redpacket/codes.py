@@ -33,7 +33,7 @@ def split_reply(reply: list[Any]) -> tuple[PacketCode, list[Any]]:
 
 
 def raise_for(code: PacketCode, detail: str | None = None, **extra: Any) -> NoReturn:
-    """Raise the API error that a failure code stands for (a code without one is a bug)."""
+    """Raise the API error that a failure code stands for."""
     error = _ERRORS.get(code)
     if error is None:
         raise RuntimeError(f"script code {code!r} has no error mapping")

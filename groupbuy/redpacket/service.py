@@ -9,7 +9,7 @@ stream; the PacketRecordWriter turns those records into grab rows and ledger cre
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import select, update
 
@@ -17,11 +17,7 @@ from groupbuy import errors
 from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
-from groupbuy.redpacket.codec import (
-    deposit_key,
-    packet_debit_key,
-    packet_event_key,
-)
+from groupbuy.redpacket.codec import deposit_key, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import PacketCode, raise_for, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
@@ -34,15 +30,13 @@ from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
-# The detail of each refusal of a grab, by script code.
-_REFUSALS = {
-    PacketCode.SOLD_OUT: "packet {packet_id!r} is sold out",
-    PacketCode.EXPIRED: "packet {packet_id!r} has expired",
-}
-
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def _refuse(code: PacketCode, packet_id: str) -> NoReturn:
+    raise_for(code, f"packet {packet_id!r} is {code.name.lower().replace('_', ' ')}")
 
 
 class RedPacketService(UsesBackends):
@@ -254,7 +248,7 @@ class RedPacketService(UsesBackends):
             }
         if code is PacketCode.ALREADY_GRABBED:
             return {"status": "already_grabbed", "amount_cents": int(rest[0])}
-        raise_for(code, _REFUSALS.get(code, "").format(packet_id=packet_id) or None)
+        _refuse(code, packet_id)
 
     async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
         # Redis has let the ended packet go; its SQL record answers.
@@ -262,9 +256,10 @@ class RedPacketService(UsesBackends):
             grab = await session.get(GrabRow, (row.packet_id, user_id))
         if grab is not None:
             return {"status": "already_grabbed", "amount_cents": grab.amount_cents}
-        ended = {"sold_out": PacketCode.SOLD_OUT, "expired": PacketCode.EXPIRED}.get(row.status)
-        if ended is not None:
-            raise_for(ended, _REFUSALS[ended].format(packet_id=row.packet_id))
+        if row.status == "sold_out":
+            _refuse(PacketCode.SOLD_OUT, row.packet_id)
+        if row.status == "expired":
+            _refuse(PacketCode.EXPIRED, row.packet_id)
         raise errors.RedisUnavailable(f"packet {row.packet_id!r} is missing from Redis")
 
     async def _recorded(self, packet_id: str) -> PacketRow:
@@ -280,16 +275,16 @@ class RedPacketService(UsesBackends):
         """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
         code, rest = await self._call("packet_read", packet_id)
         if code is PacketCode.OK:
-            flat, grabs_flat, _now = rest
-            return PacketView.from_redis(packet_id, _pairs(flat), _pairs(grabs_flat)).body()
+            packet, grabs, _now = rest
+            return PacketView.from_redis(packet_id, _pairs(packet), _pairs(grabs)).body()
         row = await self._recorded(packet_id)
         async with self._db.sessions() as session:
-            grabs = (
+            rows = (
                 await session.scalars(
                     select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
                 )
             ).all()
-        return PacketView.from_sql(row, list(grabs)).body()
+        return PacketView.from_rows(row, rows).body()
 
     # -- expiry ---------------------------------------------------------------------
 

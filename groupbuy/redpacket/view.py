@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,54 +13,57 @@ from groupbuy.storage.timefmt import iso_ms, to_ms
 
 @dataclass(frozen=True)
 class PacketView:
-    """A packet as either store holds it (Redis live, SQL once Redis let it go), in one shape."""
+    """A packet as either store holds it (Redis live, SQL once ended), in one shape."""
 
     packet_id: str
     sender_id: str
     amount_cents: int
     count: int
     strategy: str
-    status: str  # active | sold_out | expired (a pending send reads as active)
+    status: str  # active | sold_out | expired
     expires_ms: int
     refunded_cents: int
-    grabs: list[tuple[str, int, int]]  # (user, cents, grabbed_at_ms), in grab order
+    grabs: list[tuple[str, int, int]]  # (user, amount_cents, grabbed_at_ms), grab order
 
     @classmethod
     def from_redis(
-        cls, packet_id: str, fields: dict[str, str], grabs: dict[str, str]
+        cls, packet_id: str, packet: dict[str, str], grabs: dict[str, str]
     ) -> PacketView:
-        """From the packet hash and the grabs hash (user -> codec.grab_value)."""
-        ordered = sorted((parse_grab(value), user) for user, value in grabs.items())
+        """From a packet_read reply: the packet hash and the grabs hash (user -> grab value)."""
+        ordered = sorted(
+            ((parse_grab(value), user) for user, value in grabs.items()),
+            key=lambda item: item[0].seq,
+        )
         return cls(
             packet_id=packet_id,
-            sender_id=fields["sender_id"],
-            amount_cents=int(fields["amount"]),
-            count=int(fields["count"]),
-            strategy=fields["strategy"],
-            status=fields["status"],
-            expires_ms=int(fields["expires_ms"]),
-            refunded_cents=int(fields.get("refunded", 0)),
-            grabs=[(user, grab.amount_cents, grab.grabbed_at_ms) for grab, user in ordered],
+            sender_id=packet["sender_id"],
+            amount_cents=int(packet["amount"]),
+            count=int(packet["count"]),
+            strategy=packet["strategy"],
+            status=packet["status"],
+            expires_ms=int(packet["expires_ms"]),
+            refunded_cents=int(packet.get("refunded", 0)),
+            grabs=[(user, grab.amount_cents, grab.at_ms) for grab, user in ordered],
         )
 
     @classmethod
-    def from_sql(cls, row: PacketRow, grabs: list[GrabRow]) -> PacketView:
-        """From the packet's row and its grab rows in seq order."""
+    def from_rows(cls, packet: PacketRow, grabs: Sequence[GrabRow]) -> PacketView:
+        """From the SQL record of a packet Redis no longer holds; grabs in seq order."""
         return cls(
-            packet_id=row.packet_id,
-            sender_id=row.sender_id,
-            amount_cents=row.amount_cents,
-            count=row.count,
-            strategy=row.strategy,
-            status="active" if row.status == "pending" else row.status,
-            expires_ms=to_ms(row.expires_at),
-            refunded_cents=row.refunded_cents,
+            packet_id=packet.packet_id,
+            sender_id=packet.sender_id,
+            amount_cents=packet.amount_cents,
+            count=packet.count,
+            strategy=packet.strategy,
+            status="active" if packet.status == "pending" else packet.status,
+            expires_ms=to_ms(packet.expires_at),
+            refunded_cents=packet.refunded_cents,
             grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in grabs],
         )
 
     def body(self) -> dict[str, Any]:
-        """The API's packet JSON; `luckiest_user_id` once sold out (ties: the earlier grab)."""
-        grabbed = sum(cents for _user, cents, _at in self.grabs)
+        """The API's packet JSON (SPEC §3: luckiest_user_id once sold out, ties to the earlier)."""
+        grabbed = sum(amount_cents for _user, amount_cents, _at in self.grabs)
         luckiest = None
         if self.status == "sold_out" and self.grabs:
             # max() keeps the first of equals: ties go to the earlier grab
@@ -76,8 +80,8 @@ class PacketView:
             "refunded_cents": self.refunded_cents,
             "expires_at": iso_ms(self.expires_ms),
             "grabs": [
-                {"user_id": user, "amount_cents": cents, "grabbed_at": iso_ms(at)}
-                for user, cents, at in self.grabs
+                {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
+                for user, amount_cents, at in self.grabs
             ],
             "luckiest_user_id": luckiest,
         }

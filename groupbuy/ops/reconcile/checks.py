@@ -7,7 +7,7 @@ are in groupbuy/ops/reconcile/rules.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -21,16 +21,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from groupbuy.locks.codec import parse_member
+from groupbuy.locks import codec as team_codec
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch
-from groupbuy.redpacket.codec import (
-    grab_credit_key_sql,
-    packet_debit_key_sql,
-    parse_grab,
-    refund_key_sql,
-)
+from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
@@ -56,10 +51,18 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _or_none(parse: Callable[[str], T], value: str) -> T | None:
-    """A codec's parse of a Redis value, or None when the value is malformed (reported)."""
+def _grab_cents(value: str) -> int | None:
+    """A grab's amount from its Redis value; None when the value is malformed."""
     try:
-        return parse(value)
+        return packet_codec.parse_grab(value).amount_cents
+    except ValueError:
+        return None
+
+
+def _member_order(value: str) -> str | None:
+    """A member's order id from its Redis value ('' and a malformed value: None)."""
+    try:
+        return team_codec.parse_member(value).order_id
     except ValueError:
         return None
 
@@ -113,9 +116,7 @@ class PacketChecks:
         live = {}
         for i, packet_id in enumerate(chunk):
             fields, grabs, pending = replies[3 * i : 3 * i + 3]
-            # grabs: user -> "seq|amount_cents|grabbed_at_ms"
-            parsed = {user: _or_none(parse_grab, value) for user, value in grabs.items()}
-            amounts = {user: grab and grab.amount_cents for user, grab in parsed.items()}
+            amounts = {user: _grab_cents(value) for user, value in grabs.items()}
             live[packet_id] = Live(dict(fields), amounts, int(pending))
         return live
 
@@ -140,7 +141,9 @@ class PacketChecks:
             )
             .select_from(grab)
             .outerjoin(
-                credit, credit.business_key == grab_credit_key_sql(grab.packet_id, grab.user_id)
+                credit,
+                credit.business_key
+                == packet_codec.grab_credit_key_sql(grab.packet_id, grab.user_id),
             )
             .where(grab.packet_id.in_(chunk))
             .group_by(grab.packet_id)
@@ -165,8 +168,12 @@ class PacketChecks:
             )
             .select_from(PacketRow)
             .outerjoin(grabs, grabs.c.packet_id == PacketRow.packet_id)
-            .outerjoin(debit, debit.business_key == packet_debit_key_sql(PacketRow.packet_id))
-            .outerjoin(refund, refund.business_key == refund_key_sql(PacketRow.packet_id))
+            .outerjoin(
+                debit, debit.business_key == packet_codec.packet_debit_key_sql(PacketRow.packet_id)
+            )
+            .outerjoin(
+                refund, refund.business_key == packet_codec.refund_key_sql(PacketRow.packet_id)
+            )
             .where(PacketRow.packet_id.in_(chunk))
         )
         async with self._db.sessions() as session:
@@ -220,9 +227,7 @@ class TeamChecks:
         live = {}
         for i, key in enumerate(chunk):
             fields, members, pending = replies[3 * i : 3 * i + 3]
-            # members: user -> "seq|joined_at_ms|order_id", '' for no order
-            parsed = {user: _or_none(parse_member, value) for user, value in members.items()}
-            orders = {user: member and member.order_id for user, member in parsed.items()}
+            orders = {user: _member_order(value) for user, value in members.items()}
             live[key] = Live(dict(fields), orders, int(pending))
         return live
 
@@ -303,7 +308,8 @@ async def _grab_details(session: Any, packet_ids: Sequence[str]) -> dict[str, Gr
             .select_from(GrabRow)
             .outerjoin(
                 credit,
-                credit.business_key == grab_credit_key_sql(GrabRow.packet_id, GrabRow.user_id),
+                credit.business_key
+                == packet_codec.grab_credit_key_sql(GrabRow.packet_id, GrabRow.user_id),
             )
             .where(GrabRow.packet_id.in_(chunk))
         )

@@ -81,6 +81,19 @@ def _identity(m: Mismatch) -> tuple[Any, ...]:
     return tuple(m.get(k) for k in ("kind", "packet_id", "activity_id", "team_id", "user_id"))
 
 
+def _touch_by_event(key: str, touched: _Touched) -> None:
+    """Add the packet or team an event's dedup key names (each engine's codec reads its own)."""
+    try:
+        packet = packet_codec.parse_event_key(key)
+        team = None if packet else team_codec.parse_event_key(key)
+    except ValueError:  # malformed: it names nothing that can be checked
+        return
+    if packet is not None:
+        touched.packets.add(packet.packet_id)
+    elif team is not None:
+        touched.teams.add((team.activity_id, team.team_id))
+
+
 class Reconciler:
     """Checks Redis against SQL and the ledger against balances, and keeps the reports."""
 
@@ -234,12 +247,7 @@ class Reconciler:
             if not page:
                 return
             for _id, key in page:
-                packet_event = packet_codec.parse_packet_event_key(key)
-                team_event = team_codec.parse_team_event_key(key)
-                if packet_event is not None:
-                    touched.packets.add(packet_event[1])
-                elif team_event is not None:
-                    touched.teams.add((team_event.activity_id, team_event.team_id))
+                _touch_by_event(key, touched)
             after = page[-1][0]
 
     async def _scan_ledger(self, after: int, upto: int, touched: _Touched) -> None:
@@ -266,15 +274,17 @@ class Reconciler:
             for _id, key, user_id, kind, cents in page:
                 if touched.users is not None:
                     touched.users.add(user_id)
-                named = packet_codec.parse_business_key(key)
-                if named is not None and named.packet_id is not None:
-                    touched.packets.add(named.packet_id)
-                if kind == packet_codec.ENTRY_KINDS[packet_codec.GRAB]:
-                    # A credit whose key names no grab cannot have a grab row: reported.
-                    grab = None
-                    if named and named.packet_id and named.user_id:
-                        grab = (named.packet_id, named.user_id)
-                    credits[grab or ("", key)] = int(cents)
+                try:
+                    parsed: packet_codec.BusinessKey | None = packet_codec.parse_business_key(key)
+                except ValueError:
+                    parsed = None  # not a key this service builds: it names no packet
+                packet_id = parsed.packet_id if parsed else None
+                if packet_id is not None:
+                    touched.packets.add(packet_id)
+                if kind == "grab_credit":
+                    # under any other key, the credit matches no grab row and is reported
+                    user = parsed.user_id if parsed and parsed.user_id else key
+                    credits[(packet_id or "", user)] = int(cents)
             # Read after the credits: a grab row commits with its credit, so none is missed.
             touched.orphan_credits += await self._orphan_credits(credits)
             after = page[-1][0]
