@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import redis
 
+from benchmarks.measure import Row, result_row
 from groupbuy.testing.servers import free_port, start_redis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,22 +276,20 @@ async def _httpx_load(url: str, seconds: int, mode: str, params: tuple[str, ...]
 
 def _row(
     scenario: str, implementation: str, result: dict[str, Any], correct: dict[str, Any], note: str
-) -> dict[str, Any]:
-    seconds = result["duration_us"] / 1e6
-    return {
-        "scenario": scenario,
-        "level": "http",
-        "implementation": implementation,
-        "ops": int(result["requests"]),
-        "seconds": round(seconds, 3),
-        "ops_per_s": round(result["requests"] / seconds, 1) if seconds else 0.0,
-        "p50_ms": result["p50_us"] / 1000 if result["requests"] else None,
-        "p95_ms": result["p95_us"] / 1000 if result["requests"] else None,
-        "p99_ms": result["p99_us"] / 1000 if result["requests"] else None,
-        "correct": correct,
-        "latencies_ms": [],
-        "note": note,
-    }
+) -> Row:
+    requests = int(result["requests"])
+    percentiles = tuple(result[f"p{p}_us"] / 1000 if requests else None for p in ("50", "95", "99"))
+    return result_row(
+        scenario,
+        "http",
+        implementation,
+        requests,
+        result["duration_us"] / 1e6,
+        (percentiles[0], percentiles[1], percentiles[2]),
+        correct,
+        note,
+        seconds_digits=3,
+    )
 
 
 def _answers(result: dict[str, Any]) -> dict[str, int]:

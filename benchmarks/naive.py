@@ -5,7 +5,7 @@ times with a 1 ms sleep and otherwise gives up with "too many people"; inside th
 mutex it reads and writes with separate round trips, then releases the mutex with a
 plain DEL (which may delete another holder's mutex once the 100 ms have run out).
 
-Used by benchmarks/engine_level.py; not part of the service.
+Used by the engine-level scenarios (benchmarks/engine/); not part of the service.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.engine_level import run_engine
+from benchmarks.engine import run_engine
 from benchmarks.http_level import run_http
 from groupbuy.testing.servers import start_redis
 

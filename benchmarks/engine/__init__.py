@@ -1,0 +1,12 @@
+"""Engine-level benchmark: the services called in-process, no HTTP, on a real redis-server.
+
+One module per scenario (flash_grab, lock_storm, mixed, evalsha, scaling, half_rate),
+what they share in `common`, the order they run in `runner`; the measuring code is
+benchmarks/measure.py, which the HTTP level uses too. benchmarks/run.py calls
+`run_engine(redis_url, database_url, quick)`; `python -m benchmarks.engine [--full]`
+runs it alone on a private redis-server.
+"""
+
+from benchmarks.engine.runner import run_engine
+
+__all__ = ["run_engine"]

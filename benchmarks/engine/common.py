@@ -1,0 +1,152 @@
+"""What every engine scenario shares: sizes, progress lines, rows, the services, grading."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.measure import CONCURRENCY, Row, percentile, result_row
+from groupbuy import errors
+from groupbuy.services import Services, build_services, settle_heap
+from groupbuy.settings import Settings
+from groupbuy.storage.db import Database
+from groupbuy.storage.redis_client import connect_redis
+
+LATENCY_SAMPLE = 2000  # latencies kept per row for the plot
+TEAM_SIZE = 5
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is (full run or quick run)."""
+
+    shares: int  # K, shares of the flash packet
+    users: int  # U, users of the flash grab
+    teams: int  # T, teams of the lock storm
+    storm_users: int
+    storm_steps: int
+    mixed_users: int
+    mixed_steps: int
+    bench_requests: int  # redis-benchmark -n
+    scaling_live: tuple[int, ...]
+    scaling_ops: int
+
+
+FULL = Sizes(1000, 5000, 200, 2000, 10, 2000, 6, 200_000, (10**3, 10**4, 10**5), 5_000)
+QUICK = Sizes(200, 1000, 50, 300, 10, 300, 6, 25_000, (10**3, 10**4), 3_000)
+
+
+def say(message: str) -> None:
+    """One progress line."""
+    print(f"[engine] {message}", flush=True)
+
+
+def make_row(
+    scenario: str,
+    implementation: str,
+    seconds: float,
+    latencies: list[float],
+    correct: dict[str, Any],
+    note: str,
+    ops: int | None = None,
+    level: str = "engine",
+    **extra: Any,
+) -> Row:
+    """One engine row (benchmarks.measure.result_row) from measured latencies, announced."""
+    ops = len(latencies) if ops is None else ops
+    ordered = sorted(latencies)
+    sample = ordered if len(ordered) <= LATENCY_SAMPLE else random.sample(ordered, LATENCY_SAMPLE)
+    row = result_row(
+        scenario,
+        level,
+        implementation,
+        ops,
+        seconds,
+        (percentile(ordered, 0.50), percentile(ordered, 0.95), percentile(ordered, 0.99)),
+        correct,
+        note,
+        latencies_ms=[round(s * 1000, 3) for s in sample],
+        **extra,
+    )
+    say(
+        f"{scenario:<12} {implementation:<24} {row['ops_per_s']:>10,.0f} ops/s  "
+        f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  {correct}"
+    )
+    return row
+
+
+async def used_memory(redis: Any) -> int:
+    """Redis's used_memory in bytes."""
+    return int((await redis.info("memory"))["used_memory"])
+
+
+def grade_grabs(outcomes: list[tuple[str, dict[str, Any]]], count: int) -> dict[str, Any]:
+    """Winners, duplicates and spurious failures of one packet's grab answers.
+
+    Spurious: a non-winner refused with anything but sold_out, or a winner's other
+    answer not `already_grabbed` with the same amount.
+    """
+    by_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for user, outcome in outcomes:
+        by_user[user].append(outcome)
+    winners = duplicates = spurious = total = 0
+    statuses: Counter[str] = Counter()
+    for answers in by_user.values():
+        statuses.update(a["status"] for a in answers)
+        amounts = [a["amount_cents"] for a in answers if a["status"] == "grabbed"]
+        if amounts:
+            winners += 1
+            total += amounts[0]
+            duplicates += len(amounts) - 1
+        for answer in answers:
+            if answer["status"] == "grabbed":
+                continue
+            if amounts:
+                same = answer["status"] == "already_grabbed"
+                spurious += not (same and answer.get("amount_cents") == amounts[0])
+            else:
+                spurious += answer["status"] != "sold_out"
+    return {
+        "winners": winners,
+        "over_capacity": max(0, winners - count),
+        "duplicates": duplicates,
+        "spurious_failures": spurious,
+        "granted_cents": total,
+        "outcomes": dict(statuses),
+    }
+
+
+def flash_requests(users: int, rng: random.Random) -> list[str]:
+    """Every user once, 60% of them a second time (double taps), shuffled."""
+    ids = [f"u{i}" for i in range(users)]
+    requests = ids + rng.sample(ids, int(users * 0.6))
+    rng.shuffle(requests)
+    return requests
+
+
+async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[str, Any]:
+    """The service's grab, with errors turned into a status."""
+    try:
+        return await services.packets.grab(packet_id, user)
+    except errors.GroupBuyError as exc:
+        return {"status": exc.code}
+
+
+async def warm_up(services: Services) -> None:
+    """Open the client's connections before measuring (a running service has them)."""
+    await asyncio.gather(*(services.redis.ping() for _ in range(CONCURRENCY * 2)))
+
+
+async def open_services(redis_url: str, database_url: str) -> Services:
+    """The production wiring on the given Redis and SQLite file, tables created, scripts loaded."""
+    settings = Settings().replace("redis", url=redis_url, max_connections=512)
+    settings = settings.replace("database", url=database_url)
+    database = Database(database_url)
+    await database.create_all()
+    services = build_services(settings, redis=connect_redis(settings.redis), database=database)
+    await services.scripts.load()
+    settle_heap()  # as the service does at the end of its start-up
+    return services

@@ -1,0 +1,121 @@
+"""evalsha_grab / evalsha_lock: redis-benchmark running the project's own scripts by
+EVALSHA (the ceiling without any Python), plain and pipelined (-P 16)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from benchmarks.engine.common import Sizes, say
+from groupbuy.services import Services
+from groupbuy.storage.scripts import script_source
+
+
+def redis_benchmark_binary() -> str | None:
+    """redis-benchmark on PATH, or Debian's, or None."""
+    found = shutil.which("redis-benchmark")
+    if found:
+        return found
+    return "/usr/bin/redis-benchmark" if Path("/usr/bin/redis-benchmark").exists() else None
+
+
+async def redis_benchmark(
+    binary: str, port: int, requests: int, pipeline: int, *cmd: str
+) -> dict[str, Any]:
+    """Run redis-benchmark -q on one command; its requests/s and p50 (ms)."""
+    args = [binary, "-h", "127.0.0.1", "-p", str(port), "-c", "50", "-n", str(requests)]
+    args += ["-r", "100000000", "-P", str(pipeline), "-q", *cmd]
+    process = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    text = out.decode(errors="replace") + err.decode(errors="replace")
+    rates = re.findall(r"([\d.]+) requests per second", text)
+    p50 = re.findall(r"p50=([\d.]+) msec", text)
+    if process.returncode != 0 or not rates:
+        raise RuntimeError(f"redis-benchmark failed: {text.strip()[-300:]}")
+    return {"rps": float(rates[-1]), "p50_ms": float(p50[-1]) if p50 else None}
+
+
+async def prepare_bench_packet(services: Services, packet_id: str, shares: int) -> None:
+    """A packet of `shares` one-cent shares, straight through packet_create."""
+    now = await services.clock.now_ms(services.redis)
+    await services.scripts.call(
+        "packet_create",
+        services.keys.packet_keys(packet_id),
+        [packet_id, 0, "bench", shares, shares, "equal", now, now + 3_600_000, 60_000]
+        + [1] * shares,
+    )
+
+
+async def prepare_bench_team(services: Services, aid: str, tid: str) -> None:
+    """An activity with a huge team size and one open team of it (Redis only)."""
+    keys = services.keys
+    await services.redis.hset(
+        keys.activity(aid),
+        mapping={"team_size": 10**9, "lock_ttl_ms": 3_600_000, "team_deadline_ms": 86_400_000},
+    )
+    await services.scripts.call(
+        "team_open", [*keys.team_keys(aid, tid), keys.activity(aid)], [aid, tid, 0, "lead", "", 0]
+    )
+
+
+def bench_row(
+    script: str, pipeline: int, requests: int, result: dict[str, Any], winners: int
+) -> dict[str, Any]:
+    """A redis-benchmark result as a row (only p50 is known)."""
+    rps = result["rps"]
+    row = {
+        "scenario": f"evalsha_{script}",
+        "level": "redis-benchmark",
+        "implementation": "redis-benchmark evalsha",
+        "ops": requests,
+        "seconds": round(requests / rps, 4),
+        "ops_per_s": rps,
+        "p50_ms": result["p50_ms"],
+        "p95_ms": None,
+        "p99_ms": None,
+        "correct": {"winners": winners, "over_capacity": 0, "duplicates": 0},
+        "latencies_ms": [],
+        "note": f"redis-benchmark -c 50 -n {requests} -P {pipeline}: EVALSHA of "
+        f"lua/{'packet_grab' if script == 'grab' else 'team_lock'}.lua, a new user each call",
+        "pipeline": pipeline,
+    }
+    say(f"evalsha_{script:<5} -P {pipeline:<2} {rps:>10,.0f} req/s  p50 {result['p50_ms']} ms")
+    return row
+
+
+async def redis_benchmark_rows(
+    services: Services, redis_url: str, sizes: Sizes
+) -> list[dict[str, Any]]:
+    """The grab and lock scripts under redis-benchmark, plain and with -P 16."""
+    binary = redis_benchmark_binary()
+    if binary is None:
+        say("redis-benchmark not found: skipped")
+        return []
+    port = urlparse(redis_url).port or 6379
+    redis, keys, n = services.redis, services.keys, sizes.bench_requests
+    grab_sha = await redis.script_load(script_source("packet_grab"))
+    lock_sha = await redis.script_load(script_source("team_lock"))
+    rows = []
+    for pipeline in (1, 16):
+        pid = f"rb{pipeline}"
+        await prepare_bench_packet(services, pid, n + n // 5)
+        cmd = ["EVALSHA", grab_sha, "4", *keys.packet_keys(pid), pid, "0", "user:__rand_int__"]
+        result = await redis_benchmark(binary, port, n, pipeline, *cmd)
+        winners = await redis.hlen(keys.packet_keys(pid)[2])
+        rows.append(bench_row("grab", pipeline, n, result, winners))
+    for pipeline in (1, 16):
+        aid, tid = f"rb{pipeline}", "t0"
+        await prepare_bench_team(services, aid, tid)
+        user_key = keys.user_lock(aid, "__rand_int__")
+        cmd = ["EVALSHA", lock_sha, "7", *keys.team_keys(aid, tid), user_key]
+        cmd += [aid, tid, "0", "user:__rand_int__", ""]
+        result = await redis_benchmark(binary, port, n, pipeline, *cmd)
+        winners = await redis.zcard(keys.team_locks(aid, tid))
+        rows.append(bench_row("lock", pipeline, n, result, winners))
+    return rows

@@ -1,0 +1,101 @@
+"""run_engine: every engine scenario in order on one set of services; `python -m
+benchmarks.engine` runs it alone on a private redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks.engine.common import FULL, QUICK, open_services, say, warm_up
+from benchmarks.engine.evalsha import redis_benchmark_rows
+from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
+from benchmarks.engine.half_rate import _rate_of, half_rate
+from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
+from benchmarks.engine.mixed import mixed_groupbuy
+from benchmarks.engine.scaling import scaling_grabs, scaling_locks
+
+
+async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dict[str, Any]]:
+    """Run every engine-level scenario; one dict per measured row."""
+    sizes = QUICK if quick else FULL
+    run = secrets.token_hex(3)  # ids unique in a reused SQLite file
+    services = await open_services(redis_url, database_url)
+    rows: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    try:
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("flash_grab groupbuy", lambda: flash_grab_groupbuy(services, sizes, run)),
+            ("flash_grab naive", lambda: flash_grab_naive(services, sizes, run)),
+            ("lock_storm groupbuy", lambda: lock_storm_groupbuy(services, sizes, run)),
+            ("lock_storm naive", lambda: lock_storm_naive(services, sizes, run)),
+            ("mixed groupbuy", lambda: mixed_groupbuy(services, sizes, run)),
+            ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
+        ]
+        for live in sizes.scaling_live:
+            steps.append((f"scaling grab {live}", partial(scaling_grabs, services, live, sizes)))
+            steps.append(
+                (f"scaling lock {live}", partial(scaling_locks, services, live, sizes, run))
+            )
+        steps.append(
+            (
+                "grab at half the max rate",
+                lambda: half_rate(services, "grab", _rate_of(rows, "flash_grab"), sizes, run),
+            )
+        )
+        steps.append(
+            (
+                "lock at half the max rate",
+                lambda: half_rate(
+                    services, "lock", _rate_of(rows, "scaling", "lock on random teams"), sizes, run
+                ),
+            )
+        )
+        for name, step in steps:
+            await services.redis.flushall()
+            await warm_up(services)
+            say(f"{name} ... ({time.perf_counter() - began:.1f} s so far)")
+            result = await step()
+            rows.extend(result if isinstance(result, list) else [result])
+    finally:
+        await services.redis.flushall()
+        await services.redis.aclose()
+        await services.database.dispose()
+    say(f"done in {time.perf_counter() - began:.1f} s, {len(rows)} rows")
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The key numbers of each row."""
+    print(f"{'scenario':<13}{'impl':<25}{'ops':>8}{'ops/s':>11}{'p50':>8}{'p99':>8}  correct")
+    for r in rows:
+        keys = ("winners", "over_capacity", "duplicates", "double_locks", "spurious_failures")
+        correct = {k: r["correct"][k] for k in keys if k in r["correct"]}
+        extra = f" live={r['live']} {r['operation']} {r['memory']}" if "live" in r else ""
+        extra += f" {r['by_operation']}" if "by_operation" in r else ""
+        print(
+            f"{r['scenario']:<13}{r['implementation']:<25}{r['ops']:>8}{r['ops_per_s']:>11,.0f}"
+            f"{r['p50_ms'] or 0:>8.2f}{r['p99_ms'] or 0:>8.2f}  {correct}{extra}"
+        )
+
+
+def main() -> None:
+    """Start a private redis-server, run the quick (or --full) engine benchmark, print rows."""
+    from groupbuy.testing.servers import start_redis
+
+    server = start_redis()
+    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
+    try:
+        url = f"sqlite+aiosqlite:///{directory / 'bench.db'}"
+        rows = asyncio.run(run_engine(server.url, url, quick="--full" not in sys.argv))
+        print_table(rows)
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
