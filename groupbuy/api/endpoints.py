@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -36,6 +36,8 @@ class LaxQuery(BaseModel):
 
 
 Handler = Callable[..., Awaitable[Response]]
+Problems = Mapping[type[errors.GroupBuyError], str]
+"""Error classes an endpoint answers, each with when it happens there."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,14 @@ class Endpoint:
     role: str | None = "service"
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
+    # Answers that are not problems, by status: what each means.
     responses: dict[int, str] = field(default_factory=dict)
     tag: str = "operations"
-    media_type: str = "application/json"  # of the success answers
+    media_type: str = "application/json"  # of the answers in `responses`
+    answer: type[BaseModel] | None = None  # the shape of those answers' JSON body
+    # The problems this endpoint answers beyond the ones every endpoint of its kind does
+    # (invalid_request, unauthorized, ...): each error class, and when it happens here.
+    problems: Problems = field(default_factory=dict)
 
 
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:

@@ -1,77 +1,146 @@
-"""The OpenAPI 3.1 document, generated from the same Endpoint list that builds the routes."""
+"""The OpenAPI 3.1 document, generated from the same Endpoint list that builds the routes.
+
+Answer bodies are the models of groupbuy.api.answers, under components/schemas. Problem
+answers list their stable `code`s (each with when it happens) in the schema of `code`,
+taken from the error classes an Endpoint declares plus the ones every endpoint of its
+kind may answer (invalid input, auth, size, a backing service down).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from groupbuy import __version__
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from groupbuy import __version__, errors
 from groupbuy.api.endpoints import ID_PATTERN, Endpoint
+
+_REF = "#/components/schemas/{model}"
 
 _PROBLEM = {
     "type": "object",
+    "description": "An RFC 9457 problem; errors may add fields of their own (listed per code).",
     "required": ["type", "title", "status", "code", "detail"],
     "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
+        "type": {"type": "string", "description": "a URI naming the problem type"},
+        "title": {"type": "string", "description": "the same for every problem of one code"},
+        "status": {"type": "integer", "description": "the HTTP status"},
         "code": {"type": "string", "description": "stable snake_case error code"},
-        "detail": {"type": "string"},
+        "detail": {"type": "string", "description": "this occurrence, in words"},
     },
     "additionalProperties": True,
 }
 
 
-def _operation(endpoint: Endpoint) -> dict[str, Any]:
-    params: list[dict[str, Any]] = [
-        {
-            "name": name,
-            "in": "path",
-            "required": True,
-            "schema": {"type": "string", "pattern": ID_PATTERN},
-        }
+def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]:
+    """The problems every endpoint of this kind may answer, whatever it does."""
+    found: dict[type[errors.GroupBuyError], str] = {}
+    checked = [
+        what
+        for what, present in (
+            ("a path id", "{" in endpoint.path),
+            ("a query parameter", endpoint.query is not None),
+            ("the body", endpoint.body is not None),
+        )
+        if present
+    ]
+    if checked:
+        found[errors.InvalidRequest] = (
+            f"{' or '.join(checked)} is malformed, unknown, missing or out of range; "
+            "`errors` lists each `field` and `message`"
+        )
+    if endpoint.body is not None:
+        found[errors.PayloadTooLarge] = "the body is over `[server] max_body_bytes`"
+    if endpoint.role is not None:
+        found[errors.Unauthorized] = "no `Authorization: Bearer` key, or an unknown one"
+        if endpoint.role == "admin":
+            found[errors.Forbidden] = "the key's role is `service`; this needs `admin`"
+        found[errors.RedisUnavailable] = (
+            "Redis did not answer (retrying is safe: every call is idempotent)"
+        )
+        found[errors.DatabaseUnavailable] = "the database did not answer"
+    return found
+
+
+def _param(name: str, where: str, required: bool, schema: dict[str, Any]) -> dict[str, Any]:
+    param = {"name": name, "in": where, "required": required, "schema": schema}
+    if "description" in schema:
+        param["description"] = schema["description"]
+    return param
+
+
+def _parameters(endpoint: Endpoint) -> list[dict[str, Any]]:
+    params = [
+        _param(name, "path", True, {"type": "string", "pattern": ID_PATTERN})
         for name in re.findall(r"{(\w+)}", endpoint.path)
     ]
     if endpoint.query is not None:
         schema = endpoint.query.model_json_schema()
         required = set(schema.get("required", []))
         for name, prop in schema.get("properties", {}).items():
-            params.append(
-                {"name": name, "in": "query", "required": name in required, "schema": prop}
-            )
+            params.append(_param(name, "query", name in required, prop))
+    return params
+
+
+def _problem_response(
+    status: int, problems: Iterable[tuple[type[errors.GroupBuyError], str]]
+) -> dict[str, Any]:
+    listed = list(problems)
+    codes = [{"const": cls.code, "description": when} for cls, when in listed]
+    return {
+        "description": "; ".join(f"{cls.code}: {when}" for cls, when in listed),
+        "content": {
+            "application/problem+json": {
+                "schema": {
+                    "allOf": [
+                        {"$ref": _REF.format(model="Problem")},
+                        {"properties": {"status": {"const": status}, "code": {"oneOf": codes}}},
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
     responses: dict[str, Any] = {}
-    for status, text in sorted(endpoint.responses.items()):
-        media = endpoint.media_type if status < 400 else "application/problem+json"
-        schema = {"$ref": "#/components/schemas/Problem"}
-        if status < 400:
-            schema = {"type": "object" if media == "application/json" else "string"}
-        responses[str(status)] = {"description": text, "content": {media: {"schema": schema}}}
-    if endpoint.body is not None or params:
-        responses.setdefault("422", _problem("invalid_request: bad JSON, fields, numbers or ids"))
-    if endpoint.body is not None:
-        responses.setdefault("413", _problem("payload_too_large: body over the size limit"))
-    if endpoint.role is not None:
-        responses.setdefault("401", _problem("unauthorized: missing or wrong API key"))
-        responses.setdefault("403", _problem("forbidden: the key's role may not call this"))
-        responses.setdefault(
-            "503", _problem("redis_unavailable / database_unavailable: a backing service is down")
-        )
+    for status, text in endpoint.responses.items():
+        if endpoint.media_type != "application/json":
+            schema: dict[str, Any] = {"type": "string"}
+        elif endpoint.answer is not None:
+            schema = {"$ref": _REF.format(model=endpoint.answer.__name__)}
+        else:
+            schema = {"type": "object"}
+        responses[str(status)] = {
+            "description": text,
+            "content": {endpoint.media_type: {"schema": schema}},
+        }
+    by_status: dict[int, list[tuple[type[errors.GroupBuyError], str]]] = {}
+    for cls, when in {**endpoint.problems, **common_problems(endpoint)}.items():
+        by_status.setdefault(cls.status_code, []).append((cls, when))
+    for status, listed in by_status.items():
+        if str(status) in responses:
+            raise ValueError(f"{endpoint.path}: status {status} is both an answer and a problem")
+        responses[str(status)] = _problem_response(status, listed)
     operation: dict[str, Any] = {
         "summary": endpoint.summary,
         "operationId": endpoint.handler.__name__,
         "tags": [endpoint.tag],
-        "parameters": params,
-        "responses": responses,
+        "parameters": _parameters(endpoint),
+        "responses": dict(sorted(responses.items())),
     }
     if endpoint.role is not None:
+        operation["x-role"] = endpoint.role
         operation["security"] = [{"bearer": []}]
-        operation["description"] = (
-            "Needs a `service` key (or `admin`)."
-            if endpoint.role == "service"
-            else f"Needs an `{endpoint.role}` key."
+        operation["description"] = f"Needs a `{endpoint.role}` key" + (
+            " (or `admin`)." if endpoint.role == "service" else "."
         )
     else:
         operation["security"] = []
+        operation["description"] = "Needs no key."
     if endpoint.body is not None:
         operation["requestBody"] = {
             "required": True,
@@ -80,13 +149,17 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     return operation
 
 
-def _problem(text: str) -> dict[str, Any]:
-    return {
-        "description": text,
-        "content": {
-            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
-        },
-    }
+def _answer_schemas(endpoints: list[Endpoint]) -> dict[str, Any]:
+    models: list[type[BaseModel]] = []
+    for endpoint in endpoints:
+        if endpoint.answer is not None and endpoint.answer not in models:
+            models.append(endpoint.answer)
+    if not models:
+        return {}
+    _keys, top = models_json_schema(
+        [(model, "serialization") for model in models], ref_template=_REF
+    )
+    return dict(top.get("$defs", {}))
 
 
 def build_openapi(endpoints: list[Endpoint]) -> dict[str, Any]:
@@ -103,7 +176,7 @@ def build_openapi(endpoints: list[Endpoint]) -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": {"Problem": _PROBLEM},
+            "schemas": {"Problem": _PROBLEM, **_answer_schemas(endpoints)},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }

@@ -7,7 +7,16 @@ from typing import Literal
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.api.endpoints import Endpoint, Id, StrictBody, created_response, json_response
+from groupbuy import errors
+from groupbuy.api import answers
+from groupbuy.api.endpoints import (
+    Endpoint,
+    Id,
+    Problems,
+    StrictBody,
+    created_response,
+    json_response,
+)
 from groupbuy.redpacket.service import RedPacketService
 from groupbuy.settings import AmountCents, PacketLifetimeS, ShareCount
 
@@ -65,6 +74,8 @@ async def get_packet(request: Request) -> Response:
     return json_response(await _service(request).get(request.path_params["packet_id"]))
 
 
+_NO_PACKET: Problems = {errors.PacketNotFound: "no packet has this id"}
+
 ENDPOINTS = [
     Endpoint(
         "POST",
@@ -75,10 +86,11 @@ ENDPOINTS = [
         body=Deposit,
         tag="accounts",
         responses={
-            201: "{user_id, balance_cents}",
-            200: "Same reference again: the balance",
-            409: "conflict: the reference was used for another deposit",
+            201: "Credited; the new balance",
+            200: "The same reference, user and amount again: the balance, nothing credited",
         },
+        answer=answers.Account,
+        problems={errors.Conflict: "the reference was used for another user or amount"},
     ),
     Endpoint(
         "GET",
@@ -86,7 +98,8 @@ ENDPOINTS = [
         get_account,
         "A user's balance",
         tag="accounts",
-        responses={200: "{user_id, balance_cents} (0 for an unknown user)"},
+        responses={200: "The balance (0 for a user never seen)"},
+        answer=answers.Account,
     ),
     Endpoint(
         "POST",
@@ -96,9 +109,13 @@ ENDPOINTS = [
         body=PacketSend,
         tag="redpackets",
         responses={
-            201: "The packet",
-            200: "Same packet_id and parameters: the packet",
-            409: "insufficient_funds / conflict",
+            201: "Sent: the sender is debited and the packet can be grabbed",
+            200: "The same packet_id and parameters again: the packet, nothing debited",
+        },
+        answer=answers.PacketSent,
+        problems={
+            errors.InsufficientFunds: "the sender's balance is below `amount_cents`",
+            errors.Conflict: "the packet_id exists with other parameters",
         },
     ),
     Endpoint(
@@ -109,10 +126,13 @@ ENDPOINTS = [
         body=Grab,
         tag="redpackets",
         responses={
-            200: "{status: grabbed|already_grabbed, amount_cents, remaining_count?}",
-            409: "sold_out",
-            410: "expired",
-            404: "packet_not_found",
+            200: "`grabbed` a share now, or `already_grabbed` earlier: the same amount again"
+        },
+        answer=answers.Grabbed,
+        problems={
+            errors.SoldOut: "every share has been grabbed (by others)",
+            errors.Expired: "the packet's time is over; the rest went back to the sender",
+            **_NO_PACKET,
         },
     ),
     Endpoint(
@@ -121,6 +141,8 @@ ENDPOINTS = [
         get_packet,
         "A packet and its grabs",
         tag="redpackets",
-        responses={200: "The packet", 404: "packet_not_found"},
+        responses={200: "The packet: live from Redis, or from SQL once ended and released"},
+        answer=answers.Packet,
+        problems=_NO_PACKET,
     ),
 ]

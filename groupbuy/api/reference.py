@@ -1,9 +1,8 @@
-"""docs/api.md, rendered from the OpenAPI document so the reference cannot drift from the API.
+"""docs/api.md, rendered from the OpenAPI document: `python -m groupbuy.api.reference --write`.
 
-    python -m groupbuy.api.reference --write docs/api.md   # regenerate
-    python -m groupbuy.api.reference                       # print it
-
-tests/test_api_reference.py fails when docs/api.md differs from what this renders.
+The reference is generated so that it cannot drift from the routes: endpoints, roles,
+parameters, bodies, answers and problem codes all come from `build_openapi(ENDPOINTS)`.
+Only the introduction below is written by hand.
 """
 
 from __future__ import annotations
@@ -15,139 +14,292 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-INTRO = """\
-# groupbuy HTTP API
+from groupbuy.api.answers import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
+from groupbuy.api.endpoints import ID_PATTERN
 
-Generated from the OpenAPI document the service serves at `GET /openapi.json`
-(`python -m groupbuy.api.reference --write docs/api.md`); do not edit by hand.
+REGENERATE = "python -m groupbuy.api.reference --write docs/api.md"
+DEFAULT_PATH = "docs/api.md"
+
+_TAG_TITLES = {
+    "operations": "Health, readiness, metrics",
+    "events": "Events feed",
+    "admin": "Administration",
+    "activities": "Activities",
+    "teams": "Teams and seat locks",
+    "accounts": "Accounts",
+    "redpackets": "Red packets",
+}
+
+INTRO = f"""\
+# groupbuy HTTP API reference
+
+<!-- Generated from the OpenAPI document by groupbuy/api/reference.py; do not edit.
+     Regenerate with: {REGENERATE} -->
+
+The service answers JSON over HTTP. The business endpoints live under `/v1`;
+`/healthz`, `/readyz`, `/metrics` and `/openapi.json` need no key. The same
+description, machine-readable, is served at `GET /openapi.json` (OpenAPI 3.1).
 
 ## Conventions
 
-- **Auth.** `Authorization: Bearer <key>`. A key has a role: `service` may call the
-  business endpoints, `admin` may call everything. No or a wrong key: `401 unauthorized`;
-  a key whose role may not call the endpoint: `403 forbidden`. `/healthz`, `/readyz`,
-  `/metrics` and `/openapi.json` need no key.
-- **Ids** (`activity_id`, `team_id`, `user_id`, `packet_id`, `order_id`, `reference`)
-  match `^[A-Za-z0-9_-]{1,64}$`, in the path as in bodies; anything else is refused
-  with `422 invalid_request` before anything is read or written.
-- **Money** is integer cents. **Times** in answers are ISO-8601 UTC with milliseconds
-  (`2026-11-21T17:42:51.123Z`); durations in requests are integer seconds.
-- **Bodies** are JSON objects; unknown fields, wrong types (`"3"` for `3`) and
-  duplicate query parameters are refused with `422`. Bodies over the configured size
-  get `413 payload_too_large`.
-- **Errors** are `application/problem+json` (RFC 9457) with a stable snake_case
-  `code`: `{"type", "title", "status", "code", "detail", ...}`; some carry context
-  (`team_full` carries `next_unlock_at` and `earliest_locked_at`; `invalid_request`
-  carries `errors: [{field, message}]`). When Redis or the database cannot be reached
-  the answer is `503` with `redis_unavailable` or `database_unavailable`; retry later.
-- **Repeats are safe.** Creating calls answer `201` when they created something and
-  `200` with the same result when the same request was already applied.
-- Every answer carries `X-Request-Id` (the caller's own when it sent a sane one).
+**Keys and roles.** Send `Authorization: Bearer <secret>`. Keys are configured as
+`role:secret` pairs (`[auth] api_keys` in `config.toml`, or the environment variable
+`GROUPBUY_API_KEYS="admin:s1,service:s2"`, which wins over the file). A `service` key
+may call the business endpoints; an `admin` key may call everything. No key or an
+unknown one answers 401 `unauthorized` (with `WWW-Authenticate: Bearer`); a `service`
+key on an admin endpoint answers 403 `forbidden`. Secrets are compared in constant
+time and never logged.
+
+**Ids.** Every id, in a path or a body (`activity_id`, `team_id`, `user_id`,
+`order_id`, `packet_id`, a deposit's `reference`), matches `{ID_PATTERN}`.
+Anything else is refused with 422 before Redis is touched, as is a path with an
+empty segment, a trailing `/` or an encoded `/`.
+
+**Money and time.** Amounts are integer cents. Durations in requests are integer
+seconds (names end in `_s`). Timestamps in answers are ISO-8601 UTC with
+milliseconds, e.g. `2026-11-21T17:42:51.123Z`, all read from Redis's clock.
+
+**Requests.** A body is one JSON object, validated strictly: an unknown field, a
+missing required one, a wrong type (`"3"` is not `3`) or an out-of-range number is
+422 `invalid_request`, whose `errors` lists each `field` and `message`. Unknown or
+repeated query parameters are 422 too. A body larger than `[server] max_body_bytes`
+(64 KiB by default) is 413 `payload_too_large`.
+
+**Idempotent creates.** Creates take client-chosen ids (activity, team, packet,
+deposit reference). Repeating a create with the same id and the same parameters
+answers 200 with the original result and changes nothing; the same id with other
+parameters is 409 `conflict`.
+
+**Problems.** Every error is `application/problem+json` (RFC 9457):
+
+```json
+{{
+  "type": "https://groupbuy.dev/problems/team_full",
+  "title": "Every seat of the team is taken or locked",
+  "status": 409,
+  "code": "team_full",
+  "detail": "team 't1' has no free seat",
+  "next_unlock_at": "2026-11-21T17:47:51.123Z",
+  "earliest_locked_at": "2026-11-21T17:42:51.123Z"
+}}
+```
+
+`code` is stable and is what a client should branch on; some codes add fields of
+their own (listed below with the code). Besides the codes listed per endpoint, any
+request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (with
+`Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`
+when a backing service does not answer. A 500 `internal_error` is a bug. Every answer
+carries `X-Request-Id` (the caller's, when it is a sane token, else a new one).
 """
 
 
-def _type_of(schema: dict[str, Any]) -> str:
-    """A short type description of a JSON schema: `integer 1..50`, `string (id)`, …"""
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _anchor(title: str) -> str:
+    return title.lower().replace(" ", "-")
+
+
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def render_type(schema: dict[str, Any]) -> str:
+    """A JSON Schema as a short type name: `id`, `integer`, `list of [Team](#team)`..."""
+    if "$ref" in schema:
+        name = _ref_name(schema["$ref"])
+        return f"[{name}](#{_anchor(name)})"
     if "anyOf" in schema:
-        kinds = [_type_of(s) for s in schema["anyOf"] if s.get("type") != "null"]
-        nullable = any(s.get("type") == "null" for s in schema["anyOf"])
-        return " or ".join(kinds) + (" or null" if nullable else "")
+        return " or ".join(render_type(option) for option in schema["anyOf"])
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
     if "enum" in schema:
-        return "one of " + ", ".join(f"`{v}`" for v in schema["enum"])
-    kind = str(schema.get("type", "any"))
-    if kind == "string" and schema.get("pattern") == "^[A-Za-z0-9_-]{1,64}$":
+        return " or ".join(f"`{json.dumps(value)}`" for value in schema["enum"])
+    kind = schema.get("type")
+    if kind == "string" and schema.get("pattern") == ID_PATTERN:
         return "id"
-    low, high = schema.get("minimum"), schema.get("maximum")
-    if low is not None and high is not None:
-        return f"{kind} {low}..{high}"
-    if low is not None:
-        return f"{kind} >= {low}"
-    if "maxLength" in schema:
-        return f"{kind} (at most {schema['maxLength']} characters)"
-    return kind
+    if kind == "string" and schema.get("pattern") == _TIMESTAMP_PATTERN:
+        return "timestamp"
+    if kind == "array":
+        return f"list of {render_type(schema.get('items', {}))}"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return f"object of {render_type(schema['additionalProperties'])}"
+    if kind == "null":
+        return "null"
+    return str(kind or "any")
 
 
-def _default_of(schema: dict[str, Any], required: bool) -> str:
-    if required:
-        return "required"
-    default = schema.get("default")
-    return "optional" if default is None else f"default `{json.dumps(default)}`"
+def _bounds(schema: dict[str, Any]) -> str:
+    for option in schema.get("anyOf", [schema]):
+        low, high = option.get("minimum"), option.get("maximum")
+        if low is not None and high is not None:
+            return f"{low} .. {high}"
+        if low is not None:
+            return f">= {low}"
+        if high is not None:
+            return f"<= {high}"
+        if "maxLength" in option:
+            return f"at most {option['maxLength']} characters"
+        pattern = option.get("pattern")
+        if pattern and pattern not in (ID_PATTERN, _TIMESTAMP_PATTERN):
+            return f"matches `{pattern}`"
+    return ""
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows),
+    ]
+
+
+def _fields_table(schema: dict[str, Any], with_rules: bool) -> list[str]:
+    """A table of an object's fields; a request body's also say required, default, bounds."""
+    required = set(schema.get("required", []))
+    properties: dict[str, Any] = schema.get("properties", {})
+    described = any("description" in prop for prop in properties.values())
+    header = ["Field", "Type"] + (["Required", "Default", "Bounds"] if with_rules else [])
+    rows = []
+    for name, prop in properties.items():
+        kind = render_type(prop)
+        if with_rules:
+            default = "" if "default" not in prop else f"`{json.dumps(prop['default'])}`"
+            row = [f"`{name}`", kind, "yes" if name in required else "no", default, _bounds(prop)]
+        else:
+            row = [f"`{name}`", kind + ("" if name in required else " (may be absent)")]
+        rows.append(row + ([prop.get("description", "")] if described else []))
+    if schema.get("additionalProperties") is True:
+        rows.append(
+            ["...", "any"] + [""] * (len(header) - 2) + (["further fields"] if described else [])
+        )
+    return _table(header + (["Meaning"] if described else []), rows)
+
+
+def _role(operation: dict[str, Any]) -> str:
+    role = operation.get("x-role")
+    if role is None:
+        return "none (no key needed)"
+    if role == "service":
+        return "`service` (or `admin`) key"
+    return f"`{role}` key"
 
 
 def _parameters(operation: dict[str, Any]) -> list[str]:
-    rows = []
-    for parameter in operation.get("parameters", []):
-        schema = parameter["schema"]
-        rows.append(
-            f"| `{parameter['name']}` | {parameter['in']} | {_cell(_type_of(schema))} | "
-            f"{_default_of(schema, bool(parameter.get('required')))} |"
-        )
-    if not rows:
+    params = operation.get("parameters", [])
+    if not params:
         return []
-    return ["| parameter | in | type | |", "| --- | --- | --- | --- |", *rows, ""]
+    lines = [
+        "Parameters:",
+        "",
+        "| Name | In | Type | Required | Default | Bounds |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for param in params:
+        schema = param["schema"]
+        default = "" if "default" not in schema else f"`{json.dumps(schema['default'])}`"
+        lines.append(
+            f"| `{param['name']}` | {param['in']} | {_cell(render_type(schema))} | "
+            f"{'yes' if param['required'] else 'no'} | {default} | {_cell(_bounds(schema))} |"
+        )
+    return [*lines, ""]
 
 
 def _body(operation: dict[str, Any]) -> list[str]:
-    request = operation.get("requestBody")
-    if request is None:
+    body = operation.get("requestBody")
+    if body is None:
         return []
-    schema = request["content"]["application/json"]["schema"]
-    required = set(schema.get("required", []))
-    title = "Request body: a JSON object with these fields and no others."
-    lines = [f"{title} ({schema['description']})" if schema.get("description") else title, ""]
-    lines += ["| field | type | |", "| --- | --- | --- |"]
-    for name, prop in schema.get("properties", {}).items():
-        lines.append(
-            f"| `{name}` | {_cell(_type_of(prop))} | {_default_of(prop, name in required)} |"
-        )
-    return [*lines, ""]
+    schema = body["content"]["application/json"]["schema"]
+    intro = f"Request body (`application/json`): {schema.get('description', '')}".rstrip()
+    return [intro, "", *_fields_table(schema, with_rules=True), ""]
 
 
-def _responses(operation: dict[str, Any]) -> list[str]:
-    lines = ["| status | meaning |", "| --- | --- |"]
-    for status, response in sorted(operation["responses"].items()):
-        lines.append(f"| {status} | {_cell(str(response['description']))} |")
-    return [*lines, ""]
+def _answer_body(content: dict[str, Any]) -> str:
+    media, spec = next(iter(content.items()))
+    schema = spec.get("schema", {})
+    if media != "application/json":
+        return f"`{media}`"
+    return render_type(schema) if "$ref" in schema else "JSON object"
 
 
-def _who(operation: dict[str, Any]) -> str:
-    if not operation.get("security"):
-        return "No key needed."
-    return str(operation.get("description", "Needs a key."))
+def _answers(operation: dict[str, Any]) -> list[str]:
+    lines = ["Answers:", "", "| Status | Meaning | Body |", "| --- | --- | --- |"]
+    problems = ["| Status | `code` | When |", "| --- | --- | --- |"]
+    for status, response in operation["responses"].items():
+        content = response.get("content", {})
+        if "application/problem+json" in content:
+            schema = content["application/problem+json"]["schema"]
+            for part in schema.get("allOf", []):
+                for code in part.get("properties", {}).get("code", {}).get("oneOf", []):
+                    problems.append(
+                        f"| {status} | `{code['const']}` | {_cell(code.get('description', ''))} |"
+                    )
+        else:
+            lines.append(
+                f"| {status} | {_cell(response['description'])} | {_answer_body(content)} |"
+            )
+    out = [*lines, ""]
+    if len(problems) > 2:
+        out += ["Problems:", "", *problems, ""]
+    return out
+
+
+def _operation(path: str, method: str, operation: dict[str, Any]) -> list[str]:
+    return [
+        f"### `{method.upper()} {path}`",
+        "",
+        f"{operation['summary']}. Auth: {_role(operation)}.",
+        "",
+        *_parameters(operation),
+        *_body(operation),
+        *_answers(operation),
+    ]
+
+
+def _operations(openapi: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, operation)
+        for path, methods in openapi["paths"].items()
+        for method, operation in methods.items()
+    ]
 
 
 def render_markdown(openapi: dict[str, Any]) -> str:
-    """The whole reference: conventions, then every operation grouped by tag."""
-    by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
-    for path, methods in openapi["paths"].items():
-        for method, operation in methods.items():
-            tag = operation["tags"][0] if operation.get("tags") else "operations"
-            by_tag.setdefault(tag, []).append((method.upper(), path, operation))
+    """The whole reference as Markdown."""
+    operations = _operations(openapi)
+    tags: list[str] = []
+    for _path, _method, operation in operations:
+        for tag in operation.get("tags", ["operations"]):
+            if tag not in tags:
+                tags.append(tag)
     lines = [INTRO, "## Endpoints", ""]
-    for tag, operations in by_tag.items():
-        lines += [f"- {tag}: " + ", ".join(f"`{m} {p}`" for m, p, _ in operations)]
+    lines += ["| Endpoint | What it does | Auth |", "| --- | --- | --- |"]
+    for path, method, operation in operations:
+        title = f"`{method.upper()} {path}`"
+        anchor = "".join(c for c in title.lower() if c.isalnum() or c in " -_").replace(" ", "-")
+        lines.append(f"| [{title}](#{anchor}) | {operation['summary']} | {_role(operation)} |")
     lines.append("")
-    for tag, operations in by_tag.items():
-        lines += [f"## {tag.capitalize()}", ""]
-        for method, path, operation in operations:
-            lines += [
-                f"### `{method} {path}`",
-                "",
-                f"{operation['summary']}. {_who(operation)}",
-                "",
-            ]
-            lines += _parameters(operation)
-            lines += _body(operation)
-            lines += _responses(operation)
-    return "\n".join(lines).rstrip() + "\n"
+    for tag in tags:
+        lines += [f"## {_TAG_TITLES.get(tag, tag.capitalize())}", ""]
+        for path, method, operation in operations:
+            if tag in operation.get("tags", ["operations"]):
+                lines += _operation(path, method, operation)
+    lines += [
+        "## Answer bodies",
+        "",
+        "Fields marked *may be absent* appear only in some answers; the others are always",
+        "present (a value of `null` is written out).",
+        "",
+    ]
+    for name, schema in openapi["components"]["schemas"].items():
+        lines += [f"### {name}", "", schema.get("description", ""), ""]
+        lines += [*_fields_table(schema, with_rules=False), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def current_markdown() -> str:
-    """The reference of the API as this code builds it."""
+def current_reference() -> str:
+    """The reference of the API as the code defines it now."""
     from groupbuy.api.app import ENDPOINTS
     from groupbuy.api.openapi import build_openapi
 
@@ -156,14 +308,21 @@ def current_markdown() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the reference, or write it to a file with --write."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", metavar="PATH", help="write the Markdown here")
+    parser = argparse.ArgumentParser(prog="python -m groupbuy.api.reference", description=__doc__)
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const=DEFAULT_PATH,
+        metavar="PATH",
+        help=f"write the reference to PATH (default {DEFAULT_PATH}) instead of printing it",
+    )
     args = parser.parse_args(argv)
-    text = current_markdown()
-    if args.write:
-        Path(args.write).write_text(text, encoding="utf-8")
-    else:
+    text = current_reference()
+    if args.write is None:
         sys.stdout.write(text)
+    else:
+        Path(args.write).write_text(text, encoding="utf-8")
+        print(f"wrote {args.write}")
     return 0
 
 

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy import errors, metrics
+from groupbuy.api import answers
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
 from groupbuy.storage.events import read_events
 
@@ -77,7 +78,13 @@ async def last_reconcile(request: Request) -> Response:
 
 ENDPOINTS = [
     Endpoint(
-        "GET", "/healthz", healthz, "The process is up", role=None, responses={200: "{status: ok}"}
+        "GET",
+        "/healthz",
+        healthz,
+        "The process is up",
+        role=None,
+        responses={200: "Always, while the process serves requests"},
+        answer=answers.Health,
     ),
     Endpoint(
         "GET",
@@ -85,7 +92,8 @@ ENDPOINTS = [
         readyz,
         "Redis and SQL reachable, Lua scripts loaded",
         role=None,
-        responses={200: "ready", 503: "not ready, with the failing checks"},
+        responses={200: "Ready", 503: "Not ready: `checks` names what failed"},
+        answer=answers.Readiness,
     ),
     Endpoint(
         "GET",
@@ -93,7 +101,7 @@ ENDPOINTS = [
         openapi,
         "This OpenAPI document",
         role=None,
-        responses={200: "OpenAPI 3.1"},
+        responses={200: "The OpenAPI 3.1 document of the API"},
     ),
     Endpoint(
         "GET",
@@ -111,7 +119,8 @@ ENDPOINTS = [
         "Events after an id, in id order",
         query=EventsQuery,
         tag="events",
-        responses={200: "{events: [{id, type, at, data}], next_after}"},
+        responses={200: "Up to `limit` events with ids above `after`; none when caught up"},
+        answer=answers.EventsPage,
     ),
     Endpoint(
         "POST",
@@ -120,7 +129,9 @@ ENDPOINTS = [
         "Run a scheduled job now and return its report",
         role="admin",
         tag="admin",
-        responses={200: "The job's report", 404: "not_found: no such job"},
+        responses={200: "The job ran; its report"},
+        answer=answers.JobReport,
+        problems={errors.NotFound: "no job has this name (the detail lists the jobs)"},
     ),
     Endpoint(
         "GET",
@@ -129,9 +140,8 @@ ENDPOINTS = [
         "The last reconciliation report",
         role="admin",
         tag="admin",
-        responses={
-            200: "What was checked and every mismatch found",
-            404: "not_found: no reconciliation has run yet",
-        },
+        responses={200: "The newest stored report"},
+        answer=answers.ReconcileReport,
+        problems={errors.NotFound: "no reconciliation has run yet"},
     ),
 ]

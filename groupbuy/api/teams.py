@@ -6,7 +6,16 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.api.endpoints import Endpoint, Id, StrictBody, created_response, json_response
+from groupbuy import errors
+from groupbuy.api import answers
+from groupbuy.api.endpoints import (
+    Endpoint,
+    Id,
+    Problems,
+    StrictBody,
+    created_response,
+    json_response,
+)
 from groupbuy.locks.service import TeamService
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize
 
@@ -94,7 +103,12 @@ async def get_user_lock(request: Request) -> Response:
 
 
 _TEAM = "/v1/activities/{activity_id}/teams/{team_id}"
-_NOT_FOUND = {404: "activity_not_found / team_not_found"}
+_NO_ACTIVITY: Problems = {errors.ActivityNotFound: "no activity has this id"}
+_NO_TEAM: Problems = {errors.TeamNotFound: "the activity has no team with this id", **_NO_ACTIVITY}
+_ENDED: Problems = {
+    errors.TeamFormed: "the team is formed: it takes no more seats",
+    errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
+}
 
 ENDPOINTS = [
     Endpoint(
@@ -106,9 +120,12 @@ ENDPOINTS = [
         body=ActivityCreate,
         tag="activities",
         responses={
-            201: "The activity",
-            200: "Same id and parameters: the original",
-            409: "conflict: the id exists with other parameters",
+            201: "Created",
+            200: "The same id and parameters again: the original, unchanged",
+        },
+        answer=answers.Activity,
+        problems={
+            errors.Conflict: "the id exists with other parameters; `activity` is the existing one"
         },
     ),
     Endpoint(
@@ -117,7 +134,9 @@ ENDPOINTS = [
         get_activity,
         "Read an activity",
         tag="activities",
-        responses={200: "The activity", 404: "activity_not_found"},
+        responses={200: "The activity"},
+        answer=answers.Activity,
+        problems=_NO_ACTIVITY,
     ),
     Endpoint(
         "POST",
@@ -127,10 +146,13 @@ ENDPOINTS = [
         body=TeamOpen,
         tag="teams",
         responses={
-            201: "The team",
-            200: "Same team id, leader and order: the team",
-            409: "conflict: the team id exists with another leader or order",
-            404: "activity_not_found",
+            201: "Opened; the server names the team when `team_id` is absent",
+            200: "The same team id, leader and order again: the team as it is now",
+        },
+        answer=answers.Team,
+        problems={
+            errors.Conflict: "the team id exists with another leader or order",
+            **_NO_ACTIVITY,
         },
     ),
     Endpoint(
@@ -139,7 +161,9 @@ ENDPOINTS = [
         get_team,
         "Read a team",
         tag="teams",
-        responses={200: "The team", **_NOT_FOUND},
+        responses={200: "The team: live from Redis, or from SQL once ended and released"},
+        answer=answers.Team,
+        problems=_NO_TEAM,
     ),
     Endpoint(
         "POST",
@@ -149,10 +173,19 @@ ENDPOINTS = [
         body=LockRequest,
         tag="teams",
         responses={
-            201: "A new lock (released_team_id names a lock given up for it)",
-            200: "The user's existing unexpired lock, unchanged",
-            409: "team_full / already_member / team_formed / team_failed",
-            **_NOT_FOUND,
+            201: "A new lock; `released_team_id` names the lock it replaced in this activity",
+            200: "The user's unexpired lock on this team, unchanged (`existing`: true)",
+        },
+        answer=answers.LockTaken,
+        problems={
+            errors.TeamFull: "every seat is a member or an unexpired lock; `next_unlock_at` "
+            "(when the earliest lock expires, null if all seats are members) and "
+            "`earliest_locked_at`",
+            errors.AlreadyMember: "the user is a member of this team",
+            **_ENDED,
+            errors.Conflict: "the user's lock in another team kept changing during the "
+            "switch; retry",
+            **_NO_TEAM,
         },
     ),
     Endpoint(
@@ -161,7 +194,9 @@ ENDPOINTS = [
         unlock_seat,
         "Release a user's seat lock",
         tag="teams",
-        responses={200: "{released: bool}", **_NOT_FOUND},
+        responses={200: "Done, released or not (idempotent)"},
+        answer=answers.Released,
+        problems=_NO_TEAM,
     ),
     Endpoint(
         "POST",
@@ -171,10 +206,15 @@ ENDPOINTS = [
         body=MemberConfirm,
         tag="teams",
         responses={
-            201: "{team, formed}",
-            200: "Same user and order again: the same result",
-            409: "lock_required / already_member / team_formed / team_failed",
-            **_NOT_FOUND,
+            201: "Joined; `formed` is true when this member completed the team",
+            200: "The same user and order again: the team as it is now",
+        },
+        answer=answers.Confirmed,
+        problems={
+            errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
+            errors.AlreadyMember: "the user joined this team with another order",
+            **_ENDED,
+            **_NO_TEAM,
         },
     ),
     Endpoint(
@@ -183,6 +223,11 @@ ENDPOINTS = [
         get_user_lock,
         "A user's current lock in an activity",
         tag="teams",
-        responses={200: "{team_id, locked_at, expires_at}", 404: "no_lock / activity_not_found"},
+        responses={200: "The user's unexpired lock"},
+        answer=answers.UserLock,
+        problems={
+            errors.NoLock: "the user holds no unexpired lock in the activity",
+            **_NO_ACTIVITY,
+        },
     ),
 ]

@@ -1,0 +1,216 @@
+"""The shapes of the API's success answers: documentation for OpenAPI and docs/api.md.
+
+The services build their answers as plain dicts; these models describe them, and
+tests/test_api_reference.py validates real answers against them so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from groupbuy.api.endpoints import ID_PATTERN
+
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
+Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN)]
+"""ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
+AnswerId = Annotated[str, Field(pattern=ID_PATTERN)]
+
+
+class Answer(BaseModel):
+    """Base of answer shapes: every field listed, nothing else in the body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Health(Answer):
+    """The process is up."""
+
+    status: Literal["ok"]
+
+
+class Readiness(Answer):
+    """Whether Redis and SQL answer and the Lua scripts are loaded."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str] = Field(
+        description="redis, scripts, database: `ok` or what is wrong with each"
+    )
+
+
+class Event(Answer):
+    """One recorded event."""
+
+    id: int = Field(description="increasing; pass the last one seen as `after`")
+    type: str = Field(description="e.g. team.opened, team.formed, lock.expired, packet.refunded")
+    at: Timestamp = Field(description="when it took effect")
+    data: dict[str, Any] = Field(description="the ids and amounts the event concerns")
+
+
+class EventsPage(Answer):
+    """A page of the events feed."""
+
+    events: list[Event]
+    next_after: int = Field(description="the `after` of the next page")
+
+
+class JobReport(Answer):
+    """What a job run did; the fields after `duration_ms` depend on the job."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job: str
+    duration_ms: float
+
+
+class ReconcileReport(Answer):
+    """A reconciliation run: what it checked and every mismatch found twice."""
+
+    id: int
+    started_at: Timestamp
+    finished_at: Timestamp
+    since: Timestamp | None = Field(description="start of the previous run; null on the first")
+    packets_checked: int
+    teams_checked: int
+    accounts_checked: int
+    pending_records: int = Field(description="records still in outbox streams (not compared)")
+    mismatch_count: int
+    mismatches: list[dict[str, Any]] = Field(description="the first 1000, each with its `kind`")
+
+
+class Activity(Answer):
+    """An activity and the parameters its teams take."""
+
+    activity_id: AnswerId
+    name: str | None
+    team_size: int
+    lock_ttl_s: int
+    team_deadline_s: int
+    created_at: Timestamp
+
+
+class Member(Answer):
+    """A member of a team, in joining order."""
+
+    user_id: AnswerId
+    order_id: AnswerId | None
+    joined_at: Timestamp
+
+
+class SeatLock(Answer):
+    """An unexpired seat lock, oldest first."""
+
+    user_id: AnswerId
+    locked_at: Timestamp
+    expires_at: Timestamp
+
+
+class Team(Answer):
+    """A team; while open, len(members) + len(locks) + free_seats == size."""
+
+    activity_id: AnswerId
+    team_id: AnswerId
+    leader_id: AnswerId
+    status: Literal["open", "formed", "failed"]
+    size: int
+    members: list[Member]
+    locks: list[SeatLock] = Field(description="never an expired lock; empty once ended")
+    free_seats: int = Field(description="0 once the team is formed or failed")
+    next_unlock_at: Timestamp | None = Field(description="when the earliest lock expires")
+    deadline_at: Timestamp = Field(description="an open team fails at this time")
+    formed_at: Timestamp | None
+    failed_at: Timestamp | None
+
+
+class LockTaken(Answer):
+    """A seat lock held for a user."""
+
+    status: Literal["locked"]
+    user_id: AnswerId
+    team_id: AnswerId
+    locked_at: Timestamp
+    expires_at: Timestamp
+    released_team_id: AnswerId | None = Field(
+        description="the team of this activity whose lock was released to allow this one"
+    )
+    existing: Literal[True] | None = Field(
+        default=None, description="present (true) only when the lock already existed"
+    )
+
+
+class Released(Answer):
+    """Whether a lock was released."""
+
+    released: bool = Field(description="false when the user held no lock on the team")
+
+
+class Confirmed(Answer):
+    """A confirmed member's team."""
+
+    team: Team
+    formed: bool = Field(description="the team is formed (this confirm or an earlier one)")
+
+
+class UserLock(Answer):
+    """A user's current lock in an activity."""
+
+    team_id: AnswerId
+    locked_at: Timestamp
+    expires_at: Timestamp
+
+
+class Account(Answer):
+    """A user's balance."""
+
+    user_id: AnswerId
+    balance_cents: int
+
+
+class PacketSent(Answer):
+    """A sent packet."""
+
+    packet_id: AnswerId
+    sender_id: AnswerId
+    amount_cents: int
+    count: int
+    strategy: Literal["double_mean", "equal"]
+    status: Literal["active", "sold_out", "expired"]
+    expires_at: Timestamp
+
+
+class Grabbed(Answer):
+    """The share a user grabbed."""
+
+    status: Literal["grabbed", "already_grabbed"]
+    amount_cents: int
+    remaining_count: int | None = Field(
+        default=None, description="shares left after this grab; only with `grabbed`"
+    )
+
+
+class PacketGrab(Answer):
+    """One grab of a packet, in grab order."""
+
+    user_id: AnswerId
+    amount_cents: int
+    grabbed_at: Timestamp
+
+
+class Packet(Answer):
+    """A packet with its grabs."""
+
+    packet_id: AnswerId
+    sender_id: AnswerId
+    amount_cents: int
+    count: int
+    strategy: Literal["double_mean", "equal"]
+    status: Literal["active", "sold_out", "expired"]
+    remaining_count: int
+    remaining_cents: int
+    refunded_cents: int = Field(description="what went back to the sender at expiry")
+    expires_at: Timestamp
+    grabs: list[PacketGrab]
+    luckiest_user_id: AnswerId | None = Field(
+        description="the largest share once sold out (the earlier grab on a tie), else null"
+    )
