@@ -1,4 +1,4 @@
--- _team_lib: helpers shared by the team_* scripts (after _common); groupbuy/scripts.py
+-- _team_lib: helpers shared by the team_* scripts (after _common); groupbuy/storage/scripts.py
 -- prepends this file to every script whose header says "-- requires: _team_lib".
 -- Common KEYS of team scripts (all under the hash tag {a:<activity_id>}):
 -- KEYS[1] team hash  KEYS[2] members hash (user -> "seq|joined_at_ms|order_id")
