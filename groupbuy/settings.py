@@ -249,7 +249,10 @@ def load_settings(
     raw: dict[str, Any] = {}
     if path is not None:
         with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
+            try:
+                raw = tomllib.load(fh)
+            except tomllib.TOMLDecodeError as exc:
+                raise SettingsError(f"{path} is not valid TOML: {exc}") from None
     merged: dict[str, Any] = dict(raw)
     for section, values in _from_environment(environ).items():
         given = merged.get(section, {})

@@ -149,3 +149,14 @@ def test_a_bound_shared_with_a_request_refuses_the_same_value_in_both(
     with pytest.raises(ValidationError):
         model.model_validate(body)
     model.model_validate({**body, field: bad - 1 if bad > 1 else 1})
+
+
+def test_a_file_that_is_not_toml_is_refused_with_a_message(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[server\nport = 1\n")
+    with pytest.raises(SettingsError, match="is not valid TOML"):
+        load_settings(config, {})
+
+
+def test_an_empty_api_keys_variable_means_no_keys() -> None:
+    assert load_settings(None, {"GROUPBUY_API_KEYS": ""}).auth.keys == ()
