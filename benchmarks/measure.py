@@ -61,8 +61,9 @@ def percentile(ordered: list[float], fraction: float) -> float | None:
 
 
 async def gather_limited(calls: list[Callable[[], Awaitable[Any]]], limit: int = 32) -> list[Any]:
-    """Run set-up calls with bounded concurrency (not measured)."""
-    return await asyncio.gather(*(Meter(limit).measure(c) for c in calls))
+    """Run set-up calls with at most `limit` in flight (not measured)."""
+    meter = Meter(limit)  # one gate for all calls: a Meter per call would bound nothing
+    return await asyncio.gather(*(meter.measure(c) for c in calls))
 
 
 def result_row(
