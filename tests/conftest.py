@@ -1,4 +1,8 @@
-"""Fixtures: the same tests run on fakeredis (with Lua) and on a real redis-server."""
+"""Fixtures: the same tests run on fakeredis (with Lua) and on a real redis-server.
+
+The set-up fixtures built on these (a funded user, a sent packet, an open team) live in
+tests/support/fixtures.py, registered here for every test.
+"""
 
 from __future__ import annotations
 

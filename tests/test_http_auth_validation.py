@@ -18,7 +18,16 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import ENDPOINTS
-from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, assert_ok, assert_problem
+from tests.support.fixtures import OpenTeam
+from tests.support.http import (
+    ADMIN,
+    ADMIN_KEY,
+    SERVICE,
+    SERVICE_KEY,
+    app_of,
+    assert_ok,
+    assert_problem,
+)
 
 MAX_BODY = 64 * 1024
 
@@ -81,17 +90,6 @@ BAD_IDS = [
 # -- helpers ------------------------------------------------------------------------
 
 
-def setup_team(client: TestClient) -> Any:
-    """Activity `a` (team_size 3) with team `t1` led by L; returns the team."""
-    r = client.post("/v1/activities", json={"activity_id": "a", "team_size": 3}, headers=ADMIN)
-    assert r.status_code in (200, 201), r.text
-    r = client.post(
-        "/v1/activities/a/teams", json={"leader_id": "L", "team_id": "t1"}, headers=SERVICE
-    )
-    assert r.status_code in (200, 201), r.text
-    return r.json()
-
-
 def team_now(client: TestClient) -> Any:
     return assert_ok(client.get(TEAM, headers=SERVICE), 200)
 
@@ -123,8 +121,10 @@ def test_open_endpoints_need_no_key(client: TestClient) -> None:
     assert client.get("/healthz", headers={"Authorization": "Bearer wrong"}).status_code == 200
 
 
-def test_every_protected_endpoint_answers_401_without_a_valid_key(client: TestClient) -> None:
-    setup_team(client)
+def test_every_protected_endpoint_answers_401_without_a_valid_key(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     bad_headers: list[dict[str, str]] = [
         {},
         {"Authorization": "Bearer wrong-key"},
@@ -202,8 +202,8 @@ def post_raw(client: TestClient, url: str, raw: bytes, headers: dict[str, str]) 
     return client.post(url, content=raw, headers={**headers, "Content-Type": "application/json"})
 
 
-def test_malformed_bodies_422(client: TestClient) -> None:
-    setup_team(client)
+def test_malformed_bodies_422(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     before = state(client)
     raws = [
         b"",
@@ -237,8 +237,8 @@ def test_malformed_bodies_422(client: TestClient) -> None:
         assert state(client) == before, name
 
 
-def test_unknown_missing_and_mistyped_fields_422(client: TestClient) -> None:
-    setup_team(client)
+def test_unknown_missing_and_mistyped_fields_422(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     before = state(client)
     for name, (_path, url, good, headers) in POSTS.items():
         cases: list[dict[str, Any]] = [
@@ -329,8 +329,8 @@ def test_out_of_range_numbers_422(client: TestClient) -> None:
         assert {k: created[k] for k in params} == params
 
 
-def test_bad_ids_in_bodies_422(client: TestClient) -> None:
-    setup_team(client)
+def test_bad_ids_in_bodies_422(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     before = state(client)
     for name, (_path, url, good, headers) in POSTS.items():
         for field in ID_FIELDS[name]:
@@ -404,8 +404,8 @@ def segment_urls(segment: str) -> list[tuple[str, str, dict[str, Any] | None]]:
     return urls
 
 
-def test_bad_ids_in_path_segments_422(client: TestClient) -> None:
-    setup_team(client)
+def test_bad_ids_in_path_segments_422(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     before = state(client)
     checked = 0
     for segment in BAD_SEGMENTS:
@@ -421,8 +421,8 @@ def test_bad_ids_in_path_segments_422(client: TestClient) -> None:
     "url",
     ["/v1/activities/a%2Fteams%2Ft1", "/v1/activities/a%2Fb", "/v1/activities/a/teams/t1%2Flocks"],
 )
-def test_encoded_slash_in_path_id_422(client: TestClient, url: str) -> None:
-    setup_team(client)
+def test_encoded_slash_in_path_id_422(client: TestClient, url: str, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     r = client.get(url, headers=SERVICE)
     assert_problem(r, 422, "invalid_request")
 
@@ -436,8 +436,10 @@ def test_encoded_slash_in_path_id_422(client: TestClient, url: str) -> None:
         ("DELETE", "/v1/activities/a/teams/t1/locks/"),
     ],
 )
-def test_empty_path_id_422(client: TestClient, method: str, url: str) -> None:
-    setup_team(client)
+def test_empty_path_id_422(
+    client: TestClient, method: str, url: str, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     before = state(client)
     r = client.request(
         method,
@@ -450,9 +452,11 @@ def test_empty_path_id_422(client: TestClient, method: str, url: str) -> None:
     assert state(client) == before
 
 
-def test_empty_path_id_is_refused_and_changes_nothing(client: TestClient) -> None:
+def test_empty_path_id_is_refused_and_changes_nothing(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
     """Whatever its status, a request with an empty path id fails and touches nothing."""
-    setup_team(client)
+    opened_team(team_size=3)
     before = state(client)
     for method, url in [
         ("GET", "/v1/activities//teams/t1"),
@@ -476,8 +480,10 @@ def test_empty_path_id_is_refused_and_changes_nothing(client: TestClient) -> Non
 # -- size limit ---------------------------------------------------------------------
 
 
-def test_body_over_64_kib_413_and_nothing_created(client: TestClient) -> None:
-    setup_team(client)
+def test_body_over_64_kib_413_and_nothing_created(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     before = state(client)
     # Exactly 64 KiB (padded with JSON whitespace) is still accepted.
     body = json.dumps({"activity_id": "new-act"}).encode()
@@ -512,8 +518,8 @@ def test_body_over_64_kib_413_and_nothing_created(client: TestClient) -> None:
 # -- routing ------------------------------------------------------------------------
 
 
-def test_unknown_route_404_and_wrong_method_405(client: TestClient) -> None:
-    setup_team(client)
+def test_unknown_route_404_and_wrong_method_405(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team(team_size=3)
     for url in (
         "/nope",
         "/v1",
@@ -548,8 +554,10 @@ def test_405_names_the_allowed_methods(client: TestClient) -> None:
     assert "GET" in r.headers.get("allow", "")
 
 
-def test_no_query_parameters_where_none_are_defined(client: TestClient) -> None:
-    setup_team(client)
+def test_no_query_parameters_where_none_are_defined(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     before = state(client)
     assert_problem(client.get(f"{TEAM}?x=1", headers=SERVICE), 422, "invalid_request")
     r = client.post("/v1/activities?dry_run=1", json={"activity_id": "new-act"}, headers=ADMIN)
@@ -564,7 +572,7 @@ def test_openapi_document_lists_every_route(client: TestClient) -> None:
     assert doc["info"]["title"] and doc["info"]["version"]
 
     app_routes: dict[str, set[str]] = {}
-    for route in client.app.routes:  # type: ignore[attr-defined]
+    for route in app_of(client).routes:
         assert isinstance(route, Route)
         app_routes.setdefault(route.path, set()).update(
             m.lower() for m in (route.methods or ()) if m != "HEAD"
@@ -671,8 +679,8 @@ def bodies(name: str) -> st.SearchStrategy[bytes]:
 
 
 @pytest.fixture
-def fuzz_client(client: TestClient) -> TestClient:
-    setup_team(client)
+def fuzz_client(client: TestClient, opened_team: OpenTeam) -> TestClient:
+    opened_team(team_size=3)
     return client
 
 
@@ -689,7 +697,7 @@ def test_arbitrary_bodies_never_5xx(
 ) -> None:
     path, url, _good, headers = POSTS[name]
     raw = data.draw(bodies(name), label="body")
-    openapi = fuzz_client.app.state.openapi  # type: ignore[attr-defined]
+    openapi = app_of(fuzz_client).state.openapi
     documented = {int(code) for code in openapi["paths"][path]["post"]["responses"]}
     r = post_raw(fuzz_client, url, raw, headers)
     assert r.status_code < 500, (raw, r.status_code, r.text)

@@ -14,8 +14,18 @@ from typing import Any
 import httpx2 as httpx
 from starlette.testclient import TestClient
 
-from tests.support.fixtures import SentPacket
-from tests.support.http import ADMIN, SERVICE, assert_ok, assert_problem, ms, on_loop, services_of
+from tests.support.fixtures import FundUser, SendPacket
+from tests.support.http import (
+    ADMIN,
+    SERVICE,
+    app_services,
+    assert_ok,
+    assert_problem,
+    deposit,
+    ms,
+    portal,
+    send,
+)
 
 SENT_KEYS = {"packet_id", "sender_id", "amount_cents", "count", "strategy", "status", "expires_at"}
 PACKET_KEYS = {
@@ -58,29 +68,11 @@ BAD_IDS: list[Any] = [
 # -- helpers ------------------------------------------------------------------------
 
 
-def deposit(
-    client: TestClient, uid: str, amount: Any, reference: Any, headers: dict[str, str] = ADMIN
-) -> httpx.Response:
-    return client.post(
-        f"/v1/accounts/{uid}/deposits",
-        json={"amount_cents": amount, "reference": reference},
-        headers=headers,
-    )
-
-
-def fund(client: TestClient, uid: str, amount: int, reference: str | None = None) -> None:
-    assert_ok(deposit(client, uid, amount, reference or f"dep-{uid}-{amount}"), 201)
-
-
 def balance(client: TestClient, uid: str) -> int:
     body = assert_ok(client.get(f"/v1/accounts/{uid}", headers=SERVICE), 200)
     assert set(body) == {"user_id", "balance_cents"} and body["user_id"] == uid, body
     assert type(body["balance_cents"]) is int, body
     return int(body["balance_cents"])
-
-
-def send(client: TestClient, **body: Any) -> httpx.Response:
-    return client.post("/v1/redpackets", json=body, headers=SERVICE)
 
 
 def grab(client: TestClient, pid: str, uid: str) -> httpx.Response:
@@ -149,24 +141,24 @@ def check_packet(p: dict[str, Any]) -> None:
 
 def drain(client: TestClient) -> None:
     """Write every pending grab, sold-out and refund record to SQL now."""
-    on_loop(client, services_of(client).packets.writer.drain_all)
+    portal(client).call(app_services(client).packets.writer.drain_all)
 
 
 def expire_due(client: TestClient) -> Any:
-    return on_loop(client, services_of(client).packets.expire_due)
+    return portal(client).call(app_services(client).packets.expire_due)
 
 
 def advance(client: TestClient, seconds: float) -> None:
-    services_of(client).clock.advance(seconds)
+    app_services(client).clock.advance(seconds)
 
 
 def drop_from_redis(client: TestClient, pid: str) -> None:
     """Make Redis forget a drained, ended packet, as its retention TTL would."""
-    svc = services_of(client)
+    svc = app_services(client)
     outbox = svc.keys.packet_outbox(pid)
-    assert on_loop(client, svc.redis.xlen, outbox) == 0, "records not yet in SQL"
-    on_loop(client, svc.redis.delete, *svc.keys.packet_keys(pid))
-    assert on_loop(client, svc.redis.exists, *svc.keys.packet_keys(pid)) == 0
+    assert portal(client).call(svc.redis.xlen, outbox) == 0, "records not yet in SQL"
+    portal(client).call(svc.redis.delete, *svc.keys.packet_keys(pid))
+    assert portal(client).call(svc.redis.exists, *svc.keys.packet_keys(pid)) == 0
 
 
 def events(client: TestClient) -> list[dict[str, Any]]:
@@ -200,8 +192,10 @@ def test_deposit_201_then_same_reference_200_not_credited_twice(client: TestClie
     assert balance(client, "alice") == 1750
 
 
-def test_deposit_reference_reused_for_another_deposit_409_conflict(client: TestClient) -> None:
-    fund(client, "alice", 1000, "ref-1")
+def test_deposit_reference_reused_for_another_deposit_409_conflict(
+    client: TestClient, funded_user: FundUser
+) -> None:
+    funded_user("alice", 1000, "ref-1")
     assert_problem(deposit(client, "alice", 999, "ref-1"), 409, "conflict")
     assert_problem(deposit(client, "bob", 1000, "ref-1"), 409, "conflict")
     assert_problem(deposit(client, "bob", 5, "ref-1"), 409, "conflict")
@@ -284,8 +278,8 @@ def test_account_of_unknown_user_is_zero(client: TestClient) -> None:
 # -- send -------------------------------------------------------------------------------
 
 
-def test_send_201_exact_body_and_sender_debited(client: TestClient) -> None:
-    fund(client, "alice", 5000)
+def test_send_201_exact_body_and_sender_debited(client: TestClient, funded_user: FundUser) -> None:
+    funded_user("alice", 5000)
     before = time.time() * 1000
     r = send(
         client,
@@ -314,8 +308,10 @@ def test_send_201_exact_body_and_sender_debited(client: TestClient) -> None:
     assert p["grabs"] == [] and p["remaining_count"] == 4 and p["remaining_cents"] == 1200
 
 
-def test_send_defaults_generated_id_double_mean_one_day(client: TestClient) -> None:
-    fund(client, "alice", 5000)
+def test_send_defaults_generated_id_double_mean_one_day(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 5000)
     before = time.time() * 1000
     body = assert_ok(send(client, sender_id="alice", amount_cents=700, count=3), 201)
     after = time.time() * 1000
@@ -335,18 +331,17 @@ def test_send_defaults_generated_id_double_mean_one_day(client: TestClient) -> N
     assert other["packet_id"] != pid
     assert balance(client, "alice") == 3600
     # An explicit null is the same as leaving the optional fields out.
-    nulls = assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=10, count=1, packet_id=None, expires_in_s=None
-        ),
-        201,
+    nulls = sent_packet(
+        sender_id="alice", amount_cents=10, count=1, packet_id=None, expires_in_s=None
     )
     assert nulls["strategy"] == "double_mean"
     assert nulls["packet_id"] not in (pid, other["packet_id"])
 
 
-def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> None:
-    fund(client, "alice", 1000)
+def test_send_repeat_same_id_and_params_200_debits_once(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 1000)
     params: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 1000,
@@ -354,7 +349,7 @@ def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> N
         "packet_id": "p1",
         "expires_in_s": 300,
     }
-    first = assert_ok(send(client, **params), 201)
+    first = sent_packet(**params)
     assert balance(client, "alice") == 0
     # The balance is now 0: a retry must not be taken for a second debit.
     for _ in range(3):
@@ -370,9 +365,9 @@ def test_send_repeat_same_id_and_params_200_debits_once(client: TestClient) -> N
 
 
 def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
-    client: TestClient,
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
 ) -> None:
-    fund(client, "alice", 1000)
+    funded_user("alice", 1000)
     sold: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 200,
@@ -387,8 +382,8 @@ def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
         "expires_in_s": 20,
     }
     first = {
-        "sold": assert_ok(send(client, **sold), 201),
-        "lapsed": assert_ok(send(client, **lapsed), 201),
+        "sold": sent_packet(**sold),
+        "lapsed": sent_packet(**lapsed),
     }
     grabbed(client, "sold", "bob")
     grabbed(client, "sold", "carol")
@@ -416,9 +411,11 @@ def test_send_retried_after_the_packet_ended_neither_debits_nor_revives_it(
     assert balance(client, "dave") == 0
 
 
-def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
-    fund(client, "alice", 3000)
-    fund(client, "bob", 3000)
+def test_send_same_id_other_params_409_conflict(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 3000)
+    funded_user("bob", 3000)
     params: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 1000,
@@ -427,7 +424,7 @@ def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
         "expires_in_s": 300,
         "strategy": "double_mean",
     }
-    first = assert_ok(send(client, **params), 201)
+    first = sent_packet(**params)
     variants: list[dict[str, Any]] = [
         {"sender_id": "bob"},
         {"amount_cents": 1001},
@@ -449,9 +446,9 @@ def test_send_same_id_other_params_409_conflict(client: TestClient) -> None:
 
 
 def test_send_insufficient_funds_409_nothing_debited_no_packet(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
 ) -> None:
-    fund(client, "alice", 500)
+    funded_user("alice", 500)
     r = send(client, sender_id="alice", amount_cents=501, count=2, packet_id="p1")
     assert_problem(r, 409, "insufficient_funds")
     assert balance(client, "alice") == 500
@@ -465,20 +462,23 @@ def test_send_insufficient_funds_409_nothing_debited_no_packet(
     assert packet_events(client, "packet.sent", "p1") == []
     assert packet_events(client, "packet.sent", "p2") == []
     # The refused id is free: after a top-up the same send succeeds, debiting once.
-    fund(client, "alice", 1)
+    funded_user("alice", 1)
     r = send(client, sender_id="alice", amount_cents=501, count=2, packet_id="p1")
     assert assert_ok(r, 201)["packet_id"] == "p1"
     assert balance(client, "alice") == 0
     # Exactly the whole balance is enough; then one cent more is not.
-    sent_packet("p3", 300, 3, sender_id="bob")
+    funded_user("bob", 300)
+    sent_packet(sender_id="bob", amount_cents=300, count=3, packet_id="p3")
     assert balance(client, "bob") == 0
     r = send(client, sender_id="bob", amount_cents=1, count=1, packet_id="p4")
     assert_problem(r, 409, "insufficient_funds")
     assert balance(client, "bob") == 0
 
 
-def test_send_invalid_requests_422_nothing_debited(client: TestClient) -> None:
-    fund(client, "alice", 2_000_000)
+def test_send_invalid_requests_422_nothing_debited(
+    client: TestClient, funded_user: FundUser
+) -> None:
+    funded_user("alice", 2_000_000)
     good: dict[str, Any] = {
         "sender_id": "alice",
         "amount_cents": 1000,
@@ -533,16 +533,18 @@ def test_send_invalid_requests_422_nothing_debited(client: TestClient) -> None:
     assert [e for e in events(client) if e["type"] == "packet.sent"] == []
 
 
-def test_send_at_the_limits_201(client: TestClient) -> None:
-    fund(client, "alice", 2_000_000)
-    at_limits = [
+def test_send_at_the_limits_201(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 2_000_000)
+    at_limits: list[dict[str, Any]] = [
         {"packet_id": "most-shares", "amount_cents": 10000, "count": 10000, "strategy": "equal"},
         {"packet_id": "most-money", "amount_cents": 1_000_000, "count": 1},
         {"packet_id": "one-cent", "amount_cents": 1, "count": 1, "expires_in_s": 1},
         {"packet_id": "longest", "amount_cents": 10, "count": 10, "expires_in_s": 604800},
     ]
     for params in at_limits:
-        assert_ok(send(client, sender_id="alice", **params), 201)
+        sent_packet(sender_id="alice", **params)
     assert balance(client, "alice") == 2_000_000 - 10000 - 1_000_000 - 1 - 10
     assert grabbed(client, "most-shares", "u1") == 1
     assert grabbed(client, "most-money", "u1") == 1_000_000
@@ -550,13 +552,14 @@ def test_send_at_the_limits_201(client: TestClient) -> None:
     assert p["remaining_count"] == 9999 and p["remaining_cents"] == 9999
 
 
-def test_equal_strategy_splits_evenly(client: TestClient) -> None:
-    fund(client, "alice", 10_000)
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=1003, count=10, packet_id="p1", strategy="equal"
-        ),
-        201,
+def test_equal_strategy_splits_evenly(client: TestClient, sent_packet: SendPacket) -> None:
+    sent_packet(
+        funds=10_000,
+        sender_id="alice",
+        amount_cents=1003,
+        count=10,
+        packet_id="p1",
+        strategy="equal",
     )
     amounts = [grabbed(client, "p1", f"u{i}") for i in range(10)]
     assert sum(amounts) == 1003
@@ -567,11 +570,13 @@ def test_equal_strategy_splits_evenly(client: TestClient) -> None:
     assert [g["amount_cents"] for g in p["grabs"]] == amounts
 
 
-def test_double_mean_shares_stay_within_twice_the_mean(client: TestClient) -> None:
-    fund(client, "alice", 100_000)
+def test_double_mean_shares_stay_within_twice_the_mean(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 100_000)
     for n in range(3):
         pid = f"p{n}"
-        assert_ok(send(client, sender_id="alice", amount_cents=1000, count=8, packet_id=pid), 201)
+        sent_packet(sender_id="alice", amount_cents=1000, count=8, packet_id=pid)
         remaining, left = 1000, 8
         for i in range(8):
             body = assert_ok(grab(client, pid, f"u{i}"), 200)
@@ -593,9 +598,9 @@ def test_double_mean_shares_stay_within_twice_the_mean(client: TestClient) -> No
 
 
 def test_grab_200_then_repeat_already_grabbed_same_amount(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, sent_packet: SendPacket
 ) -> None:
-    sent_packet("p1", 1000, 3)
+    sent_packet(funds=1000, sender_id="alice", amount_cents=1000, count=3, packet_id="p1")
     first = assert_ok(grab(client, "p1", "bob"), 200)
     assert set(first) == {"status", "amount_cents", "remaining_count"}, first
     assert first["status"] == "grabbed" and first["remaining_count"] == 2, first
@@ -620,9 +625,9 @@ def test_grab_200_then_repeat_already_grabbed_same_amount(
 
 
 def test_grab_sold_out_409_and_repeat_still_already_grabbed(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, sent_packet: SendPacket
 ) -> None:
-    sent_packet("p1", 500, 2, funds=1000)
+    sent_packet(funds=1000, sender_id="alice", amount_cents=500, count=2, packet_id="p1")
     a = grabbed(client, "p1", "bob")
     last = assert_ok(grab(client, "p1", "carol"), 200)
     assert last["status"] == "grabbed" and last["remaining_count"] == 0
@@ -648,13 +653,11 @@ def test_grab_sold_out_409_and_repeat_still_already_grabbed(
     assert packet_events(client, "packet.refunded", "p1") == []
 
 
-def test_grab_after_expiry_410_and_repeat_still_already_grabbed(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=1000, count=4, packet_id="p1", expires_in_s=60
-        ),
-        201,
+def test_grab_after_expiry_410_and_repeat_still_already_grabbed(
+    client: TestClient, sent_packet: SendPacket
+) -> None:
+    sent_packet(
+        funds=1000, sender_id="alice", amount_cents=1000, count=4, packet_id="p1", expires_in_s=60
     )
     a = grabbed(client, "p1", "bob")
     advance(client, 30)
@@ -672,11 +675,11 @@ def test_grab_after_expiry_410_and_repeat_still_already_grabbed(client: TestClie
 
 
 def test_grab_unknown_packet_404_and_bad_ids_422(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, sent_packet: SendPacket
 ) -> None:
     assert_problem(grab(client, "nope", "bob"), 404, "packet_not_found")
     assert_problem(raw_packet(client, "nope"), 404, "packet_not_found")
-    sent_packet("p1", 100, 2)
+    sent_packet(funds=100, sender_id="alice", amount_cents=100, count=2, packet_id="p1")
     for bad in BAD_IDS:
         assert_422(client.post("/v1/redpackets/p1/grab", json={"user_id": bad}, headers=SERVICE))
     for body in ({}, {"user_id": "bob", "amount_cents": 100}, {"userId": "bob"}):
@@ -694,9 +697,9 @@ def test_grab_unknown_packet_404_and_bad_ids_422(
 
 
 def test_grab_credit_reaches_the_account_within_2s(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, sent_packet: SendPacket
 ) -> None:
-    sent_packet("p1", 1000, 2)
+    sent_packet(funds=1000, sender_id="alice", amount_cents=1000, count=2, packet_id="p1")
     amount = grabbed(client, "p1", "bob")
     deadline = time.monotonic() + 2.0
     while balance(client, "bob") != amount and time.monotonic() < deadline:
@@ -711,13 +714,16 @@ def test_grab_credit_reaches_the_account_within_2s(
 # -- reading a packet -------------------------------------------------------------------
 
 
-def test_get_packet_lists_grabs_in_order_with_consistent_remainders(client: TestClient) -> None:
-    fund(client, "alice", 10_000)
-    sent = assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=5000, count=6, packet_id="p1", expires_in_s=3600
-        ),
-        201,
+def test_get_packet_lists_grabs_in_order_with_consistent_remainders(
+    client: TestClient, sent_packet: SendPacket
+) -> None:
+    sent = sent_packet(
+        funds=10_000,
+        sender_id="alice",
+        amount_cents=5000,
+        count=6,
+        packet_id="p1",
+        expires_in_s=3600,
     )
     users = ["u5", "u1", "u9", "u0"]  # not alphabetical: order is grab order
     amounts = []
@@ -735,11 +741,13 @@ def test_get_packet_lists_grabs_in_order_with_consistent_remainders(client: Test
     assert abs(stamps[0] - time.time() * 1000) < 5000
 
 
-def test_luckiest_is_null_until_sold_out_then_the_biggest_grab(client: TestClient) -> None:
-    fund(client, "alice", 100_000)
+def test_luckiest_is_null_until_sold_out_then_the_biggest_grab(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 100_000)
     for n in range(4):
         pid = f"p{n}"
-        assert_ok(send(client, sender_id="alice", amount_cents=997, count=5, packet_id=pid), 201)
+        sent_packet(sender_id="alice", amount_cents=997, count=5, packet_id=pid)
         amounts = {}
         for i in range(5):
             assert packet(client, pid)["luckiest_user_id"] is None
@@ -750,26 +758,18 @@ def test_luckiest_is_null_until_sold_out_then_the_biggest_grab(client: TestClien
         assert p["luckiest_user_id"] == next(u for u, a in amounts.items() if a == best)
 
 
-def test_luckiest_tie_goes_to_the_earliest_grab(client: TestClient) -> None:
-    fund(client, "alice", 10_000)
+def test_luckiest_tie_goes_to_the_earliest_grab(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
+    funded_user("alice", 10_000)
     # Every share is 100: all tie, the first grabber wins.
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=400, count=4, packet_id="tie", strategy="equal"
-        ),
-        201,
-    )
+    sent_packet(sender_id="alice", amount_cents=400, count=4, packet_id="tie", strategy="equal")
     for uid in ("zed", "mia", "amy", "bob"):
         assert grabbed(client, "tie", uid) == 100
     p = packet(client, "tie")
     assert p["status"] == "sold_out" and p["luckiest_user_id"] == "zed", p
     # 101, 101, 100: the earlier of the two 101s wins, wherever the shuffle put them.
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=302, count=3, packet_id="two", strategy="equal"
-        ),
-        201,
-    )
+    sent_packet(sender_id="alice", amount_cents=302, count=3, packet_id="two", strategy="equal")
     amounts = {uid: grabbed(client, "two", uid) for uid in ("xx", "yy", "zz")}
     first_101 = next(uid for uid, a in amounts.items() if a == 101)
     assert packet(client, "two")["luckiest_user_id"] == first_101
@@ -779,13 +779,9 @@ def test_luckiest_tie_goes_to_the_earliest_grab(client: TestClient) -> None:
     assert packet(client, "tie")["luckiest_user_id"] == "zed"
 
 
-def test_expiry_refunds_the_rest_exactly_once(client: TestClient) -> None:
-    fund(client, "alice", 2000)
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=1500, count=5, packet_id="p1", expires_in_s=120
-        ),
-        201,
+def test_expiry_refunds_the_rest_exactly_once(client: TestClient, sent_packet: SendPacket) -> None:
+    sent_packet(
+        funds=2000, sender_id="alice", amount_cents=1500, count=5, packet_id="p1", expires_in_s=120
     )
     a = grabbed(client, "p1", "bob")
     b = grabbed(client, "p1", "carol")
@@ -819,13 +815,11 @@ def test_expiry_refunds_the_rest_exactly_once(client: TestClient) -> None:
     assert packet(client, "p1") == p
 
 
-def test_lazy_expiry_by_a_read_refunds_once_with_the_job(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(
-        send(
-            client, sender_id="alice", amount_cents=1000, count=3, packet_id="p1", expires_in_s=10
-        ),
-        201,
+def test_lazy_expiry_by_a_read_refunds_once_with_the_job(
+    client: TestClient, sent_packet: SendPacket
+) -> None:
+    sent_packet(
+        funds=1000, sender_id="alice", amount_cents=1000, count=3, packet_id="p1", expires_in_s=10
     )
     a = grabbed(client, "p1", "bob")
     advance(client, 11)
@@ -841,11 +835,9 @@ def test_lazy_expiry_by_a_read_refunds_once_with_the_job(client: TestClient) -> 
     assert packet(client, "p1") == p
 
 
-def test_nothing_grabbed_is_all_refunded(client: TestClient) -> None:
-    fund(client, "alice", 800)
-    assert_ok(
-        send(client, sender_id="alice", amount_cents=800, count=8, packet_id="p1", expires_in_s=5),
-        201,
+def test_nothing_grabbed_is_all_refunded(client: TestClient, sent_packet: SendPacket) -> None:
+    sent_packet(
+        funds=800, sender_id="alice", amount_cents=800, count=8, packet_id="p1", expires_in_s=5
     )
     assert balance(client, "alice") == 0
     advance(client, 6)
@@ -857,9 +849,9 @@ def test_nothing_grabbed_is_all_refunded(client: TestClient) -> None:
 
 
 def test_sold_out_packet_is_answered_from_sql_after_redis_dropped_it(
-    client: TestClient, sent_packet: SentPacket
+    client: TestClient, sent_packet: SendPacket
 ) -> None:
-    sent_packet("p1", 1000, 3)
+    sent_packet(funds=1000, sender_id="alice", amount_cents=1000, count=3, packet_id="p1")
     amounts = {uid: grabbed(client, "p1", uid) for uid in ("bob", "carol", "dave")}
     drain(client)
     live = packet(client, "p1")
@@ -875,11 +867,11 @@ def test_sold_out_packet_is_answered_from_sql_after_redis_dropped_it(
     assert balance(client, "erin") == 0 and balance(client, "alice") == 0
 
 
-def test_expired_packet_is_answered_from_sql_after_redis_dropped_it(client: TestClient) -> None:
-    fund(client, "alice", 1000)
-    assert_ok(
-        send(client, sender_id="alice", amount_cents=900, count=3, packet_id="p1", expires_in_s=60),
-        201,
+def test_expired_packet_is_answered_from_sql_after_redis_dropped_it(
+    client: TestClient, sent_packet: SendPacket
+) -> None:
+    sent_packet(
+        funds=1000, sender_id="alice", amount_cents=900, count=3, packet_id="p1", expires_in_s=60
     )
     a = grabbed(client, "p1", "bob")
     advance(client, 61)
@@ -902,11 +894,13 @@ def test_expired_packet_is_answered_from_sql_after_redis_dropped_it(client: Test
 # -- guarantees -------------------------------------------------------------------------
 
 
-def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
+def test_money_is_conserved_after_a_mixed_scenario(
+    client: TestClient, funded_user: FundUser, sent_packet: SendPacket
+) -> None:
     deposits = {"alice": [5000, 700], "bob": [3000], "carol": [1234], "dave": [1]}
     for uid, amounts in deposits.items():
         for n, amount in enumerate(amounts):
-            fund(client, uid, amount, f"ref-{uid}-{n}")
+            funded_user(uid, amount, f"ref-{uid}-{n}")
     assert_ok(deposit(client, "alice", 5000, "ref-alice-0"), 200)  # a retry, not money
     total_deposits = sum(sum(amounts) for amounts in deposits.values())
 
@@ -917,12 +911,7 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
         ("untouched", "alice", 999, 2, {"strategy": "equal"}),
     ]
     for pid, sender, amount, count, extra in sends:
-        assert_ok(
-            send(
-                client, sender_id=sender, amount_cents=amount, count=count, packet_id=pid, **extra
-            ),
-            201,
-        )
+        sent_packet(sender_id=sender, amount_cents=amount, count=count, packet_id=pid, **extra)
     assert_ok(send(client, sender_id="alice", amount_cents=2000, count=3, packet_id="sold"), 200)
     assert_problem(
         send(client, sender_id="dave", amount_cents=2, count=1, packet_id="poor"),
@@ -966,19 +955,9 @@ def test_money_is_conserved_after_a_mixed_scenario(client: TestClient) -> None:
         assert balances[uid] == sum(deposits.get(uid, [])) + got - gave, uid
 
 
-def test_events_feed_lists_packet_events(client: TestClient, sent_packet: SentPacket) -> None:
-    sent_packet("soldp", 300, 2, funds=5000)
-    assert_ok(
-        send(
-            client,
-            sender_id="alice",
-            amount_cents=400,
-            count=2,
-            packet_id="lapsedp",
-            expires_in_s=10,
-        ),
-        201,
-    )
+def test_events_feed_lists_packet_events(client: TestClient, sent_packet: SendPacket) -> None:
+    sent_packet(funds=5000, sender_id="alice", amount_cents=300, count=2, packet_id="soldp")
+    sent_packet(sender_id="alice", amount_cents=400, count=2, packet_id="lapsedp", expires_in_s=10)
     assert_ok(send(client, sender_id="alice", amount_cents=300, count=2, packet_id="soldp"), 200)
     grabbed(client, "soldp", "bob")
     grabbed(client, "soldp", "carol")

@@ -14,7 +14,19 @@ from typing import Any
 import httpx2 as httpx
 from starlette.testclient import TestClient
 
-from tests.support.http import ADMIN, SERVICE, assert_ok, assert_problem, ms, on_loop, services_of
+from groupbuy.storage.clock import RedisClock
+from tests.support.fixtures import OpenTeam
+from tests.support.http import (
+    ADMIN,
+    SERVICE,
+    app_services,
+    assert_ok,
+    assert_problem,
+    make_activity,
+    ms,
+    open_team,
+    portal,
+)
 
 ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -41,25 +53,8 @@ ACTIVITY_KEYS = {"activity_id", "name", "team_size", "lock_ttl_s", "team_deadlin
 # -- helpers ------------------------------------------------------------------------
 
 
-def clock(client: TestClient) -> Any:
-    return services_of(client).clock
-
-
-def make_activity(client: TestClient, aid: str, **params: Any) -> Any:
-    return assert_ok(
-        client.post("/v1/activities", json={"activity_id": aid, **params}, headers=ADMIN), 201
-    )
-
-
-def open_team(
-    client: TestClient, aid: str, tid: str | None, leader: str, order: str | None = None
-) -> Any:
-    body: dict[str, Any] = {"leader_id": leader}
-    if tid is not None:
-        body["team_id"] = tid
-    if order is not None:
-        body["order_id"] = order
-    return assert_ok(client.post(f"/v1/activities/{aid}/teams", json=body, headers=SERVICE), 201)
+def clock(client: TestClient) -> RedisClock:
+    return app_services(client).clock
 
 
 def lock(client: TestClient, aid: str, tid: str, uid: str) -> httpx.Response:
@@ -269,9 +264,10 @@ def test_open_team_unknown_activity_404(client: TestClient) -> None:
     assert_problem(client.get("/v1/activities/nope", headers=SERVICE), 404, "activity_not_found")
 
 
-def test_get_team_body_shape_and_seat_arithmetic(client: TestClient) -> None:
-    make_activity(client, "a", team_size=5, lock_ttl_s=100, team_deadline_s=1000)
-    opened = open_team(client, "a", "t1", "L", order="oL")
+def test_get_team_body_shape_and_seat_arithmetic(client: TestClient, opened_team: OpenTeam) -> None:
+    opened = opened_team(
+        "a", "t1", "L", order_id="oL", team_size=5, lock_ttl_s=100, team_deadline_s=1000
+    )
     assert get_team(client, "a", "t1") == opened
 
     first = assert_ok(lock(client, "a", "t1", "u1"), 201)
@@ -295,9 +291,10 @@ def test_get_team_body_shape_and_seat_arithmetic(client: TestClient) -> None:
     assert team["formed_at"] is None and team["failed_at"] is None
 
 
-def test_get_team_404_team_not_found_vs_activity_not_found(client: TestClient) -> None:
-    make_activity(client, "a")
-    open_team(client, "a", "t1", "L")
+def test_get_team_404_team_not_found_vs_activity_not_found(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("a", "t1", "L")
     body = assert_problem(
         client.get("/v1/activities/a/teams/t2", headers=SERVICE), 404, "team_not_found"
     )
@@ -310,9 +307,8 @@ def test_get_team_404_team_not_found_vs_activity_not_found(client: TestClient) -
 # -- seat locks ---------------------------------------------------------------------
 
 
-def test_lock_201_then_existing_200_unchanged(client: TestClient) -> None:
-    make_activity(client, "a", lock_ttl_s=120)
-    open_team(client, "a", "t1", "L")
+def test_lock_201_then_existing_200_unchanged(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L", lock_ttl_s=120)
     held = assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert set(held) == NEW_LOCK_KEYS
     assert held["status"] == "locked" and held["user_id"] == "u1" and held["team_id"] == "t1"
@@ -338,9 +334,8 @@ def test_lock_201_then_existing_200_unchanged(client: TestClient) -> None:
     }
 
 
-def test_lock_team_full_409_names_earliest_lock(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3, lock_ttl_s=60)
-    open_team(client, "a", "t1", "L")
+def test_lock_team_full_409_names_earliest_lock(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L", team_size=3, lock_ttl_s=60)
     first = assert_ok(lock(client, "a", "t1", "u1"), 201)
     clock(client).advance(5)
     second = assert_ok(lock(client, "a", "t1", "u2"), 201)
@@ -365,10 +360,9 @@ def test_lock_team_full_409_names_earliest_lock(client: TestClient) -> None:
     assert ms(third["locked_at"]) > ms(second["locked_at"])
 
 
-def test_lock_when_every_seat_is_a_member(client: TestClient) -> None:
+def test_lock_when_every_seat_is_a_member(client: TestClient, opened_team: OpenTeam) -> None:
     """Seats that are all members (team_size 2 and a confirm): the team is formed, no lock fits."""
-    make_activity(client, "a", team_size=2)
-    open_team(client, "a", "t1", "L")
+    opened_team("a", "t1", "L", team_size=2)
     held = assert_ok(lock(client, "a", "t1", "u1"), 201)
     body = assert_problem(lock(client, "a", "t1", "u2"), 409, "team_full")
     assert body["next_unlock_at"] == held["expires_at"]
@@ -382,17 +376,17 @@ def test_lock_when_every_seat_is_a_member(client: TestClient) -> None:
     assert_problem(user_lock(client, "a", "u2"), 404, "no_lock")
 
 
-def test_team_full_without_locks_has_null_next_unlock(client: TestClient) -> None:
+def test_team_full_without_locks_has_null_next_unlock(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
     """team_full's `next_unlock_at` is null when no lock holds a seat (only members do).
 
     An open team whose seats are all members is not reachable through the API (the
     last confirm forms it), so this puts the team hash in that state directly.
     """
-    make_activity(client, "a", team_size=2)
-    open_team(client, "a", "t1", "L")
-    services = services_of(client)
-    assert client.portal is not None
-    on_loop(client, services.redis.hset, services.keys.team("a", "t1"), "member_count", "2")
+    opened_team("a", "t1", "L", team_size=2)
+    services = app_services(client)
+    portal(client).call(services.redis.hset, services.keys.team("a", "t1"), "member_count", "2")
 
     body = assert_problem(lock(client, "a", "t1", "u1"), 409, "team_full")
     assert body["next_unlock_at"] is None
@@ -400,9 +394,10 @@ def test_team_full_without_locks_has_null_next_unlock(client: TestClient) -> Non
     assert_problem(user_lock(client, "a", "u1"), 404, "no_lock")
 
 
-def test_lock_in_other_team_releases_the_old_lock(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3)
-    open_team(client, "a", "t1", "L1")
+def test_lock_in_other_team_releases_the_old_lock(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("a", "t1", "L1", team_size=3)
     open_team(client, "a", "t2", "L2")
     old = assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert assert_ok(user_lock(client, "a", "u1"), 200)["team_id"] == "t1"
@@ -431,16 +426,16 @@ def test_lock_in_other_team_releases_the_old_lock(client: TestClient) -> None:
     assert assert_ok(user_lock(client, "a", "u1"), 200)["team_id"] == "t1"
 
     # Locks in another activity are independent.
-    make_activity(client, "b")
-    open_team(client, "b", "t1", "L1")
+    opened_team("b", "t1", "L1")
     elsewhere = assert_ok(lock(client, "b", "t1", "u1"), 201)
     assert elsewhere["released_team_id"] is None
     assert assert_ok(user_lock(client, "a", "u1"), 200)["team_id"] == "t1"
 
 
-def test_lock_refused_in_full_team_keeps_the_old_lock(client: TestClient) -> None:
-    make_activity(client, "a", team_size=2)
-    open_team(client, "a", "t1", "L1")
+def test_lock_refused_in_full_team_keeps_the_old_lock(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("a", "t1", "L1", team_size=2)
     open_team(client, "a", "t2", "L2")
     mine = assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_ok(lock(client, "a", "t2", "u2"), 201)
@@ -455,9 +450,8 @@ def test_lock_refused_in_full_team_keeps_the_old_lock(client: TestClient) -> Non
     }
 
 
-def test_lock_already_member_409(client: TestClient) -> None:
-    make_activity(client, "a", team_size=4)
-    open_team(client, "a", "t1", "L", order="oL")
+def test_lock_already_member_409(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L", order_id="oL", team_size=4)
     assert_problem(lock(client, "a", "t1", "L"), 409, "already_member")
     assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_ok(confirm(client, "a", "t1", "u1", "o1"), 201)
@@ -467,9 +461,10 @@ def test_lock_already_member_409(client: TestClient) -> None:
     assert before["locks"] == [] and before["free_seats"] == 2
 
 
-def test_lock_after_deadline_fails_the_team_409(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3, lock_ttl_s=300, team_deadline_s=60)
-    opened = open_team(client, "a", "t1", "L", order="oL")
+def test_lock_after_deadline_fails_the_team_409(client: TestClient, opened_team: OpenTeam) -> None:
+    opened = opened_team(
+        "a", "t1", "L", order_id="oL", team_size=3, lock_ttl_s=300, team_deadline_s=60
+    )
     held = assert_ok(lock(client, "a", "t1", "u1"), 201)
 
     clock(client).advance(61)
@@ -489,9 +484,8 @@ def test_lock_after_deadline_fails_the_team_409(client: TestClient) -> None:
     assert get_team(client, "a", "t1") == team
 
 
-def test_lazy_failure_is_visible_on_get_team(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3, team_deadline_s=120)
-    opened = open_team(client, "a", "t1", "L")
+def test_lazy_failure_is_visible_on_get_team(client: TestClient, opened_team: OpenTeam) -> None:
+    opened = opened_team("a", "t1", "L", team_size=3, team_deadline_s=120)
     assert_ok(lock(client, "a", "t1", "u1"), 201)
     clock(client).advance(119)
     assert get_team(client, "a", "t1")["status"] == "open"
@@ -503,9 +497,10 @@ def test_lazy_failure_is_visible_on_get_team(client: TestClient) -> None:
     assert get_team(client, "a", "t1") == team, "failing is done once"
 
 
-def test_expired_lock_disappears_and_frees_the_seat(client: TestClient) -> None:
-    make_activity(client, "a", team_size=2, lock_ttl_s=30)
-    open_team(client, "a", "t1", "L")
+def test_expired_lock_disappears_and_frees_the_seat(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("a", "t1", "L", team_size=2, lock_ttl_s=30)
     held = assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_problem(lock(client, "a", "t1", "u2"), 409, "team_full")
 
@@ -524,9 +519,8 @@ def test_expired_lock_disappears_and_frees_the_seat(client: TestClient) -> None:
     assert ms(other["locked_at"]) >= ms(held["expires_at"])
 
 
-def test_delete_lock_released_true_then_false(client: TestClient) -> None:
-    make_activity(client, "a")
-    open_team(client, "a", "t1", "L")
+def test_delete_lock_released_true_then_false(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L")
     assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_ok(lock(client, "a", "t1", "u2"), 201)
 
@@ -544,9 +538,8 @@ def test_delete_lock_released_true_then_false(client: TestClient) -> None:
     assert [h["user_id"] for h in get_team(client, "a", "t1")["locks"]] == ["u2"]
 
 
-def test_lock_404s(client: TestClient) -> None:
-    make_activity(client, "a")
-    open_team(client, "a", "t1", "L")
+def test_lock_404s(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L")
     assert_problem(lock(client, "a", "t2", "u1"), 404, "team_not_found")
     assert_problem(lock(client, "b", "t1", "u1"), 404, "activity_not_found")
     assert_problem(user_lock(client, "a", "u1"), 404, "no_lock")
@@ -556,9 +549,8 @@ def test_lock_404s(client: TestClient) -> None:
 # -- membership ---------------------------------------------------------------------
 
 
-def test_confirm_joins_then_forms_the_team(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3)
-    opened = open_team(client, "a", "t1", "L", order="oL")
+def test_confirm_joins_then_forms_the_team(client: TestClient, opened_team: OpenTeam) -> None:
+    opened = opened_team("a", "t1", "L", order_id="oL", team_size=3)
     assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_ok(lock(client, "a", "t1", "u2"), 201)
 
@@ -601,9 +593,8 @@ def test_confirm_joins_then_forms_the_team(client: TestClient) -> None:
     assert_problem(lock(client, "a", "t1", "u3"), 409, "team_formed")
 
 
-def test_confirm_lock_required_409(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3, lock_ttl_s=60)
-    open_team(client, "a", "t1", "L")
+def test_confirm_lock_required_409(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L", team_size=3, lock_ttl_s=60)
     open_team(client, "a", "t2", "L2")
     before = get_team(client, "a", "t1")
 
@@ -625,9 +616,10 @@ def test_confirm_lock_required_409(client: TestClient) -> None:
     assert after["free_seats"] == 2
 
 
-def test_confirm_same_user_other_order_409_already_member(client: TestClient) -> None:
-    make_activity(client, "a", team_size=3)
-    open_team(client, "a", "t1", "L", order="oL")
+def test_confirm_same_user_other_order_409_already_member(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("a", "t1", "L", order_id="oL", team_size=3)
     assert_ok(lock(client, "a", "t1", "u1"), 201)
     assert_ok(confirm(client, "a", "t1", "u1", "o1"), 201)
     before = get_team(client, "a", "t1")
@@ -647,9 +639,8 @@ def test_confirm_404s(client: TestClient) -> None:
     assert_problem(confirm(client, "b", "t1", "u1", "o1"), 404, "activity_not_found")
 
 
-def test_user_lock_200_and_404(client: TestClient) -> None:
-    make_activity(client, "a", lock_ttl_s=50)
-    open_team(client, "a", "t1", "L")
+def test_user_lock_200_and_404(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L", lock_ttl_s=50)
     assert_problem(user_lock(client, "a", "u1"), 404, "no_lock")
     held = assert_ok(lock(client, "a", "t1", "u1"), 201)
     body = assert_ok(user_lock(client, "a", "u1"), 200)
@@ -667,9 +658,10 @@ def test_user_lock_200_and_404(client: TestClient) -> None:
 # -- events feed --------------------------------------------------------------------
 
 
-def test_events_feed_lists_what_happened_in_id_order(client: TestClient) -> None:
-    make_activity(client, "ev", team_size=2, lock_ttl_s=60, team_deadline_s=600)
-    open_team(client, "ev", "t1", "L", order="oL")
+def test_events_feed_lists_what_happened_in_id_order(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("ev", "t1", "L", order_id="oL", team_size=2, lock_ttl_s=60, team_deadline_s=600)
     assert_ok(lock(client, "ev", "t1", "u1"), 201)
     formed = assert_ok(confirm(client, "ev", "t1", "u1", "o1"), 201)["team"]
     open_team(client, "ev", "t2", "M", order="oM")
@@ -738,10 +730,13 @@ def test_events_feed_lists_what_happened_in_id_order(client: TestClient) -> None
     assert beyond == {"events": [], "next_after": ids[-1] + 100}
 
 
-def test_events_from_lazy_checks_reach_the_feed_without_another_write(client: TestClient) -> None:
+def test_events_from_lazy_checks_reach_the_feed_without_another_write(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
     """A GET that expires a lock or fails a team writes no SQL: the background writer does."""
-    make_activity(client, "lazy", team_size=3, lock_ttl_s=10, team_deadline_s=100)
-    opened = open_team(client, "lazy", "t1", "L", order="oL")
+    opened = opened_team(
+        "lazy", "t1", "L", order_id="oL", team_size=3, lock_ttl_s=10, team_deadline_s=100
+    )
     held = assert_ok(lock(client, "lazy", "t1", "u1"), 201)
     clock(client).advance(11)
     get_team(client, "lazy", "t1")
@@ -764,9 +759,8 @@ def test_events_from_lazy_checks_reach_the_feed_without_another_write(client: Te
     assert events[2]["at"] == opened["deadline_at"]
 
 
-def test_events_feed_422_on_bad_query(client: TestClient) -> None:
-    make_activity(client, "a")
-    open_team(client, "a", "t1", "L")
+def test_events_feed_422_on_bad_query(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("a", "t1", "L")
     events = wait_events(client, 1)
     for query in (
         "after=-1",

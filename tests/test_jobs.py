@@ -11,6 +11,7 @@ from sqlalchemy import select
 from groupbuy.redpacket.models import LedgerEntryRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
+from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import assert_money_conserved, count
 
 
@@ -70,13 +71,14 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
     assert (await teams.get_team("a1", "open"))["status"] == "failed"
 
 
-async def test_jobs_running_twice_at_once_change_nothing_twice(services: Services) -> None:
+async def test_jobs_running_twice_at_once_change_nothing_twice(
+    services: Services, sent_packet_via_services: SendPacketViaServices
+) -> None:
     teams, packets = services.teams, services.packets
     await teams.create_activity("a1", lock_ttl_s=5, team_deadline_s=20)
     await teams.open_team("a1", "L", team_id="t1", order_id="oL")
     await teams.lock("a1", "t1", "u1")
-    await packets.deposit("s", 100, "funds")
-    await packets.send("s", 100, 4, packet_id="pk", expires_in_s=20)
+    await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=20)
     await packets.grab("pk", "g1")
     services.clock.advance(20)
     names = ["sweep_locks", "expire_teams", "expire_packets", "flush_records"]
@@ -128,7 +130,9 @@ async def test_unknown_job_is_not_found(services: Services) -> None:
         await run(services, "nope")
 
 
-async def test_jobs_are_counted_and_flush_records_reports_the_backlog(services: Services) -> None:
+async def test_jobs_are_counted_and_flush_records_reports_the_backlog(
+    services: Services, sent_packet_via_services: SendPacketViaServices
+) -> None:
     from prometheus_client import REGISTRY
 
     def runs(job: str) -> float:
@@ -137,8 +141,7 @@ async def test_jobs_are_counted_and_flush_records_reports_the_backlog(services: 
 
     before = runs("flush_records")
     packets = services.packets
-    await packets.deposit("s", 100, "funds")
-    await packets.send("s", 100, 5, packet_id="pk")
+    await sent_packet_via_services(100, 5, funds=100, sender_id="s")
     for user in ("a", "b"):
         await packets.grab("pk", user)
     report = await run(services, "flush_records")

@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import sqlalchemy.exc
@@ -31,7 +31,8 @@ from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.app import create_app
 from groupbuy.api.problems import handle_error
 from groupbuy.settings import Settings
-from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, on_loop, services_of
+from tests.support.fixtures import OpenTeam
+from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, app_services, portal
 from tests.support.settings import settings_without_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,16 +87,6 @@ def deltas(before: Samples, after: Samples, name: str, label: str) -> dict[str, 
             if now != before.get((sample, labels), 0.0):
                 changed[key] = now - before.get((sample, labels), 0.0)
     return changed
-
-
-def setup_team(client: TestClient) -> None:
-    """Activity `a` (team_size 3) with team `t1` led by L: two free seats."""
-    r = client.post("/v1/activities", json={"activity_id": "a", "team_size": 3}, headers=ADMIN)
-    assert r.status_code == 201, r.text
-    r = client.post(
-        "/v1/activities/a/teams", json={"leader_id": "L", "team_id": "t1"}, headers=SERVICE
-    )
-    assert r.status_code == 201, r.text
 
 
 def lock(client: TestClient, user: str, team: str = "t1", activity: str = "a") -> int:
@@ -164,8 +155,10 @@ def test_metrics_is_open_prometheus_text_not_redirected(client: TestClient) -> N
     assert "text/plain" in documented["responses"]["200"]["content"]
 
 
-def test_lock_outcomes_count_exactly_the_attempts(client: TestClient) -> None:
-    setup_team(client)
+def test_lock_outcomes_count_exactly_the_attempts(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     before = scrape(client)
     assert [lock(client, u) for u in ("u1", "u2")] == [201, 201]
     assert lock(client, "u1") == 200  # existing
@@ -194,7 +187,7 @@ def test_grab_outcomes_count_exactly_the_grabs(client: TestClient) -> None:
     assert grab(client, "p1", "u2") == 200
     assert [grab(client, "p1", u) for u in ("u3", "u4")] == [409, 409]  # sold out
     assert grab(client, "nope", "u1") == 404
-    services_of(client).clock.advance(2)
+    app_services(client).clock.advance(2)
     assert grab(client, "p2", "u1") == 410
     after = scrape(client)
     assert deltas(before, after, "groupbuy_grab_outcomes_total", "outcome") == {
@@ -206,8 +199,10 @@ def test_grab_outcomes_count_exactly_the_grabs(client: TestClient) -> None:
     }
 
 
-def test_latency_histogram_is_labelled_by_route_template(client: TestClient) -> None:
-    setup_team(client)
+def test_latency_histogram_is_labelled_by_route_template(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=3)
     locks = {"method": "POST", "route": LOCKS}
     unmatched = {"method": "GET", "route": "unmatched", "status": "404"}
     before = scrape(client)
@@ -267,8 +262,8 @@ def test_backend_errors_count_database_failures() -> None:
 def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     quiet_client: TestClient,
 ) -> None:
-    client, svc = quiet_client, services_of(quiet_client)
-    empty = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
+    client, svc = quiet_client, app_services(quiet_client)
+    empty = portal(client).call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (empty["backlog_records"], empty["lag_seconds"]) == (0, 0.0)
     fund(client, "sender", 1000)
     send(client, sender_id="sender", amount_cents=100, count=5, packet_id="p1")
@@ -276,16 +271,16 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     for packet, user in (("p1", "u1"), ("p1", "u2"), ("p2", "u1")):
         assert grab(client, packet, user) == 200
     time.sleep(0.05)  # the oldest record is now at least 50 ms old
-    report = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
+    report = portal(client).call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert report["backlog_records"] == 3, report
-    assert report["backlog_records"] == on_loop(client, svc.packets.writer.backlog)
+    assert report["backlog_records"] == portal(client).call(svc.packets.writer.backlog)
     assert 0.05 <= report["lag_seconds"] < 60, report
     page = scrape(client)
     assert value(page, "groupbuy_writeback_backlog_records") == 3
     assert value(page, "groupbuy_writeback_lag_seconds") == report["lag_seconds"]
 
-    assert on_loop(client, svc.packets.writer.drain_all) == 3
-    drained = on_loop(client, metrics.update_writeback, svc.packets.writer, svc.redis)
+    assert portal(client).call(svc.packets.writer.drain_all) == 3
+    drained = portal(client).call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (drained["backlog_records"], drained["lag_seconds"]) == (0, 0.0), drained
     page = scrape(client)
     assert value(page, "groupbuy_writeback_backlog_records") == 0
@@ -365,9 +360,9 @@ def test_multiprocess_dir_is_made_for_workers_and_removed(
 
 
 def test_access_log_one_line_per_request_with_template_status_and_request_id(
-    client: TestClient, caplog: pytest.LogCaptureFixture
+    client: TestClient, caplog: pytest.LogCaptureFixture, opened_team: OpenTeam
 ) -> None:
-    setup_team(client)
+    opened_team(team_size=3)
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     caplog.clear()
     r = client.post(
@@ -390,8 +385,9 @@ def test_insane_or_missing_request_ids_are_replaced(
     client: TestClient, caplog: pytest.LogCaptureFixture, given: str | bytes | None
 ) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    # httpx sends a bytes header value as it is, which is what this test needs.
-    headers = cast(dict[str, str], {} if given is None else {"X-Request-Id": given})
+    # as bytes, so that one mapping type carries both the str and the non-ASCII bytes cases
+    raw = given.encode("ascii") if isinstance(given, str) else given
+    headers: dict[bytes, bytes] = {} if raw is None else {b"X-Request-Id": raw}
     ids = {client.get("/healthz", headers=headers).headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3 and all(GENERATED_ID.fullmatch(i) for i in ids), ids
     logged = {rec.getMessage().rsplit("request_id=", 1)[1] for rec in access_records(caplog)}
@@ -403,11 +399,11 @@ def test_insane_or_missing_request_ids_are_replaced(
 
 
 def test_no_secret_reaches_any_log_record(
-    client: TestClient, caplog: pytest.LogCaptureFixture
+    client: TestClient, caplog: pytest.LogCaptureFixture, opened_team: OpenTeam
 ) -> None:
     caplog.set_level(logging.DEBUG)
     wrong = "Bearer wrong-secret-never-logged"
-    setup_team(client)
+    opened_team(team_size=3)
     assert lock(client, "u1") == 201
     assert client.get("/v1/events", headers={"Authorization": wrong}).status_code == 401
     assert (
@@ -415,7 +411,7 @@ def test_no_secret_reaches_any_log_record(
     )
     assert client.post("/v1/activities", content=b"{", headers=ADMIN).status_code == 422
     assert client.get("/metrics", headers=ADMIN).status_code == 200
-    assert len(access_records(caplog)) == 7  # one per request, setup_team's two included
+    assert len(access_records(caplog)) == 7  # one per request, opened_team's two included
     formatter = logging.Formatter("%(name)s %(message)s")
     for record in caplog.records:
         text = formatter.format(record) + repr(record.__dict__)

@@ -14,6 +14,7 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.testing.servers import RedisProcess, free_port, start_redis
+from tests.support.fixtures import SendPacketViaServices
 
 pytestmark = [
     pytest.mark.real,
@@ -85,12 +86,11 @@ async def test_locks_work_after_a_redis_restart(
 
 
 async def test_grabs_survive_a_redis_restart_before_they_are_recorded(
-    redis_server: Restartable, services: Services
+    redis_server: Restartable, services: Services, sent_packet_via_services: SendPacketViaServices
 ) -> None:
     """SPEC §4.5: with appendfsync always, every answered grab ends up in SQL after a crash."""
     packets = services.packets
-    await packets.deposit("sender", 100, "funds")
-    await packets.send("sender", 100, 10, packet_id="pk")
+    await sent_packet_via_services(100, 10, funds=100)
     won = {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
     redis_server.crash_and_restart()
     assert await packets.writer.drain_all() == 6

@@ -17,7 +17,7 @@ from groupbuy.api.app import create_app
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.services import Services, build_scheduler
 from groupbuy.settings import Settings
-from tests.support.http import ADMIN, SERVICE, services_of
+from tests.support.http import ADMIN, SERVICE, app_services
 
 
 async def test_the_lease_has_one_holder(services: Services) -> None:
@@ -108,7 +108,7 @@ def test_two_schedulers_do_every_expiry_once(
             headers=SERVICE,
         )
         two.post(f"/v1/redpackets/pk{p}/grab", json={"user_id": "g"}, headers=SERVICE)
-    leaders = [services_of(c) for c in (one, two)]
+    leaders = [app_services(c) for c in (one, two)]
     for services in leaders:
         services.clock.advance(31)
 

@@ -13,15 +13,17 @@ import pytest
 
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services
+from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import count
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 
 
-async def test_worker_process_records_grabs(services: Services, tmp_path: Path) -> None:
+async def test_worker_process_records_grabs(
+    services: Services, tmp_path: Path, sent_packet_via_services: SendPacketViaServices
+) -> None:
     packets = services.packets
-    await packets.deposit("sender", 100, "funds")
-    await packets.send("sender", 100, 10, packet_id="pk")
+    await sent_packet_via_services(100, 10, funds=100)
     for i in range(7):
         await packets.grab("pk", f"u{i}")
     assert await packets.writer.backlog() == 7

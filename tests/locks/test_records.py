@@ -15,7 +15,9 @@ from groupbuy.storage.events import EventRow
 
 async def _count(services: Services, model: Any) -> int:
     async with services.database.sessions() as session:
-        return int(await session.scalar(select(func.count()).select_from(model)) or 0)
+        rows = await session.scalar(select(func.count()).select_from(model))
+    assert rows is not None
+    return rows
 
 
 async def _event_types(services: Services) -> list[str]:

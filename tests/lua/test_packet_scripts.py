@@ -28,7 +28,9 @@ class Harness:
         return int(seconds) * 1000 + int(micros) // 1000 + self.shift_ms
 
     async def call(self, name: str, *args: Any) -> list[Any]:
-        return await self.scripts.call(name, self.keys, [PID, self.shift_ms, *args])
+        reply = await self.scripts.call(name, self.keys, [PID, self.shift_ms, *args])
+        assert isinstance(reply, list), reply
+        return reply
 
     async def create(self, shares: list[int], ttl_ms: int = 60_000) -> list[Any]:
         now = await self.now_ms()
@@ -164,8 +166,8 @@ def test_lua_codes_mirror_the_python_enum() -> None:
     import re
 
     source = script_source("packet_read")
-    found = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE)
-    assert found is not None, "the codes line of _packet_lib.lua"
-    names, values = found.groups()
+    codes = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE)
+    assert codes is not None, source
+    names, values = codes.groups()
     lua = {n.strip(): int(v) for n, v in zip(names.split(","), values.split(","), strict=True)}
     assert lua == {c.name: c.value for c in PacketCode}

@@ -32,13 +32,18 @@ class Harness:
             mapping={"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS},
         )
 
+    async def _call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        reply = await self.scripts.call(name, keys, args)
+        assert isinstance(reply, list), reply
+        return reply
+
     def _keys(self, tid: str, user: str | None = None) -> list[str]:
         keys = self.keys.team_keys(AID, tid)
         return keys if user is None else [*keys, self.keys.user_lock(AID, user)]
 
     async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
         keys = [*self._keys(tid), self.keys.activity(AID)]
-        return await self.scripts.call(
+        return await self._call(
             "team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS]
         )
 
@@ -46,23 +51,23 @@ class Harness:
         keys = self._keys(tid, user)
         if other:
             keys += [self.keys.team(AID, other), self.keys.team_locks(AID, other)]
-        return await self.scripts.call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
+        return await self._call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
 
     async def unlock(self, tid: str, user: str) -> list[Any]:
-        return await self.scripts.call(
+        return await self._call(
             "team_unlock", self._keys(tid, user), [AID, tid, self.shift_ms, user]
         )
 
     async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
-        return await self.scripts.call(
+        return await self._call(
             "team_confirm", self._keys(tid, user), [AID, tid, self.shift_ms, user, order]
         )
 
     async def read(self, tid: str) -> list[Any]:
-        return await self.scripts.call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
+        return await self._call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
 
     async def user_lock(self, tid: str, user: str) -> list[Any]:
-        return await self.scripts.call(
+        return await self._call(
             "user_lock_read", self._keys(tid, user), [AID, tid, self.shift_ms, user]
         )
 

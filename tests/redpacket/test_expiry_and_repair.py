@@ -13,6 +13,7 @@ from groupbuy import errors
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
+from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import assert_money_conserved, count
 
 
@@ -21,10 +22,11 @@ async def _events(services: Services, kind: str) -> list[EventRow]:
         return list((await session.scalars(select(EventRow).where(EventRow.type == kind))).all())
 
 
-async def test_expiry_refunds_exactly_once_from_every_path(services: Services) -> None:
+async def test_expiry_refunds_exactly_once_from_every_path(
+    services: Services, sent_packet_via_services: SendPacketViaServices
+) -> None:
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 600, 6, packet_id="pk", expires_in_s=60)
+    await sent_packet_via_services(600, 6, funds=1000, expires_in_s=60)
     taken = sum([(await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(2)])
     assert (await packets.expire("pk"))["expired"] is False  # not due yet
     services.clock.advance(60)

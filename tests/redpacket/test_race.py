@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from groupbuy import errors
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow
 from groupbuy.services import Services
+from tests.support.fixtures import SendPacketViaServices
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 
@@ -23,10 +24,13 @@ CONCURRENCY = 250
 AMOUNT = 1_000_000
 
 
-async def test_flash_grab_race(services: Services, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_flash_grab_race(
+    services: Services,
+    capsys: pytest.CaptureFixture[str],
+    sent_packet_via_services: SendPacketViaServices,
+) -> None:
     packets = services.packets
-    await packets.deposit("sender", AMOUNT, "race-funds")
-    await packets.send("sender", AMOUNT, SHARES, packet_id="flash")
+    await sent_packet_via_services(AMOUNT, SHARES, funds=AMOUNT, packet_id="flash")
 
     rng = random.Random(2026)
     users = [f"g{i}" for i in range(USERS)]
@@ -56,12 +60,12 @@ async def test_flash_grab_race(services: Services, capsys: pytest.CaptureFixture
 
     # (answers to one user's concurrent taps may arrive in any order)
     grabbed_answers = [u for u, a in answers.items() for status, _ in a if status == "grabbed"]
-    won = {
-        u: amount
-        for u, a in answers.items()
-        for status, amount in a
-        if status == "grabbed" and amount is not None
-    }
+    won: dict[str, int] = {}
+    for user, replies in answers.items():
+        for status, amount in replies:
+            if status == "grabbed":
+                assert amount is not None, (user, replies)
+                won[user] = amount
     assert peak >= 200
     assert sum(len(a) for a in answers.values()) == REQUESTS
     assert len(grabbed_answers) == len(set(grabbed_answers)) == SHARES  # nobody grabbed twice

@@ -1,1 +1,4 @@
-"""What many tests share: HTTP assertions and keys, money checks, settings, fixtures."""
+"""What the tests share: answer checks, money checks, settings, Redis clients and set-up fixtures.
+
+Test modules import from here and never from one another or from conftest.
+"""

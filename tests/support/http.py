@@ -1,27 +1,25 @@
-"""Talking to the API in tests: the keys, the problem+json and JSON assertions, the portal."""
+"""What the HTTP tests share: the API keys, the checks of an answer, the time format."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx2 as httpx
 from anyio.from_thread import BlockingPortal
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from groupbuy.services import Services
-
-T = TypeVar("T")
 
 ADMIN_KEY = "admin-secret-for-tests"
 SERVICE_KEY = "service-secret-for-tests"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SERVICE = {"Authorization": f"Bearer {SERVICE_KEY}"}
-API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
 
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def ms(stamp: str) -> int:
@@ -32,7 +30,7 @@ def ms(stamp: str) -> int:
 
 
 def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> Any:
-    """An RFC 9457 problem with this status (and, when given, this stable code); its body."""
+    """An RFC 9457 problem with this status (and this stable code, when given); returns the body."""
     assert response.status_code == status, (
         response.request.url,
         response.status_code,
@@ -42,7 +40,7 @@ def assert_problem(response: httpx.Response, status: int, code: str | None = Non
     body = response.json()
     assert {"type", "title", "status", "code", "detail"} <= set(body), body
     assert body["status"] == status, body
-    assert isinstance(body["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", body["code"]), body
+    assert isinstance(body["code"], str) and PROBLEM_CODE.fullmatch(body["code"]), body
     if code is not None:
         assert body["code"] == code, body
     assert all(isinstance(body[k], str) and body[k] for k in ("type", "title", "detail")), body
@@ -50,7 +48,7 @@ def assert_problem(response: httpx.Response, status: int, code: str | None = Non
 
 
 def assert_ok(response: httpx.Response, status: int) -> Any:
-    """A JSON answer with this status; its body."""
+    """A JSON answer with this status; returns the body."""
     assert response.status_code == status, (
         response.request.url,
         response.status_code,
@@ -60,18 +58,55 @@ def assert_ok(response: httpx.Response, status: int) -> Any:
     return response.json()
 
 
-def services_of(client: TestClient) -> Services:
-    """The services behind a TestClient's app."""
-    services: Services = client.app.state.services  # type: ignore[attr-defined]
-    return services
-
-
 def portal(client: TestClient) -> BlockingPortal:
-    """The portal into the event loop of a running TestClient (inside its `with`)."""
-    assert client.portal is not None, "use the TestClient as a context manager"
+    """The portal into the app's event loop (there while the client's `with` block runs)."""
+    assert client.portal is not None, "use the client inside its `with` block"
     return client.portal
 
 
-def on_loop(client: TestClient, call: Callable[..., Any], *args: Any) -> Any:
-    """Run an async call of the app's services on the app's own event loop."""
-    return portal(client).call(call, *args)
+def app_of(client: TestClient) -> Starlette:
+    """The Starlette application the client drives."""
+    assert isinstance(client.app, Starlette), client.app
+    return client.app
+
+
+def app_services(client: TestClient) -> Services:
+    """The services the client's app built and runs (its lifespan started them)."""
+    services = app_of(client).state.services
+    assert isinstance(services, Services), services
+    return services
+
+
+def make_activity(client: TestClient, aid: str, **params: Any) -> Any:
+    """Create an activity (201 Created); returns its body."""
+    return assert_ok(
+        client.post("/v1/activities", json={"activity_id": aid, **params}, headers=ADMIN), 201
+    )
+
+
+def open_team(
+    client: TestClient, aid: str, tid: str | None, leader: str, order: str | None = None
+) -> Any:
+    """Open a team (201 Created), with a generated id when `tid` is None; returns the team."""
+    body: dict[str, Any] = {"leader_id": leader}
+    if tid is not None:
+        body["team_id"] = tid
+    if order is not None:
+        body["order_id"] = order
+    return assert_ok(client.post(f"/v1/activities/{aid}/teams", json=body, headers=SERVICE), 201)
+
+
+def deposit(
+    client: TestClient, uid: str, amount: Any, reference: Any, headers: dict[str, str] = ADMIN
+) -> httpx.Response:
+    """POST a deposit, whatever the answer (the amount and reference may be invalid on purpose)."""
+    return client.post(
+        f"/v1/accounts/{uid}/deposits",
+        json={"amount_cents": amount, "reference": reference},
+        headers=headers,
+    )
+
+
+def send(client: TestClient, **body: Any) -> httpx.Response:
+    """POST a red packet with this body, whatever the answer."""
+    return client.post("/v1/redpackets", json=body, headers=SERVICE)

@@ -1,35 +1,42 @@
-"""What SQL says about money, checked the same way by every red-packet test."""
+"""Checks of what SQL says about money: conservation (SPEC §4.4) and row counts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.services import Services
 
 
+async def total(session: AsyncSession, query: Select[Any]) -> int:
+    """The single number a COALESCE(SUM(...), 0) or COUNT(*) query returns."""
+    value = await session.scalar(query)
+    assert value is not None, query
+    return int(value)
+
+
 async def assert_money_conserved(services: Services) -> None:
     """SPEC §4.4 at a quiescent point: deposits == balances + money held in active packets."""
     async with services.database.sessions() as session:
-        deposits = await session.scalar(
+        deposits = await total(
+            session,
             select(func.coalesce(func.sum(LedgerEntryRow.amount_cents), 0)).where(
                 LedgerEntryRow.kind == "deposit"
-            )
+            ),
         )
-        balances = await session.scalar(
-            select(func.coalesce(func.sum(AccountRow.balance_cents), 0))
+        balances = await total(
+            session, select(func.coalesce(func.sum(AccountRow.balance_cents), 0))
         )
         held = 0
         for packet in (await session.scalars(select(PacketRow))).all():
-            grabbed = int(
-                await session.scalar(
-                    select(func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
-                        GrabRow.packet_id == packet.packet_id
-                    )
-                )
-                or 0
+            grabbed = await total(
+                session,
+                select(func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
+                    GrabRow.packet_id == packet.packet_id
+                ),
             )
             if packet.status in ("active", "pending"):
                 held += packet.amount_cents - grabbed
@@ -38,19 +45,23 @@ async def assert_money_conserved(services: Services) -> None:
             else:
                 assert grabbed == packet.amount_cents, packet.packet_id
         # every balance is the sum of its entries
-        sums = await session.execute(
-            select(LedgerEntryRow.user_id, func.sum(LedgerEntryRow.amount_cents)).group_by(
-                LedgerEntryRow.user_id
-            )
+        per_user = dict(
+            (
+                await session.execute(
+                    select(LedgerEntryRow.user_id, func.sum(LedgerEntryRow.amount_cents)).group_by(
+                        LedgerEntryRow.user_id
+                    )
+                )
+            ).all()
         )
-        per_user = {user_id: int(total) for user_id, total in sums}
-        rows = await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))
-        accounts = {user_id: balance for user_id, balance in rows}
-    assert deposits == (balances or 0) + held, (deposits, balances, held)
+        accounts = dict(
+            (await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all()
+        )
+    assert deposits == balances + held, (deposits, balances, held)
     assert {u: b for u, b in accounts.items()} == {u: per_user.get(u, 0) for u in accounts}
 
 
-async def count(services: Services, model: type[Any], **where: object) -> int:
+async def count(services: Services, model: type, **where: object) -> int:
     """How many rows of a model match the given column values."""
     query = select(func.count()).select_from(model)
     for column, value in where.items():

@@ -1,4 +1,4 @@
-"""Redis clients for tests: fakeredis (with Lua) or a real server, the same API."""
+"""Redis clients for the tests: fakeredis with Lua, or a real server by URL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Settings for tests: a test's own SQLite file, the backend's Redis, known keys."""
+"""Settings the tests run with: known API keys, a SQLite file of their own, a chosen Redis."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 
 from groupbuy.settings import Settings, load_settings
 from groupbuy.testing.servers import free_port
-from tests.support.http import API_KEYS
+from tests.support.http import ADMIN_KEY, SERVICE_KEY
+
+API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
 
 
-def settings_for(tmp_path: Path, redis_url: str, **environ: str) -> Settings:
-    """Settings on `redis_url` ('' = a fresh embedded fakeredis) with a SQLite file in tmp_path."""
+def settings_for(tmp_path: Path, redis_url: str) -> Settings:
+    """Settings for one test: its own SQLite file, this Redis ('' for fakeredis), known keys."""
     return load_settings(
         None,
         {
@@ -18,7 +20,6 @@ def settings_for(tmp_path: Path, redis_url: str, **environ: str) -> Settings:
             "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
-            **environ,
         },
     )
 
