@@ -10,12 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from groupbuy.api.endpoints import ID_PATTERN
+from groupbuy.api.endpoints import Id
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN)]
 """ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
-AnswerId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 
 class Answer(BaseModel):
@@ -82,7 +81,7 @@ class ReconcileReport(Answer):
 class Activity(Answer):
     """An activity and the parameters its teams take."""
 
-    activity_id: AnswerId
+    activity_id: Id
     name: str | None
     team_size: int
     lock_ttl_s: int
@@ -93,15 +92,15 @@ class Activity(Answer):
 class Member(Answer):
     """A member of a team, in joining order."""
 
-    user_id: AnswerId
-    order_id: AnswerId | None
+    user_id: Id
+    order_id: Id | None
     joined_at: Timestamp
 
 
 class SeatLock(Answer):
     """An unexpired seat lock, oldest first."""
 
-    user_id: AnswerId
+    user_id: Id
     locked_at: Timestamp
     expires_at: Timestamp
 
@@ -109,9 +108,9 @@ class SeatLock(Answer):
 class Team(Answer):
     """A team; while open, len(members) + len(locks) + free_seats == size."""
 
-    activity_id: AnswerId
-    team_id: AnswerId
-    leader_id: AnswerId
+    activity_id: Id
+    team_id: Id
+    leader_id: Id
     status: Literal["open", "formed", "failed"]
     size: int
     members: list[Member]
@@ -127,11 +126,11 @@ class LockTaken(Answer):
     """A seat lock held for a user."""
 
     status: Literal["locked"]
-    user_id: AnswerId
-    team_id: AnswerId
+    user_id: Id
+    team_id: Id
     locked_at: Timestamp
     expires_at: Timestamp
-    released_team_id: AnswerId | None = Field(
+    released_team_id: Id | None = Field(
         description="the team of this activity whose lock was released to allow this one"
     )
     existing: Literal[True] | None = Field(
@@ -155,7 +154,7 @@ class Confirmed(Answer):
 class UserLock(Answer):
     """A user's current lock in an activity."""
 
-    team_id: AnswerId
+    team_id: Id
     locked_at: Timestamp
     expires_at: Timestamp
 
@@ -163,15 +162,15 @@ class UserLock(Answer):
 class Account(Answer):
     """A user's balance."""
 
-    user_id: AnswerId
+    user_id: Id
     balance_cents: int
 
 
 class PacketSent(Answer):
     """A sent packet."""
 
-    packet_id: AnswerId
-    sender_id: AnswerId
+    packet_id: Id
+    sender_id: Id
     amount_cents: int
     count: int
     strategy: Literal["double_mean", "equal"]
@@ -192,25 +191,18 @@ class Grabbed(Answer):
 class PacketGrab(Answer):
     """One grab of a packet, in grab order."""
 
-    user_id: AnswerId
+    user_id: Id
     amount_cents: int
     grabbed_at: Timestamp
 
 
-class Packet(Answer):
+class Packet(PacketSent):
     """A packet with its grabs."""
 
-    packet_id: AnswerId
-    sender_id: AnswerId
-    amount_cents: int
-    count: int
-    strategy: Literal["double_mean", "equal"]
-    status: Literal["active", "sold_out", "expired"]
     remaining_count: int
     remaining_cents: int
     refunded_cents: int = Field(description="what went back to the sender at expiry")
-    expires_at: Timestamp
     grabs: list[PacketGrab]
-    luckiest_user_id: AnswerId | None = Field(
+    luckiest_user_id: Id | None = Field(
         description="the largest share once sold out (the earlier grab on a tie), else null"
     )

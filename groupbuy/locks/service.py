@@ -25,19 +25,12 @@ from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.scripts import optional_int, reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
 _SWITCH_ATTEMPTS = 5
-
-
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    return dict(zip(flat[0::2], flat[1::2], strict=True))
-
-
-def _opt_int(value: Any) -> int | None:
-    return int(value) if value not in (None, "") else None
 
 
 class TeamService(UsesBackends):
@@ -156,7 +149,7 @@ class TeamService(UsesBackends):
         if code is TeamCode.OK:
             team, members, locks, _now = rest
             return TeamView.from_redis(
-                activity_id, team_id, _pairs(team), _pairs(members), locks
+                activity_id, team_id, reply_dict(team), reply_dict(members), locks
             ).body()
         return await self._recorded_team(activity_id, team_id)
 
@@ -233,7 +226,7 @@ class TeamService(UsesBackends):
                 False,
             )
         if code is TeamCode.TEAM_FULL:
-            earliest, next_unlock = (_opt_int(v) for v in rest)
+            earliest, next_unlock = (optional_int(v) for v in rest)
             raise_for(
                 code,
                 f"team {team_id!r} has no free seat",

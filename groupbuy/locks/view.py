@@ -8,11 +8,8 @@ from typing import Any
 
 from groupbuy.locks.codec import parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.storage.scripts import optional_int
 from groupbuy.storage.timefmt import iso_ms, to_ms
-
-
-def _opt_int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
 
 
 @dataclass(frozen=True)
@@ -56,8 +53,8 @@ class TeamView:
             locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
             lock_ttl_ms=int(team["lock_ttl_ms"]),
             deadline_ms=int(team["deadline_ms"]),
-            formed_ms=_opt_int(team.get("formed_ms")),
-            failed_ms=_opt_int(team.get("failed_ms")),
+            formed_ms=optional_int(team.get("formed_ms")),
+            failed_ms=optional_int(team.get("failed_ms")),
         )
 
     @classmethod

@@ -28,11 +28,8 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
-
-
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def _refuse(code: PacketCode, packet_id: str) -> NoReturn:
@@ -276,7 +273,7 @@ class RedPacketService(UsesBackends):
         code, rest = await self._call("packet_read", packet_id)
         if code is PacketCode.OK:
             packet, grabs, _now = rest
-            return PacketView.from_redis(packet_id, _pairs(packet), _pairs(grabs)).body()
+            return PacketView.from_redis(packet_id, reply_dict(packet), reply_dict(grabs)).body()
         row = await self._recorded(packet_id)
         async with self._db.sessions() as session:
             rows = (

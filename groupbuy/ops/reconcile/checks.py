@@ -67,13 +67,17 @@ def _member_order(value: str) -> str | None:
         return None
 
 
-class PacketChecks:
-    """Each packet: its SQL invariants and ledger entries, then Redis against SQL."""
+class _Checks:
+    """What both kinds of check read: Redis with its key names, and SQL."""
 
     def __init__(self, redis: Any, database: Database, keys: Keys) -> None:
         self._redis = redis
         self._db = database
         self._keys = keys
+
+
+class PacketChecks(_Checks):
+    """Each packet: its SQL invariants and ledger entries, then Redis against SQL."""
 
     async def __call__(self, packet_ids: Sequence[str]) -> CheckPass:
         """Check packets: Redis first, then SQL, a chunk at a time."""
@@ -187,13 +191,8 @@ class PacketChecks:
         return records
 
 
-class TeamChecks:
+class TeamChecks(_Checks):
     """Each team: its member rows, then Redis against SQL."""
-
-    def __init__(self, redis: Any, database: Database, keys: Keys) -> None:
-        self._redis = redis
-        self._db = database
-        self._keys = keys
 
     async def __call__(self, teams: Sequence[tuple[str, str]]) -> CheckPass:
         """Check teams: Redis first, then SQL, a chunk at a time."""
