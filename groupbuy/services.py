@@ -28,7 +28,7 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
-from groupbuy.storage.redis_client import connect_redis
+from groupbuy.storage.redis_client import auto_pipeline, connect_redis
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def build_services(
     """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
     redis = redis if redis is not None else connect_redis(settings.redis)
     database = database or Database(settings.database.effective_url)
-    scripts = Scripts(redis)
+    scripts = Scripts(redis, auto_pipeline(redis, settings.redis))
     keys = Keys(settings.redis.key_prefix)
     clock = RedisClock()
     backends = Backends(redis, scripts, database, keys, clock)
@@ -102,6 +102,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     finally:
         await jobs.stop()
         await services.database.dispose()
+        await services.scripts.aclose()
         await services.redis.aclose()
         metrics.process_exited()
 

@@ -69,6 +69,10 @@ class RedisSettings(_Section):
     key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[^{} ]+$")] = "gb"
     socket_timeout_s: Annotated[float, Field(ge=0.01, le=600)] = 5.0
     max_connections: Annotated[int, Field(ge=1, le=100_000)] = 256
+    # Coalesce script calls made while a round trip is in flight into one pipeline.
+    auto_pipeline: bool = True
+    pipeline_max_batch: Annotated[int, Field(ge=1, le=10_000)] = 256
+    pipeline_max_in_flight: Annotated[int, Field(ge=1, le=64)] = 2
 
     @property
     def embedded(self) -> bool:

@@ -11,6 +11,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
+from groupbuy.storage.pipelining import AutoPipeline
+
+# Resends after a dropped connection, for plain commands and coalesced script calls alike.
+RETRIES = 3
 
 
 def connect_redis(settings: RedisSettings) -> Any:
@@ -27,8 +31,21 @@ def connect_redis(settings: RedisSettings) -> Any:
         health_check_interval=30,
         # Resend after a dropped connection (a Redis restart, a failover): every script
         # is idempotent, so a command that did run before the drop is not applied twice.
-        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), RETRIES),
         retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+    )
+
+
+def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
+    """The coalescing layer for script calls on this client, or None when turned off."""
+    if not settings.auto_pipeline:
+        return None
+    return AutoPipeline(
+        redis.connection_pool,
+        max_batch=settings.pipeline_max_batch,
+        max_in_flight=settings.pipeline_max_in_flight,
+        socket_timeout_s=None if settings.embedded else settings.socket_timeout_s,
+        retries=RETRIES,
     )
 
 

@@ -12,6 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from groupbuy.storage.pipelining import AutoPipeline
+
 _REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
 
 
@@ -40,10 +42,12 @@ def script_names() -> list[str]:
 
 
 class Scripts:
-    """Every script registered on one Redis client."""
+    """Every script registered on one Redis client; calls go through `pipeline` when given
+    (coalesced round trips), else one EVALSHA each."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, pipeline: AutoPipeline | None = None) -> None:
         self._redis = redis
+        self._pipeline = pipeline
         self._scripts = {
             name: redis.register_script(script_source(name)) for name in script_names()
         }
@@ -61,8 +65,17 @@ class Scripts:
     async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         """Run a script by EVALSHA (loading it again if Redis forgot it); every script
         answers a table, `{code, ...}`."""
-        reply: list[Any] = await self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        if self._pipeline is not None:
+            reply: list[Any] = await self._pipeline.evalsha(script.sha, script.script, keys, args)
+        else:
+            reply = await script(keys=keys, args=args)
         return reply
+
+    async def aclose(self) -> None:
+        """Let the batches in flight finish (before the Redis client closes)."""
+        if self._pipeline is not None:
+            await self._pipeline.aclose()
 
 
 def reply_dict(flat: list[Any]) -> dict[str, str]:

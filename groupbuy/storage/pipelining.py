@@ -1,0 +1,213 @@
+"""Coalesced round trips (auto-pipelining) for script calls.
+
+Under load most of a request's cost is the client's, not Redis's: one EVALSHA through
+redis-py checks a connection out of the pool, packs, writes, arms a timeout, reads and
+checks the connection back in. `AutoPipeline` pays that once per batch instead: a call
+made while nothing is in flight goes out at once (on the next turn of the event loop,
+together with whatever else was called in the same turn); calls made while batches are
+in flight queue up and leave together as the next batch, one write and one read loop
+on one connection. Batches grow with load and stay at one call when idle, so there is
+no added latency at low load.
+
+Each caller gets its own reply or its own error (a script error of one call does not
+touch the others). NOSCRIPT (after SCRIPT FLUSH or a Redis restart) loads the script
+and sends the call again. A dropped connection or a timeout fails the whole batch's
+connection: the calls whose replies had not arrived are sent again with backoff, up
+to the configured retries, then fail with the same ConnectionError/TimeoutError redis-py
+raises (the API maps both to 503). Resending is safe because every script is
+idempotent: a call that did run before the drop answers the same on the second run.
+
+One `AutoPipeline` talks to one server (one connection pool). A Redis Cluster client
+needs one per node, with calls routed by their keys' slot, so a batch never mixes nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions
+from redis.asyncio.connection import ConnectionPool
+from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
+
+# What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
+RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+@dataclass(slots=True)
+class ScriptCall:
+    """One queued EVALSHA: the script's sha and source, its keys and args, and its future."""
+
+    sha: str
+    source: str
+    keys: list[str]
+    args: list[Any]
+    reply: asyncio.Future[Any]
+    failures: int = 0
+    reloaded: bool = field(default=False)
+
+    def command(self) -> tuple[Any, ...]:
+        return ("EVALSHA", self.sha, len(self.keys), *self.keys, *self.args)
+
+
+class AutoPipeline:
+    """Sends script calls to one Redis server in coalesced batches (see the module doc)."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        max_batch: int,
+        max_in_flight: int,
+        socket_timeout_s: float | None,
+        retries: int = 3,
+        backoff: AbstractBackoff | None = None,
+    ) -> None:
+        self._pool = pool
+        self._max_batch = max_batch
+        self._max_in_flight = max_in_flight
+        self._timeout = socket_timeout_s
+        self._retries = retries
+        self._backoff = backoff or ExponentialWithJitterBackoff(base=0.01, cap=0.5)
+        self._queue: deque[ScriptCall] = deque()
+        self._in_flight = 0
+        self._senders: set[asyncio.Task[None]] = set()
+        # Figures for tests and metrics: batches sent, calls they carried, the largest one.
+        self.batches = 0
+        self.calls = 0
+        self.largest_batch = 0
+
+    async def evalsha(self, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
+        """Run one script by sha (loading its source on NOSCRIPT) in the next batch."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(ScriptCall(sha, source, keys, args, reply))
+        self._kick()
+        return await reply
+
+    def _kick(self) -> None:
+        """Start a sender if there is queued work and room for another batch in flight."""
+        if self._queue and self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            sender = asyncio.get_running_loop().create_task(self._send_batches())
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
+
+    async def _send_batches(self) -> None:
+        """Send batches from the queue until it is empty (one batch in flight per sender)."""
+        try:
+            while self._queue:
+                batch = self._take_batch()
+                if batch:
+                    await self._send(batch)
+        finally:
+            self._in_flight -= 1
+            # A call queued while this sender was finishing must not wait for a next caller.
+            self._kick()
+
+    def _take_batch(self) -> list[ScriptCall]:
+        batch: list[ScriptCall] = []
+        while self._queue and len(batch) < self._max_batch:
+            call = self._queue.popleft()
+            if not call.reply.done():  # a caller cancelled while queued is not sent
+                batch.append(call)
+        return batch
+
+    async def _send(self, batch: list[ScriptCall]) -> None:
+        try:
+            connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        except RETRIED as error:  # Redis is down or restarting: no connection to drop
+            await self._retry_later([call for call in batch if not call.reply.done()], error)
+            return
+        try:
+            missing = await self._round_trip(connection, batch)
+            if missing:
+                await self._reload(connection, missing)
+        except RETRIED as error:
+            await connection.disconnect(nowait=True)
+            await self._retry_later([call for call in batch if not call.reply.done()], error)
+        except BaseException as error:
+            # Anything else (a cancelled sender, a bug) leaves the socket in an unknown
+            # state: drop it, and fail the calls still waiting rather than hang them.
+            await connection.disconnect(nowait=True)
+            for call in batch:
+                if not call.reply.done():
+                    call.reply.set_exception(
+                        error if isinstance(error, Exception) else asyncio.CancelledError()
+                    )
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            await self._pool.release(connection)
+
+    async def _round_trip(self, connection: Any, batch: list[ScriptCall]) -> list[ScriptCall]:
+        """Write the batch in one send, read every reply in order; returns the NOSCRIPT calls."""
+        self.batches += 1
+        self.calls += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        packed = connection.pack_commands([call.command() for call in batch])
+        missing: list[ScriptCall] = []
+        # One timeout for the batch's replies instead of one per reply (math.inf turns off
+        # the per-read timeout): a stalled server still fails the batch after the timeout.
+        try:
+            async with asyncio.timeout(self._timeout):
+                await connection.send_packed_command(packed, check_health=False)
+                for call in batch:
+                    try:
+                        reply = await connection.read_response(timeout=math.inf)
+                    except redis.exceptions.NoScriptError:
+                        missing.append(call)
+                        continue
+                    except redis.exceptions.ResponseError as error:
+                        reply = error
+                    if call.reply.done():  # its caller was cancelled: read and drop the reply
+                        continue
+                    if isinstance(reply, redis.exceptions.ResponseError):
+                        call.reply.set_exception(reply)
+                    else:
+                        call.reply.set_result(reply)
+        except TimeoutError:
+            raise redis.exceptions.TimeoutError(
+                f"no reply from Redis within {self._timeout} s"
+            ) from None
+        return missing
+
+    async def _reload(self, connection: Any, missing: list[ScriptCall]) -> None:
+        """Load the scripts Redis forgot and queue their calls again (once per call)."""
+        for source in {call.source for call in missing}:
+            await connection.send_command("SCRIPT", "LOAD", source, check_health=False)
+            await connection.read_response()
+        for call in missing:
+            if call.reply.done():
+                continue
+            if call.reloaded:
+                call.reply.set_exception(
+                    redis.exceptions.NoScriptError("script missing again right after loading it")
+                )
+                continue
+            call.reloaded = True
+            self._queue.appendleft(call)
+
+    async def _retry_later(self, calls: list[ScriptCall], error: Exception) -> None:
+        """Queue unanswered calls again after a backoff, or fail them when out of retries."""
+        again: list[ScriptCall] = []
+        for call in calls:
+            call.failures += 1
+            if call.failures > self._retries:
+                call.reply.set_exception(error)
+            else:
+                again.append(call)
+        if not again:
+            return
+        delay = self._backoff.compute(max(call.failures for call in again))
+        if delay > 0:
+            await asyncio.sleep(delay)
+        # Ahead of calls queued later: a retried call keeps its place in line.
+        self._queue.extendleft(reversed(again))
+
+    async def aclose(self) -> None:
+        """Wait for the batches in flight (callers still get their replies)."""
+        if self._senders:
+            await asyncio.gather(*self._senders, return_exceptions=True)
