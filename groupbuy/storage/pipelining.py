@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.exceptions
+from hiredis import pack_command
 from redis.asyncio.connection import ConnectionPool
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
 
@@ -147,7 +148,8 @@ class AutoPipeline:
         self.batches += 1
         self.calls += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
-        packed = connection.pack_commands([call.command() for call in batch])
+        # hiredis packs in C, ~8x faster than the pure-Python packer redis-py uses.
+        packed = b"".join([pack_command(call.command()) for call in batch])
         missing: list[ScriptCall] = []
         # One timeout for the batch's replies instead of one per reply (math.inf turns off
         # the per-read timeout): a stalled server still fails the batch after the timeout.
