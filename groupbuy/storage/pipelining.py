@@ -74,7 +74,8 @@ class AutoPipeline:
         self._retries = retries
         self._backoff = backoff or ExponentialWithJitterBackoff(base=0.01, cap=0.5)
         self._queue: deque[ScriptCall] = deque()
-        self._in_flight = 0
+        self._senders_alive = 0  # sender tasks, at most max_in_flight
+        self._busy = 0  # of those, how many have a batch in flight now
         self._senders: set[asyncio.Task[None]] = set()
         # Figures for tests and metrics: batches sent, calls they carried, the largest one.
         self.batches = 0
@@ -90,8 +91,8 @@ class AutoPipeline:
 
     def _kick(self) -> None:
         """Start a sender if there is queued work and room for another batch in flight."""
-        if self._queue and self._in_flight < self._max_in_flight:
-            self._in_flight += 1
+        if self._queue and self._senders_alive < self._max_in_flight:
+            self._senders_alive += 1
             sender = asyncio.get_running_loop().create_task(self._send_batches())
             self._senders.add(sender)
             sender.add_done_callback(self._senders.discard)
@@ -101,16 +102,26 @@ class AutoPipeline:
         try:
             while self._queue:
                 batch = self._take_batch()
-                if batch:
+                if not batch:
+                    continue
+                self._busy += 1
+                self._kick()  # what is left goes out beside this batch, not after it
+                try:
                     await self._send(batch)
+                finally:
+                    self._busy -= 1
         finally:
-            self._in_flight -= 1
+            self._senders_alive -= 1
             # A call queued while this sender was finishing must not wait for a next caller.
             self._kick()
 
     def _take_batch(self) -> list[ScriptCall]:
+        """This sender's share of the queue: split evenly over the senders free to send, so
+        Redis runs one batch while this process reads the replies of another."""
+        free = self._max_in_flight - self._busy
+        size = min(self._max_batch, -(-len(self._queue) // free))
         batch: list[ScriptCall] = []
-        while self._queue and len(batch) < self._max_batch:
+        while self._queue and len(batch) < size:
             call = self._queue.popleft()
             if not call.reply.done():  # a caller cancelled while queued is not sent
                 batch.append(call)
