@@ -29,7 +29,8 @@ if held then
   return {EXISTING, int(held), int(held + team.lock_ttl_ms)}
 end
 
-if team.member_count + redis.call('ZCARD', KEYS[3]) >= team.size then
+local lock_count = redis.call('ZCARD', KEYS[3])
+if team.member_count + lock_count >= team.size then
   local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if first[2] then
     local earliest = tonumber(first[2])
@@ -74,7 +75,11 @@ end
 
 local expires = now + team.lock_ttl_ms
 redis.call('ZADD', KEYS[3], now, user)
-reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
-redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
+if lock_count == 0 then
+  -- The first lock: it is the earliest (the index learns its expiry) and it creates the
+  -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.
+  redis.call('ZADD', KEYS[5], expires, ARGV[2])
+  redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
+end
 redis.call('SET', KEYS[7], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires), 'PX', team.lock_ttl_ms)
 return {OK, int(now), int(expires), released}
