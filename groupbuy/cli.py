@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from groupbuy import __version__
 from groupbuy.api import ACCESS_LOGGER
+from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
 from groupbuy.metrics import multiprocess_dir
 from groupbuy.settings import Settings, SettingsError, load_settings
 from groupbuy.storage.redis_client import describe
@@ -145,9 +146,11 @@ def _configure_logging(settings: Settings) -> None:
     # the jobs' own failures are logged by the scheduler module at WARNING.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     access = logging.getLogger(ACCESS_LOGGER)
-    if settings.server.access_log_json and not access.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
+    if not access.handlers:
+        # One line per request: written in batches, not one system call each.
+        handler = BufferedLineHandler()
+        line_format = "%(message)s" if settings.server.access_log_json else _LOG_FORMAT
+        handler.setFormatter(CachedTimeFormatter(line_format))
         access.addHandler(handler)
         access.propagate = False
 

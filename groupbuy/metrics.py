@@ -88,6 +88,15 @@ def counts_outcomes(
     other failure (Redis or SQL down, a bug) as `error`.
     """
 
+    # One child per outcome, looked up once: Counter.labels validates and locks on each call.
+    children: dict[str, Any] = {}
+
+    def count(outcome: str) -> None:
+        child = children.get(outcome)
+        if child is None:
+            child = children[outcome] = counter.labels(outcome=outcome)
+        child.inc()
+
     def decorate(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(call)
         async def counted(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -100,7 +109,7 @@ def counts_outcomes(
                 outcome = exc.code
                 raise
             finally:
-                counter.labels(outcome=outcome).inc()
+                count(outcome)
 
         return counted
 

@@ -10,7 +10,7 @@ from starlette.middleware import Middleware
 
 from groupbuy.api import redpackets, system, teams
 from groupbuy.api.auth import Authenticator
-from groupbuy.api.endpoints import build_route
+from groupbuy.api.endpoints import Endpoint, build_route
 from groupbuy.api.middleware import ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
@@ -18,6 +18,12 @@ from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 
 ENDPOINTS = [*system.ENDPOINTS, *teams.ENDPOINTS, *redpackets.ENDPOINTS]
+# The router tries routes in order (a regex each): the calls of a flash event go first.
+_HOT_CALLS = ("/grab", "/locks", "/members", "/locks/{user_id}")
+
+
+def _route_order(endpoint: Endpoint) -> int:
+    return 0 if endpoint.method != "GET" and endpoint.path.endswith(_HOT_CALLS) else 1
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
@@ -31,7 +37,10 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 
     auth = Authenticator(settings.auth.keys)
     app = Starlette(
-        routes=[build_route(e, auth, settings.server.max_body_bytes) for e in ENDPOINTS],
+        routes=[
+            build_route(e, auth, settings.server.max_body_bytes)
+            for e in sorted(ENDPOINTS, key=_route_order)
+        ],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
         middleware=[

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from groupbuy import errors
 from groupbuy.api.auth import Authenticator
+from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.outcome import Outcome
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -63,7 +64,7 @@ class Endpoint:
 
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:
     """A JSON answer."""
-    return JSONResponse(body, status_code=status_code)
+    return FastJSONResponse(body, status_code=status_code)
 
 
 def created_response(outcome: Outcome) -> JSONResponse:

@@ -62,6 +62,8 @@ class ObserveRequests:
     def __init__(self, app: Any, json_lines: bool = False) -> None:
         self.app = app
         self.json_lines = json_lines
+        # Bounded: methods, route templates and statuses are finite sets.
+        self._histograms: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -76,10 +78,8 @@ class ObserveRequests:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                headers = [
-                    (k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER
-                ]
-                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                # No route sets X-Request-Id itself: the id is added, never duplicated.
+                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id.encode())]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -90,7 +90,11 @@ class ObserveRequests:
 
     def _observe(self, scope: Any, status: int, elapsed_s: float, request_id: str) -> None:
         method, route = method_of(scope), route_of(scope)
-        HTTP_DURATION.labels(method=method, route=route, status=str(status)).observe(elapsed_s)
+        histogram = self._histograms.get((method, route, status))
+        if histogram is None:  # labels() validates and locks: look each series up once
+            histogram = HTTP_DURATION.labels(method=method, route=route, status=str(status))
+            self._histograms[(method, route, status)] = histogram
+        histogram.observe(elapsed_s)
         if not log.isEnabledFor(logging.INFO):
             return
         duration_ms = round(elapsed_s * 1000, 2)

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from groupbuy import errors
+from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.metrics import BACKEND_ERRORS
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
     """An application/problem+json answer for an error."""
     headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
-    return JSONResponse(
+    return FastJSONResponse(
         error.to_problem(),
         status_code=error.status_code,
         media_type="application/problem+json",
@@ -45,7 +46,7 @@ async def handle_error(_request: Request, exc: Exception) -> Response:
             "code": "http_error",
             "detail": str(exc.detail),
         }
-        return JSONResponse(body, exc.status_code, media_type="application/problem+json")
+        return FastJSONResponse(body, exc.status_code, media_type="application/problem+json")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         log.warning("redis unavailable: %s", exc)
         BACKEND_ERRORS.labels(backend="redis").inc()

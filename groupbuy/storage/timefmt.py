@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 
 
 def iso_ms(ms: int | None) -> str | None:
     """`1763746971123` -> `2025-11-21T17:42:51.123Z`; None stays None."""
     if ms is None:
         return None
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    seconds, millis = divmod(ms, 1000)
+    return f"{_iso_second(seconds)}{millis:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _iso_second(seconds: int) -> str:
+    # Answers given in the same second share this part; strftime was a hot spot under load.
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def to_ms(moment: datetime) -> int:
