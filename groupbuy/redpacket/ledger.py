@@ -24,26 +24,26 @@ async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> 
     """
     if not entries:
         return 0
+    # Parameters as lists (executemany): each statement compiles once and is cached.
     inserted = (
         await session.execute(
             dialect_insert(session, LedgerEntryRow.__table__)
-            .values(entries)
             .on_conflict_do_nothing()
-            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents)
+            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents),
+            entries,
         )
     ).all()
     deltas: Counter[str] = Counter()
     for user_id, amount_cents in inserted:
         deltas[user_id] += amount_cents
     if deltas:
-        upsert = dialect_insert(session, AccountRow.__table__).values(
-            [{"user_id": user_id, "balance_cents": delta} for user_id, delta in deltas.items()]
-        )
+        upsert = dialect_insert(session, AccountRow.__table__)
         await session.execute(
             upsert.on_conflict_do_update(
                 index_elements=[AccountRow.user_id],
                 set_={"balance_cents": AccountRow.balance_cents + upsert.excluded.balance_cents},
-            )
+            ),
+            [{"user_id": user_id, "balance_cents": delta} for user_id, delta in deltas.items()],
         )
     return len(inserted)
 

@@ -56,8 +56,9 @@ async def record_event(session: AsyncSession, event: Event) -> bool:
 async def record_events(session: AsyncSession, events: list[Event]) -> None:
     """Insert many events in one statement, skipping those already recorded (ids follow order)."""
     if events:
-        statement = dialect_insert(session, EventRow.__table__).values([_row(e) for e in events])
-        await session.execute(statement.on_conflict_do_nothing())
+        # executemany, rows in list order: compiled once, cached (not per batch size).
+        statement = dialect_insert(session, EventRow.__table__).on_conflict_do_nothing()
+        await session.execute(statement, [_row(e) for e in events])
 
 
 async def read_events(session: AsyncSession, after: int, limit: int) -> dict[str, Any]:
