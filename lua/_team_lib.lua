@@ -109,3 +109,10 @@ local function closed_code(team)
   end
   return nil
 end
+
+-- The team as team_read answers it (three flat lists: the team hash, the members hash,
+-- the locks oldest first with their scores); put last in a reply table, all three follow.
+local function snapshot()
+  return redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
+         redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+end

@@ -3,8 +3,9 @@
 -- requires: _team_lib
 -- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
--- Returns {OK, formed 0|1} joined (formed: this member completed the team),
--- {EXISTING, formed 0|1} the same user and order joined before (formed: the team is formed now),
+-- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
+-- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: the team
+-- is formed now), where team... is the team after the call as team_read answers it,
 -- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
 -- {TEAM_FAILED}, {TEAM_NOT_FOUND}.
 local now = now_ms(ARGV[3])
@@ -16,7 +17,7 @@ end
 local member = redis.call('HGET', KEYS[2], user)
 if member then
   if split(member)[3] == ARGV[5] then
-    return {EXISTING, team.status == 'formed' and 1 or 0}
+    return {EXISTING, team.status == 'formed' and 1 or 0, snapshot()}
   end
   return {ALREADY_MEMBER}
 end
@@ -38,9 +39,9 @@ end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
       'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq)})
 if seq < team.size then
-  return {OK, 0}
+  return {OK, 0, snapshot()}
 end
 close_team('formed', 'formed_ms', now)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
       'members', member_list()})
-return {OK, 1}
+return {OK, 1, snapshot()}

@@ -4,7 +4,8 @@
 -- KEYS[1..6] as _team_lib  KEYS[7] activity hash (team_size, lock_ttl_ms, team_deadline_ms)
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader order_id ('' for none)
 -- ARGV[6] retention_ms: how long the keys outlive the deadline
--- Returns {OK} opened, {EXISTING} same leader and order already opened it,
+-- Returns {OK, team...} opened, {EXISTING, team...} same leader and order already opened it
+-- (team...: the team now, after the lazy checks, as team_read answers it),
 -- {CONFLICT} the team id is taken with other parameters, {ACTIVITY_NOT_FOUND}.
 local now = now_ms(ARGV[3])
 local activity = redis.call('HMGET', KEYS[7], 'team_size', 'lock_ttl_ms', 'team_deadline_ms')
@@ -14,7 +15,8 @@ end
 local existing = redis.call('HMGET', KEYS[1], 'leader_id', 'leader_order_id')
 if existing[1] then
   if existing[1] == ARGV[4] and existing[2] == ARGV[5] then
-    return {EXISTING}
+    load_team(now)
+    return {EXISTING, snapshot()}
   end
   return {CONFLICT}
 end
@@ -31,4 +33,4 @@ redis.call('PEXPIREAT', KEYS[2], expire_at)
 emit({'type', 'team.opened', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
       'leader_id', ARGV[4], 'order_id', ARGV[5], 'size', activity[1],
       'deadline_ms', int(deadline)})
-return {OK}
+return {OK, snapshot()}

@@ -3,11 +3,10 @@
 -- requires: _team_lib
 -- KEYS[1..6] as _team_lib
 -- ARGV[1..3] as _team_lib
--- Returns {OK, team hash as flat list, members hash as flat list, locks as flat
--- [user, locked_at_ms, ...] oldest first, now_ms}, or {TEAM_NOT_FOUND}.
+-- Returns {OK, now_ms, team hash as flat list, members hash as flat list, locks as flat
+-- [user, locked_at_ms, ...] oldest first}, or {TEAM_NOT_FOUND}.
 local now = now_ms(ARGV[3])
 if not load_team(now) then
   return {TEAM_NOT_FOUND}
 end
-return {OK, redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
-        redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'), int(now)}
+return {OK, int(now), snapshot()}

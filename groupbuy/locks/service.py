@@ -126,17 +126,17 @@ class TeamService(UsesBackends):
         args = self._args(
             activity_id, team_id, leader_id, order_id or "", self._defaults.retention_s * 1000
         )
-        code, _ = split_reply(await self._scripts.call("team_open", keys, args))
+        code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.ACTIVITY_NOT_FOUND:
             # Redis may have lost the activity (restart without persistence): SQL knows it.
             await self._put_activity(await self._activity_row(activity_id))
-            code, _ = split_reply(await self._scripts.call("team_open", keys, args))
+            code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.CONFLICT:
             raise_for(code, f"team {team_id!r} exists with another leader or order")
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(self._keys.outbox(activity_id))
-        return Outcome(await self.get_team(activity_id, team_id), code is TeamCode.OK)
+        return Outcome(_team_body(activity_id, team_id, rest), code is TeamCode.OK)
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
         """A team's current state: live from Redis, or from SQL once Redis let it go."""
@@ -147,10 +147,8 @@ class TeamService(UsesBackends):
         )
         code, rest = split_reply(reply)
         if code is TeamCode.OK:
-            team, members, locks, _now = rest
-            return TeamView.from_redis(
-                activity_id, team_id, reply_dict(team), reply_dict(members), locks
-            ).body()
+            _now, *team = rest
+            return _team_body(activity_id, team_id, team)
         return await self._recorded_team(activity_id, team_id)
 
     async def _recorded_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
@@ -282,7 +280,8 @@ class TeamService(UsesBackends):
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(self._keys.outbox(activity_id))
-        team = await self.get_team(activity_id, team_id)
+        _formed_now, *snapshot = rest
+        team = _team_body(activity_id, team_id, snapshot)
         return Outcome({"team": team, "formed": team["status"] == "formed"}, code is TeamCode.OK)
 
     async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
@@ -401,3 +400,12 @@ class TeamService(UsesBackends):
             else:
                 await self._redis.sadd(registry, activity_id)
         return {"teams_released": len(ended), "activities_released": released}
+
+
+def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:
+    """The API body of a team from the three lists a team script answers it with (the team
+    hash, the members hash, the locks oldest first; see `snapshot` in lua/_team_lib.lua)."""
+    team, members, locks = snapshot
+    return TeamView.from_redis(
+        activity_id, team_id, reply_dict(team), reply_dict(members), locks
+    ).body()

@@ -81,7 +81,8 @@ class Teams:
 async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Services) -> None:
     teams, redis, keys = Teams(services), services.redis, services.keys
     await services.teams.create_activity(AID, team_size=3, lock_ttl_s=60)
-    assert await teams.open(TID, "lead-1", "") == [TeamCode.OK]  # a leader without an order
+    opened = await teams.open(TID, "lead-1", "")  # a leader without an order
+    assert opened[0] == TeamCode.OK
 
     locks: dict[str, tuple[int, int]] = {}
     for user in ("user_2", "user-3"):
@@ -91,8 +92,8 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
         raw = await redis.get(keys.user_lock(AID, user))
         assert team_codec.parse_current_lock(raw) == (TID, int(locked_at), int(expires_at))
         assert team_codec.current_lock_value(TID, int(locked_at), int(expires_at)) == raw
-    assert await teams.confirm(TID, "user_2", "order-2") == [TeamCode.OK, 0]
-    assert await teams.confirm(TID, "user-3", "order_3") == [TeamCode.OK, 1]
+    assert (await teams.confirm(TID, "user_2", "order-2"))[:2] == [TeamCode.OK, 0]
+    assert (await teams.confirm(TID, "user-3", "order_3"))[:2] == [TeamCode.OK, 1]
 
     raw_members = await redis.hgetall(keys.team_members(AID, TID))
     members = {user: team_codec.parse_member(value) for user, value in raw_members.items()}

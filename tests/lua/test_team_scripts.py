@@ -100,7 +100,9 @@ def test_every_script_has_a_contract_header() -> None:
 
 
 async def test_open_outcomes(h: Harness) -> None:
-    assert code(await h.open("t1", "L", "o1")) is TeamCode.OK
+    opened = await h.open("t1", "L", "o1")
+    assert code(opened) is TeamCode.OK
+    assert opened[1:] == (await h.read("t1"))[2:]  # the team as team_read answers it
     assert code(await h.open("t1", "L", "o1")) is TeamCode.EXISTING
     assert code(await h.open("t1", "L", "other")) is TeamCode.CONFLICT
     assert code(await h.open("t1", "M", "o1")) is TeamCode.CONFLICT
@@ -208,12 +210,15 @@ async def test_confirm_outcomes(h: Harness) -> None:
     assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.LOCK_REQUIRED
     await h.lock("t1", "u1")
     await h.lock("t1", "u2")
-    assert await h.confirm("t1", "u1", "o1") == [TeamCode.OK, 0]
-    assert await h.confirm("t1", "u1", "o1") == [TeamCode.EXISTING, 0]
+    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.OK, 0]
+    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 0]
     assert code(await h.confirm("t1", "u1", "o9")) is TeamCode.ALREADY_MEMBER
-    assert await h.confirm("t1", "L", "oL") == [TeamCode.EXISTING, 0]
-    assert await h.confirm("t1", "u2", "o2") == [TeamCode.OK, 1]
-    assert await h.confirm("t1", "u1", "o1") == [TeamCode.EXISTING, 1]
+    assert (await h.confirm("t1", "L", "oL"))[:2] == [TeamCode.EXISTING, 0]
+    joined = await h.confirm("t1", "u2", "o2")
+    assert joined[:2] == [TeamCode.OK, 1]
+    # The reply carries the team after the call, as team_read would answer it.
+    assert joined[2:] == (await h.read("t1"))[2:]
+    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 1]
     assert code(await h.confirm("t1", "u3", "o3")) is TeamCode.TEAM_FORMED
     records = await h.records()
     assert [r["type"] for r in records] == [
@@ -249,7 +254,8 @@ async def test_deadline_fails_the_team_once(h: Harness) -> None:
     # u2's lock expired before the deadline; u4's was live and ends with the team.
     expired = [r["user_id"] for r in await h.records() if r["type"] == "lock.expired"]
     assert expired == ["u2"]
-    team = dict(zip((await h.read("t1"))[1][0::2], (await h.read("t1"))[1][1::2], strict=True))
+    flat = (await h.read("t1"))[2]
+    team = dict(zip(flat[0::2], flat[1::2], strict=True))
     assert team["status"] == "failed" and int(team["failed_ms"]) == int(team["deadline_ms"])
 
 
@@ -259,7 +265,7 @@ async def test_read_reports_state(h: Harness) -> None:
     await h.lock("t1", "u1")
     reply = await h.read("t1")
     assert code(reply) is TeamCode.OK
-    _code, team, members, locks, now = reply
+    _code, now, team, members, locks = reply
     team = dict(zip(team[0::2], team[1::2], strict=True))
     assert team["status"] == "open" and team["member_count"] == "1"
     assert members[0] == "L" and members[1].startswith("1|")
