@@ -69,6 +69,11 @@ JOB_RUNS = Counter(
 JOB_DURATION = Histogram(
     "groupbuy_job_duration_seconds", "Scheduled job run time.", ["job"], buckets=_JOB_BUCKETS
 )
+REDIS_BATCH_CALLS = Histogram(
+    "groupbuy_redis_batch_calls",
+    "Script calls carried by each coalesced Redis round trip (1 when idle, more under load).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)
 BACKEND_ERRORS = Counter(
     "groupbuy_backend_errors_total",
     "Requests answered 503 because a backing service failed, by backend (redis|database).",

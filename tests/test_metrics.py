@@ -48,6 +48,7 @@ FAMILIES = {
     "groupbuy_job_runs",
     "groupbuy_job_duration_seconds",
     "groupbuy_backend_errors",
+    "groupbuy_redis_batch_calls",
 }
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 

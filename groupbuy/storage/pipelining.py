@@ -34,6 +34,8 @@ from hiredis import pack_command
 from redis.asyncio.connection import ConnectionPool
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
 
+from groupbuy.metrics import REDIS_BATCH_CALLS
+
 # What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
 RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -159,6 +161,7 @@ class AutoPipeline:
         self.batches += 1
         self.calls += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
+        REDIS_BATCH_CALLS.observe(len(batch))
         # hiredis packs in C, ~8x faster than the pure-Python packer redis-py uses.
         packed = b"".join([pack_command(call.command()) for call in batch])
         missing: list[ScriptCall] = []
