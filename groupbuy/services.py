@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import metrics
-from groupbuy.locks.records import project_team_record
+from groupbuy.locks.records import project_team_records
 from groupbuy.locks.service import TeamService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
@@ -61,7 +61,9 @@ def build_services(
     keys = Keys(settings.redis.key_prefix)
     clock = RedisClock()
     backends = Backends(redis, scripts, database, keys, clock)
-    outbox = OutboxWriter(redis, scripts, database, project_team_record, settings.outbox.batch_size)
+    outbox = OutboxWriter(
+        redis, scripts, database, project_team_records, settings.outbox.batch_size
+    )
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
     writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event
 from groupbuy.storage.timefmt import from_ms, iso_ms
 
@@ -18,37 +18,57 @@ def _members(encoded: str) -> list[dict[str, Any]]:
     return [m._asdict() for m in codec.parse_member_list(encoded)]
 
 
-async def _insert_member(session: AsyncSession, f: dict[str, str], user_id: str, seq: int) -> None:
-    await insert_ignore(
-        session,
-        MemberRow.__table__,
-        {
-            "activity_id": f["activity_id"],
-            "team_id": f["team_id"],
-            "user_id": user_id,
-            "order_id": f.get("order_id") or None,
-            "seq": seq,
-            "joined_at": from_ms(int(f["at_ms"])),
-        },
-    )
+def _member_row(f: dict[str, str], user_id: str, seq: int) -> dict[str, Any]:
+    return {
+        "activity_id": f["activity_id"],
+        "team_id": f["team_id"],
+        "user_id": user_id,
+        "order_id": f.get("order_id") or None,
+        "seq": seq,
+        "joined_at": from_ms(int(f["at_ms"])),
+    }
 
 
-async def _set_status(session: AsyncSession, f: dict[str, str], status: str, column: str) -> None:
-    await session.execute(
-        update(TeamRow)
-        .where(TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"])
-        .values(status=status, **{column: from_ms(int(f["at_ms"]))})
-    )
+async def project_team_records(session: AsyncSession, records: list[dict[str, str]]) -> list[Event]:
+    """Apply a batch of team-script outbox entries to SQL and return their events in order.
+
+    New teams and members go in with one executemany each, whatever the batch size (a
+    flush inside a confirm used to wait on one statement per record); the rare endings
+    update their team after that. Rows applied before are skipped, so a batch applied
+    twice changes nothing.
+    """
+    teams: list[dict[str, Any]] = []
+    members: list[dict[str, Any]] = []
+    endings: list[tuple[dict[str, str], str, str]] = []
+    events = [_project(f, teams, members, endings) for f in records]
+    if teams:
+        await session.execute(
+            dialect_insert(session, TeamRow.__table__).on_conflict_do_nothing(), teams
+        )
+    if members:
+        await session.execute(
+            dialect_insert(session, MemberRow.__table__).on_conflict_do_nothing(), members
+        )
+    for f, status, column in endings:
+        await session.execute(
+            update(TeamRow)
+            .where(TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"])
+            .values(status=status, **{column: from_ms(int(f["at_ms"]))})
+        )
+    return events
 
 
-async def project_team_record(session: AsyncSession, f: dict[str, str]) -> Event:
-    """Apply one outbox entry of a team script to SQL and return the event it stands for."""
+def _project(
+    f: dict[str, str],
+    teams: list[dict[str, Any]],
+    members: list[dict[str, Any]],
+    endings: list[tuple[dict[str, str], str, str]],
+) -> Event:
+    """The event of one entry; the rows it stands for are added to the lists."""
     kind, aid, tid, at_ms = f["type"], f["activity_id"], f["team_id"], int(f["at_ms"])
     base = {"activity_id": aid, "team_id": tid}
     if kind == "team.opened":
-        await insert_ignore(
-            session,
-            TeamRow.__table__,
+        teams.append(
             {
                 **base,
                 "leader_id": f["leader_id"],
@@ -56,22 +76,22 @@ async def project_team_record(session: AsyncSession, f: dict[str, str]) -> Event
                 "size": int(f["size"]),
                 "created_at": from_ms(at_ms),
                 "deadline_at": from_ms(int(f["deadline_ms"])),
-            },
+            }
         )
-        await _insert_member(session, f, f["leader_id"], 1)
+        members.append(_member_row(f, f["leader_id"], 1))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), data)
     if kind == "team.member_joined":
-        await _insert_member(session, f, f["user_id"], int(f["seq"]))
+        members.append(_member_row(f, f["user_id"], int(f["seq"])))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid, f["user_id"]), data)
     if kind in ("team.formed", "team.failed"):
         status, column = (
             ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
         )
-        await _set_status(session, f, status, column)
-        members = {**base, "members": _members(f["members"])}
-        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members)
+        endings.append((f, status, column))
+        members_data = {**base, "members": _members(f["members"])}
+        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members_data)
     if kind == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
         data = {

@@ -24,7 +24,7 @@ from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
-Projector = Callable[[AsyncSession, dict[str, str]], Awaitable[Event]]
+Projector = Callable[[AsyncSession, list[dict[str, str]]], Awaitable[list[Event]]]
 
 
 class OutboxWriter:
@@ -79,7 +79,7 @@ class OutboxWriter:
             if not entries:
                 return applied
             async with self._db.transaction() as session:
-                events = [await self._project(session, fields) for _id, fields in entries]
+                events = await self._project(session, [fields for _id, fields in entries])
                 await record_events(session, events)
             ids = [entry_id for entry_id, _ in entries]
             # Only scripts add to a team stream, and they recreate it: an empty one can go.
