@@ -1,7 +1,8 @@
 -- team_lock: hold one free seat of a team for a user, atomically.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key ("team_id|locked_at_ms|expires_at_ms")
+-- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key
+--         ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms", PX = lock ttl)
 -- KEYS[8] hash and KEYS[9] locks zset of the team the caller believes the user holds a lock in
 --         (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
@@ -81,5 +82,6 @@ if lock_count == 0 then
   redis.call('ZADD', KEYS[5], expires, ARGV[2])
   redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
 end
-redis.call('SET', KEYS[7], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires), 'PX', team.lock_ttl_ms)
+redis.call('SET', KEYS[7], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
+           int(team.deadline_ms), 'PX', team.lock_ttl_ms)
 return {OK, int(now), int(expires), released}

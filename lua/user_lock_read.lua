@@ -1,18 +1,21 @@
--- user_lock_read: confirm that the lock a user's current-lock key points to is live.
+-- user_lock_read: the user's live lock in an activity, from their current-lock key alone.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..6] as _team_lib, for the team the key names  KEYS[7] user's current-lock key
--- ARGV[1..3] as _team_lib  ARGV[4] user_id
--- Returns {OK, locked_at_ms, expires_at_ms}, or {NO_LOCK} (a stale key is removed).
-local now = now_ms(ARGV[3])
-local team = load_team(now)
-local held = team and team.status == 'open' and redis.call('ZSCORE', KEYS[3], ARGV[4])
-if held then
-  held = tonumber(held)
-  return {OK, int(held), int(held + team.lock_ttl_ms)}
+-- KEYS[1] user's current-lock key ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms")
+-- ARGV[1] clock shift in ms (0 in production)
+-- Returns {OK, team_id, locked_at_ms, expires_at_ms}, or {NO_LOCK} (a stale key is removed).
+-- The value alone decides: a lock ends at its expiry or with its team at the deadline
+-- (a team is formed only once no other lock is held), and every other ending (unlock,
+-- confirm, a switch to another team) deletes or overwrites the key.
+local now = now_ms(ARGV[1])
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return {NO_LOCK}
 end
-local current = redis.call('GET', KEYS[7])
-if current and split(current)[1] == ARGV[2] then
-  redis.call('DEL', KEYS[7])
+local parts = split(current)
+local expires, deadline = tonumber(parts[3]), tonumber(parts[4])
+if now < expires and (deadline == nil or now < deadline) then
+  return {OK, parts[1], parts[2], parts[3]}
 end
+redis.call('DEL', KEYS[1])
 return {NO_LOCK}

@@ -60,27 +60,38 @@ def parse_member(value: str) -> Member:
 
 
 class CurrentLock(NamedTuple):
-    """A user's current-lock value in an activity: ``team_id|locked_at_ms|expires_at_ms``."""
+    """A user's current-lock value in an activity:
+    ``team_id|locked_at_ms|expires_at_ms|team_deadline_ms``.
+
+    The team's deadline is in the value so the value alone tells whether the lock is live
+    (a lock ends at its expiry, or with its team at the deadline; the other endings delete
+    or overwrite the key): user_lock_read answers from it in one call.
+    """
 
     team_id: str
     locked_at_ms: int
     expires_at_ms: int
+    deadline_ms: int
 
 
-def current_lock_value(team_id: str, locked_at_ms: int, expires_at_ms: int) -> str:
+def current_lock_value(
+    team_id: str, locked_at_ms: int, expires_at_ms: int, deadline_ms: int
+) -> str:
     """The current-lock value team_lock writes."""
-    return FIELD.join((team_id, str(locked_at_ms), str(expires_at_ms)))
+    return FIELD.join((team_id, str(locked_at_ms), str(expires_at_ms), str(deadline_ms)))
 
 
 def parse_current_lock(value: str) -> CurrentLock:
     """A current-lock value as team_lock wrote it."""
-    team_id, locked_at_ms, expires_at_ms = _fields(value, 3, "current lock")
+    what = "current lock"
+    team_id, locked_at_ms, expires_at_ms, deadline_ms = _fields(value, 4, what)
     if not team_id:
         raise ValueError(f"current lock {value!r} names no team")
     return CurrentLock(
         team_id,
-        _int(locked_at_ms, "current lock", value),
-        _int(expires_at_ms, "current lock", value),
+        _int(locked_at_ms, what, value),
+        _int(expires_at_ms, what, value),
+        _int(deadline_ms, what, value),
     )
 
 

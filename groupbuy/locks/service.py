@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.locks.codec import parse_current_lock
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
@@ -285,22 +284,17 @@ class TeamService(UsesBackends):
         return Outcome({"team": team, "formed": team["status"] == "formed"}, code is TeamCode.OK)
 
     async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
-        """The user's unexpired lock in the activity, or NoLock."""
-        user_key = self._keys.user_lock(activity_id, user_id)
-        current = await self._redis.get(user_key)
-        if current is None:
+        """The user's unexpired lock in the activity, or NoLock (one script call)."""
+        reply = await self._scripts.call(
+            "user_lock_read", [self._keys.user_lock(activity_id, user_id)], [self._clock.shift_ms]
+        )
+        code, rest = split_reply(reply)
+        if code is TeamCode.NO_LOCK:
             await self._activity_row(activity_id)  # an unknown activity is a 404 of its own
             raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
-        team_id = parse_current_lock(current).team_id
-        keys = [*self._keys.team_keys(activity_id, team_id), user_key]
-        code, rest = split_reply(
-            await self._scripts.call(
-                "user_lock_read", keys, self._args(activity_id, team_id, user_id)
-            )
-        )
         if code is not TeamCode.OK:
-            raise_for(code, f"user {user_id!r} holds no lock in activity {activity_id!r}")
-        locked_at, expires_at = rest
+            raise_for(code)
+        team_id, locked_at, expires_at = rest
         return {
             "team_id": team_id,
             "locked_at": iso_ms(int(locked_at)),

@@ -68,14 +68,14 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
     calls = {"n": 0}
     real_project = services.outbox._project
 
-    async def dying_project(session: Any, fields: dict[str, str]) -> Any:
+    async def dying_project(session: Any, batch: list[dict[str, str]]) -> Any:
         calls["n"] += 1
-        if calls["n"] == 2:  # the writer dies midway through a batch, before its commit
+        if calls["n"] == 2:  # the writer dies on the second batch, before its commit
             raise ConnectionError("writer killed")
-        return await real_project(session, fields)
+        return await real_project(session, batch)
 
     monkeypatch.setattr(services.outbox, "_project", dying_project)
-    await teams.confirm("a1", "t1", "u1", "o1")  # its record lands (projection 1)
+    await teams.confirm("a1", "t1", "u1", "o1")  # its record lands (batch 1)
     formed = await teams.confirm("a1", "t1", "u2", "o2")  # answered although its batch failed
     assert formed.body["formed"] is True
     assert await services.redis.xlen(services.keys.outbox("a1")) == 2

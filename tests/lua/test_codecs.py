@@ -90,8 +90,10 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
         assert (TeamCode(int(code)), released) == (TeamCode.OK, "")
         locks[user] = (int(locked_at), int(expires_at))
         raw = await redis.get(keys.user_lock(AID, user))
-        assert team_codec.parse_current_lock(raw) == (TID, int(locked_at), int(expires_at))
-        assert team_codec.current_lock_value(TID, int(locked_at), int(expires_at)) == raw
+        deadline = int(await redis.hget(keys.team(AID, TID), "deadline_ms"))
+        parsed = (TID, int(locked_at), int(expires_at), deadline)
+        assert team_codec.parse_current_lock(raw) == parsed
+        assert team_codec.current_lock_value(*parsed) == raw
     assert (await teams.confirm(TID, "user_2", "order-2"))[:2] == [TeamCode.OK, 0]
     assert (await teams.confirm(TID, "user-3", "order_3"))[:2] == [TeamCode.OK, 1]
 
@@ -281,10 +283,10 @@ def test_member_round_trips(seq: int, at: int, order: str | None) -> None:
     assert team_codec.member_value(seq, at, "") == team_codec.member_value(seq, at, None)
 
 
-@given(team_id=ids, locked_at=ms, ttl=ms)
-def test_current_lock_round_trips(team_id: str, locked_at: int, ttl: int) -> None:
-    value = team_codec.current_lock_value(team_id, locked_at, locked_at + ttl)
-    assert team_codec.parse_current_lock(value) == (team_id, locked_at, locked_at + ttl)
+@given(team_id=ids, locked_at=ms, ttl=ms, deadline=ms)
+def test_current_lock_round_trips(team_id: str, locked_at: int, ttl: int, deadline: int) -> None:
+    lock = (team_id, locked_at, locked_at + ttl, deadline)
+    assert team_codec.parse_current_lock(team_codec.current_lock_value(*lock)) == lock
 
 
 @given(members=st.lists(st.tuples(ids, orders), max_size=50))
@@ -353,7 +355,8 @@ def test_sql_expressions_build_the_python_keys(packet_id: str, user_id: str) -> 
     [
         (team_codec.parse_member, "1|2"),
         (team_codec.parse_member, "x|2|o"),
-        (team_codec.parse_current_lock, "|1|2"),
+        (team_codec.parse_current_lock, "|1|2|3"),
+        (team_codec.parse_current_lock, "t|1|2"),
         (team_codec.parse_member_list, "u1"),
         (team_codec.parse_event_key, "team.member_joined:a:t"),
         (team_codec.parse_event_key, "lock.expired:a:t:u:soon"),
