@@ -107,11 +107,17 @@ class ObserveRequests:
                 "status": status,
                 "duration_ms": duration_ms,
             }
-            log.info("%s", json.dumps(line, separators=(",", ":")))
+            _access_line("%s", (json.dumps(line, separators=(",", ":")),))
         else:
-            log.info(
-                "%s %s %d %.2fms request_id=%s", method, route, status, duration_ms, request_id
+            _access_line(
+                "%s %s %d %.2fms request_id=%s", (method, route, status, duration_ms, request_id)
             )
+
+
+def _access_line(message: str, args: tuple[Any, ...]) -> None:
+    """Log one access line at INFO through the logger's handlers and filters, without
+    `Logger.info`'s search of the call stack for a source line no access format shows."""
+    log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None))
 
 
 class RejectAmbiguousPaths:
