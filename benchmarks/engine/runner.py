@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.engine.background import background
 from benchmarks.engine.common import FULL, QUICK, open_services, say, warm_up
 from benchmarks.engine.evalsha import redis_benchmark_rows
 from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
@@ -57,6 +58,11 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
                     services, "lock", _rate_of(rows, "scaling", "lock on random teams"), sizes, run
                 ),
             )
+        )
+        # Idle live packets and activities, then flash grabs under the running scheduler.
+        idle = (10_000, 1_000, 10, 200, 300) if quick else (100_000, 10_000, 20, 1000, 1500)
+        steps.append(
+            ("background jobs, idle and under grabs", partial(background, services, run, *idle))
         )
         for name, step in steps:
             await services.redis.flushall()

@@ -1,0 +1,357 @@
+"""background: what the scheduled jobs cost while nearly everything is idle, and how soon a
+grab's credit reaches SQL while they run at their configured intervals.
+
+(a) Idle rounds. `packets` live packets (a SQL row and the Redis state each, no grab) and
+`activities` activities (an open team each) are created in bulk; then each round runs
+`flush_records` (team and packet write-behind, the backlog gauges) and, separately, the
+sweeps (`sweep_locks`, `expire_teams`, `expire_packets`), measuring the process's CPU time
+(time.process_time, the SQLite thread included) and the wall time; median and max.
+(b) Credit latency. With those idle packets and activities still live, the scheduler runs
+every job at its configured interval while flash grabs hit a few fresh packets; for each
+grab answered `grabbed`, the delay from its answer until its ledger credit is visible in
+SQL (polled every few ms); p50/p99. SPEC: a credit appears within 2 s.
+
+`python -m benchmarks.engine.background [--packets N] [--activities M] [--rounds R]`
+runs it alone on a private redis-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+
+from benchmarks.engine.common import flash_requests, groupbuy_grab, open_services, say
+from benchmarks.measure import Meter, Row, gather_limited, percentile, result_row
+from groupbuy.locks.models import ActivityRow, TeamRow
+from groupbuy.redpacket.codec import grab_credit_key
+from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
+from groupbuy.services import Services, build_scheduler
+from groupbuy.storage.scripts import script_source
+from groupbuy.storage.timefmt import from_ms
+
+PIPELINE = 2000  # script calls per pipeline while creating the idle packets
+ROUND_BUDGET_S = 90.0  # stop measuring rounds after this long (the old code took minutes)
+FLASH_PACKETS, FLASH_GAP_S = 5, 0.37  # flash grabs spread over the flush interval
+CREDIT_POLL_S = 0.005
+CREDIT_TIMEOUT_S = 120.0
+
+
+async def create_idle_packets(services: Services, count: int, run: str) -> list[str]:
+    """`count` live one-share packets: SQL rows in bulk, Redis state through packet_create
+    (pipelined). Nobody grabs them."""
+    now = await services.clock.now_ms(services.redis)
+    expires = now + 3_600_000
+    ids = [f"idle-{run}-{i}" for i in range(count)]
+    rows = [
+        {
+            "packet_id": pid,
+            "sender_id": f"idle-{run}",
+            "amount_cents": 10,
+            "count": 1,
+            "strategy": "equal",
+            "expires_in_s": 3600,
+            "status": "active",
+            "refunded_cents": 0,
+            "records_done": False,
+            "redis_cleared": False,
+            "created_at": from_ms(now),
+            "expires_at": from_ms(expires),
+        }
+        for pid in ids
+    ]
+    async with services.database.transaction() as session:
+        for start in range(0, count, 10_000):
+            await session.execute(insert(PacketRow), rows[start : start + 10_000])
+    sha = await services.redis.script_load(script_source("packet_create"))
+
+    async def batch(start: int) -> None:
+        pipe = services.redis.pipeline(transaction=False)
+        for pid in ids[start : start + PIPELINE]:
+            keys = services.keys.packet_keys(pid)
+            args = [pid, 0, f"idle-{run}", 10, 1, "equal", now, expires, 60_000, 10]
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        await pipe.execute()
+
+    await gather_limited([partial(batch, s) for s in range(0, count, PIPELINE)], limit=3)
+    return ids
+
+
+async def create_idle_activities(services: Services, count: int, run: str) -> list[str]:
+    """`count` activities (SQL rows in bulk), each with one open team opened through the
+    service (which puts the activity in Redis and records the team)."""
+    now = await services.clock.now_ms(services.redis)
+    ids = [f"idle-{run}-{i}" for i in range(count)]
+    rows = [
+        {
+            "activity_id": aid,
+            "name": None,
+            "team_size": 3,
+            "lock_ttl_s": 300,
+            "team_deadline_s": 86400,
+            "created_at": from_ms(now),
+        }
+        for aid in ids
+    ]
+    async with services.database.transaction() as session:
+        for start in range(0, count, 10_000):
+            await session.execute(insert(ActivityRow), rows[start : start + 10_000])
+    opens: list[Callable[[], Awaitable[Any]]] = [
+        partial(services.teams.open_team, aid, "leader", team_id="t0") for aid in ids
+    ]
+    await gather_limited(opens, limit=64)
+    return ids
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """(CPU seconds of this process, wall seconds) of one awaited call."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    await call()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def round_row(
+    name: str, what: str, cpu: list[float], wall: list[float], packets: int, activities: int
+) -> Row:
+    """One row of idle rounds: wall-time percentiles in the latency columns, CPU as extras."""
+    ordered = sorted(wall)
+    cpu_ms: dict[str, Any] = {
+        "cpu_ms_median": round(statistics.median(cpu) * 1000, 3),
+        "cpu_ms_max": round(max(cpu) * 1000, 3),
+        "wall_ms_median": round(statistics.median(wall) * 1000, 3),
+        "wall_ms_max": round(max(wall) * 1000, 3),
+    }
+    note = (
+        f"{what}, idle, with {packets:,} live packets and {activities:,} activities "
+        f"(an open team each); {len(wall)} rounds: CPU median {cpu_ms['cpu_ms_median']} ms, "
+        f"max {cpu_ms['cpu_ms_max']} ms; wall median {cpu_ms['wall_ms_median']} ms, "
+        f"max {cpu_ms['wall_ms_max']} ms"
+    )
+    say(f"idle {name:<14} {note}")
+    return result_row(
+        "idle_rounds",
+        "engine",
+        f"groupbuy {name}",
+        len(wall),
+        sum(wall),
+        (percentile(ordered, 0.5), percentile(ordered, 0.95), percentile(ordered, 0.99)),
+        {"rounds": len(wall)},
+        note,
+        latencies_ms=[round(s * 1000, 3) for s in ordered],
+        live_packets=packets,
+        activities=activities,
+        **cpu_ms,
+    )
+
+
+async def idle_rounds(services: Services, packets: int, activities: int, rounds: int) -> list[Row]:
+    """CPU and wall time of idle flush_records rounds and idle sweep rounds."""
+    jobs = services.jobs
+
+    async def sweeps() -> None:
+        for name in ("sweep_locks", "expire_teams", "expire_packets"):
+            await jobs.run(name)
+
+    async def flush() -> None:
+        await jobs.run("flush_records")
+
+    await flush()  # whatever the set-up left behind, before measuring idle rounds
+    await sweeps()
+    rows = []
+    for name, call in (("flush_records", flush), ("sweeps", sweeps)):
+        cpu: list[float] = []
+        wall: list[float] = []
+        began = time.perf_counter()
+        while len(wall) < rounds and (not wall or time.perf_counter() - began < ROUND_BUDGET_S):
+            spent, took = await timed(call)
+            cpu.append(spent)
+            wall.append(took)
+        rows.append(round_row(name, name, cpu, wall, packets, activities))
+    return rows
+
+
+class CreditWatch:
+    """Polls the ledger for new grab credits and notes when each became visible."""
+
+    def __init__(self, services: Services) -> None:
+        self._db = services.database
+        self.seen: dict[str, float] = {}
+        self._last_id = 0
+
+    async def start_from_now(self) -> None:
+        async with self._db.sessions() as session:
+            last = await session.scalar(
+                select(LedgerEntryRow.id).order_by(LedgerEntryRow.id.desc())
+            )
+        self._last_id = int(last or 0)
+
+    async def poll(self) -> None:
+        async with self._db.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(LedgerEntryRow.id, LedgerEntryRow.business_key)
+                    .where(LedgerEntryRow.id > self._last_id)
+                    .order_by(LedgerEntryRow.id)
+                )
+            ).all()
+        now = time.perf_counter()
+        for entry_id, key in rows:
+            self._last_id = max(self._last_id, int(entry_id))
+            self.seen.setdefault(key, now)
+
+    async def until(self, keys: set[str], timeout_s: float) -> None:
+        deadline = time.perf_counter() + timeout_s
+        while not keys <= self.seen.keys() and time.perf_counter() < deadline:
+            await self.poll()
+            await asyncio.sleep(CREDIT_POLL_S)
+
+
+async def credit_latency(
+    services: Services, shares: int, users: int, run: str, packets: int, activities: int
+) -> Row:
+    """Flash grabs with the scheduler running every job at its interval; per grab, the
+    delay from its answer to its ledger credit in SQL."""
+    scheduler = build_scheduler(services)
+    scheduler.start()
+    watch = CreditWatch(services)
+    await watch.start_from_now()
+    answered: dict[str, float] = {}
+    meter = Meter()
+    stop = asyncio.Event()
+
+    async def poller() -> None:
+        while not stop.is_set():
+            await watch.poll()
+            await asyncio.sleep(CREDIT_POLL_S)
+
+    async def grab(packet_id: str, user: str) -> None:
+        answer = await meter.measure(partial(groupbuy_grab, services, packet_id, user))
+        if answer["status"] == "grabbed":
+            answered[grab_credit_key(packet_id, user)] = time.perf_counter()
+
+    polling = asyncio.create_task(poller())
+    began = time.perf_counter()
+    try:
+        for _ in range(50):  # the lease is taken at start; wait for it
+            if scheduler.is_leader:
+                break
+            await asyncio.sleep(0.02)
+        sender = f"flash-sender-{run}"
+        await services.packets.deposit(sender, packets * shares * 100, f"credit-{run}")
+        rng = random.Random(7)
+        for p in range(FLASH_PACKETS):
+            packet_id = f"credit-{run}-{p}"
+            await services.packets.send(sender, shares * 100, shares, packet_id=packet_id)
+            requests = flash_requests(users, rng)
+            await asyncio.gather(*(grab(packet_id, u) for u in requests))
+            await asyncio.sleep(FLASH_GAP_S)
+        await watch.until(set(answered), CREDIT_TIMEOUT_S)
+    finally:
+        stop.set()
+        await polling
+        await scheduler.stop()
+    seconds = time.perf_counter() - began
+    delays = sorted(watch.seen[key] - at for key, at in answered.items() if key in watch.seen)
+    missing = len(answered) - len(delays)
+    p50, p99 = percentile(delays, 0.5), percentile(delays, 0.99)
+    note = (
+        f"{FLASH_PACKETS} packets x {shares} shares, {users} users + 60% double taps each, "
+        f"{FLASH_GAP_S} s apart, every job on its configured interval, with {packets:,} idle "
+        f"live packets and {activities:,} idle activities: delay from a grab's answer to its "
+        f"credit in SQL p50 {p50} ms, p99 {p99} ms, max {percentile(delays, 1.0)} ms "
+        f"(grab latency p99 {percentile(sorted(meter.latencies), 0.99)} ms)"
+    )
+    say(f"credit latency {note}")
+    return result_row(
+        "credit_latency",
+        "engine",
+        "groupbuy write-behind",
+        len(delays),
+        seconds,
+        (p50, percentile(delays, 0.95), p99),
+        {"grabbed": len(answered), "credited": len(delays), "missing": missing},
+        note,
+        latencies_ms=[round(s * 1000, 3) for s in delays],
+        live_packets=packets,
+        activities=activities,
+    )
+
+
+async def forget(services: Services, run: str) -> None:
+    """Remove this run's idle rows from SQL, so later scenarios do not carry them."""
+    pattern = f"idle-{run}-%"
+    async with services.database.transaction() as session:
+        await session.execute(delete(PacketRow).where(PacketRow.packet_id.like(pattern)))
+        await session.execute(delete(TeamRow).where(TeamRow.activity_id.like(pattern)))
+        await session.execute(delete(ActivityRow).where(ActivityRow.activity_id.like(pattern)))
+
+
+async def background(
+    services: Services,
+    run: str,
+    packets: int,
+    activities: int,
+    rounds: int = 20,
+    shares: int = 1000,
+    users: int = 1500,
+) -> list[Row]:
+    """The idle rounds, then the credit latency, with the same idle packets and activities."""
+    began = time.perf_counter()
+    await create_idle_packets(services, packets, run)
+    await create_idle_activities(services, activities, run)
+    say(
+        f"background: {packets:,} live packets and {activities:,} activities created in "
+        f"{time.perf_counter() - began:.1f} s"
+    )
+    try:
+        rows = await idle_rounds(services, packets, activities, rounds)
+        rows.append(await credit_latency(services, shares, users, run, packets, activities))
+    finally:
+        await forget(services, run)
+    return rows
+
+
+def main() -> None:
+    """Run the scenario alone on a private redis-server and a temporary SQLite file."""
+    from groupbuy.testing.servers import start_redis
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packets", type=int, default=100_000)
+    parser.add_argument("--activities", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--shares", type=int, default=1000)
+    parser.add_argument("--users", type=int, default=1500)
+    args = parser.parse_args()
+    server = start_redis()
+    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
+
+    async def go() -> list[Row]:
+        services = await open_services(server.url, f"sqlite+aiosqlite:///{directory / 'b.db'}")
+        try:
+            return await background(
+                services, "cli", args.packets, args.activities, args.rounds,
+                args.shares, args.users,
+            )  # fmt: skip
+        finally:
+            await services.redis.aclose()
+            await services.database.dispose()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
