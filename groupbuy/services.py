@@ -62,7 +62,13 @@ def build_services(
     clock = RedisClock()
     backends = Backends(redis, scripts, database, keys, clock)
     outbox = OutboxWriter(
-        redis, scripts, database, project_team_records, settings.outbox.batch_size
+        redis,
+        scripts,
+        database,
+        project_team_records,
+        settings.outbox.batch_size,
+        index=keys.pending_activities(),
+        stream_of=keys.outbox,
     )
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets

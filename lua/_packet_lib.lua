@@ -2,6 +2,9 @@
 -- Common KEYS of packet scripts (all under the hash tag {p:<packet_id>}):
 -- KEYS[1] packet hash  KEYS[2] shares list (amounts still to grab, in grab order)
 -- KEYS[3] grabs hash (user -> "seq|amount_cents|grabbed_at_ms")  KEYS[4] outbox stream
+-- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
+-- KEYS[5] pending index (zset packet_id -> ms of the oldest record waiting in its outbox)
+-- KEYS[6] due index (zset packet_id -> expires_ms, active packets only)
 -- Common ARGV: ARGV[1] packet_id  ARGV[2] clock shift in ms (0 in production)
 -- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
 -- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,
@@ -10,8 +13,11 @@
 -- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
 local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
 
+-- Append one record for SQL to the packet's outbox. The pending index lists the packet
+-- from its first waiting record (the entry id's ms) until outbox_ack leaves it empty.
 local function emit(fields)
-  redis.call('XADD', KEYS[4], '*', unpack(fields))
+  local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
+  redis.call('ZADD', KEYS[5], 'NX', string.match(id, '^%d+'), ARGV[1])
 end
 
 -- Close a packet whose time is up: what is left goes back to the sender, recorded once
@@ -20,6 +26,7 @@ local function expire_packet(p)
   redis.call('HSET', KEYS[1], 'status', 'expired', 'expired_ms', int(p.expires_ms),
              'refunded', int(p.remaining_cents))
   redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.refunded', 'at_ms', int(p.expires_ms), 'packet_id', ARGV[1],
         'sender_id', p.sender_id, 'refunded_cents', int(p.remaining_cents),
         'remaining_count', int(p.remaining_count)})

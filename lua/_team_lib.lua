@@ -6,6 +6,12 @@
 -- KEYS[5] activity's lock index (zset team_id -> when its earliest lock expires, ms)
 -- KEYS[6] activity's deadline index (zset team_id -> deadline ms, open teams only)
 -- The two indexes let the sweeps find due teams without scanning the keyspace.
+-- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
+-- KEYS[7] pending index (zset activity_id -> ms of the oldest record waiting in its outbox)
+-- KEYS[8] lock-due index (zset activity_id -> at most the lowest score of its KEYS[5])
+-- KEYS[9] deadline-due index (zset activity_id -> at most the lowest score of its KEYS[6])
+-- A score in KEYS[8] / KEYS[9] only ever moves down here (ZADD LT); the sweep that reads
+-- it sets it back to the true earliest entry (activity_reindex) or removes it.
 -- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms.
@@ -15,16 +21,31 @@ local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
 local NO_LOCK = 11
 
--- Append one record for SQL to the activity's outbox; fields is a flat list.
+-- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
+-- index lists the activity from its first waiting record (the entry id's ms) until
+-- outbox_ack leaves the stream empty.
 local function emit(fields)
-  redis.call('XADD', KEYS[4], '*', unpack(fields))
+  local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
+  redis.call('ZADD', KEYS[7], 'NX', string.match(id, '^%d+'), ARGV[1])
+end
+
+-- Index a team in the lock index at `due` (ms); the activity is due no later than that.
+local function index_lock(team_id, due)
+  redis.call('ZADD', KEYS[5], int(due), team_id)
+  redis.call('ZADD', KEYS[8], 'LT', int(due), ARGV[1])
+end
+
+-- Index an open team in the deadline index; the activity is due no later than that.
+local function index_deadline(team_id, deadline)
+  redis.call('ZADD', KEYS[6], int(deadline), team_id)
+  redis.call('ZADD', KEYS[9], 'LT', int(deadline), ARGV[1])
 end
 
 -- Keep a team's entry in the lock index equal to its earliest lock's expiry.
 local function reindex(team_id, locks_key, lock_ttl_ms)
   local first = redis.call('ZRANGE', locks_key, 0, 0, 'WITHSCORES')
   if first[2] then
-    redis.call('ZADD', KEYS[5], tonumber(first[2]) + lock_ttl_ms, team_id)
+    index_lock(team_id, tonumber(first[2]) + lock_ttl_ms)
   else
     redis.call('ZREM', KEYS[5], team_id)
   end

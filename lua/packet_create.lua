@@ -1,11 +1,12 @@
 -- packet_create: put a sent packet and its pre-drawn shares in Redis, idempotently.
 -- requires: _common
 -- requires: _packet_lib
--- KEYS[1..4] as _packet_lib
+-- KEYS[1..6] as _packet_lib
 -- ARGV[1..2] as _packet_lib  ARGV[3] sender_id  ARGV[4] amount_cents  ARGV[5] count
 -- ARGV[6] strategy  ARGV[7] created_ms  ARGV[8] expires_ms  ARGV[9] retention_ms
 -- ARGV[10..] the shares in grab order (count of them, summing to amount)
--- Returns {OK} created, {EXISTING} already there (nothing changed).
+-- Returns {OK} created (and listed in the due index at its expiry), {EXISTING} already there
+-- (nothing changed).
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {EXISTING}
 end
@@ -20,6 +21,7 @@ for first = 10, #ARGV, 1000 do
 end
 -- The writers' consumer group exists before the first grab can be recorded.
 redis.call('XGROUP', 'CREATE', KEYS[4], 'writers', '0', 'MKSTREAM')
+redis.call('ZADD', KEYS[6], ARGV[8], ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], expire_at)
 redis.call('PEXPIREAT', KEYS[2], expire_at)
 return {OK}

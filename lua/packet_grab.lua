@@ -1,7 +1,7 @@
 -- packet_grab: one user takes the next share of a packet, at most once.
 -- requires: _common
 -- requires: _packet_lib
--- KEYS[1..4] as _packet_lib
+-- KEYS[1..6] as _packet_lib
 -- ARGV[1..2] as _packet_lib  ARGV[3] user_id
 -- Returns {OK, amount_cents, remaining_count} grabbed (and recorded in the outbox),
 -- {ALREADY_GRABBED, amount_cents} the same amount as the first time,
@@ -40,6 +40,7 @@ emit({'type', 'grab', 'at_ms', int(now), 'packet_id', ARGV[1], 'user_id', user,
       'amount_cents', share, 'seq', int(seq)})
 if left == 0 then
   redis.call('HSET', KEYS[1], 'status', 'sold_out', 'sold_out_ms', int(now))
+  redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', ARGV[1],
         'sender_id', p.sender_id})
 end

@@ -1,7 +1,7 @@
 -- packet_read: a packet's state and grabs after the lazy expiry check.
 -- requires: _common
 -- requires: _packet_lib
--- KEYS[1..4] as _packet_lib
+-- KEYS[1..6] as _packet_lib
 -- ARGV[1..2] as _packet_lib
 -- Returns {OK, packet hash as flat list, grabs hash as flat list, now_ms}, or {NOT_FOUND}.
 local now = now_ms(ARGV[2])

@@ -1,7 +1,7 @@
 -- team_confirm: payment succeeded, turn the user's unexpired lock into membership.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key
+-- KEYS[1..9] as _team_lib  KEYS[10] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
 -- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: the team
@@ -32,9 +32,9 @@ redis.call('ZREM', KEYS[3], user)
 reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
 local seq = redis.call('HINCRBY', KEYS[1], 'member_count', 1)
 redis.call('HSET', KEYS[2], user, int(seq) .. '|' .. int(now) .. '|' .. ARGV[5])
-local current = redis.call('GET', KEYS[7])
+local current = redis.call('GET', KEYS[10])
 if current and split(current)[1] == ARGV[2] then
-  redis.call('DEL', KEYS[7])
+  redis.call('DEL', KEYS[10])
 end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
       'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq)})

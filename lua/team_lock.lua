@@ -1,10 +1,10 @@
 -- team_lock: hold one free seat of a team for a user, atomically.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..6] as _team_lib  KEYS[7] user's current-lock key
+-- KEYS[1..9] as _team_lib  KEYS[10] user's current-lock key
 --         ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms", PX = lock ttl)
--- KEYS[8] hash and KEYS[9] locks zset of the team the caller believes the user holds a lock in
---         (only when ARGV[5] names it)
+-- KEYS[11] hash and KEYS[12] locks zset of the team the caller believes the user holds a lock
+--          in (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or ''} new lock,
 -- {EXISTING, locked_at_ms, expires_at_ms} unexpired lock on this team (unchanged),
@@ -43,7 +43,7 @@ end
 -- A live lock in another team of this activity must be released first; its keys
 -- were not known to the caller if it did not name that team, so ask for them.
 local released = ''
-local current = redis.call('GET', KEYS[7])
+local current = redis.call('GET', KEYS[10])
 if current then
   local parts = split(current)
   local other = parts[1]
@@ -51,15 +51,15 @@ if current then
     if other ~= ARGV[5] then
       return {SWITCH_NEEDED, other}
     end
-    local other_score = redis.call('ZSCORE', KEYS[9], user)
+    local other_score = redis.call('ZSCORE', KEYS[12], user)
     if other_score then
       -- Only an open team keeps locks; one past its deadline has failed in effect.
-      local o = redis.call('HMGET', KEYS[8], 'lock_ttl_ms', 'deadline_ms')
+      local o = redis.call('HMGET', KEYS[11], 'lock_ttl_ms', 'deadline_ms')
       local locked_at = tonumber(other_score)
       local expiry = locked_at + tonumber(o[1])
       local deadline = tonumber(o[2])
-      redis.call('ZREM', KEYS[9], user)
-      reindex(other, KEYS[9], tonumber(o[1]))
+      redis.call('ZREM', KEYS[12], user)
+      reindex(other, KEYS[12], tonumber(o[1]))
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
@@ -79,9 +79,9 @@ redis.call('ZADD', KEYS[3], now, user)
 if lock_count == 0 then
   -- The first lock: it is the earliest (the index learns its expiry) and it creates the
   -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.
-  redis.call('ZADD', KEYS[5], expires, ARGV[2])
+  index_lock(ARGV[2], expires)
   redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
 end
-redis.call('SET', KEYS[7], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
+redis.call('SET', KEYS[10], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
            int(team.deadline_ms), 'PX', team.lock_ttl_ms)
 return {OK, int(now), int(expires), released}

@@ -1,7 +1,7 @@
 -- team_sweep: apply what time did to one team (expired locks, a passed deadline).
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..6] as _team_lib
+-- KEYS[1..9] as _team_lib
 -- ARGV[1..3] as _team_lib
 -- Returns {OK, locks expired now, status}, or {TEAM_NOT_FOUND} (its index entries are dropped).
 local team = load_team(now_ms(ARGV[3]))

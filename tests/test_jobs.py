@@ -148,3 +148,49 @@ async def test_jobs_are_counted_and_flush_records_reports_the_backlog(
     assert report["packet_records"] == 2 and report["backlog"] == 0 and report["lag_s"] == 0
     assert runs("flush_records") == before + 1
     assert REGISTRY.get_sample_value("groupbuy_writeback_backlog_records") == 0
+
+
+async def test_lost_due_entries_are_found_again_by_the_repair(
+    services: Services, sent_packet_via_services: SendPacketViaServices
+) -> None:
+    teams, keys = services.teams, services.keys
+    await teams.create_activity("a1", lock_ttl_s=5, team_deadline_s=60)
+    await teams.open_team("a1", "L", team_id="t1")
+    await teams.lock("a1", "t1", "u1")
+    await teams.create_activity("a2", lock_ttl_s=5, team_deadline_s=3600)
+    await teams.open_team("a2", "L", team_id="t1")
+    await teams.lock("a2", "t1", "u1")
+    await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=5)
+    for key in (keys.due_locks(), keys.due_deadlines(), keys.due_packets()):
+        assert await services.redis.delete(key) == 1  # every entry lost
+    services.clock.advance(60)
+    assert (await run(services, "sweep_locks"))["locks_expired"] == 0  # nothing visited
+    assert (await run(services, "expire_teams"))["teams_failed"] == 0
+    assert (await run(services, "expire_packets"))["due"] == 0
+    report = await run(services, "repair")
+    assert report["activities_reindexed"] == 2 and report["packets_reindexed"] == 1
+    swept = await run(services, "expire_teams")  # a1 past its deadline: its lock goes with it
+    assert swept["teams_failed"] == 1 and swept["locks_expired"] == 1
+    swept = await run(services, "sweep_locks")  # a2's lock
+    assert swept["locks_expired"] == 1 and swept["teams"] == 1
+    await run(services, "flush_records")
+    assert len(await events(services, "lock.expired")) == 2
+    assert len(await events(services, "team.failed")) == 1
+    assert len(await events(services, "packet.refunded")) == 1  # the repair expired it
+    assert await count(services, LedgerEntryRow, kind="refund_credit") == 1
+    await assert_money_conserved(services)
+
+
+async def test_an_idle_round_reads_no_sql(
+    services: Services, sent_packet_via_services: SendPacketViaServices
+) -> None:
+    from tests.support.counting import sql_statements
+
+    await services.teams.create_activity("a1")
+    await services.teams.open_team("a1", "L", team_id="t1")
+    await sent_packet_via_services(100, 4, funds=100, sender_id="s")
+    await run(services, "flush_records")
+    for name in ["flush_records", "sweep_locks", "expire_teams", "expire_packets"]:
+        with sql_statements(services.database) as statements:
+            await run(services, name)
+        assert statements == [], (name, statements)

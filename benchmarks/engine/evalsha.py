@@ -105,7 +105,9 @@ async def redis_benchmark_rows(
     for pipeline in (1, 16):
         pid = f"rb{pipeline}"
         await prepare_bench_packet(services, pid, n + n // 5)
-        cmd = ["EVALSHA", grab_sha, "4", *keys.packet_keys(pid), pid, "0", "user:__rand_int__"]
+        packet_keys = keys.packet_keys(pid)
+        cmd = ["EVALSHA", grab_sha, str(len(packet_keys)), *packet_keys]
+        cmd += [pid, "0", "user:__rand_int__"]
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)
         winners = await redis.hlen(keys.packet_keys(pid)[2])
         rows.append(bench_row("grab", pipeline, n, result, winners))
@@ -113,7 +115,8 @@ async def redis_benchmark_rows(
         aid, tid = f"rb{pipeline}", "t0"
         await prepare_bench_team(services, aid, tid)
         user_key = keys.user_lock(aid, "__rand_int__")
-        cmd = ["EVALSHA", lock_sha, "7", *keys.team_keys(aid, tid), user_key]
+        lock_keys = [*keys.team_keys(aid, tid), user_key]
+        cmd = ["EVALSHA", lock_sha, str(len(lock_keys)), *lock_keys]
         cmd += [aid, tid, "0", "user:__rand_int__", ""]
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)
         winners = await redis.zcard(keys.team_locks(aid, tid))

@@ -32,7 +32,8 @@ async def create_packets_pipelined(services: Services, count: int) -> list[str]:
         for pid in ids[start : start + BATCH]:
             args = [pid, 0, "bench", sum(shares), SCALING_SHARES, "equal", now]
             args += [now + 3_600_000, 60_000, *shares]
-            pipe.evalsha(sha, 4, *services.keys.packet_keys(pid), *args)
+            keys = services.keys.packet_keys(pid)
+            pipe.evalsha(sha, len(keys), *keys, *args)
         await pipe.execute()
 
     await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)
@@ -50,7 +51,7 @@ async def create_teams_pipelined(services: Services, aid: str, count: int) -> li
         pipe = services.redis.pipeline(transaction=False)
         for tid in ids[start : start + BATCH]:
             team_keys = [*keys.team_keys(aid, tid), keys.activity(aid)]
-            pipe.evalsha(sha, 7, *team_keys, aid, tid, 0, f"lead-{tid}", "", 60_000)
+            pipe.evalsha(sha, len(team_keys), *team_keys, aid, tid, 0, f"lead-{tid}", "", 60_000)
         await pipe.execute()
 
     await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)

@@ -9,7 +9,10 @@ wait on SQL.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from sqlalchemy import select, update
@@ -30,6 +33,13 @@ from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
 _SWITCH_ATTEMPTS = 5
+# How long Redis keeps its copy of an activity after it was last put there. The repair
+# job drops it sooner once the activity's last live team has ended.
+_ACTIVITY_COPY_TTL_MS = 86_400_000
+# The repair job's re-index page: activities per run.
+REINDEX_PAGE = 2000
+# Script calls in flight at once (coalesced when auto_pipeline is on).
+_CALLS_AT_ONCE = 32
 
 
 class TeamService(UsesBackends):
@@ -39,6 +49,7 @@ class TeamService(UsesBackends):
         super().__init__(backends)
         self._defaults = defaults
         self._outbox = outbox
+        self._reindex_after = ""  # where the repair job's next re-index page starts
 
     # -- activities ---------------------------------------------------------------
 
@@ -85,16 +96,20 @@ class TeamService(UsesBackends):
         return row
 
     async def _put_activity(self, row: ActivityRow) -> None:
-        # What the scripts need of an activity, in Redis; rewriting it is harmless.
-        await self._redis.sadd(self._keys.activities(), row.activity_id)
-        await self._redis.hset(
-            self._keys.activity(row.activity_id),
-            mapping={
-                "team_size": row.team_size,
-                "lock_ttl_ms": row.lock_ttl_s * 1000,
-                "team_deadline_ms": row.team_deadline_s * 1000,
-            },
-        )
+        # What team_open needs of an activity, in Redis; rewriting it is harmless. It is a
+        # copy of SQL's row that expires: an open that misses it puts it back from SQL.
+        key = self._keys.activity(row.activity_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "team_size": row.team_size,
+                    "lock_ttl_ms": row.lock_ttl_s * 1000,
+                    "team_deadline_ms": row.team_deadline_s * 1000,
+                },
+            )
+            pipe.pexpire(key, _ACTIVITY_COPY_TTL_MS)
+            await pipe.execute()
 
     @staticmethod
     def _activity_body(row: ActivityRow) -> dict[str, Any]:
@@ -134,7 +149,7 @@ class TeamService(UsesBackends):
             raise_for(code, f"team {team_id!r} exists with another leader or order")
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
-        await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+        await self._outbox.flush_quietly(activity_id)
         return Outcome(_team_body(activity_id, team_id, rest), code is TeamCode.OK)
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
@@ -278,7 +293,7 @@ class TeamService(UsesBackends):
             await self._raise_for_missing_team(activity_id, team_id)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
-        await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+        await self._outbox.flush_quietly(activity_id)
         _formed_now, *snapshot = rest
         team = _team_body(activity_id, team_id, snapshot)
         return Outcome({"team": team, "formed": team["status"] == "formed"}, code is TeamCode.OK)
@@ -302,12 +317,9 @@ class TeamService(UsesBackends):
         }
 
     async def record_pending(self) -> int:
-        """Write every activity's waiting outbox records to SQL; returns how many."""
-        async with self._db.sessions() as session:
-            ids = (await session.scalars(select(ActivityRow.activity_id))).all()
-        return sum(
-            [await self._outbox.flush(self._keys.outbox(activity_id)) for activity_id in ids]
-        )
+        """Write the waiting outbox records of every activity the pending index lists to SQL;
+        returns how many."""
+        return await self._outbox.flush_pending()
 
     # -- what time does (the scheduled jobs) ------------------------------------------
 
@@ -321,41 +333,70 @@ class TeamService(UsesBackends):
 
     async def _sweep(self, index: str, batch: int, max_batches: int = 50) -> dict[str, int]:
         """Apply expiry to the teams an index says are due: `lock_due` (expired locks) or
-        `deadlines` (teams past their deadline fail). One short script per team, read in
-        bounded batches, so no script runs long; safe to run anywhere, any number of times."""
-        index_key = {"lock_due": self._keys.lock_index, "deadlines": self._keys.deadline_index}[
-            index
-        ]
+        `deadlines` (teams past their deadline fail). The global due index names the
+        activities that may have a due team; each one's own index names the teams. One
+        short script per team, read in bounded batches, so no script runs long; safe to
+        run anywhere, any number of times."""
+        team_index, due_index = {
+            "lock_due": (self._keys.lock_index, self._keys.due_locks()),
+            "deadlines": (self._keys.deadline_index, self._keys.due_deadlines()),
+        }[index]
         now_ms = await self._clock.now_ms(self._redis)
         report = {"activities": 0, "teams": 0, "locks_expired": 0, "teams_failed": 0}
-        for activity_id in sorted(await self._redis.smembers(self._keys.activities())):
-            report["activities"] += 1
-            touched = False
-            for _ in range(max_batches):
-                due = await self._redis.zrangebyscore(
-                    index_key(activity_id), "-inf", now_ms, start=0, num=batch
+        seen: set[str] = set()
+        for _ in range(max_batches):
+            due = await self._redis.zrangebyscore(due_index, "-inf", now_ms, start=0, num=batch)
+            fresh = [activity_id for activity_id in due if activity_id not in seen]
+            for activity_id in fresh:
+                seen.add(activity_id)
+                report["activities"] += 1
+                touched = await self._sweep_activity(
+                    activity_id, team_index(activity_id), index, now_ms, batch, max_batches, report
                 )
-                for team_id in due:
-                    code, rest = split_reply(
-                        await self._scripts.call(
-                            "team_sweep",
-                            self._keys.team_keys(activity_id, team_id),
-                            self._args(activity_id, team_id),
-                        )
-                    )
-                    report["teams"] += 1
-                    if code is TeamCode.OK:
-                        report["locks_expired"] += int(rest[0])
-                        report["teams_failed"] += index == "deadlines" and rest[1] == "failed"
-                touched = touched or bool(due)
-                if len(due) < batch:
-                    break
-            if touched:
-                await self._outbox.flush_quietly(self._keys.outbox(activity_id))
+                # Its entry becomes its earliest due team again (or goes): after the sweep,
+                # so a team indexed meanwhile is never hidden behind a later score.
+                await self._scripts.call(
+                    "activity_reindex", [team_index(activity_id), due_index], [activity_id]
+                )
+                if touched:
+                    await self._outbox.flush_quietly(activity_id)
+            if len(due) < batch or not fresh:
+                break
         return report
 
+    async def _sweep_activity(
+        self,
+        activity_id: str,
+        team_index: str,
+        index: str,
+        now_ms: int,
+        batch: int,
+        max_batches: int,
+        report: dict[str, int],
+    ) -> bool:
+        touched = False
+        for _ in range(max_batches):
+            due = await self._redis.zrangebyscore(team_index, "-inf", now_ms, start=0, num=batch)
+            for team_id in due:
+                code, rest = split_reply(
+                    await self._scripts.call(
+                        "team_sweep",
+                        self._keys.team_keys(activity_id, team_id),
+                        self._args(activity_id, team_id),
+                    )
+                )
+                report["teams"] += 1
+                if code is TeamCode.OK:
+                    report["locks_expired"] += int(rest[0])
+                    report["teams_failed"] += index == "deadlines" and rest[1] == "failed"
+            touched = touched or bool(due)
+            if len(due) < batch:
+                break
+        return touched
+
     async def release_ended(self, limit: int = 1000) -> dict[str, int]:
-        """Remove from Redis what SQL has fully recorded: ended teams, idle activities."""
+        """Remove from Redis what SQL has fully recorded: ended teams, then the copy of each
+        of their activities that has no live team left."""
         async with self._db.sessions() as session:
             ended = (
                 await session.execute(
@@ -379,21 +420,56 @@ class TeamService(UsesBackends):
                         .where(TeamRow.activity_id == activity_id, TeamRow.team_id == team_id)
                         .values(redis_cleared=True)
                     )
+        # Only an activity whose team has just ended can have become idle; any other copy
+        # expires by itself (_ACTIVITY_COPY_TTL_MS).
         released = 0
-        registry = self._keys.activities()
-        for activity_id in await self._redis.smembers(registry):
-            # Out of the registry first: a team opened meanwhile puts the activity back.
-            await self._redis.srem(registry, activity_id)
+        for activity_id in sorted({activity_id for activity_id, _team in ended}):
             keys = [
                 self._keys.activity(activity_id),
                 self._keys.lock_index(activity_id),
                 self._keys.deadline_index(activity_id),
+                self._keys.due_locks(),
+                self._keys.due_deadlines(),
             ]
-            if int((await self._scripts.call("activity_release", keys, []))[0]):
-                released += 1
-            else:
-                await self._redis.sadd(registry, activity_id)
+            released += int((await self._scripts.call("activity_release", keys, [activity_id]))[0])
         return {"teams_released": len(ended), "activities_released": released}
+
+    async def reindex(self, page: int = REINDEX_PAGE) -> dict[str, int]:
+        """Put back lost index entries for the next page of SQL's activities: the repair
+        job's slow safety net (a full pass takes activities / page runs). An outbox stream
+        with records waiting goes back in the pending index, an activity with locks or open
+        teams back in the due indexes at its earliest."""
+        async with self._db.sessions() as session:
+            ids = list(
+                (
+                    await session.scalars(
+                        select(ActivityRow.activity_id)
+                        .where(ActivityRow.activity_id > self._reindex_after)
+                        .order_by(ActivityRow.activity_id)
+                        .limit(page)
+                    )
+                ).all()
+            )
+        keys = self._keys
+        calls: list[Callable[[], Awaitable[Any]]] = []
+        for activity_id in ids:
+            calls.append(partial(self._outbox.ack, activity_id, []))
+            for team_index, due_index in (
+                (keys.lock_index(activity_id), keys.due_locks()),
+                (keys.deadline_index(activity_id), keys.due_deadlines()),
+            ):
+                calls.append(
+                    partial(
+                        self._scripts.call,
+                        "activity_reindex",
+                        [team_index, due_index],
+                        [activity_id],
+                    )
+                )
+        for start in range(0, len(calls), _CALLS_AT_ONCE):
+            await asyncio.gather(*(call() for call in calls[start : start + _CALLS_AT_ONCE]))
+        self._reindex_after = ids[-1] if len(ids) == page else ""
+        return {"activities_reindexed": len(ids)}
 
 
 def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:

@@ -64,6 +64,9 @@ def build_jobs(
             **await packets.repair_pending(),
             **await teams.release_ended(),
             **await packets.release_ended(),
+            # the slow safety net under the indexes the other jobs read: a page per run
+            **await teams.reindex(),
+            **await packets.reindex(),
         }
 
     return [

@@ -8,6 +8,7 @@ stream; the PacketRecordWriter turns those records into grab rows and ledger cre
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any, NoReturn
 
@@ -23,13 +24,16 @@ from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.view import PacketView
-from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+# The repair job's re-index page: SQL rows per run.
+REINDEX_PAGE = 5000
 
 
 def _refuse(code: PacketCode, packet_id: str) -> NoReturn:
@@ -45,6 +49,7 @@ class RedPacketService(UsesBackends):
         super().__init__(backends)
         self._limits = limits
         self.writer = writer
+        self._reindex_after = ""  # where the repair job's next re-index page starts
 
     async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
         reply = await self._scripts.call(
@@ -295,25 +300,57 @@ class RedPacketService(UsesBackends):
             return {"packet_id": packet_id, "expired": False, "reason": code.name.lower()}
         raise RuntimeError(f"packet_expire answered {code!r}")
 
-    async def expire_due(self) -> dict[str, int]:
-        """Expire every active packet whose time is up (safe to repeat, from any process)."""
-        now = from_ms(await self._clock.now_ms(self._redis))
-        async with self._db.sessions() as session:
-            due = (
-                await session.scalars(
-                    select(PacketRow.packet_id).where(
-                        PacketRow.status == "active", PacketRow.expires_at <= now
-                    )
-                )
-            ).all()
+    async def expire_due(self, batch: int = 200, max_batches: int = 50) -> dict[str, int]:
+        """Expire every active packet whose time is up (safe to repeat, from any process).
+
+        The due index lists each active packet at its expiry (packet_create adds it, the
+        script that ends the packet removes it), so a round reads only what is due; SQL's
+        active packets are the repair job's to re-index (`reindex`).
+        """
+        now_ms = await self._clock.now_ms(self._redis)
+        seen: set[str] = set()
         expired = 0
-        for packet_id in due:
-            expired += bool((await self.expire(packet_id))["expired"])
-        return {"due": len(due), "expired": expired}
+        for _ in range(max_batches):
+            due = await self._redis.zrangebyscore(
+                self._keys.due_packets(), "-inf", now_ms, start=0, num=batch
+            )
+            fresh = [packet_id for packet_id in due if packet_id not in seen]
+            for packet_id in fresh:
+                seen.add(packet_id)
+                expired += bool((await self.expire(packet_id))["expired"])
+            if len(due) < batch or not fresh:
+                break
+        return {"due": len(seen), "expired": expired}
 
     async def record_pending(self) -> int:
         """Write every packet's waiting grab and ending records to SQL; returns how many."""
         return await self.writer.drain_all()
+
+    async def reindex(self, page: int = REINDEX_PAGE) -> dict[str, int]:
+        """Put back lost index entries for the next page of SQL's unfinished packets: the
+        repair job's slow safety net (a full pass takes unfinished / page runs). A stream
+        with records waiting goes back in the pending index; an active packet goes back in
+        the due index (packet_expire re-indexes it, or expires it if its time is up)."""
+        async with self._db.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(PacketRow.packet_id, PacketRow.status)
+                    .where(
+                        PacketRow.records_done.is_(False),
+                        PacketRow.status != "pending",
+                        PacketRow.packet_id > self._reindex_after,
+                    )
+                    .order_by(PacketRow.packet_id)
+                    .limit(page)
+                )
+            ).all()
+        await self.writer.reindex([packet_id for packet_id, _status in rows])
+        active = [packet_id for packet_id, status in rows if status == "active"]
+        for start in range(0, len(active), CALLS_AT_ONCE):
+            chunk = active[start : start + CALLS_AT_ONCE]
+            await asyncio.gather(*(self._call("packet_expire", packet_id) for packet_id in chunk))
+        self._reindex_after = rows[-1][0] if len(rows) == page else ""
+        return {"packets_reindexed": len(rows)}
 
     async def release_ended(self, limit: int = 1000) -> dict[str, int]:
         """Remove from Redis the ended packets whose every record is in SQL."""
@@ -330,7 +367,7 @@ class RedPacketService(UsesBackends):
                 )
             ).all()
         for packet_id in ended:
-            await self._redis.delete(*self._keys.packet_keys(packet_id))
+            await self._redis.delete(*self._keys.packet_keys(packet_id)[:4])  # not the indexes
         if ended:
             async with self._db.transaction() as session:
                 await session.execute(

@@ -6,10 +6,18 @@ dies midway leaves its batch pending: it is read again by the same consumer afte
 failed commit, or taken over (XAUTOCLAIM) by another writer once it has been idle for
 `reclaim_idle_s`. Unique keys (grab per packet and user, ledger business keys) turn a
 second application into a no-op, so "at least once" delivery records exactly once.
+
+The writer finds its work through the pending index, which the packet scripts keep in
+the same call as the XADD (a packet is listed from its first waiting record until
+`outbox_ack` leaves its stream empty): a round reads the index once and visits only the
+packets listed, never the idle ones. An entry that is lost anyway (a partial loss of
+Redis data, streams written before the index existed) is put back by `reindex`, which the
+repair job runs over SQL's unrecorded packets a page at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -22,11 +30,15 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.outbox import ROUND_STREAMS, flush_each
 
 log = logging.getLogger(__name__)
 
 GROUP = "writers"
 _PIPELINE_CHUNK = 500
+# Script calls in flight at once (coalesced into pipelines when auto_pipeline is on; a
+# connection each otherwise, so fewer than the pool holds).
+CALLS_AT_ONCE = 32
 _ENDED = ("sold_out", "expired")
 
 Entries = list[tuple[str, dict[str, str]]]
@@ -59,6 +71,7 @@ class PacketRecordWriter(UsesBackends):
                     raise
                 # No stream: never created (pending send) or already fully recorded and dropped.
                 await self._mark_done_if_ended(packet_id)
+                await self.ack(packet_id, [])  # and nothing for the index to list
                 return applied
             if not entries:
                 return applied
@@ -68,14 +81,21 @@ class PacketRecordWriter(UsesBackends):
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
                 )
             ended = status in _ENDED  # nothing can be added to the stream after its ending
-            ids = [entry_id for entry_id, _ in entries]
-            _deleted, left = await self._scripts.call(
-                "outbox_ack", [stream], [GROUP, "1" if ended else "0", *ids]
-            )
+            left = await self.ack(packet_id, [entry_id for entry_id, _ in entries], ended)
             applied += len(entries)
-            if ended and int(left) == 0:
+            if ended and left == 0:
                 await self._mark_done_if_ended(packet_id)
                 return applied
+
+    async def ack(self, packet_id: str, ids: list[str], ended: bool = False) -> int:
+        """Acknowledge and delete recorded entries (the stream too once `ended` and empty),
+        and set the packet's pending-index entry from what is left (no ids: only that);
+        returns how many entries are left."""
+        keys = self._keys.packet_keys(packet_id)
+        _deleted, left = await self._scripts.call(
+            "outbox_ack", [keys[3], keys[4]], [GROUP, "1" if ended else "0", packet_id, *ids]
+        )
+        return int(left)
 
     async def _next_batch(self, stream: str) -> Entries:
         # 1. what this consumer read before and did not acknowledge (its commit failed)
@@ -116,44 +136,54 @@ class PacketRecordWriter(UsesBackends):
             )
             return list(rows.all())
 
+    async def pending(self, limit: int = ROUND_STREAMS) -> list[str]:
+        """The packets whose streams have records waiting, oldest record first."""
+        return list(await self._redis.zrange(self._keys.pending_packets(), 0, limit - 1))
+
     async def drain_all(self) -> int:
-        """Drain every packet that may have records waiting."""
-        total = 0
-        for packet_id in await self.unrecorded_packets():
-            total += await self.drain(packet_id)
-        return total
+        """Drain every packet the pending index lists, oldest record first (one read of the
+        index when nothing waits); returns how many records were applied."""
+        return await flush_each(await self.pending(), self._drain_listed)
+
+    async def _drain_listed(self, packet_id: str) -> int:
+        applied = await self.drain(packet_id)
+        if not applied:
+            # Listed, yet nothing to apply: its records wait for another writer (the entry
+            # stays, scored by the oldest), or the entry was stale (it goes).
+            await self.ack(packet_id, [])
+        return applied
+
+    async def reindex(self, packet_ids: list[str]) -> None:
+        """Set these packets' pending-index entries from their streams: listed, scored by
+        the oldest record, when records wait; out otherwise (the repair job's safety net)."""
+        for start in range(0, len(packet_ids), CALLS_AT_ONCE):
+            chunk = packet_ids[start : start + CALLS_AT_ONCE]
+            await asyncio.gather(*(self.ack(packet_id, []) for packet_id in chunk))
 
     async def measure_backlog(self) -> tuple[int, int | None, int]:
-        """(records waiting, ms timestamp of the oldest one or None, streams looked at).
+        """(records waiting, ms timestamp of the oldest one or None, streams with records).
 
-        Acknowledged records are deleted, so a stream's length is its backlog. XLEN and
-        XRANGE COUNT 1 per stream, pipelined in chunks: a few round trips in all.
+        From the pending index: its lowest score is the oldest waiting record; acknowledged
+        records are deleted, so the lengths of the listed streams are the backlog. One
+        round trip when nothing waits, then one XLEN per listed stream, pipelined.
         """
-        packet_ids = await self.unrecorded_packets()
-        records, oldest_ms = 0, None
-        for start in range(0, len(packet_ids), _PIPELINE_CHUNK):
-            pipe = self._redis.pipeline(transaction=False)
-            for packet_id in packet_ids[start : start + _PIPELINE_CHUNK]:
-                stream = self._keys.packet_outbox(packet_id)
-                pipe.xlen(stream)
-                pipe.xrange(stream, count=1)
-            replies = await pipe.execute()
-            for length, first in zip(replies[0::2], replies[1::2], strict=True):
-                records += int(length)
-                if first:
-                    entry_ms = _stream_id_ms(first[0][0])
-                    oldest_ms = entry_ms if oldest_ms is None else min(oldest_ms, entry_ms)
-        return records, oldest_ms, len(packet_ids)
+        index = self._keys.pending_packets()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(index, 0, 0, withscores=True)
+            pipe.zrange(index, 0, -1)
+            oldest, listed = await pipe.execute()
+        oldest_ms = int(oldest[0][1]) if oldest else None
+        records = 0
+        for start in range(0, len(listed), _PIPELINE_CHUNK):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for packet_id in listed[start : start + _PIPELINE_CHUNK]:
+                    pipe.xlen(self._keys.packet_outbox(packet_id))
+                records += sum(int(length) for length in await pipe.execute())
+        return records, oldest_ms, len(listed)
 
     async def backlog(self) -> int:
         """Records written by scripts and not yet in SQL."""
         return (await self.measure_backlog())[0]
-
-
-def _stream_id_ms(entry_id: str | bytes) -> int:
-    """The millisecond part of a stream entry id (`<ms>-<seq>`, Redis's clock at XADD)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
 
 
 def _entries(reply: Any) -> Entries:

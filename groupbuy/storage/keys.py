@@ -1,7 +1,12 @@
 """Every Redis key the service uses, built in one place.
 
 All keys of one activity share the hash tag ``{a:<activity_id>}``, all keys of one
-packet ``{p:<packet_id>}``, so that every script touches a single Redis Cluster slot.
+packet ``{p:<packet_id>}``. Besides those, five global indexes (sorted sets) say where
+background work is waiting, so that the jobs read what is due instead of visiting every
+live packet and activity: the streams with records for SQL, and what expires soonest.
+The scripts keep them in the same atomic call as the change they index, so they are
+passed in KEYS like every other key; in Redis Cluster they would sit in other slots than
+the tagged keys (docs/architecture.md, "Indexes of waiting work", says how they map).
 """
 
 from __future__ import annotations
@@ -46,9 +51,17 @@ class Keys:
         return f"{self.prefix}:{{p:{packet_id}}}"
 
     def packet_keys(self, packet_id: str) -> list[str]:
-        """The KEYS[1..4] of every packet script: state hash, queued shares, grabs, outbox."""
+        """The KEYS[1..6] of every packet script: state hash, queued shares, grabs, outbox
+        (the packet's own, under its tag), then the pending and due indexes (global)."""
         tag = self._packet_tag(packet_id)
-        return [f"{tag}:packet", f"{tag}:shares", f"{tag}:grabs", f"{tag}:outbox"]
+        return [
+            f"{tag}:packet",
+            f"{tag}:shares",
+            f"{tag}:grabs",
+            f"{tag}:outbox",
+            self.pending_packets(),
+            self.due_packets(),
+        ]
 
     def packet_outbox(self, packet_id: str) -> str:
         """Stream of a packet's grabs and endings for SQL (read by a consumer group)."""
@@ -62,16 +75,45 @@ class Keys:
         """Sorted set team_id -> deadline of each open team (what expire_teams reads)."""
         return f"{self._activity_tag(activity_id)}:deadlines"
 
-    def activities(self) -> str:
-        """Set of activities whose teams may need sweeping (the sweeps' registry)."""
-        return f"{self.prefix}:activities"
+    def pending_activities(self) -> str:
+        """Sorted set activity_id -> ms of the oldest record waiting in its outbox stream."""
+        return f"{self.prefix}:pending:activities"
+
+    def pending_packets(self) -> str:
+        """Sorted set packet_id -> ms of the oldest record waiting in its outbox stream."""
+        return f"{self.prefix}:pending:packets"
+
+    def due_locks(self) -> str:
+        """Sorted set activity_id -> at most the earliest score of its lock index (when a
+        lock of it expires first); what sweep_locks reads."""
+        return f"{self.prefix}:due:locks"
+
+    def due_deadlines(self) -> str:
+        """Sorted set activity_id -> at most the earliest deadline in its deadline index;
+        what expire_teams reads."""
+        return f"{self.prefix}:due:deadlines"
+
+    def due_packets(self) -> str:
+        """Sorted set packet_id -> expiry of each active packet; what expire_packets reads."""
+        return f"{self.prefix}:due:packets"
+
+    def global_indexes(self) -> list[str]:
+        """The keys outside every hash tag: the indexes of waiting work."""
+        return [
+            self.pending_activities(),
+            self.pending_packets(),
+            self.due_locks(),
+            self.due_deadlines(),
+            self.due_packets(),
+        ]
 
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
 
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
-        """The KEYS[1..6] every team script starts with (see lua/_team_lib.lua)."""
+        """The KEYS[1..9] every team script starts with (see lua/_team_lib.lua): six under
+        the activity's tag, then the pending, lock-due and deadline-due indexes (global)."""
         return [
             self.team(activity_id, team_id),
             self.team_members(activity_id, team_id),
@@ -79,4 +121,7 @@ class Keys:
             self.outbox(activity_id),
             self.lock_index(activity_id),
             self.deadline_index(activity_id),
+            self.pending_activities(),
+            self.due_locks(),
+            self.due_deadlines(),
         ]

@@ -6,6 +6,10 @@ no-op. That is why the writer needs no consumer group: it reads the stream from 
 start, applies a batch in one SQL transaction, and only after the commit deletes the
 batch from the stream. A writer that dies midway leaves the entries in place and the
 next flush (of any process) applies them again harmlessly.
+
+The scripts also list each stream that has records waiting in a pending index (a sorted
+set, member -> ms of its oldest record), and `outbox_ack` takes it out once the stream
+is empty, so `flush_pending` visits only the streams with work, however many are idle.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,23 +31,55 @@ log = logging.getLogger(__name__)
 Projector = Callable[[AsyncSession, list[dict[str, str]]], Awaitable[list[Event]]]
 
 
+# Most streams one flush_pending round visits; the rest wait for the next round.
+ROUND_STREAMS = 5000
+
+
 class OutboxWriter:
-    """Drains outbox streams into SQL, one transaction per batch."""
+    """Drains outbox streams into SQL, one transaction per batch.
+
+    A stream is named by its member in the pending index (`index`): an activity id, whose
+    stream is `stream_of(member)`.
+    """
 
     def __init__(
-        self, redis: Any, scripts: Scripts, database: Database, project: Projector, batch_size: int
+        self,
+        redis: Any,
+        scripts: Scripts,
+        database: Database,
+        project: Projector,
+        batch_size: int,
+        index: str,
+        stream_of: Callable[[str], str],
     ) -> None:
         self._redis = redis
         self._scripts = scripts
         self._db = database
         self._project = project
         self._batch_size = batch_size
+        self._index = index
+        self._stream_of = stream_of
         # Per stream: the flush running now, and the one queued to start after it.
         self._current: dict[str, asyncio.Task[int]] = {}
         self._queued: dict[str, asyncio.Task[int]] = {}
 
-    async def flush(self, stream: str) -> int:
-        """Apply every entry now in `stream` to SQL; returns how many the flush applied.
+    async def pending(self, limit: int = ROUND_STREAMS) -> list[str]:
+        """The members whose streams have records waiting, oldest record first."""
+        return list(await self._redis.zrange(self._index, 0, limit - 1))
+
+    async def flush_pending(self) -> int:
+        """Flush every stream the pending index lists, oldest record first (one read of the
+        index when nothing waits); returns how many records were applied."""
+        return await flush_each(await self.pending(), self._flush_listed)
+
+    async def _flush_listed(self, member: str) -> int:
+        applied = await self.flush(member)
+        if not applied:
+            await self.ack(member, [])  # listed, but nothing was there: set its entry right
+        return applied
+
+    async def flush(self, member: str) -> int:
+        """Apply every entry now in `member`'s stream to SQL; returns how many it applied.
 
         Callers share flushes: one that is queued and has not started yet will see every
         entry written before this call, so a caller joins it instead of queueing its own.
@@ -51,28 +87,29 @@ class OutboxWriter:
         The flush runs in its own task, shielded: a cancelled caller never interrupts it
         mid-SQL.
         """
-        queued = self._queued.get(stream)
+        queued = self._queued.get(member)
         if queued is None:
-            queued = asyncio.create_task(self._after(self._current.get(stream), stream))
-            self._queued[stream] = queued
+            queued = asyncio.create_task(self._after(self._current.get(member), member))
+            self._queued[member] = queued
         return await asyncio.shield(queued)
 
-    async def _after(self, previous: asyncio.Task[int] | None, stream: str) -> int:
+    async def _after(self, previous: asyncio.Task[int] | None, member: str) -> int:
         if previous is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(previous)
         me = asyncio.current_task()
         assert me is not None
-        if self._queued.get(stream) is me:
-            del self._queued[stream]
-        self._current[stream] = me
+        if self._queued.get(member) is me:
+            del self._queued[member]
+        self._current[member] = me
         try:
-            return await self._drain(stream)
+            return await self._drain(member)
         finally:
-            if self._current.get(stream) is me:
-                del self._current[stream]
+            if self._current.get(member) is me:
+                del self._current[member]
 
-    async def _drain(self, stream: str) -> int:
+    async def _drain(self, member: str) -> int:
+        stream = self._stream_of(member)
         applied = 0
         while True:
             entries = await self._redis.xrange(stream, "-", "+", count=self._batch_size)
@@ -81,16 +118,32 @@ class OutboxWriter:
             async with self._db.transaction() as session:
                 events = await self._project(session, [fields for _id, fields in entries])
                 await record_events(session, events)
-            ids = [entry_id for entry_id, _ in entries]
-            # Only scripts add to a team stream, and they recreate it: an empty one can go.
-            await self._scripts.call("outbox_ack", [stream], ["", "1", *ids])
+            await self.ack(member, [entry_id for entry_id, _ in entries])
             applied += len(entries)
 
-    async def flush_quietly(self, stream: str) -> None:
+    async def ack(self, member: str, ids: list[str]) -> int:
+        """Delete recorded entries and set the stream's pending-index entry from what is
+        left (no ids: only that); returns how many entries are left."""
+        # Only scripts add to a team stream, and they recreate it: an empty one can go.
+        _deleted, left = await self._scripts.call(
+            "outbox_ack", [self._stream_of(member), self._index], ["", "1", member, *ids]
+        )
+        return int(left)
+
+    async def flush_quietly(self, member: str) -> None:
         """Flush, logging instead of raising: the background loop will retry what failed."""
         try:
-            await self.flush(stream)
+            await self.flush(member)
         except Exception:
             log.warning(
-                "outbox flush of %s failed; will retry in the background", stream, exc_info=True
+                "outbox flush of %s failed; will retry in the background", member, exc_info=True
             )
+
+
+async def flush_each(members: Iterable[str], flush: Callable[[str], Awaitable[int]]) -> int:
+    """Run `flush` on each member in turn (the first failure stops the round, as SQL or
+    Redis being down fails every one); returns how many records were applied."""
+    applied = 0
+    for member in members:
+        applied += await flush(member)
+    return applied

@@ -51,9 +51,9 @@ async def test_lock_expiry_is_recorded_by_the_writer(services: Services) -> None
     await teams.lock("a1", "t1", "u1")
     services.clock.advance(5)
     await teams.get_team("a1", "t1")  # the lazy check notices the expiry
-    assert await services.outbox.flush(services.keys.outbox("a1")) == 1
+    assert await services.outbox.flush("a1") == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]
-    assert await services.outbox.flush(services.keys.outbox("a1")) == 0
+    assert await services.outbox.flush("a1") == 0
 
 
 async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
@@ -82,7 +82,7 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
     assert await _count(services, MemberRow) == 2
     monkeypatch.setattr(services.outbox, "_project", real_project)
 
-    assert await services.outbox.flush(services.keys.outbox("a1")) == 2
+    assert await services.outbox.flush("a1") == 2
     assert await _event_types(services) == [
         "team.opened",
         "team.member_joined",
@@ -120,7 +120,7 @@ async def test_entries_applied_twice_record_once(services: Services) -> None:
             "seq": "2",
         },
     )
-    assert await services.outbox.flush(stream) == 2
+    assert await services.outbox.flush("a1") == 2
     assert await _count(services, EventRow) == 3
     assert await _count(services, MemberRow) == 2
 
@@ -157,3 +157,41 @@ async def test_unknown_activity_and_team(services: Services) -> None:
         await services.teams.lock("a1", "t1", "u1")
     with pytest.raises(errors.TeamNotFound):
         await services.teams.unlock("a1", "t1", "u1")
+
+
+async def test_team_records_are_found_without_reading_every_activity(
+    services: Services,
+) -> None:
+    from tests.support.counting import sql_statements
+
+    teams = services.teams
+    for i in range(20):
+        await teams.create_activity(f"a{i}", lock_ttl_s=5)
+        await teams.open_team(f"a{i}", "L", team_id="t1")
+    await teams.lock("a7", "t1", "u1")
+    services.clock.advance(5)
+    await teams.get_team("a7", "t1")  # the lazy check records the lock's expiry
+    pending = services.keys.pending_activities()
+    assert await services.redis.zrange(pending, 0, -1) == ["a7"]
+    with sql_statements(services.database) as statements:
+        assert await teams.record_pending() == 1
+    assert statements and not any("FROM activities" in s for s in statements), statements
+    assert await services.redis.zrange(pending, 0, -1) == []
+    assert await _event_types(services) == 20 * ["team.opened"] + ["lock.expired"]
+    assert await teams.record_pending() == 0
+
+
+async def test_a_lost_pending_entry_of_an_activity_is_found_again_by_the_repair(
+    services: Services,
+) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", lock_ttl_s=5)
+    await teams.open_team("a1", "L", team_id="t1")
+    await teams.lock("a1", "t1", "u1")
+    services.clock.advance(5)
+    await teams.get_team("a1", "t1")
+    await services.redis.zrem(services.keys.pending_activities(), "a1")  # the entry is lost
+    assert await teams.record_pending() == 0
+    assert await teams.reindex() == {"activities_reindexed": 1}
+    assert await teams.record_pending() == 1
+    assert await _event_types(services) == ["team.opened", "lock.expired"]

@@ -141,12 +141,17 @@ async def test_read(h: Harness) -> None:
 async def test_outbox_ack_with_the_group(h: Harness) -> None:
     await h.create([1, 1])
     await h.call("packet_grab", "u1")
-    stream = h.keys[3]
+    stream, pending = h.keys[3], h.keys[4]
     batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
     ids = [entry_id for entry_id, _ in batch[0][1]]
-    assert await h.scripts.call("outbox_ack", [stream], ["writers", "0", *ids]) == [1, 0]
+    assert await h.redis.zscore(pending, PID) == int(ids[0].split("-")[0])  # listed by the grab
+    assert await h.scripts.call("outbox_ack", [stream, pending], ["writers", "0", PID, *ids]) == [
+        1,
+        0,
+    ]
     assert await h.redis.exists(stream)  # kept: more grabs may come
     assert (await h.redis.xpending(stream, "writers"))["pending"] == 0
+    assert await h.redis.zscore(pending, PID) is None  # nothing waits: out of the index
 
 
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
@@ -155,11 +160,13 @@ async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
     assert await h.call("packet_grab", "u1") == [PacketCode.OK, 1, 1]
 
 
-async def test_all_packet_keys_share_one_slot(h: Harness) -> None:
+async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harness) -> None:
     await h.create([1, 1])
     await h.call("packet_grab", "u1")
-    keys = await h.redis.keys("*")
-    assert len(keys) == 4 and {k[k.index("{") + 1 : k.index("}")] for k in keys} == {f"p:{PID}"}
+    keys = set(await h.redis.keys("*"))
+    indexes = set(h.keys[4:])  # the documented exception (docs/architecture.md, for Cluster)
+    assert indexes <= keys and len(keys - indexes) == 4
+    assert {k[k.index("{") + 1 : k.index("}")] for k in keys - indexes} == {f"p:{PID}"}
 
 
 def test_lua_codes_mirror_the_python_enum() -> None:
@@ -171,3 +178,55 @@ def test_lua_codes_mirror_the_python_enum() -> None:
     names, values = codes.groups()
     lua = {n.strip(): int(v) for n, v in zip(names.split(","), values.split(","), strict=True)}
     assert lua == {c.name: c.value for c in PacketCode}
+
+
+def entry_ms(entry_id: str) -> int:
+    return int(entry_id.split("-")[0])
+
+
+async def test_the_pending_index_lists_a_packet_while_records_wait(h: Harness) -> None:
+    stream, pending = h.keys[3], h.keys[4]
+    await h.create([1, 1, 1])
+    assert await h.redis.zscore(pending, PID) is None  # created: nothing waits yet
+    await h.call("packet_grab", "u1")
+    await h.call("packet_grab", "u2")
+    first, second = [entry_id for entry_id, _ in await h.redis.xrange(stream)]
+    assert await h.redis.zscore(pending, PID) == entry_ms(first)  # the oldest, not the newest
+    keys = [stream, pending]
+    assert await h.scripts.call("outbox_ack", keys, ["", "0", PID, first]) == [1, 1]
+    assert await h.redis.zscore(pending, PID) == entry_ms(second)  # now the oldest left
+    await h.redis.zrem(pending, PID)  # an entry lost: acking nothing puts it back
+    assert await h.scripts.call("outbox_ack", keys, ["", "0", PID]) == [0, 1]
+    assert await h.redis.zscore(pending, PID) == entry_ms(second)
+    assert await h.scripts.call("outbox_ack", keys, ["", "0", PID, second]) == [1, 0]
+    assert await h.redis.zscore(pending, PID) is None
+    assert await h.scripts.call("outbox_ack", keys, ["", "1", PID]) == [0, 0]  # and the end
+    assert not await h.redis.exists(stream)
+
+
+async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> None:
+    due = h.keys[5]
+    await h.create([1, 1], ttl_ms=10_000)
+    expires = int((await h.redis.hgetall(h.keys[0]))["expires_ms"])
+    assert await h.redis.zscore(due, PID) == expires
+    await h.redis.zrem(due, PID)  # lost: a check before the expiry puts it back
+    assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
+    assert await h.redis.zscore(due, PID) == expires
+    h.shift_ms += 10_000
+    assert code(await h.call("packet_read")) is PacketCode.OK  # the lazy expiry ends it
+    assert await h.redis.zscore(due, PID) is None
+    await h.redis.zadd(due, {PID: expires})  # a stale entry goes at the next check
+    assert code(await h.call("packet_expire")) is PacketCode.EXISTING
+    assert await h.redis.zscore(due, PID) is None
+    await h.redis.zadd(due, {"gone": 1})  # so does one of a packet Redis no longer has
+    gone = Keys("t").packet_keys("gone")
+    assert await h.scripts.call("packet_expire", gone, ["gone", 0]) == [PacketCode.NOT_FOUND]
+    assert await h.redis.zscore(due, "gone") is None
+
+
+async def test_selling_out_leaves_the_due_index(h: Harness) -> None:
+    await h.create([1, 1])
+    await h.call("packet_grab", "u1")
+    assert await h.redis.zscore(h.keys[5], PID) is not None
+    await h.call("packet_grab", "u2")
+    assert await h.redis.zscore(h.keys[5], PID) is None

@@ -306,11 +306,14 @@ async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> N
 async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
-    stream = h.keys.outbox(AID)
+    stream, pending = h.keys.outbox(AID), h.keys.pending_activities()
     ids = [entry_id for entry_id, _ in await h.redis.xrange(stream)]
-    assert await h.scripts.call("outbox_ack", [stream], ["", "1", *ids[:1]]) == [1, 1]
-    assert await h.scripts.call("outbox_ack", [stream], ["", "1", *ids[1:]]) == [1, 0]
+    keys = [stream, pending]
+    assert await h.scripts.call("outbox_ack", keys, ["", "1", AID, *ids[:1]]) == [1, 1]
+    assert await h.redis.zscore(pending, AID) == int(ids[1].split("-")[0])  # the oldest left
+    assert await h.scripts.call("outbox_ack", keys, ["", "1", AID, *ids[1:]]) == [1, 0]
     assert not await h.redis.exists(stream)
+    assert await h.redis.zscore(pending, AID) is None
 
 
 async def test_scripts_survive_script_flush(h: Harness) -> None:
@@ -321,11 +324,13 @@ async def test_scripts_survive_script_flush(h: Harness) -> None:
     assert code(await h.read("t1")) is TeamCode.OK
 
 
-async def test_all_keys_share_the_activity_slot(h: Harness) -> None:
+async def test_every_key_but_the_global_indexes_shares_the_activity_slot(h: Harness) -> None:
     await h.open("t1")
     await h.lock("t1", "u1")
-    keys = await h.redis.keys("*")
-    tags = {key[key.index("{") + 1 : key.index("}")] for key in keys}
+    keys = set(await h.redis.keys("*"))
+    indexes = {h.keys.pending_activities(), h.keys.due_locks(), h.keys.due_deadlines()}
+    assert indexes <= keys  # the documented exception (docs/architecture.md, for Cluster)
+    tags = {key[key.index("{") + 1 : key.index("}")] for key in keys - indexes}
     assert tags == {f"a:{AID}"}
 
 
@@ -386,3 +391,61 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     ghost = h._keys("ghost")
     assert await h.scripts.call("team_sweep", ghost, [AID, "ghost", 0]) == [TeamCode.TEAM_NOT_FOUND]
     assert await h.redis.zscore(h.keys.deadline_index(AID), "ghost") is None
+
+
+async def test_every_record_lists_the_activity_in_the_pending_index(h: Harness) -> None:
+    pending = h.keys.pending_activities()
+    await h.open("t1")
+    await h.lock("t1", "u1")
+    h.shift_ms += TTL_MS
+    await h.read("t1")  # the lazy check records the lock's expiry
+    records = await h.redis.xrange(h.keys.outbox(AID))
+    assert len(records) == 2
+    listed = await h.redis.zrange(pending, 0, -1, withscores=True)
+    assert [(member, int(score)) for member, score in listed] == [
+        (AID, int(records[0][0].split("-")[0]))  # scored by the oldest record
+    ]
+
+
+async def test_the_due_indexes_never_list_an_activity_later_than_its_earliest_team(
+    h: Harness,
+) -> None:
+    due_locks, due_deadlines = h.keys.due_locks(), h.keys.due_deadlines()
+    await h.open("t1")
+    deadline = await h.redis.zscore(h.keys.deadline_index(AID), "t1")
+    assert await h.redis.zscore(due_deadlines, AID) == deadline
+    assert await h.redis.zscore(due_locks, AID) is None
+    first = await h.lock("t1", "u1")
+    assert await h.redis.zscore(due_locks, AID) == int(first[2])
+    h.shift_ms += 5
+    await h.open("t2")
+    second = await h.lock("t2", "u2")
+    assert await h.redis.zscore(due_locks, AID) == int(first[2])  # the earlier one stays
+    await h.unlock("t1", "u1")
+    # a lower bound until a sweep sets it right: then the earliest lock left, or nothing
+    assert await h.redis.zscore(due_locks, AID) == int(first[2])
+    reindex = [h.keys.lock_index(AID), due_locks]
+    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [1, int(second[2])]
+    assert await h.redis.zscore(due_locks, AID) == int(second[2])
+    await h.unlock("t2", "u2")
+    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [0]
+    assert await h.redis.zscore(due_locks, AID) is None
+    await h.redis.zrem(due_deadlines, AID)  # lost: the repair's re-index puts it back
+    reindex = [h.keys.deadline_index(AID), due_deadlines]
+    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [1, deadline]
+    assert await h.redis.zscore(due_deadlines, AID) == deadline
+
+
+async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> None:
+    release = [
+        h.keys.activity(AID),
+        h.keys.lock_index(AID),
+        h.keys.deadline_index(AID),
+        h.keys.due_locks(),
+        h.keys.due_deadlines(),
+    ]
+    await h.open("t1")
+    assert await h.scripts.call("activity_release", release, [AID]) == [0]  # a team is open
+    await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
+    assert await h.scripts.call("activity_release", release, [AID]) == [1]
+    assert not await h.redis.exists(h.keys.activity(AID), h.keys.due_deadlines())

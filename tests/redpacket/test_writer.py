@@ -131,3 +131,68 @@ async def test_replaying_records_changes_nothing(services: Services) -> None:
         await services.redis.xadd(stream, fields)
     assert await services.packets.writer.drain("pk") == 3
     await assert_recorded_once(services, won)
+
+
+async def test_a_grab_lists_its_packet_until_the_ack_that_empties_the_stream(
+    services: Services,
+) -> None:
+    won = await grabbed_packet(services, users=2)
+    writer, pending = services.packets.writer, services.keys.pending_packets()
+    first_id = (await services.redis.xrange(services.keys.packet_outbox("pk"), count=1))[0][0]
+    assert await services.redis.zscore(pending, "pk") == int(first_id.split("-")[0])
+    assert await writer.measure_backlog() == (2, int(first_id.split("-")[0]), 1)
+    assert await services.packets.record_pending() == 2
+    assert await services.redis.zscore(pending, "pk") is None
+    assert await writer.measure_backlog() == (0, None, 0)
+    await assert_recorded_once(services, won)
+
+
+async def test_a_failed_commit_leaves_the_packet_listed_and_a_later_flush_records_it(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    won = await grabbed_packet(services, users=3)
+    writer, pending = services.packets.writer, services.keys.pending_packets()
+    real = writer._db.transaction
+    failures = {"left": 1}
+
+    def failing_transaction() -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("database is down"))
+        return real()
+
+    monkeypatch.setattr(writer._db, "transaction", failing_transaction)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        await services.jobs.run("flush_records")
+    assert await services.redis.zscore(pending, "pk") is not None  # still listed
+    assert await count(services, GrabRow) == 0
+    report = await services.jobs.run("flush_records")
+    assert report["packet_records"] == 3 and report["backlog"] == 0
+    assert await services.redis.zscore(pending, "pk") is None
+    await assert_recorded_once(services, won)
+
+
+async def test_a_lost_index_entry_is_found_again_by_the_repair(services: Services) -> None:
+    won = await grabbed_packet(services, users=3)
+    await services.redis.zrem(services.keys.pending_packets(), "pk")  # the entry is lost
+    assert (await services.jobs.run("flush_records"))["packet_records"] == 0  # not visited
+    assert await count(services, GrabRow) == 0
+    report = await services.jobs.run("repair")
+    assert report["packets_reindexed"] == 1
+    assert (await services.jobs.run("flush_records"))["packet_records"] == 3
+    await assert_recorded_once(services, won)
+
+
+async def test_the_repair_reindexes_a_page_at_a_time(services: Services) -> None:
+    packets = services.packets
+    await packets.deposit("sender", 500, "funds")
+    for i in range(5):
+        await packets.send("sender", 100, 1, packet_id=f"pk{i}")
+        await packets.grab(f"pk{i}", "u")  # sold out, its records waiting
+    await services.redis.delete(services.keys.pending_packets())
+    listed = []
+    for expected in (2, 2, 1, 2):  # the last page ends the pass; the next one starts over
+        assert await packets.reindex(page=2) == {"packets_reindexed": expected}
+        listed.append(await services.redis.zcard(services.keys.pending_packets()))
+    assert listed == [2, 4, 5, 5]
+    assert await packets.record_pending() == 10  # five grabs, five sold_out records
