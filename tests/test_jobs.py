@@ -194,3 +194,20 @@ async def test_an_idle_round_reads_no_sql(
         with sql_statements(services.database) as statements:
             await run(services, name)
         assert statements == [], (name, statements)
+
+
+async def test_a_flush_round_longer_than_the_interval_is_followed_at_once_by_another(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await run(services, "flush_records"))["rounds"] == 1  # idle: one round
+    real = services.packets.record_pending
+    rounds: list[float] = []
+
+    async def slow_first_round() -> int:
+        rounds.append(1)
+        if len(rounds) == 1:  # as long as the interval: the scheduler will skip a tick
+            await asyncio.sleep(services.settings.outbox.flush_interval_s)
+        return await real()
+
+    monkeypatch.setattr(services.packets, "record_pending", slow_first_round)
+    assert (await run(services, "flush_records"))["rounds"] == 2
