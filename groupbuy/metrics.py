@@ -151,7 +151,7 @@ class Backlog(Protocol):
     """What update_writeback measures: the packet record writer."""
 
     async def measure_backlog(self) -> tuple[int, int | None, int]:
-        """(records waiting, ms timestamp of the oldest one or None, streams looked at)."""
+        """(records waiting, ms timestamp of the oldest one or None, streams with records waiting)."""
         ...
 
 
