@@ -151,7 +151,8 @@ class Backlog(Protocol):
     """What update_writeback measures: the packet record writer."""
 
     async def measure_backlog(self) -> tuple[int, int | None, int]:
-        """(records waiting, ms timestamp of the oldest one or None, streams with records waiting)."""
+        """(records waiting, ms timestamp of the oldest one or None, streams with records
+        waiting)."""
         ...
 
 
