@@ -1,7 +1,12 @@
-"""The benchmark's report: ratios against each baseline and the Markdown built from rows."""
+"""The benchmark's own logic: ratios and the Markdown built from rows, interleaved
+comparisons and the grading of seat-lock rounds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from benchmarks.engine.versus import grade_locks
+from benchmarks.interleave import Trial, comparison, merge_correct, rotation, run_sync
 from benchmarks.run import markdown, ratios
 
 
@@ -25,29 +30,120 @@ def _row(
     }
 
 
+def _trials(*rates: float) -> list[Trial]:
+    return [Trial(int(rate), 1.0, {}) for rate in rates]
+
+
 ROWS = [
     _row("flash_grab", "engine", "groupbuy", 5000),
     _row("flash_grab", "engine", "naive", 1000),
-    _row("evalsha_grab", "redis-benchmark", "redis-benchmark evalsha", 20000, pipeline=1),
     _row("evalsha_grab", "redis-benchmark", "redis-benchmark evalsha", 40000, pipeline=16),
     _row("flash_grab", "http", "groupbuy (1 worker)", 2000),
     _row("flash_grab", "http", "bare starlette + 1 redis call (1 worker)", 4000),
+    _row("grab @ half max rate", "engine", "groupbuy", 100, p99_ms=12.5),
+    _row(
+        "lock @ 80% max rate",
+        "http",
+        "groupbuy (1 worker)",
+        100,
+        p99_ms=30.0,
+        correct={"generator_kept_up": False},
+    ),
+    comparison(
+        "engine_grab_vs_seed", "engine grab / peer", _trials(30, 20, 25), _trials(10) * 3, 2.0
+    ),
+    comparison(
+        "engine_grab_vs_redis_benchmark",
+        "engine grab / redis-benchmark",
+        _trials(10, 10),
+        _trials(40, 20),
+        0.5,
+        percent=True,
+    ),
 ]
 
 
-def test_ratios_compare_each_row_with_its_baseline() -> None:
-    found = {what: ratio for what, ratio, _target in ratios(ROWS)}
-    assert found["engine grab / redis-benchmark EVALSHA of the same script, -P 1"] == "25%"
-    assert found["engine grab / redis-benchmark EVALSHA of the same script, -P 16"] == "12%"
-    assert found["engine grab / naive multi-round-trip + SETNX mutex"] == "500%"
-    assert found["HTTP grab, 1 worker(s) / bare Starlette + one Redis call"] == "50%"
-    assert found["HTTP grab, 2 worker(s) / bare Starlette + one Redis call"] == "n/a"
-    assert found["engine lock / naive multi-round-trip + SETNX mutex"] == "n/a"
-    assert found["engine grab p99 at half the maximum rate (open loop)"] == "n/a"
+def test_ratios_show_interleaved_medians_single_ratios_and_p99_targets() -> None:
+    found = {what: (figure, target, met) for what, figure, target, met in ratios(ROWS)}
+    assert found["engine grab / peer"] == ("2.50x (2.00x–3.00x, 3 rounds)", ">= 2.00x", "yes")
+    assert found["engine grab / redis-benchmark"] == ("38% (25%–50%, 2 rounds)", ">= 50%", "no")
+    once = " (measured once each)"
+    assert found["engine flash grab / naive multi-round-trip + SETNX mutex" + once][:2] == (
+        "500%",
+        ">= 100%",
+    )
+    assert found[
+        "engine flash grab / redis-benchmark EVALSHA of packet_grab.lua, -P 16" + once
+    ] == ("12%", ">= 50%", "no")
+    assert found["engine lock storm / naive multi-round-trip + SETNX mutex" + once][0] == "n/a"
+    p99 = "p99 offered at {} the maximum rate (open loop)"
+    assert found["engine grab " + p99.format("half")] == ("12.5 ms", "<= 20 ms", "yes")
+    assert found["http lock " + p99.format("80%")] == (
+        "30.0 ms (the generator fell behind)",
+        "<= 50 ms",
+        "yes",
+    )
+    assert found["http grab " + p99.format("half")] == ("n/a", "<= 20 ms", "–")
 
 
-def test_markdown_lists_rows_ratios_and_correctness() -> None:
+def test_markdown_lists_rows_ratios_and_correctness_but_not_comparison_rows() -> None:
     text = markdown(ROWS, {"quick": True, "date": "today", "machine": "here"})
     assert "| flash_grab | engine | groupbuy | 100 | 5,000 |" in text
-    assert "| engine grab / naive multi-round-trip + SETNX mutex | 500% | > 100% |" in text
+    assert "| engine grab / peer | 2.50x (2.00x–3.00x, 3 rounds) | >= 2.00x | yes |" in text
     assert "duplicates 0" in text and "benchmarks-latency.png" in text
+    assert "| None |" not in text and "engine_grab_vs_seed" not in text
+
+
+def test_each_round_rotates_the_contenders_and_the_warm_up_is_dropped() -> None:
+    assert [rotation(["a", "b"], i) for i in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
+    assert rotation(["a", "b", "c"], 1) == ["b", "c", "a"]
+    order: list[tuple[str, int]] = []
+
+    def contender(name: str, rate: float) -> Callable[[int], Trial]:
+        def trial(index: int) -> Trial:
+            order.append((name, index))
+            return Trial(int(rate), 1.0, {"ok": True})
+
+        return trial
+
+    trials = run_sync({"a": contender("a", 10), "b": contender("b", 5)}, 2, say=lambda _m: None)
+    assert order == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
+    assert [len(t) for t in trials.values()] == [2, 2]
+
+
+def test_a_comparison_is_the_median_of_same_round_ratios() -> None:
+    # The machine halves its speed in round 2: per-round ratios stay 2x; pooled rates would not.
+    row = comparison("k", "a / b", _trials(200, 100, 200), _trials(100, 50, 100), 2.0)
+    assert (row["median"], row["min"], row["max"], row["met"]) == (2.0, 2.0, 2.0, True)
+    below = comparison("k", "a / b", _trials(150, 100), _trials(100, 100), 1.5)
+    assert below["median"] == 1.25 and below["met"] is False
+    assert comparison("k", "a / b", _trials(1), _trials(1), None)["met"] is None
+
+
+def test_correctness_of_rounds_adds_up_and_a_failed_round_stays_failed() -> None:
+    merged = merge_correct(
+        [
+            {"winners": 2, "ok": True, "outcomes": {"locked": 2}},
+            {"winners": 3, "ok": False, "outcomes": {"locked": 1, "team_full": 4}},
+        ]
+    )
+    assert merged == {"winners": 5, "ok": False, "outcomes": {"locked": 3, "team_full": 4}}
+
+
+def test_lock_grading_finds_overfull_teams_double_holders_and_undue_refusals() -> None:
+    answers = [
+        ("t1", "u1", "locked"),
+        ("t1", "u2", "locked"),
+        ("t2", "u3", "locked"),
+        ("t2", "u4", "team_full"),  # t2 ends with a free seat: not due
+        ("t1", "u5", "locked"),  # not in t1 at the end: lost
+        ("t2", "u6", "too_many_people"),
+    ]
+    held = {"t1": ["u1", "u2", "u3"], "t2": ["u3"]}
+    graded = grade_locks(answers, held, seats=2)
+    assert graded["over_capacity"] == 1
+    assert graded["duplicates"] == 1
+    assert graded["lost_locks"] == 1
+    assert graded["spurious_failures"] == 2
+    clean = grade_locks([("t1", "u1", "locked"), ("t1", "u2", "team_full")], {"t1": ["u1"]}, 1)
+    assert (clean["over_capacity"], clean["duplicates"], clean["spurious_failures"]) == (0, 0, 0)

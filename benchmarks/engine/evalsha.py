@@ -1,5 +1,6 @@
 """evalsha_grab / evalsha_lock: redis-benchmark running the project's own scripts by
-EVALSHA (the ceiling without any Python), plain and pipelined (-P 16)."""
+EVALSHA (the ceiling without any Python): the lock plain and pipelined (-P 16), the grab
+pipelined (its plain run alternates with the engine's in benchmarks/engine/versus.py)."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def bench_row(
 async def redis_benchmark_rows(
     services: Services, redis_url: str, sizes: Sizes
 ) -> list[dict[str, Any]]:
-    """The grab and lock scripts under redis-benchmark, plain and with -P 16."""
+    """redis-benchmark on the grab script with -P 16, on the lock script plain and -P 16."""
     binary = redis_benchmark_binary()
     if binary is None:
         say("redis-benchmark not found: skipped")
@@ -102,7 +103,8 @@ async def redis_benchmark_rows(
     grab_sha = await redis.script_load(script_source("packet_grab"))
     lock_sha = await redis.script_load(script_source("team_lock"))
     rows = []
-    for pipeline in (1, 16):
+    # The grab at -P 1 is measured in alternation with the engine (benchmarks/engine/versus.py).
+    for pipeline in (16,):
         pid = f"rb{pipeline}"
         await prepare_bench_packet(services, pid, n + n // 5)
         packet_keys = keys.packet_keys(pid)

@@ -16,10 +16,12 @@ from groupbuy.services import Services
 
 
 async def run_grabs(
-    grab: Callable[[str, str], Awaitable[dict[str, Any]]], requests: list[tuple[str, str]]
+    grab: Callable[[str, str], Awaitable[dict[str, Any]]],
+    requests: list[tuple[str, str]],
+    concurrency: int = CONCURRENCY,
 ) -> tuple[float, list[float], list[tuple[str, str, dict[str, Any]]]]:
-    """(packet, user) requests at CONCURRENCY: seconds, latencies, answers."""
-    meter = Meter()
+    """(packet, user) requests, `concurrency` at once: seconds, latencies, answers."""
+    meter = Meter(concurrency)
     answers: list[tuple[str, str, dict[str, Any]]] = []
 
     async def one(packet_id: str, user: str) -> None:

@@ -15,13 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.engine.background import background
-from benchmarks.engine.common import FULL, QUICK, open_services, say, warm_up
+from benchmarks.engine.common import (
+    FULL,
+    QUICK,
+    Sizes,
+    close_services,
+    open_services,
+    say,
+    warm_up,
+)
 from benchmarks.engine.evalsha import redis_benchmark_rows
 from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
-from benchmarks.engine.half_rate import _rate_of, half_rate
+from benchmarks.engine.half_rate import _rate_of, half_rate, rate_label
 from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
 from benchmarks.engine.mixed import mixed_groupbuy
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
+from benchmarks.engine.versus import versus_rows
+from groupbuy.services import Services
 
 
 async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dict[str, Any]]:
@@ -29,6 +39,7 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
     sizes = QUICK if quick else FULL
     run = secrets.token_hex(3)  # ids unique in a reused SQLite file
     services = await open_services(redis_url, database_url)
+    services_off = await open_services(redis_url, database_url, auto_pipeline=False)
     rows: list[dict[str, Any]] = []
     began = time.perf_counter()
     try:
@@ -39,26 +50,30 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
             ("lock_storm naive", lambda: lock_storm_naive(services, sizes, run)),
             ("mixed groupbuy", lambda: mixed_groupbuy(services, sizes, run)),
             ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
+            (
+                "interleaved comparisons",
+                lambda: versus_rows(services, services_off, redis_url, sizes, run),
+            ),
         ]
         for live in sizes.scaling_live:
             steps.append((f"scaling grab {live}", partial(scaling_grabs, services, live, sizes)))
             steps.append(
                 (f"scaling lock {live}", partial(scaling_locks, services, live, sizes, run))
             )
-        steps.append(
-            (
-                "grab at half the max rate",
-                lambda: half_rate(services, "grab", _rate_of(rows, "flash_grab"), sizes, run),
+        for fraction in (0.5, 0.8):
+            label = rate_label(fraction)
+            steps.append(
+                (
+                    f"grab at {label} the max rate",
+                    partial(_open_loop_step, services, rows, "grab", sizes, run, fraction),
+                )
             )
-        )
-        steps.append(
-            (
-                "lock at half the max rate",
-                lambda: half_rate(
-                    services, "lock", _rate_of(rows, "scaling", "lock on random teams"), sizes, run
-                ),
+            steps.append(
+                (
+                    f"lock at {label} the max rate",
+                    partial(_open_loop_step, services, rows, "lock", sizes, run, fraction),
+                )
             )
-        )
         # Idle live packets and activities, then flash grabs under the running scheduler.
         idle = (10_000, 1_000, 10, 200, 300) if quick else (100_000, 10_000, 20, 1000, 1500)
         steps.append(
@@ -72,16 +87,38 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
             rows.extend(result if isinstance(result, list) else [result])
     finally:
         await services.redis.flushall()
-        await services.redis.aclose()
-        await services.database.dispose()
+        await close_services(services_off)
+        await close_services(services)
     say(f"done in {time.perf_counter() - began:.1f} s, {len(rows)} rows")
     return rows
+
+
+async def _open_loop_step(
+    services: Services,
+    rows: list[dict[str, Any]],
+    kind: str,
+    sizes: Sizes,
+    run: str,
+    fraction: float,
+) -> dict[str, Any]:
+    """An open-loop row at `fraction` of the rate measured earlier in this run (the flash
+    grab for grabs, the locks among 1,000 teams for locks)."""
+    if kind == "grab":
+        max_rate = _rate_of(rows, "flash_grab")
+    else:
+        max_rate = _rate_of(rows, "scaling", "lock on random teams")
+    return await half_rate(services, kind, max_rate, sizes, run, fraction)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The key numbers of each row."""
     print(f"{'scenario':<13}{'impl':<25}{'ops':>8}{'ops/s':>11}{'p50':>8}{'p99':>8}  correct")
     for r in rows:
+        if "comparison" in r:
+            print(
+                f"  {r['what']}: median {r['median']}, {r['min']}-{r['max']} ({r['rounds']} rounds)"
+            )
+            continue
         keys = ("winners", "over_capacity", "duplicates", "double_locks", "spurious_failures")
         correct = {k: r["correct"][k] for k in keys if k in r["correct"]}
         extra = f" live={r['live']} {r['operation']} {r['memory']}" if "live" in r else ""
