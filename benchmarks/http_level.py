@@ -1,18 +1,28 @@
-"""HTTP-level benchmark: `groupbuy serve` (1 and 2 workers) against bare Starlette + 1 Redis call.
+"""HTTP-level benchmark: `groupbuy serve` against bare Starlette + 1 Redis call, uvicorn
+against granian, and open-loop latency.
 
-wrk (Debian package; installed with apt-get when missing) drives the load through
-benchmarks/wrk/post.lua (grab, bare) and benchmarks/wrk/storm.lua (storm, mixed), which count
-answers by status (and "grabbed" bodies, and per operation) and print latency percentiles.
-Scenarios: flash_grab (distinct users grabbing shares of big packets, 5 % double taps),
-lock_storm (per-thread users lock a random team of 50 70 %, release their lock 15 %, confirm
-the team they last locked 15 %; locking elsewhere while holding a lock switches) and mixed
-(several activities and packets at once: every other request grabs a random packet, the
-others are storm steps). The baseline, benchmarks/bare_app.py, runs under the same uvicorn
-options and the same wrk settings. Without wrk an in-process httpx load generator is used
-(said in each row's note).
+wrk (Debian package; installed with apt-get when missing) drives the closed-loop load through
+benchmarks/wrk/post.lua (grab, lock, bare) and benchmarks/wrk/storm.lua (storm, mixed), which
+count answers by status (and "grabbed" bodies, and per operation) and print latency
+percentiles. Scenarios: flash_grab (distinct users grabbing shares of big packets, 5 % double
+taps), lock_storm (per-thread users lock a random team of 50 70 %, release their lock 15 %,
+confirm the team they last locked 15 %; locking elsewhere while holding a lock switches),
+mixed (several activities and packets at once: every other request grabs a random packet,
+the others are storm steps) and seat_locks (a new user locking a seat each request). The
+baseline, benchmarks/bare_app.py, runs under the same uvicorn options and the same wrk
+settings. Without wrk an in-process httpx load generator is used (said in each row's note).
 
-The Redis at `redis_url` is FLUSHALLed before each server; servers run as subprocesses on
-free loopback ports and are stopped (SIGTERM, then SIGKILL) even on error.
+The servers of one worker count run side by side (benchmarks/servers.py: own key prefixes
+and SQLite files) so that the comparisons alternate round by round
+(benchmarks/interleave.py): with 1 worker, groupbuy's flash grab and lock storm, the bare
+endpoint and groupbuy's flash grab under granian; with 2 workers, groupbuy's flash grab
+under uvicorn and granian and the bare endpoint. Each round starts once every server is
+idle, and the checks after a load run once its server is idle (the rows report how long that
+took: `seconds_to_idle_after_load`, mostly the write-behind to SQLite catching up, work a
+short closed-loop rate does not include). Then, on the 1-worker groupbuy server, grabs and
+seat locks are offered open-loop (benchmarks/openloop.py) at half and 80% of the
+closed-loop rate just measured.
+
 Usage: .venv/bin/python -m benchmarks.http_level  (quick run on a private redis-server)
 """
 
@@ -20,39 +30,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import math
 import os
 import random
 import re
 import shutil
-import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
 
+from benchmarks.interleave import Trial, comparison, merge_correct, run_sync
 from benchmarks.measure import Row, result_row
-from groupbuy.testing.servers import free_port, start_redis
+from benchmarks.servers import (
+    ADMIN_KEY,
+    SERVICE_KEY,
+    Server,
+    bare_command,
+    groupbuy_command,
+    serve,
+    wait_idle,
+)
+from groupbuy.testing.servers import start_redis
 
 REPO = Path(__file__).resolve().parents[1]
 LUA = REPO / "benchmarks" / "wrk" / "post.lua"
 STORM_LUA = REPO / "benchmarks" / "wrk" / "storm.lua"
 THREADS = 2
 CONNECTIONS = 64
-WORKER_COUNTS = (1, 2)
-ADMIN_KEY, SERVICE_KEY = "a", "s"
 SHARES, PACKET_CENTS = 10_000, 1_000_000  # the default limits of one packet
-EXPECTED_MAX_GRABS_PER_S = 8_000  # enough packets that none should sell out at this rate
+EXPECTED_MAX_GRABS_PER_S = 12_000  # enough packets that none should sell out at this rate
+EXPECTED_MAX_LOCKS_PER_S = 8_000  # enough teams that none should fill at this rate
 TEAMS, TEAM_SIZE, LOCK_TTL_S = 200, 50, 2
+SEATS_USED = 40  # of a team's 49 free seats, by the seat-lock runs (round-robin over teams)
 STORM_USERS = 100  # user slots per wrk thread (a confirmed user is replaced by a fresh one)
 MIXED_ACTIVITIES, MIXED_TEAMS, MIXED_PACKETS, MIXED_SHARES = 20, 10, 50, 500
 OPS = ("lock", "unlock", "confirm", "grab")
@@ -64,53 +86,30 @@ SETUP_THREADS = 16
 # With several workers both servers go through groupbuy.cli.run_workers, which sets
 # TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
 NAGLE_NOTE = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
+GRANIAN_NOTE = (
+    "; granian --interface asgi --factory groupbuy.cli:app_from_environment --loop uvloop "
+    "(its workers bind one SO_REUSEPORT socket each, TCP_NODELAY set)"
+)
 STATUS_NAMES = ("c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother")
+OPEN_LOOP_CONNECTIONS = 128
+OPEN_LOOP_FRACTIONS = (0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each HTTP measurement runs (full run or quick run)."""
+
+    rounds: int  # interleaved rounds, after a 1 s warm-up round
+    round_s: int  # wrk -d of one round
+    single_s: int  # wrk -d of a measurement taken once
+    open_loop_s: int  # duration of an open-loop run
+
+
+FULL = Plan(rounds=5, round_s=3, single_s=5, open_loop_s=5)
+QUICK = Plan(rounds=2, round_s=2, single_s=2, open_loop_s=2)
 
 
 # -- processes ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _server(args: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[str]:
-    """Run a server in its own process group; yield its URL once /healthz answers."""
-    url = f"http://127.0.0.1:{port}"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{args} exited with {process.returncode}; see {log}")
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{args} did not answer /healthz in 30 s; see {log}")
-                time.sleep(0.1)
-            yield url
-        finally:
-            _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)  # workers left behind in our group, if any
-
-
-def _log_errors(log: Path) -> int:
-    text = log.read_text(errors="replace")
-    return text.count("Traceback") + text.count(" ERROR ")
 
 
 def _ensure_wrk() -> str | None:
@@ -217,11 +216,14 @@ async def _httpx_load(url: str, seconds: int, mode: str, params: tuple[str, ...]
                 state[2] = None
 
     def next_request(task: int, n: int, last: tuple[str, str] | None) -> tuple[str, str]:
-        if n % 20 == 0 and last:
+        if n % 20 == 0 and last and mode != "lock":
             return last
         body = f'{{"user_id":"u{task}-{n}"}}'
         if mode == "grab":
             return f"/v1/redpackets/{params[n % len(params)]}/grab", body
+        if mode == "lock":
+            team = (n + task * 7919) % int(params[1]) + 1
+            return f"/v1/activities/{params[0]}/teams/t{team}/locks", body
         return "/grab", body
 
     async def worker(client: httpx.AsyncClient, task: int, stop_at: float) -> None:
@@ -300,6 +302,41 @@ def _answers(result: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in answers.items() if v}
 
 
+# -- servers under test ----------------------------------------------------------------
+
+
+@dataclass
+class Groupbuy:
+    """A groupbuy server under test and an admin client for set-up and checks."""
+
+    server: Server
+    client: httpx.Client
+    tag: str
+
+    def settle(self) -> float:
+        """Wait until the server has answered what the load left in flight (and written
+        behind), so the checks read a state no request is still changing; the seconds
+        that took (-1: the server never went idle)."""
+        return round(wait_idle([self.server]), 2)
+
+
+@contextlib.contextmanager
+def _groupbuy(
+    server: str, redis_url: str, workdir: Path, workers: int, tag: str
+) -> Iterator[Groupbuy]:
+    args, env, port = groupbuy_command(server, redis_url, workdir, workers, tag)
+    with (
+        serve(args, env, port, workdir / f"groupbuy-{tag}.log") as running,
+        httpx.Client(
+            base_url=running.url,
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=60,
+            limits=httpx.Limits(max_connections=SETUP_THREADS),
+        ) as client,
+    ):
+        yield Groupbuy(running, client, tag)
+
+
 # -- scenarios ------------------------------------------------------------------------
 
 
@@ -358,18 +395,21 @@ def _packet_checks(client: httpx.Client, ids: list[str]) -> dict[str, Any]:
 
 
 def _flash_grab(
-    client: httpx.Client, wrk: str | None, url: str, seconds: int, tag: str
+    target: Groupbuy, wrk: str | None, seconds: int, tag: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    client, url = target.client, target.server.url
     packets = math.ceil(EXPECTED_MAX_GRABS_PER_S * seconds / SHARES) + 1
     ids = [f"pk-{tag}-{i}" for i in range(packets)]
     _send_packets(client, tag, ids, PACKET_CENTS, SHARES)
     result = _load(wrk, url, seconds, "grab", *ids)
+    idle_after_s = target.settle()
     checks = _packet_checks(client, ids)
     grabs = checks["grabs_recorded"]
     counted = int(result["grabbed"])
     # wrk stops with up to CONNECTIONS requests in flight: the server may have served a
     # grab whose answer wrk never counted, never the other way round.
     correct = {
+        "seconds_to_idle_after_load": idle_after_s,
         "grabs_recorded": grabs,
         "grabbed_answers": counted,
         "already_grabbed_answers": int(result["already"]),
@@ -388,12 +428,14 @@ def _flash_grab(
     return result, correct
 
 
-def _open_teams(client: httpx.Client, activities: list[str], teams: int) -> None:
+def _open_teams(
+    client: httpx.Client, activities: list[str], teams: int, lock_ttl_s: int = LOCK_TTL_S
+) -> None:
     """Create the activities, then open teams t1..t<teams> in each (leader = member 1)."""
     for activity in activities:
         client.post(
             "/v1/activities",
-            json={"activity_id": activity, "team_size": TEAM_SIZE, "lock_ttl_s": LOCK_TTL_S},
+            json={"activity_id": activity, "team_size": TEAM_SIZE, "lock_ttl_s": lock_ttl_s},
         ).raise_for_status()
 
     def open_team(pair: tuple[str, int]) -> None:
@@ -471,13 +513,16 @@ def _storm_ok(result: dict[str, Any], teams: dict[str, Any]) -> bool:
 
 
 def _lock_storm(
-    client: httpx.Client, wrk: str | None, url: str, seconds: int, tag: str
+    target: Groupbuy, wrk: str | None, seconds: int, tag: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    client, url = target.client, target.server.url
     activity = f"act-{tag}"
     _open_teams(client, [activity], TEAMS)
     result = _load(wrk, url, seconds, "storm", str(STORM_USERS), str(TEAMS), activity)
+    idle_after_s = target.settle()
     teams = _team_checks(client, [activity], TEAMS)
     correct = {
+        "seconds_to_idle_after_load": idle_after_s,
         **teams,
         "lock_switches": int(result.get("switched", 0)),
         "by_operation": _by_operation(result),
@@ -488,8 +533,9 @@ def _lock_storm(
 
 
 def _mixed(
-    client: httpx.Client, wrk: str | None, url: str, seconds: int, tag: str
+    target: Groupbuy, wrk: str | None, seconds: int, tag: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    client, url = target.client, target.server.url
     activities = [f"mix{i}-{tag}" for i in range(MIXED_ACTIVITIES)]
     _open_teams(client, activities, MIXED_TEAMS)
     packets = [f"mixp{i}-{tag}" for i in range(MIXED_PACKETS)]
@@ -497,10 +543,12 @@ def _mixed(
     _send_packets(client, f"mix-{tag}", packets, cents, MIXED_SHARES)
     params = [str(STORM_USERS), str(MIXED_TEAMS), *activities, "+", *packets]
     result = _load(wrk, url, seconds, "mixed", *params)
+    idle_after_s = target.settle()
     teams = _team_checks(client, activities, MIXED_TEAMS)
     grabs = _packet_checks(client, packets)
     counted = int(result.get("grabbed", 0))
     correct = {
+        "seconds_to_idle_after_load": idle_after_s,
         **teams,
         **grabs,
         "grabbed_answers": counted,
@@ -518,133 +566,475 @@ def _mixed(
     return result, correct
 
 
+def _seat_locks(
+    target: Groupbuy, wrk: str | None, seconds: int, tag: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    client, url = target.client, target.server.url
+    """Closed loop: a new user locks a seat each request, round-robin over enough teams."""
+    activity = f"locks-{tag}"
+    teams = math.ceil(EXPECTED_MAX_LOCKS_PER_S * seconds / SEATS_USED) + 1
+    _open_teams(client, [activity], teams, lock_ttl_s=300)
+    result = _load(wrk, url, seconds, "lock", activity, str(teams))
+    idle_after_s = target.settle()
+    checks = _team_checks(client, [activity], teams)
+    correct = {
+        "seconds_to_idle_after_load": idle_after_s,
+        **checks,
+        "answers": _answers(result),
+        "ok": bool(
+            _storm_ok(result, checks)
+            and int(result.get("c201", 0)) + int(result.get("c409", 0)) == int(result["requests"])
+        ),
+    }
+    return result, correct
+
+
 # -- runs -----------------------------------------------------------------------------
 
 
-def _create_schema(url: str) -> None:
-    """Create the tables first: two workers racing create_all on a fresh SQLite file can
-    fail one worker's start-up ("table events already exists"), and uvicorn then stops."""
-    from groupbuy.storage.db import Database
-
-    async def create() -> None:
-        database = Database(url)
-        try:
-            await database.create_all()
-        finally:
-            await database.dispose()
-
-    asyncio.run(create())
+def _trial(result: dict[str, Any], correct: dict[str, Any]) -> Trial:
+    percentiles = tuple(result[f"p{p}_us"] / 1000 for p in ("50", "95", "99"))
+    return Trial(
+        int(result["requests"]),
+        result["duration_us"] / 1e6,
+        correct,
+        percentiles_ms=(percentiles[0], percentiles[1], percentiles[2]),
+    )
 
 
-def _groupbuy_rows(
-    redis_url: str, workdir: Path, wrk: str | None, workers: int, seconds: int, how: str
-) -> list[dict[str, Any]]:
-    tag = f"w{workers}"
-    database = workdir / f"bench-{tag}.db"
-    database.unlink(missing_ok=True)
-    _create_schema(f"sqlite+aiosqlite:///{database}")
-    env = {
-        **os.environ,
-        "GROUPBUY_REDIS_URL": redis_url,
-        "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
-        "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
-        "GROUPBUY_SCHEDULER_ENABLED": "true",
-    }
-    port = free_port()
-    args = [sys.executable, "-m", "groupbuy.cli", "serve", "--host", "127.0.0.1"]
-    args += ["--port", str(port), "--workers", str(workers)]
-    log = workdir / f"groupbuy-{tag}.log"
-    implementation = f"groupbuy ({workers} worker{'s' if workers > 1 else ''})"
-    with (
-        _server(args, env, port, log) as url,
-        httpx.Client(
-            base_url=url,
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-            timeout=60,
-            limits=httpx.Limits(max_connections=SETUP_THREADS),
-        ) as client,
-    ):
-        grab, grab_ok = _flash_grab(client, wrk, url, seconds, tag)
-        lock, lock_ok = _lock_storm(client, wrk, url, seconds, tag)
-        mixed, mixed_ok = _mixed(client, wrk, url, seconds, tag)
-    errors = _log_errors(log)
-    for correct in (grab_ok, lock_ok, mixed_ok):
-        correct["server_log_errors"] = errors
+Scenario = Callable[[Groupbuy, str | None, int, str], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _groupbuy_trial(
+    scenario: Scenario, target: Groupbuy, wrk: str | None, seconds: int
+) -> Callable[[int], Trial]:
+    """A round of one scenario on one server (the warm-up round lasts 1 s)."""
+
+    def trial(index: int) -> Trial:
+        return _trial(*scenario(target, wrk, seconds if index else 1, f"{target.tag}r{index}"))
+
+    return trial
+
+
+def _bare_trial(server: Server, wrk: str | None, seconds: int) -> Callable[[int], Trial]:
+    def trial(index: int) -> Trial:
+        result = _load(wrk, server.url, seconds if index else 1, "bare")
+        correct = {"answers": _answers(result), "ok": result.get("c200", 0) == result["requests"]}
+        return _trial(result, correct)
+
+    return trial
+
+
+def _rounds_row(scenario: str, implementation: str, trials: list[Trial], note: str) -> Row:
+    """A row for the rounds of one contender: ops and seconds summed, each percentile the
+    median of the rounds' (wrk reports percentiles, not its samples)."""
+
+    def median_of(i: int) -> float | None:
+        values = [t.percentiles_ms[i] for t in trials if t.percentiles_ms]
+        present = [v for v in values if v is not None]
+        return round(statistics.median(present), 3) if present else None
+
+    return result_row(
+        scenario,
+        "http",
+        implementation,
+        sum(t.ops for t in trials),
+        sum(t.seconds for t in trials),
+        (median_of(0), median_of(1), median_of(2)),
+        merge_correct([t.correct for t in trials]),
+        f"{note}; {len(trials)} rounds in rotating order with the other contenders, each "
+        "started with every server idle; percentiles are the median of the rounds'",
+        seconds_digits=3,
+        rounds_ops_per_s=[round(t.rate, 1) for t in trials],
+    )
+
+
+def _single_row(
+    scenario: str, implementation: str, result: dict[str, Any], correct: dict[str, Any], note: str
+) -> Row:
+    trial = _trial(result, correct)
+    assert trial.percentiles_ms is not None
+    return result_row(
+        scenario,
+        "http",
+        implementation,
+        trial.ops,
+        trial.seconds,
+        trial.percentiles_ms,
+        correct,
+        note,
+        seconds_digits=3,
+    )
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker{'s' if n > 1 else ''}"
+
+
+def _notes(how: str, workers: int, seconds: int) -> dict[str, str]:
+    how = how if how.startswith("httpx") else f"{how} -d{seconds}s"
     common = f"{how}; SQLite write-behind and scheduler on; access log at INFO to a file"
     common += NAGLE_NOTE if workers > 1 else ""
-    return [
-        _row(
-            "flash_grab",
-            implementation,
-            grab,
-            grab_ok,
-            f"POST /v1/redpackets/{{id}}/grab, distinct users over {grab_ok['packets']} packets "
-            f"of {SHARES} shares, every 20th request a double tap; ops = all answers; {common}",
-        ),
-        _row(
-            "lock_storm",
-            implementation,
-            lock,
-            lock_ok,
-            f"{TEAMS} teams of {TEAM_SIZE} in one activity, {STORM_USERS} users per wrk "
-            f"thread (a confirmed user is replaced by a fresh one): {STORM_STEPS}; "
-            f"lock_ttl_s={LOCK_TTL_S}; ops = all answers; {common}",
-        ),
-        _row(
-            "mixed",
-            implementation,
-            mixed,
-            mixed_ok,
-            f"{MIXED_ACTIVITIES} activities x {MIXED_TEAMS} teams of {TEAM_SIZE} and "
-            f"{MIXED_PACKETS} packets x {MIXED_SHARES} shares at once: every other request "
-            f"POST /v1/redpackets/{{id}}/grab on a random packet, the others storm steps "
-            f"({STORM_STEPS}), {STORM_USERS} users per wrk thread, each with a random home "
-            f"activity; ops = all answers; {common}",
-        ),
-    ]
-
-
-def _bare_rows(
-    redis_url: str, workdir: Path, wrk: str | None, workers: int, seconds: int, how: str
-) -> list[dict[str, Any]]:
-    port = free_port()
-    env = {**os.environ, "BARE_REDIS_URL": redis_url}
-    args = [sys.executable, "-m", "benchmarks.bare_app", "--host", "127.0.0.1"]
-    args += ["--port", str(port), "--workers", str(workers)]
-    log = workdir / f"bare-w{workers}.log"
-    with _server(args, env, port, log) as url:
-        result = _load(wrk, url, seconds, "bare")
-    correct = {
-        "answers": _answers(result),
-        "server_log_errors": _log_errors(log),
-        "ok": result.get("c200", 0) == result["requests"],
+    return {
+        "flash_grab": "POST /v1/redpackets/{id}/grab, distinct users over packets of "
+        f"{SHARES} shares, every 20th request a double tap; ops = all answers; {common}",
+        "lock_storm": f"{TEAMS} teams of {TEAM_SIZE} in one activity, {STORM_USERS} users per "
+        f"wrk thread (a confirmed user is replaced by a fresh one): {STORM_STEPS}; "
+        f"lock_ttl_s={LOCK_TTL_S}; ops = all answers; {common}",
+        "mixed": f"{MIXED_ACTIVITIES} activities x {MIXED_TEAMS} teams of {TEAM_SIZE} and "
+        f"{MIXED_PACKETS} packets x {MIXED_SHARES} shares at once: every other request "
+        f"POST /v1/redpackets/{{id}}/grab on a random packet, the others storm steps "
+        f"({STORM_STEPS}), {STORM_USERS} users per wrk thread, each with a random home "
+        f"activity; ops = all answers; {common}",
+        "seat_locks": "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
+        f"round-robin over teams of {TEAM_SIZE} (at most {SEATS_USED} locks a team, lock_ttl_s="
+        f"300); ops = all answers; {common}",
+        "bare": "POST /grab = one EVALSHA (HINCRBY), small JSON; same uvicorn options; "
+        f"{how}; one measurement, reported under every scenario"
+        + (NAGLE_NOTE if workers > 1 else ""),
     }
-    implementation = f"bare starlette + 1 redis call ({workers} worker{'s' if workers > 1 else ''})"
-    note = (
-        f"POST /grab = one EVALSHA (HINCRBY), small JSON; same uvicorn options and {how}; "
-        "one measurement, reported under both scenarios"
-    ) + (NAGLE_NOTE if workers > 1 else "")
-    row = _row("flash_grab", implementation, result, correct, note)
+
+
+def _bare_rows(trials: list[Trial], workers: int, note: str) -> list[Row]:
+    row = _rounds_row(
+        "flash_grab", f"bare starlette + 1 redis call ({_workers(workers)})", trials, note
+    )
     return [row, {**row, "scenario": "lock_storm"}, {**row, "scenario": "mixed"}]
 
 
+def _log_errors(rows: list[Row], server: Server) -> None:
+    errors = server.log_errors()
+    for row in rows:
+        row["correct"]["server_log_errors"] = errors
+
+
+def _granian() -> bool:
+    return importlib.util.find_spec("granian") is not None
+
+
+def _one_worker(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
+    """Interleaved rounds on 1 worker, the mixed load, then the open-loop rows."""
+    notes = _notes(how, 1, plan.round_s)
+    single_notes = _notes(how, 1, plan.single_s)
+    rows: list[Row] = []
+    with contextlib.ExitStack() as stack:
+        uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "u1"))
+        args, env, port = bare_command(redis_url, 1)
+        bare = stack.enter_context(serve(args, env, port, workdir / "bare-w1.log"))
+        servers = [uv.server, bare]
+        contenders = {
+            "groupbuy flash grab": _groupbuy_trial(_flash_grab, uv, wrk, plan.round_s),
+            "bare": _bare_trial(bare, wrk, plan.round_s),
+            "groupbuy lock storm": _groupbuy_trial(_lock_storm, uv, wrk, plan.round_s),
+        }
+        gr = None
+        if _granian():
+            gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, 1, "g1"))
+            servers.append(gr.server)
+            contenders["groupbuy flash grab, granian"] = _groupbuy_trial(
+                _flash_grab, gr, wrk, plan.round_s
+            )
+        else:
+            _say("granian is not installed (pip install -e '.[bench]'): not compared")
+        _say(f"1 worker: {', '.join(contenders)}; {plan.rounds} rounds")
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
+        mine = _rounds_row(
+            "flash_grab", "groupbuy (1 worker)", trials["groupbuy flash grab"], notes["flash_grab"]
+        )
+        storm = _rounds_row(
+            "lock_storm", "groupbuy (1 worker)", trials["groupbuy lock storm"], notes["lock_storm"]
+        )
+        wait_idle(servers)
+        _say("1 worker: mixed")
+        result, correct = _mixed(uv, wrk, plan.single_s, "u1")
+        mixed = _single_row("mixed", "groupbuy (1 worker)", result, correct, single_notes["mixed"])
+        open_loop = _open_loop_rows(
+            uv,
+            wrk,
+            plan,
+            servers,
+            statistics.median(t.rate for t in trials["groupbuy flash grab"]),
+            notes,
+        )
+        _log_errors([mine, storm, mixed, *open_loop], uv.server)
+        rows += [mine, storm, mixed]
+        bare_rows = _bare_rows(trials["bare"], 1, notes["bare"])
+        _log_errors(bare_rows, bare)
+        rows += bare_rows
+        rows += [
+            comparison(
+                "http_grab_vs_bare_1",
+                "HTTP grab, 1 worker / bare Starlette + one Redis call (interleaved)",
+                trials["groupbuy flash grab"],
+                trials["bare"],
+                1.0,
+            ),
+            comparison(
+                "http_lock_vs_bare_1",
+                "HTTP lock storm, 1 worker / bare Starlette + one Redis call (interleaved)",
+                trials["groupbuy lock storm"],
+                trials["bare"],
+                0.7,
+            ),
+        ]
+        if gr is not None:
+            granian = _rounds_row(
+                "flash_grab",
+                "groupbuy (1 worker, granian)",
+                trials["groupbuy flash grab, granian"],
+                notes["flash_grab"] + GRANIAN_NOTE,
+            )
+            _log_errors([granian], gr.server)
+            rows += [
+                granian,
+                comparison(
+                    "granian_vs_uvicorn_1",
+                    "HTTP grab, 1 worker: granian / uvicorn (interleaved)",
+                    trials["groupbuy flash grab, granian"],
+                    trials["groupbuy flash grab"],
+                    None,
+                ),
+            ]
+        rows += open_loop
+    return rows
+
+
+def _two_workers(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
+    """Interleaved flash-grab rounds on 2 workers (uvicorn, granian, bare), then the lock
+    storm and the mixed load once each."""
+    notes = _notes(how, 2, plan.round_s)
+    single_notes = _notes(how, 2, plan.single_s)
+    rows: list[Row] = []
+    with contextlib.ExitStack() as stack:
+        uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 2, "u2"))
+        args, env, port = bare_command(redis_url, 2)
+        bare = stack.enter_context(serve(args, env, port, workdir / "bare-w2.log"))
+        servers = [uv.server, bare]
+        contenders = {
+            "groupbuy flash grab": _groupbuy_trial(_flash_grab, uv, wrk, plan.round_s),
+            "bare": _bare_trial(bare, wrk, plan.round_s),
+        }
+        gr = None
+        if _granian():
+            gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, 2, "g2"))
+            servers.append(gr.server)
+            contenders["groupbuy flash grab, granian"] = _groupbuy_trial(
+                _flash_grab, gr, wrk, plan.round_s
+            )
+        _say(f"2 workers: {', '.join(contenders)}; {plan.rounds} rounds")
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
+        mine = _rounds_row(
+            "flash_grab", "groupbuy (2 workers)", trials["groupbuy flash grab"], notes["flash_grab"]
+        )
+        single = []
+        for name, scenario in (("lock_storm", _lock_storm), ("mixed", _mixed)):
+            wait_idle(servers)
+            _say(f"2 workers: {name}")
+            result, correct = scenario(uv, wrk, plan.single_s, "u2")
+            single.append(
+                _single_row(name, "groupbuy (2 workers)", result, correct, single_notes[name])
+            )
+        _log_errors([mine, *single], uv.server)
+        bare_rows = _bare_rows(trials["bare"], 2, notes["bare"])
+        _log_errors(bare_rows, bare)
+        rows += [mine, *single, *bare_rows]
+        rows.append(
+            comparison(
+                "http_grab_vs_bare_2",
+                "HTTP grab, 2 workers / bare Starlette + one Redis call (interleaved)",
+                trials["groupbuy flash grab"],
+                trials["bare"],
+                0.7,
+            )
+        )
+        if gr is not None:
+            granian = _rounds_row(
+                "flash_grab",
+                "groupbuy (2 workers, granian)",
+                trials["groupbuy flash grab, granian"],
+                notes["flash_grab"].replace(NAGLE_NOTE, "") + GRANIAN_NOTE,
+            )
+            _log_errors([granian], gr.server)
+            rows += [
+                granian,
+                comparison(
+                    "granian_vs_uvicorn_2",
+                    "HTTP grab, 2 workers: granian / uvicorn (interleaved)",
+                    trials["groupbuy flash grab, granian"],
+                    trials["groupbuy flash grab"],
+                    None,
+                ),
+            ]
+    return rows
+
+
+_BEGAN = [time.monotonic()]
+
+
+def _say(message: str) -> None:
+    """One progress line, with the time since the HTTP level began."""
+    print(f"[http] {message} ({time.monotonic() - _BEGAN[0]:.0f} s so far)", flush=True)
+
+
+# -- open loop ------------------------------------------------------------------------
+
+
+def _open_loop(url: str, rate: float, seconds: int, tag: str, mode: str, *params: str) -> Any:
+    """benchmarks/openloop.py in its own process (so it does not share this one's heap)."""
+    args = [sys.executable, "-m", "benchmarks.openloop", url, f"{rate:.1f}", str(seconds)]
+    args += [str(OPEN_LOOP_CONNECTIONS), tag, mode, SERVICE_KEY, *params]
+    done = subprocess.run(
+        args, cwd=REPO, capture_output=True, text=True, timeout=seconds + 120, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"open-loop generator failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def _open_loop_rows(
+    target: Groupbuy,
+    wrk: str | None,
+    plan: Plan,
+    servers: list[Server],
+    grab_max: float,
+    notes: dict[str, str],
+) -> list[Row]:
+    """Grabs and seat locks offered at half and 80% of their closed-loop rates on 1 worker."""
+    wait_idle(servers)
+    _say("1 worker: seat locks, closed loop (the maximum for the open loop)")
+    result, correct = _seat_locks(target, wrk, plan.round_s, "u1")
+    locks = _single_row("seat_locks", "groupbuy (1 worker)", result, correct, notes["seat_locks"])
+    rows = [locks]
+    for fraction in OPEN_LOOP_FRACTIONS:
+        for kind, max_rate in (("grab", grab_max), ("lock", float(locks["ops_per_s"]))):
+            wait_idle(servers)
+            rows.append(_open_loop_row(target, plan, kind, max_rate, fraction))
+    return rows
+
+
+def _open_loop_row(
+    target: Groupbuy, plan: Plan, kind: str, max_rate: float, fraction: float
+) -> Row:
+    rate, seconds = max_rate * fraction, plan.open_loop_s
+    total = int(rate * seconds)
+    tag = f"{target.tag}-{kind}{int(fraction * 100)}"
+    label = "half" if fraction == 0.5 else f"{fraction:.0%}"
+    _say(f"1 worker: {kind}s offered at {rate:,.0f}/s ({label} of max)")
+    client = target.client
+    if kind == "grab":
+        ids = [f"ol-{tag}-{i}" for i in range(math.ceil(total / SHARES) + 1)]
+        _send_packets(client, tag, ids, PACKET_CENTS, SHARES)
+        result = _open_loop(target.server.url, rate, seconds, tag, "grab", *ids)
+        idle_after_s = target.settle()
+        checks = _packet_checks(client, ids)
+        answered = sum(result["statuses"].values())
+        correct: dict[str, Any] = {
+            "seconds_to_idle_after_load": idle_after_s,
+            **checks,
+            "grabbed_answers": result["grabbed"],
+            "already_grabbed_answers": result["already"],
+            "ok": bool(
+                checks["grabs_recorded"] == result["grabbed"]
+                and checks["packets_inconsistent"] == 0
+                and checks["packets_sold_out"] == 0
+                and result["grabbed"] + result["already"] == answered == result["requests"]
+            ),
+        }
+        workload = "POST /v1/redpackets/{id}/grab, new users round-robin over packets, every "
+        workload += "20th request a double tap"
+        max_from = "the 1-worker flash grab (median of its rounds)"
+    else:
+        activity = f"ol-{tag}"
+        teams = math.ceil(total / SEATS_USED) + 1
+        _open_teams(client, [activity], teams, lock_ttl_s=300)
+        result = _open_loop(target.server.url, rate, seconds, tag, "lock", activity, str(teams))
+        idle_after_s = target.settle()
+        checks = _team_checks(client, [activity], teams)
+        locked = result["statuses"].get("201", 0)
+        correct = {
+            "seconds_to_idle_after_load": idle_after_s,
+            **checks,
+            "ok": bool(
+                locked == result["requests"]
+                and checks["locks_held_at_end"] == locked
+                and checks["teams_overfull"] == 0
+                and checks["users_locked_in_two_teams"] == 0
+            ),
+        }
+        workload = "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
+        workload += f"round-robin over {teams} teams (at most {SEATS_USED} locks a team)"
+        max_from = "the 1-worker seat_locks row"
+    correct.update(
+        answers=result["statuses"],
+        unanswered=result["unanswered"],
+        generator_kept_up=result["generator_kept_up"],
+        generator_on_time=result["generator_on_time"],
+    )
+    generator = {
+        k: result[k]
+        for k in (
+            "offered_per_s",
+            "issued_per_s",
+            "issue_late_p50_ms",
+            "issue_late_p99_ms",
+            "waited_for_connection",
+            "generator_cpu_share",
+            "generator_kept_up",
+            "generator_on_time",
+            "max_ms",
+        )
+    }
+    note = (
+        f"{workload}; offered at {rate:,.0f}/s ({label} of {max_from}, {max_rate:,.0f}/s) for "
+        f"{seconds} s, open loop over {OPEN_LOOP_CONNECTIONS} keep-alive connections "
+        "(benchmarks/openloop.py, one process); latency from when each request was due; "
+        f"the generator issued {result['issued_per_s']:,.0f}/s, noticed requests "
+        f"{result['issue_late_p99_ms']} ms late at p99 (counted in the latency), used "
+        f"{result['generator_cpu_share']:.0%} of a core"
+    )
+    if not result["generator_kept_up"]:
+        note += "; THE GENERATOR FELL BEHIND (issued under 95% of the rate): the service saw less"
+        note += " load than this row says"
+    elif not result["generator_on_time"]:
+        note += "; the generator was short of CPU (requests noticed over 5 ms late at p99): its"
+        note += " delays are part of these latencies"
+    row = result_row(
+        f"{kind} @ {label} max rate",
+        "http",
+        "groupbuy (1 worker)",
+        result["answered"],
+        float(seconds),
+        (result["p50_ms"], result["p95_ms"], result["p99_ms"]),
+        correct,
+        note,
+        latencies_ms=result["latencies_ms"],
+        offered_fraction=fraction,
+        generator=generator,
+    )
+    _say(
+        f"  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  generator kept up "
+        f"{result['generator_kept_up']}, on time {result['generator_on_time']}  ok {correct['ok']}"
+    )
+    return row
+
+
 def run_http(redis_url: str, workdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Rows for groupbuy serve and the bare baseline, 1 and 2 workers, every scenario."""
+    """Rows (and comparison rows) for groupbuy serve, granian and the bare baseline."""
     workdir.mkdir(parents=True, exist_ok=True)
     wrk = _ensure_wrk()
-    seconds = 2 if quick else 8  # 8 wrk runs (3 scenarios + bare, 2 worker counts)
+    plan = QUICK if quick else FULL
     if wrk is None:
         how = f"httpx.AsyncClient load in-process (wrk unavailable), {CONNECTIONS} tasks"
     else:
-        how = f"wrk -t{THREADS} -c{CONNECTIONS} -d{seconds}s"
+        how = f"wrk -t{THREADS} -c{CONNECTIONS}"
     flush = redis.Redis.from_url(redis_url)
     rows: list[dict[str, Any]] = []
+    _BEGAN[0] = time.monotonic()
     try:
-        for workers in WORKER_COUNTS:
-            flush.flushall()
-            rows += _groupbuy_rows(redis_url, workdir, wrk, workers, seconds, how)
-            flush.flushall()
-            rows += _bare_rows(redis_url, workdir, wrk, workers, seconds, how)
+        flush.flushall()
+        rows += _one_worker(redis_url, workdir, wrk, plan, how)
+        flush.flushall()
+        rows += _two_workers(redis_url, workdir, wrk, plan, how)
     finally:
         flush.close()
     return rows
@@ -660,13 +1050,16 @@ def _main() -> None:
     finally:
         server.stop()
     for row in rows:
-        print(json.dumps(row))
+        print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}))
     print()
-    print(f"{'scenario':<11} {'implementation':<42} {'ops/s':>9} {'p50':>7} {'p99':>7}  ok")
+    print(f"{'scenario':<22} {'implementation':<42} {'ops/s':>9} {'p50':>7} {'p99':>7}  ok")
     for r in rows:
+        if "comparison" in r:
+            print(f"  {r['what']}: median {r['median']} ({r['min']}-{r['max']})")
+            continue
         print(
-            f"{r['scenario']:<11} {r['implementation']:<42} {r['ops_per_s']:>9,.0f} "
-            f"{r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f}  {r['correct']['ok']}"
+            f"{r['scenario']:<22} {r['implementation']:<42} {r['ops_per_s']:>9,.0f} "
+            f"{r['p50_ms'] or 0:>7.2f} {r['p99_ms'] or 0:>7.2f}  {r['correct'].get('ok')}"
         )
     print(f"total {elapsed:.1f} s; logs in {workdir}")
 

@@ -153,7 +153,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
                 p99 = row.get("p99_ms") if row else None
                 figure = f"{p99:.1f} ms" if p99 is not None else "n/a"
                 if row and not row["correct"].get("generator_kept_up", True):
-                    figure += " (the generator fell behind)"
+                    figure += " (the generator fell behind: less load than asked)"
+                elif row and not row["correct"].get("generator_on_time", True):
+                    late = row.get("generator", {}).get("issue_late_p99_ms")
+                    figure += f" (incl. generator delays, p99 {late} ms)"
                 what = f"{level} {kind} p99 offered at {label} the maximum rate (open loop)"
                 met = None if p99 is None else p99 <= limit
                 out.append((what, figure, f"<= {limit:.0f} ms", _met(met)))

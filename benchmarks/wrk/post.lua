@@ -2,6 +2,8 @@
 -- wrk -s post.lua URL -- MODE KEY ARG...
 --   grab  KEY PACKET_ID...   POST /v1/redpackets/<id>/grab, distinct users round-robin over
 --                            the packets; every 20th request repeats the previous one
+--   lock  KEY ACTIVITY TEAMS POST /v1/activities/<a>/teams/t<k>/locks, a new user per request,
+--                            round-robin over teams t1..tTEAMS (no repeats)
 --   bare  KEY                POST /grab {"user_id": ...} (benchmarks/bare_app.py)
 -- done() prints "wrk_result key=value ..." lines that http_level.py parses.
 
@@ -18,6 +20,7 @@ local mode, key, params
 local counter = 0
 local last_path, last_body
 local packets = {}
+local activity, n_teams
 
 c200, c201, c404, c409, c410, c4xx, c5xx, cother, grabbed, already = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
@@ -29,6 +32,8 @@ function init(args)
   wrk.headers["Authorization"] = "Bearer " .. key
   if mode == "grab" then
     for i = 3, #args do table.insert(packets, args[i]) end
+  elseif mode == "lock" then
+    activity, n_teams = args[3], tonumber(args[4])
   end
   math.randomseed(os.time() * 1000 + (tid or 0))
 end
@@ -36,6 +41,11 @@ end
 function request()
   counter = counter + 1
   local path, body
+  if mode == "lock" then
+    local team = (counter + tid * 7919) % n_teams + 1
+    path = "/v1/activities/" .. activity .. "/teams/t" .. team .. "/locks"
+    return wrk.format(nil, path, nil, '{"user_id":"u' .. tid .. '-' .. counter .. '"}')
+  end
   if counter % 20 == 0 and last_path then
     path, body = last_path, last_body   -- a double tap: same user, same packet
   else

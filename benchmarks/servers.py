@@ -1,0 +1,179 @@
+"""The HTTP benchmark's server processes: groupbuy under uvicorn or granian, the bare app.
+
+Each server runs in its own process group on a free loopback port, is ready once
+/healthz answers, and is stopped with SIGTERM (then SIGKILL) even on error. Several
+groupbuy servers may share one Redis: each gets its own key prefix (and so its own
+scheduler lease) and its own SQLite file, so none writes or sweeps the others' data.
+`wait_idle` lets a round start only once every server has finished the work a previous
+round left behind (write-behind to SQLite, the reads of the checks): a server still busy
+would slow whichever contender runs next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from groupbuy.testing.servers import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_KEY, SERVICE_KEY = "a", "s"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+IDLE_WINDOW_S, IDLE_CPU_SHARE, IDLE_TIMEOUT_S = 0.5, 0.1, 15.0
+
+
+@dataclass
+class Server:
+    """A running server: its URL, process and log."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_errors(self) -> int:
+        """Tracebacks and ERROR lines (the service's logging or granian's) in the log so far."""
+        text = self.log.read_text(errors="replace")
+        return text.count("Traceback") + text.count(" ERROR ") + text.count("[ERROR]")
+
+
+@contextlib.contextmanager
+def serve(args: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[Server]:
+    """Run a server in its own process group; yield it once /healthz answers."""
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{args} exited with {process.returncode}; see {log}")
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{args} did not answer /healthz in 30 s; see {log}")
+                time.sleep(0.1)
+            yield Server(url, process, log)
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, up to 10 s to finish, then SIGKILL to the whole process group."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers left behind in our group, if any
+
+
+def create_schema(url: str) -> None:
+    """Create the tables first: two workers racing create_all on a fresh SQLite file can
+    fail one worker's start-up ("table events already exists"), and the server then stops."""
+    from groupbuy.storage.db import Database
+
+    async def create() -> None:
+        database = Database(url)
+        try:
+            await database.create_all()
+        finally:
+            await database.dispose()
+
+    asyncio.run(create())
+
+
+def groupbuy_command(
+    server: str, redis_url: str, workdir: Path, workers: int, tag: str
+) -> tuple[list[str], dict[str, str], int]:
+    """(argv, environment, port) of `groupbuy serve` (server "uvicorn") or of granian
+    serving the same app factory (server "granian"), with a key prefix and a SQLite file
+    of its own."""
+    database = workdir / f"bench-{tag}.db"
+    database.unlink(missing_ok=True)
+    create_schema(f"sqlite+aiosqlite:///{database}")
+    env = {
+        **os.environ,
+        "GROUPBUY_REDIS_URL": redis_url,
+        "GROUPBUY_REDIS_KEY_PREFIX": f"gb{tag}",
+        "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
+        "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
+        "GROUPBUY_SCHEDULER_ENABLED": "true",
+    }
+    port = free_port()
+    if server == "uvicorn":
+        args = [sys.executable, "-m", "groupbuy.cli", "serve", "--host", "127.0.0.1"]
+        args += ["--port", str(port), "--workers", str(workers)]
+        return args, env, port
+    if server != "granian":
+        raise ValueError(f"unknown server {server!r}")
+    if workers > 1:
+        # What `groupbuy serve` does for several workers: shared metrics files.
+        env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="groupbuy-metrics-", dir=workdir)
+        env["GROUPBUY_SERVER_WORKERS"] = str(workers)
+    args = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory"]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    args += ["--loop", "uvloop", "--no-ws", "--log-level", "warning"]
+    args += ["groupbuy.cli:app_from_environment"]
+    return args, env, port
+
+
+def bare_command(redis_url: str, workers: int) -> tuple[list[str], dict[str, str], int]:
+    """(argv, environment, port) of benchmarks/bare_app.py under uvicorn."""
+    port = free_port()
+    env = {**os.environ, "BARE_REDIS_URL": redis_url}
+    args = [sys.executable, "-m", "benchmarks.bare_app", "--host", "127.0.0.1"]
+    args += ["--port", str(port), "--workers", str(workers)]
+    return args, env, port
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (Linux /proc)."""
+    pids, index = [pid], 0
+    while index < len(pids):
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pids[index]}/task").iterdir():
+                children = (task / "children").read_text().split()
+                pids.extend(int(c) for c in children)
+        index += 1
+    return pids
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLOCK_TICKS
+
+
+def wait_idle(servers: list[Server]) -> float:
+    """Wait until the servers together use under 10% of a core over 0.5 s (at most 15 s);
+    the seconds waited, or -1 when they never went idle."""
+    began = time.monotonic()
+    while time.monotonic() - began < IDLE_TIMEOUT_S:
+        pids = [p for s in servers for p in _tree(s.process.pid)]
+        before = _cpu_seconds(pids)
+        time.sleep(IDLE_WINDOW_S)
+        if _cpu_seconds(pids) - before < IDLE_CPU_SHARE * IDLE_WINDOW_S:
+            return time.monotonic() - began
+    return -1.0
