@@ -101,10 +101,12 @@ async def _open_loop_step(
     run: str,
     fraction: float,
 ) -> dict[str, Any]:
-    """An open-loop row at `fraction` of the rate measured earlier in this run (the flash
-    grab for grabs, the locks among 1,000 teams for locks)."""
+    """An open-loop row at `fraction` of the rate measured earlier in this run for the same
+    kind of call: a new user's grab (lock) on one of 1,000 live packets (open teams). The
+    flash grab's rate is not that: most of its calls are cheap repeats and sold-out
+    answers, while every open-loop grab takes a share."""
     if kind == "grab":
-        max_rate = _rate_of(rows, "flash_grab")
+        max_rate = _rate_of(rows, "scaling", "grab on random packets")
     else:
         max_rate = _rate_of(rows, "scaling", "lock on random teams")
     return await half_rate(services, kind, max_rate, sizes, run, fraction)
