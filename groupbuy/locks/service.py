@@ -424,13 +424,7 @@ class TeamService(UsesBackends):
         # expires by itself (_ACTIVITY_COPY_TTL_MS).
         released = 0
         for activity_id in sorted({activity_id for activity_id, _team in ended}):
-            keys = [
-                self._keys.activity(activity_id),
-                self._keys.lock_index(activity_id),
-                self._keys.deadline_index(activity_id),
-                self._keys.due_locks(),
-                self._keys.due_deadlines(),
-            ]
+            keys = self._keys.activity_release_keys(activity_id)
             released += int((await self._scripts.call("activity_release", keys, [activity_id]))[0])
         return {"teams_released": len(ended), "activities_released": released}
 

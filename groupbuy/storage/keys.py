@@ -112,6 +112,17 @@ class Keys:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
 
+    def activity_release_keys(self, activity_id: str) -> list[str]:
+        """The KEYS of activity_release.lua: the activity's copy, its two indexes, and the
+        two global due indexes it leaves."""
+        return [
+            self.activity(activity_id),
+            self.lock_index(activity_id),
+            self.deadline_index(activity_id),
+            self.due_locks(),
+            self.due_deadlines(),
+        ]
+
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
         """The KEYS[1..9] every team script starts with (see lua/_team_lib.lua): six under
         the activity's tag, then the pending, lock-due and deadline-due indexes (global)."""

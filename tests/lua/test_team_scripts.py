@@ -437,13 +437,7 @@ async def test_the_due_indexes_never_list_an_activity_later_than_its_earliest_te
 
 
 async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> None:
-    release = [
-        h.keys.activity(AID),
-        h.keys.lock_index(AID),
-        h.keys.deadline_index(AID),
-        h.keys.due_locks(),
-        h.keys.due_deadlines(),
-    ]
+    release = h.keys.activity_release_keys(AID)
     await h.open("t1")
     assert await h.scripts.call("activity_release", release, [AID]) == [0]  # a team is open
     await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
