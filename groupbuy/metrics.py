@@ -84,6 +84,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def series(metric: Any) -> Callable[..., Any]:
+    """`metric.labels(*values)`, each label set looked up once and kept: `labels()`
+    validates and takes a lock on every call, which showed on the hot paths. Only for
+    metrics whose label values come from small fixed sets (outcomes, routes, statuses)."""
+    return functools.lru_cache(maxsize=None)(metric.labels)
+
+
 def counts_outcomes(
     counter: Counter, outcome_of: Callable[[Any], str]
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -93,14 +100,7 @@ def counts_outcomes(
     other failure (Redis or SQL down, a bug) as `error`.
     """
 
-    # One child per outcome, looked up once: Counter.labels validates and locks on each call.
-    children: dict[str, Any] = {}
-
-    def count(outcome: str) -> None:
-        child = children.get(outcome)
-        if child is None:
-            child = children[outcome] = counter.labels(outcome=outcome)
-        child.inc()
+    child = series(counter)
 
     def decorate(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(call)
@@ -114,7 +114,7 @@ def counts_outcomes(
                 outcome = exc.code
                 raise
             finally:
-                count(outcome)
+                child(outcome).inc()
 
         return counted
 

@@ -19,7 +19,7 @@ from groupbuy import errors
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.endpoints import ID_PATTERN
 from groupbuy.api.problems import problem_response
-from groupbuy.metrics import HTTP_DURATION
+from groupbuy.metrics import HTTP_DURATION, series
 from groupbuy.storage.timefmt import iso_ms
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -63,7 +63,7 @@ class ObserveRequests:
         self.app = app
         self.json_lines = json_lines
         # Bounded: methods, route templates and statuses are finite sets.
-        self._histograms: dict[tuple[str, str, int], Any] = {}
+        self._latency = series(HTTP_DURATION)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -90,11 +90,7 @@ class ObserveRequests:
 
     def _observe(self, scope: Any, status: int, elapsed_s: float, request_id: str) -> None:
         method, route = method_of(scope), route_of(scope)
-        histogram = self._histograms.get((method, route, status))
-        if histogram is None:  # labels() validates and locks: look each series up once
-            histogram = HTTP_DURATION.labels(method=method, route=route, status=str(status))
-            self._histograms[(method, route, status)] = histogram
-        histogram.observe(elapsed_s)
+        self._latency(method, route, status).observe(elapsed_s)
         if not log.isEnabledFor(logging.INFO):
             return
         duration_ms = round(elapsed_s * 1000, 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, event, exc, text
@@ -57,11 +57,11 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A session inside one transaction, committed on success (never nest them)."""
-        if self._writers is None:
-            async with self.sessions() as session, session.begin():
-                yield session
-            return
-        async with self._writers, self.sessions() as session, session.begin():
+        async with (
+            self._writers or nullcontext(),
+            self.sessions() as session,
+            session.begin(),
+        ):
             yield session
 
     async def ping(self) -> None:

@@ -130,31 +130,30 @@ class AutoPipeline:
         return batch
 
     async def _send(self, batch: list[ScriptCall]) -> None:
+        connection = None
         try:
             connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-        except RETRIED as error:  # Redis is down or restarting: no connection to drop
-            await self._retry_later([call for call in batch if not call.reply.done()], error)
-            return
-        try:
             missing = await self._round_trip(connection, batch)
             if missing:
                 await self._reload(connection, missing)
-        except RETRIED as error:
-            await connection.disconnect(nowait=True)
-            await self._retry_later([call for call in batch if not call.reply.done()], error)
         except BaseException as error:
-            # Anything else (a cancelled sender, a bug) leaves the socket in an unknown
-            # state: drop it, and fail the calls still waiting rather than hang them.
-            await connection.disconnect(nowait=True)
-            for call in batch:
-                if not call.reply.done():
-                    call.reply.set_exception(
-                        error if isinstance(error, Exception) else asyncio.CancelledError()
-                    )
+            # The socket is in an unknown state: drop it (none yet when Redis refused us).
+            if connection is not None:
+                await connection.disconnect(nowait=True)
+            unanswered = [call for call in batch if not call.reply.done()]
+            if isinstance(error, RETRIED):
+                await self._retry_later(unanswered, error)
+                return
+            # Anything else (a bug, a cancelled sender): fail the waiting calls, never hang
+            # them; the sender carries on unless it was itself cancelled.
+            failure = error if isinstance(error, Exception) else asyncio.CancelledError()
+            for call in unanswered:
+                call.reply.set_exception(failure)
             if not isinstance(error, Exception):
                 raise
         finally:
-            await self._pool.release(connection)
+            if connection is not None:
+                await self._pool.release(connection)
 
     async def _round_trip(self, connection: Any, batch: list[ScriptCall]) -> list[ScriptCall]:
         """Write the batch in one send, read every reply in order; returns the NOSCRIPT calls."""

@@ -66,7 +66,7 @@ class Harness:
     async def read(self, tid: str) -> list[Any]:
         return await self._call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
 
-    async def user_lock(self, tid: str, user: str) -> list[Any]:
+    async def user_lock(self, user: str) -> list[Any]:
         return await self._call("user_lock_read", [self.keys.user_lock(AID, user)], [self.shift_ms])
 
     async def records(self) -> list[dict[str, str]]:
@@ -273,9 +273,9 @@ async def test_read_reports_state(h: Harness) -> None:
 async def test_user_lock_read(h: Harness) -> None:
     await h.open("t1")
     _code, locked_at, expires_at, _released = await h.lock("t1", "u1")
-    assert await h.user_lock("t1", "u1") == [TeamCode.OK, "t1", str(locked_at), str(expires_at)]
+    assert await h.user_lock("u1") == [TeamCode.OK, "t1", str(locked_at), str(expires_at)]
     h.shift_ms += TTL_MS
-    assert code(await h.user_lock("t1", "u1")) is TeamCode.NO_LOCK
+    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
     assert not await h.redis.exists(h.keys.user_lock(AID, "u1"))
 
 
@@ -283,9 +283,9 @@ async def test_user_lock_read_ends_with_the_team_at_its_deadline(h: Harness) -> 
     await h.open("t1")
     h.shift_ms += DEADLINE_MS - 1_000  # the lock would outlive the deadline by far
     await h.lock("t1", "u1")
-    assert code(await h.user_lock("t1", "u1")) is TeamCode.OK
+    assert code(await h.user_lock("u1")) is TeamCode.OK
     h.shift_ms += 1_000
-    assert code(await h.user_lock("t1", "u1")) is TeamCode.NO_LOCK
+    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
     assert code(await h.lock("t1", "u2")) is TeamCode.TEAM_FAILED
 
 
@@ -294,13 +294,13 @@ async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> N
     await h.open("t2")
     await h.lock("t1", "u1")
     await h.unlock("t1", "u1")
-    assert code(await h.user_lock("t1", "u1")) is TeamCode.NO_LOCK
+    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
     await h.lock("t1", "u2")
     await h.confirm("t1", "u2", "o2")
-    assert code(await h.user_lock("t1", "u2")) is TeamCode.NO_LOCK
+    assert code(await h.user_lock("u2")) is TeamCode.NO_LOCK
     await h.lock("t1", "u3")
     await h.lock("t2", "u3", other="t1")
-    assert (await h.user_lock("t2", "u3"))[1] == "t2"
+    assert (await h.user_lock("u3"))[1] == "t2"
 
 
 async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
