@@ -74,6 +74,11 @@ REDIS_BATCH_CALLS = Histogram(
     "Script calls carried by each coalesced Redis round trip (1 when idle, more under load).",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
+RESTORED = Counter(
+    "groupbuy_restored_total",
+    "Live teams and packets rebuilt in Redis from SQL after Redis lost them, by kind.",
+    ["kind"],
+)
 BACKEND_ERRORS = Counter(
     "groupbuy_backend_errors_total",
     "Requests answered 503 because a backing service failed, by backend (redis|database).",

@@ -20,6 +20,7 @@ from groupbuy.locks.service import TeamService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
+from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.service import RedPacketService
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import Settings
@@ -73,7 +74,8 @@ def build_services(
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
     writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)
-    packets = RedPacketService(backends, limits, writer)
+    acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
+    packets = RedPacketService(backends, limits, writer, acks)
     reconciler = Reconciler(redis, database, keys, clock=clock)
     jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis))
     return Services(
@@ -104,11 +106,13 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()
+    services.packets.acks.start()
     settle_heap()
     try:
         yield services
     finally:
         await jobs.stop()
+        await services.packets.acks.stop()
         await services.database.dispose()
         await services.scripts.aclose()
         await services.redis.aclose()

@@ -144,6 +144,9 @@ class OutboxSettings(_Section):
     flush_interval_s: Annotated[float, Field(ge=0.01, le=3600)] = 1.0
     # a batch's ids go to one script call as ARGV; Lua's unpack() stops near 8000
     batch_size: Annotated[int, Field(ge=1, le=5000)] = 500
+    # how often each process writes the grabs it answered `grabbed` to SQL (the trace
+    # reconciliation compares with the grab rows when Redis has lost data)
+    ack_journal_interval_s: Annotated[float, Field(ge=0.01, le=3600)] = 0.5
 
 
 class SchedulerSettings(_Section):
@@ -157,6 +160,8 @@ class SchedulerSettings(_Section):
     reconcile_interval_s: IntervalS = 300.0
     # teams per index read; each team is one short script call
     sweep_batch: Annotated[int, Field(ge=1, le=10_000)] = 200
+    # most live teams and packets the repair job rebuilds in Redis from SQL per run
+    restore_batch: Annotated[int, Field(ge=1, le=100_000)] = 500
 
 
 class Settings(_Section):

@@ -8,7 +8,10 @@
 -- Common ARGV: ARGV[1] packet_id  ARGV[2] clock shift in ms (0 in production)
 -- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
 -- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,
--- expire_at_ms (when Redis drops the packet's keys: expiry + retention).
+-- expire_at_ms (when Redis drops the packet's keys: expiry + retention); after a rebuild from
+-- SQL (packet_restore) also epoch (how many times it was rebuilt: every record carries it, so
+-- SQL can fence out records of a lost epoch) and seq_gap (added to each new grab's seq, so it
+-- follows every seq SQL has recorded).
 
 -- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
 local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
@@ -29,7 +32,7 @@ local function expire_packet(p)
   redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.refunded', 'at_ms', int(p.expires_ms), 'packet_id', ARGV[1],
         'sender_id', p.sender_id, 'refunded_cents', int(p.remaining_cents),
-        'remaining_count', int(p.remaining_count)})
+        'remaining_count', int(p.remaining_count), 'epoch', p.epoch})
   p.status = 'expired'
   p.just_expired = true
 end
@@ -37,12 +40,13 @@ end
 -- The packet's state after the lazy expiry check, or nil if Redis does not know it.
 local function load_packet(now)
   local f = redis.call('HMGET', KEYS[1], 'status', 'count', 'remaining_count',
-                       'remaining_cents', 'expires_ms', 'sender_id')
+                       'remaining_cents', 'expires_ms', 'sender_id', 'epoch', 'seq_gap')
   if not f[1] then
     return nil
   end
   local p = {status = f[1], count = tonumber(f[2]), remaining_count = tonumber(f[3]),
-             remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6]}
+             remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6],
+             epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0')}
   if p.status == 'active' and now >= p.expires_ms then
     expire_packet(p)
   end

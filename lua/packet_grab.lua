@@ -3,7 +3,8 @@
 -- requires: _packet_lib
 -- KEYS[1..6] as _packet_lib
 -- ARGV[1..2] as _packet_lib  ARGV[3] user_id
--- Returns {OK, amount_cents, remaining_count} grabbed (and recorded in the outbox),
+-- Returns {OK, amount_cents, remaining_count, seq, epoch, now_ms} grabbed (and recorded in
+-- the outbox),
 -- {ALREADY_GRABBED, amount_cents} the same amount as the first time,
 -- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
 -- {NOT_FOUND}.
@@ -28,20 +29,20 @@ local share = redis.call('LPOP', KEYS[2])
 if not share then
   return redis.error_reply('packet ' .. ARGV[1] .. ' is active but has no shares left')
 end
-local seq = p.count - p.remaining_count + 1
+local seq = p.count - p.remaining_count + 1 + p.seq_gap
 local left = p.remaining_count - 1
 redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now))
 redis.call('HSET', KEYS[1], 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
-if seq == 1 then
+if left == p.count - 1 then  -- the first grab creates the hash
   redis.call('PEXPIREAT', KEYS[3], redis.call('HGET', KEYS[1], 'expire_at_ms'))
 end
 emit({'type', 'grab', 'at_ms', int(now), 'packet_id', ARGV[1], 'user_id', user,
-      'amount_cents', share, 'seq', int(seq)})
+      'amount_cents', share, 'seq', int(seq), 'epoch', p.epoch})
 if left == 0 then
   redis.call('HSET', KEYS[1], 'status', 'sold_out', 'sold_out_ms', int(now))
   redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', ARGV[1],
-        'sender_id', p.sender_id})
+        'sender_id', p.sender_id, 'epoch', p.epoch})
 end
-return {OK, tonumber(share), left}
+return {OK, tonumber(share), left, seq, tonumber(p.epoch), int(now)}

@@ -10,25 +10,30 @@ wait on SQL.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, tuple_, update
 
 from groupbuy import errors
+from groupbuy.locks.codec import member_value
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
-from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes, lock_outcome
+from groupbuy.metrics import LOCK_OUTCOMES, RESTORED, counts_outcomes, lock_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import optional_int, reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+log = logging.getLogger(__name__)
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
@@ -50,6 +55,7 @@ class TeamService(UsesBackends):
         self._defaults = defaults
         self._outbox = outbox
         self._reindex_after = ""  # where the repair job's next re-index page starts
+        self._restore_after: tuple[str, str] = ("", "")  # and its next page of open teams
 
     # -- activities ---------------------------------------------------------------
 
@@ -142,8 +148,10 @@ class TeamService(UsesBackends):
         )
         code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.ACTIVITY_NOT_FOUND:
-            # Redis may have lost the activity (restart without persistence): SQL knows it.
+            # Redis may have lost the activity (restart without persistence): SQL knows it,
+            # and this team too if it was opened before (a repeat must find it, not a new one).
             await self._put_activity(await self._activity_row(activity_id))
+            await self._bring_back(activity_id, team_id)
             code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.CONFLICT:
             raise_for(code, f"team {team_id!r} exists with another leader or order")
@@ -160,6 +168,8 @@ class TeamService(UsesBackends):
             self._args(activity_id, team_id),
         )
         code, rest = split_reply(reply)
+        if code is TeamCode.TEAM_NOT_FOUND and await self._bring_back(activity_id, team_id):
+            return await self.get_team(activity_id, team_id)
         if code is TeamCode.OK:
             _now, *team = rest
             return _team_body(activity_id, team_id, team)
@@ -194,6 +204,105 @@ class TeamService(UsesBackends):
             raise errors.TeamFailed()
         raise errors.TeamNotFound(f"team {team_id!r} is no longer in Redis")
 
+    # -- when Redis has lost a team -------------------------------------------------
+
+    async def _bring_back(self, activity_id: str, team_id: str) -> bool:
+        """Rebuild the team in Redis if SQL knows it as open; False when it is not (unknown
+        or ended: its SQL record is the answer)."""
+        async with self._db.sessions() as session:
+            team = await session.get(TeamRow, (activity_id, team_id))
+        if team is None or team.status != "open":
+            return False
+        await self.restore(activity_id, team_id)
+        return True
+
+    async def restore(self, activity_id: str, team_id: str) -> bool:
+        """Rebuild an open team that Redis lost, from SQL; True if this call rebuilt it.
+
+        Its recorded members, deadline and indexes come back; its seat locks do not (they
+        lived only in Redis): the shoppers who held one lock again. A team past its deadline
+        fails on its next call, as it would have.
+        """
+        keys = self._keys
+        async with rebuilding(
+            self._redis, keys.team_restoring(activity_id, team_id), keys.team(activity_id, team_id)
+        ) as needed:
+            if not needed:
+                return False
+            async with self._db.sessions() as session:
+                team = await session.get(TeamRow, (activity_id, team_id))
+                activity = await session.get(ActivityRow, activity_id)
+                if team is None or activity is None or team.status != "open":
+                    return False
+                members = (
+                    await session.scalars(
+                        select(MemberRow)
+                        .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
+                        .order_by(MemberRow.seq)
+                    )
+                ).all()
+            await self._put_activity(activity)
+            recorded: list[Any] = []
+            leader_order = ""
+            for m in members:
+                recorded += [m.user_id, member_value(m.seq, to_ms(m.joined_at), m.order_id)]
+                if m.user_id == team.leader_id:
+                    leader_order = m.order_id or ""
+            args = self._args(
+                activity_id,
+                team_id,
+                team.leader_id,
+                leader_order,
+                team.size,
+                activity.lock_ttl_s * 1000,
+                to_ms(team.created_at),
+                to_ms(team.deadline_at),
+                self._defaults.retention_s * 1000,
+                *recorded,
+            )
+            reply = await self._scripts.call(
+                "team_restore", keys.team_keys(activity_id, team_id), args
+            )
+        if split_reply(reply)[0] is not TeamCode.OK:
+            return False
+        RESTORED.labels("team").inc()
+        log.warning(
+            "team %s of activity %s was missing from Redis: rebuilt from SQL with its %d "
+            "recorded members (its seat locks are gone)",
+            team_id,
+            activity_id,
+            len(members),
+        )
+        return True
+
+    async def restore_missing(self, page: int, limit: int) -> int:
+        """Rebuild the open teams of the next page of SQL's that Redis does not hold (at most
+        `limit`); the repair job's pass after a loss of Redis data. Returns how many."""
+        after_activity, after_team = self._restore_after
+        async with self._db.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(TeamRow.activity_id, TeamRow.team_id)
+                    .where(
+                        TeamRow.status == "open",
+                        tuple_(TeamRow.activity_id, TeamRow.team_id) > (after_activity, after_team),
+                    )
+                    .order_by(TeamRow.activity_id, TeamRow.team_id)
+                    .limit(page)
+                )
+            ).all()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for activity_id, team_id in rows:
+                pipe.exists(self._keys.team(activity_id, team_id))
+            present = await pipe.execute() if rows else []
+        missing = [(a, t) for (a, t), there in zip(rows, present, strict=True) if not there]
+        restored = 0
+        for activity_id, team_id in missing[:limit]:
+            restored += await self.restore(activity_id, team_id)
+        if len(missing) <= limit:
+            self._restore_after = (rows[-1][0], rows[-1][1]) if len(rows) == page else ("", "")
+        return restored
+
     # -- seat locks ---------------------------------------------------------------
 
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome)
@@ -204,6 +313,7 @@ class TeamService(UsesBackends):
             self._keys.user_lock(activity_id, user_id),
         ]
         other = ""
+        restored = False
         for _ in range(_SWITCH_ATTEMPTS):
             keys = base_keys
             if other:
@@ -219,6 +329,10 @@ class TeamService(UsesBackends):
             if code is TeamCode.SWITCH_NEEDED:
                 other = rest[0]
                 continue
+            if code is TeamCode.TEAM_NOT_FOUND and not restored:
+                restored = True
+                if await self._bring_back(activity_id, team_id):
+                    continue
             break
         else:
             raise errors.Conflict("the user's lock changed during every attempt; retry")
@@ -285,10 +399,10 @@ class TeamService(UsesBackends):
             *self._keys.team_keys(activity_id, team_id),
             self._keys.user_lock(activity_id, user_id),
         ]
-        reply = await self._scripts.call(
-            "team_confirm", keys, self._args(activity_id, team_id, user_id, order_id)
-        )
-        code, rest = split_reply(reply)
+        args = self._args(activity_id, team_id, user_id, order_id)
+        code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
+        if code is TeamCode.TEAM_NOT_FOUND and await self._bring_back(activity_id, team_id):
+            code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
@@ -428,11 +542,12 @@ class TeamService(UsesBackends):
             released += int((await self._scripts.call("activity_release", keys, [activity_id]))[0])
         return {"teams_released": len(ended), "activities_released": released}
 
-    async def reindex(self, page: int = REINDEX_PAGE) -> dict[str, int]:
+    async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
         """Put back lost index entries for the next page of SQL's activities: the repair
         job's slow safety net (a full pass takes activities / page runs). An outbox stream
         with records waiting goes back in the pending index, an activity with locks or open
-        teams back in the due indexes at its earliest."""
+        teams back in the due indexes at its earliest; then the next page of SQL's open teams
+        is checked against Redis and those it lost are rebuilt (`restore_missing`)."""
         async with self._db.sessions() as session:
             ids = list(
                 (
@@ -463,7 +578,8 @@ class TeamService(UsesBackends):
         for start in range(0, len(calls), _CALLS_AT_ONCE):
             await asyncio.gather(*(call() for call in calls[start : start + _CALLS_AT_ONCE]))
         self._reindex_after = ids[-1] if len(ids) == page else ""
-        return {"activities_reindexed": len(ids)}
+        restored = await self.restore_missing(page, restore_limit)
+        return {"activities_reindexed": len(ids), "teams_restored": restored}
 
 
 def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:

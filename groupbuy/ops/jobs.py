@@ -80,8 +80,8 @@ def build_jobs(
             **await teams.release_ended(),
             **await packets.release_ended(),
             # the slow safety net under the indexes the other jobs read: a page per run
-            **await teams.reindex(),
-            **await packets.reindex(),
+            **await teams.reindex(restore_limit=schedule.restore_batch),
+            **await packets.reindex(restore_limit=schedule.restore_batch),
         }
 
     return [

@@ -69,3 +69,38 @@ class GrabRow(Base):
     amount_cents: Mapped[int] = mapped_column(BigInteger)
     # indexed: reconciliation looks for the grabs since its last run
     grabbed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class PacketEpochRow(Base):
+    """How often a live packet was rebuilt in Redis from SQL (no row: never).
+
+    Every outbox record carries the epoch of the Redis state that wrote it; a record of an
+    older epoch comes from state Redis lost, so the write-behind fences it out instead of
+    applying it on top of shares that were drawn again.
+    """
+
+    __tablename__ = "packet_epochs"
+
+    packet_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    rebuilt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    grabs_kept: Mapped[int] = mapped_column(Integer)
+
+
+class AcknowledgedGrabRow(Base):
+    """A grab some process answered `grabbed`, kept until its grab row is in SQL.
+
+    The answering process writes these in batches, apart from Redis; the write-behind adds
+    the records it had to fence out. One that reconciliation cannot match to a grab row
+    once nothing is waiting is an acknowledged grab that Redis lost before SQL had it.
+    """
+
+    __tablename__ = "acknowledged_grabs"
+
+    packet_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    amount_cents: Mapped[int] = mapped_column(BigInteger)
+    acked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    source: Mapped[str] = mapped_column(String(16))  # answer | fenced

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import update
+import logging
+from typing import cast
+
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.redpacket.codec import grab_credit_key, packet_event_key, refund_key
 from groupbuy.redpacket.ledger import post_entries, post_entry
-from groupbuy.redpacket.models import GrabRow, PacketRow
+from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow, PacketRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.timefmt import from_ms
+
+log = logging.getLogger(__name__)
 
 
 async def apply_packet_records(session: AsyncSession, records: list[dict[str, str]]) -> None:
@@ -18,7 +23,10 @@ async def apply_packet_records(session: AsyncSession, records: list[dict[str, st
 
     Grabs, the bulk of the traffic, go in with three statements per batch (grab rows,
     ledger credits, balances); the rare endings are applied one by one after them.
+    Records of an epoch the packet has left (Redis lost that state and it was rebuilt from
+    SQL since) are fenced out: their grabs are kept as acknowledged grabs to report.
     """
+    records = await _fence(session, records)
     grabs = [f for f in records if f["type"] == "grab"]
     if grabs:
         # Parameters as a list (executemany): the statement compiles once and is cached;
@@ -28,9 +36,72 @@ async def apply_packet_records(session: AsyncSession, records: list[dict[str, st
             [_grab_row(f) for f in grabs],
         )
         await post_entries(session, [_grab_credit(f) for f in grabs])
+        # Recorded now: their acknowledgements have nothing left to prove (the journal row
+        # of one that arrives later is dropped by reconciliation).
+        table = cast(Table, AcknowledgedGrabRow.__table__)
+        acks = table.c
+        await session.execute(
+            delete(table).where(
+                acks.packet_id == bindparam("p"),
+                acks.user_id == bindparam("u"),
+                acks.epoch == bindparam("e"),
+            ),
+            [{"p": f["packet_id"], "u": f["user_id"], "e": record_epoch(f)} for f in grabs],
+        )
     for f in records:
         if f["type"] != "grab":
             await _apply_ending(session, f)
+
+
+def record_epoch(f: dict[str, str]) -> int:
+    """The epoch of the Redis state that wrote a record (records before epochs: 0)."""
+    return int(f.get("epoch", "0"))
+
+
+async def _fence(session: AsyncSession, records: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The records of each packet's current epoch; the others are set aside.
+
+    On PostgreSQL the packets' rows are share-locked first, so a rebuild (which locks its
+    row for update before it raises the epoch and reads the grabs) waits for this batch to
+    commit, and this batch waits for the rebuild: never both at once.
+    """
+    packet_ids = sorted({f["packet_id"] for f in records})
+    rows = await session.execute(
+        select(PacketRow.packet_id, PacketEpochRow.epoch)
+        .outerjoin(PacketEpochRow, PacketEpochRow.packet_id == PacketRow.packet_id)
+        .where(PacketRow.packet_id.in_(packet_ids))
+        .with_for_update(read=True, of=PacketRow)
+    )
+    epochs = {packet_id: epoch or 0 for packet_id, epoch in rows}
+    current = [f for f in records if record_epoch(f) == epochs.get(f["packet_id"], 0)]
+    if len(current) == len(records):
+        return records
+    fenced = [f for f in records if record_epoch(f) != epochs.get(f["packet_id"], 0)]
+    log.warning(
+        "%d records of a rebuilt packet's lost epoch fenced out (grabs among them are "
+        "reported by reconciliation)",
+        len(fenced),
+    )
+    lost_grabs = [acknowledged_grab(f, "fenced") for f in fenced if f["type"] == "grab"]
+    if lost_grabs:
+        await session.execute(
+            dialect_insert(session, AcknowledgedGrabRow.__table__).on_conflict_do_nothing(),
+            lost_grabs,
+        )
+    return current
+
+
+def acknowledged_grab(f: dict[str, str], source: str) -> dict[str, object]:
+    """The acknowledged_grabs row of a grab record."""
+    return {
+        "packet_id": f["packet_id"],
+        "user_id": f["user_id"],
+        "epoch": record_epoch(f),
+        "seq": int(f["seq"]),
+        "amount_cents": int(f["amount_cents"]),
+        "acked_at": from_ms(int(f["at_ms"])),
+        "source": source,
+    }
 
 
 def _grab_row(f: dict[str, str]) -> dict[str, object]:

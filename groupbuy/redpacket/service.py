@@ -9,18 +9,20 @@ stream; the PacketRecordWriter turns those records into grab rows and ledger cre
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from typing import Any, NoReturn
 
 from sqlalchemy import select, update
 
 from groupbuy import errors
-from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
+from groupbuy.metrics import GRAB_OUTCOMES, RESTORED, counts_outcomes, grab_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
-from groupbuy.redpacket.codec import deposit_key, packet_debit_key, packet_event_key
+from groupbuy.redpacket.acks import AckJournal
+from groupbuy.redpacket.codec import deposit_key, grab_value, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import PacketCode, raise_for, split_reply
-from groupbuy.redpacket.models import GrabRow, PacketRow
+from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.view import PacketView
@@ -29,8 +31,11 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+log = logging.getLogger(__name__)
 
 # The repair job's re-index page: SQL rows per run.
 REINDEX_PAGE = 5000
@@ -44,11 +49,16 @@ class RedPacketService(UsesBackends):
     """Red packets and the accounts they move money between."""
 
     def __init__(
-        self, backends: Backends, limits: RedPacketSettings, writer: PacketRecordWriter
+        self,
+        backends: Backends,
+        limits: RedPacketSettings,
+        writer: PacketRecordWriter,
+        acks: AckJournal,
     ) -> None:
         super().__init__(backends)
         self._limits = limits
         self.writer = writer
+        self.acks = acks
         self._reindex_after = ""  # where the repair job's next re-index page starts
 
     async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
@@ -237,20 +247,111 @@ class RedPacketService(UsesBackends):
         code, rest = await self._call("packet_grab", packet_id, user_id)
         if code is PacketCode.NOT_FOUND:
             row = await self._recorded(packet_id)
-            if row.status == "pending":  # the send's Redis step has not happened yet
-                await self._make_live(row)
-                code, rest = await self._call("packet_grab", packet_id, user_id)
-            else:
+            if not await self._bring_back(row):
                 return await self._grab_from_record(row, user_id)
+            code, rest = await self._call("packet_grab", packet_id, user_id)
+            if code is PacketCode.NOT_FOUND:
+                raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
         if code is PacketCode.OK:
-            return {
-                "status": "grabbed",
-                "amount_cents": int(rest[0]),
-                "remaining_count": int(rest[1]),
-            }
+            amount, left, seq, epoch, at_ms = (int(v) for v in rest)
+            self.acks.note(packet_id, user_id, epoch, seq, amount, at_ms)
+            return {"status": "grabbed", "amount_cents": amount, "remaining_count": left}
         if code is PacketCode.ALREADY_GRABBED:
             return {"status": "already_grabbed", "amount_cents": int(rest[0])}
         _refuse(code, packet_id)
+
+    async def _bring_back(self, row: PacketRow) -> bool:
+        """Put a packet Redis does not hold back in Redis when SQL says it should be live:
+        a send whose Redis step has not happened yet, or an active packet Redis lost.
+        False when its SQL record is the answer (it has ended)."""
+        if row.status == "pending":
+            await self._make_live(row)
+            return True
+        if row.status == "active":
+            await self.restore(row.packet_id)
+            return True
+        return False
+
+    async def restore(self, packet_id: str) -> bool:
+        """Rebuild an active packet that Redis lost, from SQL; True if this call rebuilt it.
+
+        Its recorded grabs go back (nobody grabs twice, earlier grabs answer the same
+        amounts) and what remains is drawn again into count - grabs shares. The packet's
+        epoch is raised in SQL first, under the packet row's lock, so records Redis wrote
+        before it lost the packet (still on their way to SQL) are fenced out and reported,
+        never applied on top of the new shares.
+        """
+        keys = self._keys
+        async with rebuilding(
+            self._redis, keys.packet_restoring(packet_id), keys.packet_keys(packet_id)[0]
+        ) as needed:
+            if not needed:
+                return False
+            now_ms = await self._clock.now_ms(self._redis)
+            async with self._db.transaction() as session:
+                row = await session.scalar(
+                    select(PacketRow).where(PacketRow.packet_id == packet_id).with_for_update()
+                )
+                if row is None or row.status != "active":
+                    return False
+                grabs = (
+                    await session.scalars(
+                        select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
+                    )
+                ).all()
+                mark = await session.get(PacketEpochRow, packet_id)
+                epoch = (mark.epoch if mark else 0) + 1
+                if mark is None:
+                    session.add(
+                        PacketEpochRow(
+                            packet_id=packet_id,
+                            epoch=epoch,
+                            rebuilt_at=from_ms(now_ms),
+                            grabs_kept=len(grabs),
+                        )
+                    )
+                else:
+                    mark.epoch, mark.rebuilt_at, mark.grabs_kept = (
+                        epoch,
+                        from_ms(now_ms),
+                        len(grabs),
+                    )
+            left = row.count - len(grabs)
+            left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
+            shares = split(row.strategy, left_cents, left) if left else []
+            recorded: list[Any] = []
+            for g in grabs:
+                recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
+            code, rest = await self._call(
+                "packet_restore",
+                packet_id,
+                row.sender_id,
+                row.amount_cents,
+                row.count,
+                row.strategy,
+                to_ms(row.created_at),
+                to_ms(row.expires_at),
+                self._limits.retention_s * 1000,
+                epoch,
+                max((g.seq for g in grabs), default=0) - len(grabs),
+                len(grabs),
+                *recorded,
+                *shares,
+            )
+        if code is not PacketCode.OK:
+            return False
+        RESTORED.labels("packet").inc()
+        log.warning(
+            "packet %s was missing from Redis: rebuilt from SQL (epoch %d, %d recorded grabs "
+            "kept, %d cents drawn again into %d shares, %s)",
+            packet_id,
+            epoch,
+            len(grabs),
+            left_cents,
+            left,
+            rest[0],
+        )
+        return True
 
     async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
         # Redis has let the ended packet go; its SQL record answers.
@@ -276,6 +377,10 @@ class RedPacketService(UsesBackends):
     async def get(self, packet_id: str) -> dict[str, Any]:
         """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
         code, rest = await self._call("packet_read", packet_id)
+        if code is PacketCode.NOT_FOUND:
+            row = await self._recorded(packet_id)
+            if await self._bring_back(row):
+                code, rest = await self._call("packet_read", packet_id)
         if code is PacketCode.OK:
             packet, grabs, _now = rest
             return PacketView.from_redis(packet_id, reply_dict(packet), reply_dict(grabs)).body()
@@ -326,11 +431,12 @@ class RedPacketService(UsesBackends):
         """Write every packet's waiting grab and ending records to SQL; returns how many."""
         return await self.writer.drain_all()
 
-    async def reindex(self, page: int = REINDEX_PAGE) -> dict[str, int]:
+    async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
         """Put back lost index entries for the next page of SQL's unfinished packets: the
         repair job's slow safety net (a full pass takes unfinished / page runs). A stream
         with records waiting goes back in the pending index; an active packet goes back in
-        the due index (packet_expire re-indexes it, or expires it if its time is up)."""
+        the due index (packet_expire re-indexes it, or expires it if its time is up), and
+        one that Redis lost is rebuilt from SQL (at most `restore_limit` per run)."""
         async with self._db.sessions() as session:
             rows = (
                 await session.execute(
@@ -346,11 +452,24 @@ class RedPacketService(UsesBackends):
             ).all()
         await self.writer.reindex([packet_id for packet_id, _status in rows])
         active = [packet_id for packet_id, status in rows if status == "active"]
+        missing: list[str] = []
         for start in range(0, len(active), CALLS_AT_ONCE):
             chunk = active[start : start + CALLS_AT_ONCE]
-            await asyncio.gather(*(self._call("packet_expire", packet_id) for packet_id in chunk))
-        self._reindex_after = rows[-1][0] if len(rows) == page else ""
-        return {"packets_reindexed": len(rows)}
+            replies = await asyncio.gather(
+                *(self._call("packet_expire", packet_id) for packet_id in chunk)
+            )
+            missing += [
+                p
+                for p, (code, _) in zip(chunk, replies, strict=True)
+                if code is PacketCode.NOT_FOUND
+            ]
+        restored = 0
+        for packet_id in missing[:restore_limit]:
+            restored += await self.restore(packet_id)
+        done = len(rows) < page or len(missing) <= restore_limit
+        if done:
+            self._reindex_after = rows[-1][0] if len(rows) == page else ""
+        return {"packets_reindexed": len(rows), "packets_restored": restored}
 
     async def release_ended(self, limit: int = 1000) -> dict[str, int]:
         """Remove from Redis the ended packets whose every record is in SQL."""

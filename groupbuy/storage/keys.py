@@ -64,6 +64,14 @@ class Keys:
             self.due_packets(),
         ]
 
+    def packet_restoring(self, packet_id: str) -> str:
+        """The lock held while a packet Redis lost is rebuilt from SQL (one rebuilder)."""
+        return f"{self._packet_tag(packet_id)}:restoring"
+
+    def team_restoring(self, activity_id: str, team_id: str) -> str:
+        """The lock held while a team Redis lost is rebuilt from SQL (one rebuilder)."""
+        return f"{self.team(activity_id, team_id)}:restoring"
+
     def packet_outbox(self, packet_id: str) -> str:
         """Stream of a packet's grabs and endings for SQL (read by a consumer group)."""
         return self.packet_keys(packet_id)[3]

@@ -192,6 +192,6 @@ async def test_a_lost_pending_entry_of_an_activity_is_found_again_by_the_repair(
     await teams.get_team("a1", "t1")
     await services.redis.zrem(services.keys.pending_activities(), "a1")  # the entry is lost
     assert await teams.record_pending() == 0
-    assert await teams.reindex() == {"activities_reindexed": 1}
+    assert await teams.reindex() == {"activities_reindexed": 1, "teams_restored": 0}
     assert await teams.record_pending() == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]

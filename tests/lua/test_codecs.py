@@ -179,7 +179,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
 
     replies = {}
     for user in ("u-1", "u_2"):
-        code, amount, _left = await _grab(services, "pk-1_a", user)
+        code, amount, *_rest = await _grab(services, "pk-1_a", user)
         assert PacketCode(int(code)) is PacketCode.OK
         replies[user] = int(amount)
     assert PacketCode(int((await _grab(services, "pk-2_b", "u-1"))[0])) is PacketCode.OK

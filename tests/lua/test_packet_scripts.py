@@ -80,10 +80,11 @@ async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
 async def test_grab_outcomes(h: Harness) -> None:
     assert await h.call("packet_grab", "u1") == [PacketCode.NOT_FOUND]
     await h.create([5, 3, 2])
-    assert await h.call("packet_grab", "u1") == [PacketCode.OK, 5, 2]
+    # {OK, amount, remaining, seq, epoch, now_ms}
+    assert (await h.call("packet_grab", "u1"))[:5] == [PacketCode.OK, 5, 2, 1, 0]
     assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 5]
-    assert await h.call("packet_grab", "u2") == [PacketCode.OK, 3, 1]
-    assert await h.call("packet_grab", "u3") == [PacketCode.OK, 2, 0]
+    assert (await h.call("packet_grab", "u2"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+    assert (await h.call("packet_grab", "u3"))[:5] == [PacketCode.OK, 2, 0, 3, 0]
     assert await h.call("packet_grab", "u4") == [PacketCode.SOLD_OUT]
     assert await h.call("packet_grab", "u2") == [PacketCode.ALREADY_GRABBED, 3]
     records = await h.records()
@@ -157,7 +158,7 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
     await h.create([1, 1])
     await h.redis.script_flush()
-    assert await h.call("packet_grab", "u1") == [PacketCode.OK, 1, 1]
+    assert (await h.call("packet_grab", "u1"))[:3] == [PacketCode.OK, 1, 1]
 
 
 async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harness) -> None:

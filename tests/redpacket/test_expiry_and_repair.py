@@ -98,8 +98,8 @@ async def test_a_failed_redis_step_is_finished_by_the_repair(
     await send_that_fails_in_redis(services)
     # The money left the sender in the same transaction that recorded the packet.
     assert (await packets.account("sender"))["balance_cents"] == 200
-    assert (await packets.get("pk"))["status"] == "active"  # funded; answered from SQL
     assert await packets.repair_pending() == {"pending": 1, "made_live": 1, "refunded": 0}
+    assert (await packets.get("pk"))["status"] == "active"
     assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
     assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
     await packets.writer.drain_all()

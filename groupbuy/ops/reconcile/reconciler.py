@@ -35,6 +35,7 @@ from sqlalchemy import (
 from groupbuy.locks import codec as team_codec
 from groupbuy.locks.models import TeamRow
 from groupbuy.ops.reconcile import rules
+from groupbuy.ops.reconcile.acks import unrecorded_acks
 from groupbuy.ops.reconcile.checks import CheckPass, PacketChecks, TeamChecks, chunks
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
 from groupbuy.ops.reconcile.table import ReconcileReportRow
@@ -102,6 +103,7 @@ class Reconciler:
     ) -> None:
         self._redis = redis
         self._db = database
+        self._keys = keys
         self._packets = PacketChecks(redis, database, keys)
         self._teams = TeamChecks(redis, database, keys)
         # The scripts' clock (with its test shift), so "since" compares like with like.
@@ -141,7 +143,9 @@ class Reconciler:
         )
         users = None if touched.users is None else touched.users | packets.users
         accounts_checked, account_mismatches = await self._check_accounts(users)
+        lost_acks = await unrecorded_acks(self._redis, self._db, self._keys, MAX_LISTED)
         mismatches = [
+            *lost_acks,
             *touched.orphan_credits,
             *packets.mismatches,
             *teams.mismatches,

@@ -34,6 +34,8 @@ KINDS = {
     "redis_refund": "the refunded amount differs between Redis and SQL",
     "redis_grab_missing_in_sql": "a grab in Redis without a grab row",
     "sql_grab_missing_in_redis": "a grab row unknown to Redis",
+    "grab_acknowledged_unrecorded": "answered `grabbed`, but Redis lost the grab before SQL had "
+    "it (recorded_cents: what the user holds now, if they grabbed again after the rebuild)",
     "redis_grab_amount": "a grab's amount differs between Redis and SQL",
     # a team (SPEC §4.1), then Redis against SQL once the activity's outbox is empty
     "team_overfull": "more member rows than seats",

@@ -1,0 +1,91 @@
+"""The journal of acknowledged grabs: what this process answered `grabbed`, written to SQL.
+
+A grab is decided in Redis and reaches SQL later through the packet's outbox stream. If
+Redis loses the packet before the write-behind read it (a FLUSHALL, a restart without
+AOF, a failover that lost the last writes), nothing in Redis or in the stream remembers
+that the user was told `grabbed`. This journal is the trace kept apart from Redis: each
+answer is noted in memory and written to SQL in batches, and reconciliation reports any
+noted grab whose grab row never arrived. It costs one multi-row INSERT per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from groupbuy.redpacket.models import AcknowledgedGrabRow
+from groupbuy.storage.db import Database, dialect_insert
+from groupbuy.storage.timefmt import from_ms
+
+log = logging.getLogger(__name__)
+
+
+class AckJournal:
+    """Grabs this process acknowledged, flushed to `acknowledged_grabs` every interval."""
+
+    def __init__(self, database: Database, interval_s: float) -> None:
+        self._db = database
+        self._interval_s = interval_s
+        self._noted: list[dict[str, object]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def note(
+        self, packet_id: str, user_id: str, epoch: int, seq: int, amount_cents: int, at_ms: int
+    ) -> None:
+        """Remember one `grabbed` answer (no I/O: the next flush writes it)."""
+        self._noted.append(
+            {
+                "packet_id": packet_id,
+                "user_id": user_id,
+                "epoch": epoch,
+                "seq": seq,
+                "amount_cents": amount_cents,
+                "acked_at": from_ms(at_ms),
+                "source": "answer",
+            }
+        )
+
+    @property
+    def waiting(self) -> int:
+        """Answers noted and not yet written."""
+        return len(self._noted)
+
+    async def flush(self) -> int:
+        """Write what was noted; on a failure the rows stay for the next flush."""
+        rows, self._noted = self._noted, []
+        if not rows:
+            return 0
+        try:
+            async with self._db.transaction() as session:
+                await session.execute(
+                    dialect_insert(session, AcknowledgedGrabRow.__table__).on_conflict_do_nothing(),
+                    rows,
+                )
+        except BaseException:
+            self._noted[:0] = rows
+            raise
+        return len(rows)
+
+    def start(self) -> None:
+        """Flush every interval in the background until `stop`."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop the background flushes, then write what is left."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.flush()
+            except Exception as exc:  # SQL away: keep the rows, say so once per failure
+                log.warning("acknowledged grabs not written yet (%s); retrying", exc)
