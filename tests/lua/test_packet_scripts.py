@@ -155,6 +155,47 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
     assert await h.redis.zscore(pending, PID) is None  # nothing waits: out of the index
 
 
+async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> list[Any]:
+    """packet_restore of a 10-cent, 4-share packet at epoch 1 with these grabs and shares."""
+    now = await h.now_ms()
+    flat = [part for grab in grabs for part in grab]
+    gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
+    return await h.call(
+        "packet_restore", "sender", 10, 4, "double_mean", now, now + 60_000, RETENTION_MS,
+        1, gap, len(grabs), *flat, *shares,
+    )  # fmt: skip
+
+
+async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -> None:
+    grabs = [("u1", "1|4|1000"), ("u3", "3|2|1002")]  # seq 2 never reached SQL
+    assert await _restore(h, grabs, [3, 1]) == [PacketCode.OK, "active"]
+    assert await _restore(h, [], [1, 1, 1, 7]) == [PacketCode.EXISTING]  # nothing changed
+    packet = await h.redis.hgetall(h.keys[0])
+    assert (packet["remaining_count"], packet["remaining_cents"], packet["epoch"]) == (
+        "2",
+        "4",
+        "1",
+    )
+    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 4]
+    assert (await h.call("packet_grab", "u4"))[:5] == [PacketCode.OK, 3, 1, 4, 1]
+    assert (await h.call("packet_grab", "u5"))[:5] == [PacketCode.OK, 1, 0, 5, 1]
+    records = await h.records()
+    assert [(r["type"], r.get("seq"), r["epoch"]) for r in records] == [
+        ("grab", "4", "1"),
+        ("grab", "5", "1"),
+        ("packet.sold_out", None, "1"),
+    ]
+    assert await h.redis.zscore(h.keys[5], PID) is None  # sold out: not due any more
+
+
+async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) -> None:
+    grabs = [("u1", "1|6|1000"), ("u2", "2|4|1001")]
+    assert await _restore(h, grabs, []) == [PacketCode.OK, "sold_out"]
+    assert [r["type"] for r in await h.records()] == ["packet.sold_out"]
+    assert await h.call("packet_grab", "u3") == [PacketCode.SOLD_OUT]
+    assert await h.redis.zscore(h.keys[5], PID) is None
+
+
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
     await h.create([1, 1])
     await h.redis.script_flush()

@@ -316,6 +316,24 @@ async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
     assert await h.redis.zscore(pending, AID) is None
 
 
+async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
+    now = int((await h.redis.time())[0]) * 1000
+    members = ["L", "1|1000|o-L", "m1", "2|1001|o-1"]
+    args = [AID, "t1", h.shift_ms, "L", "o-L", 3, TTL_MS, now - 5_000, now + DEADLINE_MS]
+    keys = h._keys("t1")
+    assert await h._call("team_restore", keys, [*args, RETENTION_MS, *members]) == [TeamCode.OK]
+    again = [*args, RETENTION_MS, "x", "1|1|"]
+    assert await h._call("team_restore", keys, again) == [TeamCode.EXISTING]
+    assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
+    assert await h.record_types() == []  # nothing new happened: nothing to record
+    assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") == now + DEADLINE_MS
+    assert (await h.lock("t1", "m2"))[0] == TeamCode.OK
+    assert (await h.lock("t1", "m3"))[0] == TeamCode.TEAM_FULL
+    assert (await h.confirm("t1", "m2", "o-2"))[:2] == [TeamCode.OK, 1]  # the third seat
+    joined = [r for r in await h.records() if r["type"] == "team.member_joined"]
+    assert joined[0]["seq"] == "3"
+
+
 async def test_scripts_survive_script_flush(h: Harness) -> None:
     await h.open("t1")
     await h.redis.script_flush()

@@ -192,7 +192,10 @@ async def test_the_repair_reindexes_a_page_at_a_time(services: Services) -> None
     await services.redis.delete(services.keys.pending_packets())
     listed = []
     for expected in (2, 2, 1, 2):  # the last page ends the pass; the next one starts over
-        assert await packets.reindex(page=2) == {"packets_reindexed": expected, "packets_restored": 0}
+        assert await packets.reindex(page=2) == {
+            "packets_reindexed": expected,
+            "packets_restored": 0,
+        }
         listed.append(await services.redis.zcard(services.keys.pending_packets()))
     assert listed == [2, 4, 5, 5]
     assert await packets.record_pending() == 10  # five grabs, five sold_out records
