@@ -9,13 +9,28 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis
 from sqlalchemy import func, select
+from starlette.testclient import TestClient
 
 from groupbuy import errors
+from groupbuy.api.app import create_app
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
+from groupbuy.settings import Settings
+from tests.support.http import (
+    ADMIN,
+    SERVICE,
+    assert_ok,
+    deposit,
+    make_activity,
+    open_team,
+    send,
+)
 from tests.support.money import assert_money_conserved
+from tests.test_http_redpackets import grab, grabbed
+from tests.test_http_teams import lock
 
 
 async def _send(services: Services, packet_id: str, amount: int, count: int, **extra: Any) -> None:
@@ -253,3 +268,33 @@ async def test_new_grabs_follow_every_recorded_seq(services: Services) -> None:
     assert sorted(seq for seq, _ in rows.values()) == [1, 2, 3, 5, 6, 7, 8, 9]
     assert sum(c for _, c in rows.values()) == 800
     await assert_money_conserved(services)
+
+
+def test_a_service_restarted_on_a_redis_that_lost_everything_carries_on(
+    settings: Settings,
+) -> None:
+    """The story from the issue: with a Redis that keeps nothing (fakeredis in the process,
+    or a real server flushed between the two runs), a restart keeps every live packet and
+    open team working: same amounts for earlier grabs, the team's members and free seats."""
+    with TestClient(create_app(settings)) as client:
+        assert_ok(deposit(client, "alice", 1_000, "funds"), 201)
+        assert_ok(send(client, sender_id="alice", amount_cents=1_000, count=5, packet_id="p1"), 201)
+        earlier = {u: grabbed(client, "p1", u) for u in ("u1", "u2")}
+        make_activity(client, "a", team_size=3)
+        open_team(client, "a", "t1", "L")
+        assert_ok(client.post("/v1/admin/jobs/flush_records/run", headers=ADMIN), 200)
+        if settings.redis.url:  # a real server: the next run connects to it again
+            with redis.Redis.from_url(settings.redis.url) as sync_redis:
+                sync_redis.flushall()
+
+    with TestClient(create_app(settings)) as client:
+        for user, amount in earlier.items():
+            again = assert_ok(grab(client, "p1", user), 200)
+            assert again == {"status": "already_grabbed", "amount_cents": amount}
+        assert grabbed(client, "p1", "u3") >= 1
+        packet = assert_ok(client.get("/v1/redpackets/p1", headers=SERVICE), 200)
+        assert packet["status"] == "active" and packet["remaining_count"] == 2
+        locked = assert_ok(lock(client, "a", "t1", "m1"), 201)
+        assert locked["team_id"] == "t1"
+        team = assert_ok(client.get("/v1/activities/a/teams/t1", headers=SERVICE), 200)
+        assert team["status"] == "open" and team["free_seats"] == 1
