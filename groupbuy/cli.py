@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from groupbuy import __version__
 from groupbuy.api import ACCESS_LOGGER
@@ -35,25 +37,81 @@ def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]
     if not settings.auth.api_keys:
         generated = f"dev-{secrets.token_urlsafe(24)}"
         settings = settings.replace("auth", api_keys=(f"admin:{generated}",))
-    if settings.server.workers > 1 and settings.redis.embedded:
-        raise SettingsError("several workers need a shared Redis: set GROUPBUY_REDIS_URL")
     return settings, generated
+
+
+def _redis_for_serve(settings: Settings, stack: contextlib.ExitStack) -> tuple[Settings, str]:
+    """With no Redis URL, start the embedded engine (stopped when `stack` closes) and point
+    the settings at its socket. Returns the settings and what the start-up message says."""
+    if not settings.redis.embedded:
+        return settings, describe(settings.redis)
+    from groupbuy.storage.embedded import engine_for
+
+    engine = engine_for(settings.embedded)
+    if engine is None:  # the in-process fakeredis, chosen or the fallback (warned)
+        if settings.server.workers > 1:
+            raise SettingsError(
+                "several workers need a Redis server, and the in-process fakeredis lives in "
+                "one process: set GROUPBUY_REDIS_URL, or let [embedded] run a server"
+            )
+        return settings, describe(settings.redis)
+    engine.start()  # from the main thread, which lives as long as the service
+    stack.callback(engine.stop)
+    engine.keep_alive()
+    return settings.replace("redis", url=engine.url), engine.describe()
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM arrived: stop gracefully (the engine after the server)."""
+
+
+@contextlib.contextmanager
+def _stopping_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise _Stopped in the main thread, so cleanup runs. uvicorn handles
+    both while it serves, then raises the one it got again once it has finished."""
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        raise _Stopped
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except _Stopped:
+        pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def serve(args: argparse.Namespace) -> int:
     """Run the API with uvicorn until interrupted."""
-    import uvicorn
-
-    from groupbuy.api.app import create_app
+    from groupbuy.storage.embedded import EngineError
 
     try:
         settings, generated = _settings_for_serve(args)
     except (SettingsError, OSError) as exc:
         print(f"groupbuy: {exc}", file=sys.stderr)
         return 2
+    _configure_logging(settings)
+    with _stopping_on_signals(), contextlib.ExitStack() as stack:
+        try:
+            settings, redis_line = _redis_for_serve(settings, stack)
+        except (SettingsError, EngineError, OSError) as exc:
+            print(f"groupbuy: {exc}", file=sys.stderr)
+            return 2
+        _run_server(settings, redis_line, generated)
+    return 0
+
+
+def _run_server(settings: Settings, redis_line: str, generated: str | None) -> None:
+    """Print the start-up message, then serve with uvicorn (one worker or several)."""
+    import uvicorn
+
+    from groupbuy.api.app import create_app
+
     host, port = settings.server.host, settings.server.port
     print(f"groupbuy {__version__} listening on http://{host}:{port}")
-    print(f"  redis:    {describe(settings.redis)}")
+    print(f"  redis:    {redis_line}")
     print(f"  database: {settings.database.effective_url}")
     if generated:
         print("  no API keys configured; a development admin key was generated for this run:")
@@ -64,16 +122,17 @@ def serve(args: argparse.Namespace) -> int:
             "  API keys: from config.toml / GROUPBUY_API_KEYS; send 'Authorization: Bearer <key>'"
         )
     sys.stdout.flush()
-    _configure_logging(settings)
     if settings.server.workers > 1:
-        # Each worker process builds its own app from the environment. The workers share
-        # their metrics through files: the directory must be set before they start.
+        # Each worker process builds its own app from the environment: hand it what this
+        # process decided (the engine's socket, a generated key). The workers share their
+        # metrics through files: the directory must be set before they start.
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
+        os.environ["GROUPBUY_REDIS_URL"] = settings.redis.url
+        os.environ["GROUPBUY_API_KEYS"] = ",".join(settings.auth.api_keys)
         with multiprocess_dir(needed=True):
             run_workers("groupbuy.cli:app_from_environment", host, port, settings.server.workers)
     else:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
-    return 0
 
 
 def run_workers(app_factory: str, host: str, port: int, workers: int) -> None:
@@ -108,8 +167,18 @@ def worker(args: argparse.Namespace) -> int:
         print(f"groupbuy: {exc}", file=sys.stderr)
         return 2
     if settings.redis.embedded:
-        print("groupbuy: the worker needs a shared Redis: set GROUPBUY_REDIS_URL", file=sys.stderr)
-        return 2
+        # Attach to the engine a running `groupbuy serve` keeps in the same data directory.
+        from groupbuy.storage.embedded import running_engine_url
+
+        url = running_engine_url(settings.embedded)
+        if url is None:
+            print(
+                "groupbuy: the worker needs a Redis server: set GROUPBUY_REDIS_URL, or start "
+                f"`groupbuy serve` on the data directory {settings.embedded.data_dir} first",
+                file=sys.stderr,
+            )
+            return 2
+        settings = settings.replace("redis", url=url)
     _configure_logging(settings)
     print(
         f"groupbuy {__version__} worker: redis {describe(settings.redis)}, "
@@ -163,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser("serve", help="run the HTTP API")
     run.add_argument("--host", help="interface to listen on (default from config)")
     run.add_argument("--port", type=int, help="port to listen on (default from config)")
-    run.add_argument("--workers", type=int, help="worker processes (needs a real Redis when > 1)")
+    run.add_argument("--workers", type=int, help="worker processes (default from config)")
     run.add_argument(
         "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
     )
