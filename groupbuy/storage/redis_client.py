@@ -1,4 +1,9 @@
-"""Connect to the configured Redis, or start the embedded in-process fakeredis server."""
+"""Connect to the configured Redis; with no URL, an in-process fakeredis server.
+
+`groupbuy serve` with no URL runs the embedded engine (storage/embedded.py) and hands its
+socket URL here; an empty URL reaching this module means fakeredis: the tests' backend,
+or the service's fallback where no server binary can run.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ RETRIES = 3
 
 
 def connect_redis(settings: RedisSettings) -> Any:
-    """An asyncio Redis client; with no URL, one bound to a fresh embedded server (Lua via lupa)."""
+    """An asyncio Redis client; with no URL, one on a fresh fakeredis server (Lua via lupa)."""
     if settings.embedded:
         server = fakeredis.FakeServer(version=(7, 0))
         return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
@@ -52,5 +57,5 @@ def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
 def describe(settings: RedisSettings) -> str:
     """Where Redis is, for start-up messages (no credentials)."""
     if settings.embedded:
-        return "embedded fakeredis (in-process, not durable)"
+        return "in-process fakeredis (not durable, one process)"
     return settings.url.split("@")[-1]
