@@ -23,11 +23,17 @@ short closed-loop rate does not include). Then, on the 1-worker groupbuy server,
 seat locks are offered open-loop (benchmarks/openloop.py) at half and 80% of the
 closed-loop rate just measured.
 
-Usage: .venv/bin/python -m benchmarks.http_level  (quick run on a private redis-server)
+The embedded default (`groupbuy serve` with no Redis URL, on the engine it starts itself)
+runs the flash grab in alternation with the same service on the private redis-server,
+then once on the in-process fakeredis.
+
+Usage: .venv/bin/python -m benchmarks.http_level [--full] [--part embedded ...]
+(by default a quick run of every part, on a private redis-server)
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -322,9 +328,9 @@ class Groupbuy:
 
 @contextlib.contextmanager
 def _groupbuy(
-    server: str, redis_url: str, workdir: Path, workers: int, tag: str
+    server: str, redis_url: str, workdir: Path, workers: int, tag: str, **settings: str
 ) -> Iterator[Groupbuy]:
-    args, env, port = groupbuy_command(server, redis_url, workdir, workers, tag)
+    args, env, port = groupbuy_command(server, redis_url, workdir, workers, tag, **settings)
     with (
         serve(args, env, port, workdir / f"groupbuy-{tag}.log") as running,
         httpx.Client(
@@ -799,6 +805,78 @@ def _one_worker(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how:
     return rows
 
 
+def _redis_line(server: Server) -> str:
+    """What `groupbuy serve` said about its Redis at start-up."""
+    for line in server.log.read_text(errors="replace").splitlines():
+        if line.strip().startswith("redis:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
+    """The flash grab on the embedded default (`groupbuy serve` with no Redis URL: its own
+    engine on a Unix socket, append-only file fsynced before every answer) against the same
+    service on the private redis-server (TCP, no persistence), alternated round by round;
+    then once on the in-process fakeredis ([embedded] engine = "fakeredis")."""
+    notes = _notes(how, 1, plan.round_s)
+    single_notes = _notes(how, 1, plan.single_s)
+    with contextlib.ExitStack() as stack:
+        paired = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "r1"))
+        embedded = stack.enter_context(_groupbuy("uvicorn", "", workdir, 1, "e1"))
+        servers = [paired.server, embedded.server]
+        contenders = {
+            "groupbuy flash grab, redis-server": _groupbuy_trial(
+                _flash_grab, paired, wrk, plan.round_s
+            ),
+            "groupbuy flash grab, embedded": _groupbuy_trial(
+                _flash_grab, embedded, wrk, plan.round_s
+            ),
+        }
+        _say(f"1 worker, embedded engine against redis-server; {plan.rounds} rounds")
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
+        engine = _redis_line(embedded.server)
+        mine = _rounds_row(
+            "flash_grab",
+            "groupbuy (1 worker, embedded engine)",
+            trials["groupbuy flash grab, embedded"],
+            f"{notes['flash_grab']}; no Redis URL: {engine}",
+        )
+        base = _rounds_row(
+            "flash_grab",
+            "groupbuy (1 worker, redis-server beside the embedded engine)",
+            trials["groupbuy flash grab, redis-server"],
+            f"{notes['flash_grab']}; the private redis-server on loopback TCP, no persistence",
+        )
+        _log_errors([mine], embedded.server)
+        _log_errors([base], paired.server)
+    with _groupbuy("uvicorn", "", workdir, 1, "f1", GROUPBUY_EMBEDDED_ENGINE="fakeredis") as fake:
+        wait_idle([fake.server])
+        _say("1 worker, in-process fakeredis: flash grab, measured once")
+        result, correct = _flash_grab(fake, wrk, plan.single_s, "f1")
+        old = _single_row(
+            "flash_grab",
+            "groupbuy (1 worker, in-process fakeredis)",
+            result,
+            correct,
+            f'{single_notes["flash_grab"]}; [embedded] engine = "fakeredis" (the embedded '
+            "default before the engine: in-process, not durable)",
+        )
+        _log_errors([old], fake.server)
+    return [
+        mine,
+        base,
+        comparison(
+            "http_grab_embedded_vs_redis_1",
+            "HTTP grab, 1 worker: embedded engine (Unix socket, AOF fsync always) / "
+            "redis-server (TCP, no persistence) (interleaved)",
+            trials["groupbuy flash grab, embedded"],
+            trials["groupbuy flash grab, redis-server"],
+            0.9,
+        ),
+        old,
+    ]
+
+
 def _two_workers(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
     """Interleaved flash-grab rounds on 2 workers (uvicorn, granian, bare), then the lock
     storm and the mixed load once each."""
@@ -1018,8 +1096,14 @@ def _open_loop_row(
     return row
 
 
-def run_http(redis_url: str, workdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Rows (and comparison rows) for groupbuy serve, granian and the bare baseline."""
+PARTS = ("1 worker", "embedded", "2 workers")
+
+
+def run_http(
+    redis_url: str, workdir: Path, quick: bool, parts: tuple[str, ...] = PARTS
+) -> list[dict[str, Any]]:
+    """Rows (and comparison rows) for groupbuy serve, granian and the bare baseline, and
+    for the embedded default against redis-server (the `parts` of PARTS asked for)."""
     workdir.mkdir(parents=True, exist_ok=True)
     wrk = _ensure_wrk()
     plan = QUICK if quick else FULL
@@ -1031,21 +1115,25 @@ def run_http(redis_url: str, workdir: Path, quick: bool) -> list[dict[str, Any]]
     rows: list[dict[str, Any]] = []
     _BEGAN[0] = time.monotonic()
     try:
-        flush.flushall()
-        rows += _one_worker(redis_url, workdir, wrk, plan, how)
-        flush.flushall()
-        rows += _two_workers(redis_url, workdir, wrk, plan, how)
+        for part, run in zip(PARTS, (_one_worker, _embedded, _two_workers), strict=True):
+            if part in parts:
+                flush.flushall()
+                rows += run(redis_url, workdir, wrk, plan, how)
     finally:
         flush.close()
     return rows
 
 
 def _main() -> None:
+    parser = argparse.ArgumentParser(description="The HTTP level alone (a quick run).")
+    parser.add_argument("--full", action="store_true", help="the full run's rounds and durations")
+    parser.add_argument("--part", choices=PARTS, action="append", help="only these parts")
+    args = parser.parse_args()
     server = start_redis()
     workdir = Path(tempfile.mkdtemp(prefix="groupbuy-http-"))
     try:
         began = time.monotonic()
-        rows = run_http(server.url, workdir, quick=True)
+        rows = run_http(server.url, workdir, not args.full, tuple(args.part or PARTS))
         elapsed = time.monotonic() - began
     finally:
         server.stop()

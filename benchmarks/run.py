@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 from benchmarks.engine import run_engine
 from benchmarks.http_level import run_http
-from groupbuy.testing.servers import start_redis
+from groupbuy.testing.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -76,6 +75,7 @@ INTERLEAVED = (
     "http_grab_vs_bare_1",
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
+    "http_grab_embedded_vs_redis_1",
     "granian_vs_uvicorn_1",
     "granian_vs_uvicorn_2",
 )
@@ -178,7 +178,9 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         f"One run of `.venv/bin/python -m benchmarks.run{' --quick' if meta['quick'] else ''}` "
         f"on {meta['machine']}, {meta['date']}; every figure below comes from the same run, "
-        "against the same private redis-server (no persistence). Figures on this machine vary "
+        "against the same private redis-server (no persistence), but for the rows of the "
+        "embedded default, whose engine `groupbuy serve` starts itself (append-only file, "
+        "fsync always). Figures on this machine vary "
         "by ±40% between runs. What was tried, what helped and where the time goes: "
         "[benchmarks-findings.md](benchmarks-findings.md).",
         "",
@@ -265,12 +267,12 @@ def main() -> None:
         (args.out / "benchmarks.md").write_text(markdown(saved["rows"], saved["meta"]), "utf-8")
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    redis_version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+    binary = server_binary()
     meta = {
         "quick": args.quick,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}, "
-        f"{redis_version.stdout.split()[2] if redis_version.stdout else 'redis ?'}",
+        f"{f'{binary.name} {binary.version}' if binary else 'redis ?'}",
     }
     server = start_redis()
     rows: list[dict[str, Any]] = []

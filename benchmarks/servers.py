@@ -102,11 +102,12 @@ def create_schema(url: str) -> None:
 
 
 def groupbuy_command(
-    server: str, redis_url: str, workdir: Path, workers: int, tag: str
+    server: str, redis_url: str, workdir: Path, workers: int, tag: str, **settings: str
 ) -> tuple[list[str], dict[str, str], int]:
     """(argv, environment, port) of `groupbuy serve` (server "uvicorn") or of granian
     serving the same app factory (server "granian"), with a key prefix and a SQLite file
-    of its own."""
+    of its own; with no `redis_url`, `groupbuy serve` runs the embedded engine on a data
+    directory of its own. `settings` are more GROUPBUY_* variables."""
     database = workdir / f"bench-{tag}.db"
     database.unlink(missing_ok=True)
     create_schema(f"sqlite+aiosqlite:///{database}")
@@ -117,6 +118,8 @@ def groupbuy_command(
         "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
         "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY},service:{SERVICE_KEY}",
         "GROUPBUY_SCHEDULER_ENABLED": "true",
+        "GROUPBUY_EMBEDDED_DATA_DIR": str(workdir / f"embedded-{tag}"),
+        **settings,
     }
     port = free_port()
     if server == "uvicorn":

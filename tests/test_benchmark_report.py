@@ -65,6 +65,13 @@ ROWS = [
         "engine_grab_vs_seed", "engine grab / peer", _trials(30, 20, 25), _trials(10) * 3, 2.0
     ),
     comparison(
+        "http_grab_embedded_vs_redis_1",
+        "HTTP grab, 1 worker: embedded engine / redis-server",
+        _trials(96, 90),
+        _trials(100, 100),
+        0.9,
+    ),
+    comparison(
         "engine_grab_vs_redis_benchmark",
         "engine grab / redis-benchmark",
         _trials(10, 10),
@@ -79,6 +86,11 @@ def test_ratios_show_interleaved_medians_single_ratios_and_p99_targets() -> None
     found = {what: (figure, target, met) for what, figure, target, met in ratios(ROWS)}
     assert found["engine grab / peer"] == ("2.50x (2.00x–3.00x, 3 rounds)", ">= 2.00x", "yes")
     assert found["engine grab / redis-benchmark"] == ("38% (25%–50%, 2 rounds)", ">= 50%", "no")
+    assert found["HTTP grab, 1 worker: embedded engine / redis-server"] == (
+        "0.93x (0.90x–0.96x, 2 rounds)",
+        ">= 0.90x",
+        "yes",
+    )
     once = " (measured once each)"
     assert found["engine flash grab / naive multi-round-trip + SETNX mutex" + once][:2] == (
         "500%",
