@@ -50,6 +50,18 @@ def get(service: Service, path: str) -> Any:
     return answer.json()
 
 
+def cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a `groupbuy` command to its end (one that refuses to start, here)."""
+    return subprocess.run(
+        [sys.executable, "-m", "groupbuy.cli", *args],
+        env=env,
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def send_packet(service: Service, packet_id: str, cents: int, shares: int) -> None:
     post(
         service,
@@ -263,25 +275,21 @@ def test_several_workers_share_the_embedded_engine(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_service_per_data_dir_and_the_worker_attaches_to_its_engine(tmp_path: Path) -> None:
     env = service_environment(tmp_path)
-    worker_args = [sys.executable, "-m", "groupbuy.cli", "worker"]
-    alone = subprocess.run(worker_args, env=env, cwd=tmp_path, capture_output=True, timeout=60)
-    assert alone.returncode == 2 and b"start `groupbuy serve`" in alone.stderr, alone
+    alone = cli(tmp_path, env, "worker")
+    assert alone.returncode == 2 and "start `groupbuy serve`" in alone.stderr, alone
     service = start_service(tmp_path, env=env)
     try:
-        second = subprocess.run(
-            [*worker_args[:-1], "serve", "--port", "0"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        second = cli(tmp_path, env, "serve", "--port", "0")
         assert second.returncode == 2, second
         assert str(tmp_path / "data") in second.stderr
         assert f"PID {service.process.pid}" in second.stderr
         assert (tmp_path / "data" / LOCK_NAME).is_file()
         worker = subprocess.Popen(
-            worker_args, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "groupbuy.cli", "worker"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         try:
             time.sleep(1)
@@ -300,14 +308,7 @@ def test_one_service_per_data_dir_and_the_worker_attaches_to_its_engine(tmp_path
 
 def test_the_fakeredis_engine_warns_and_refuses_several_workers(tmp_path: Path) -> None:
     env = service_environment(tmp_path, GROUPBUY_EMBEDDED_ENGINE="fakeredis")
-    refused = subprocess.run(
-        [sys.executable, "-m", "groupbuy.cli", "serve", "--workers", "2", "--port", "0"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = cli(tmp_path, env, "serve", "--workers", "2", "--port", "0")
     assert refused.returncode == 2, refused
     assert "in-process fakeredis" in refused.stderr and "not durable" in refused.stderr
     assert "several workers need a Redis server" in refused.stderr

