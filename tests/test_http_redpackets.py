@@ -22,6 +22,8 @@ from tests.support.http import (
     assert_ok,
     assert_problem,
     deposit,
+    grab,
+    grabbed,
     ms,
     portal,
     send,
@@ -73,18 +75,6 @@ def balance(client: TestClient, uid: str) -> int:
     assert set(body) == {"user_id", "balance_cents"} and body["user_id"] == uid, body
     assert type(body["balance_cents"]) is int, body
     return int(body["balance_cents"])
-
-
-def grab(client: TestClient, pid: str, uid: str) -> httpx.Response:
-    return client.post(f"/v1/redpackets/{pid}/grab", json={"user_id": uid}, headers=SERVICE)
-
-
-def grabbed(client: TestClient, pid: str, uid: str) -> int:
-    """Grab a share that must be there; returns its amount."""
-    body = assert_ok(grab(client, pid, uid), 200)
-    assert set(body) == {"status", "amount_cents", "remaining_count"}, body
-    assert body["status"] == "grabbed" and body["amount_cents"] >= 1, body
-    return int(body["amount_cents"])
 
 
 def already(client: TestClient, pid: str, uid: str) -> int:

@@ -22,6 +22,7 @@ from tests.support.http import (
     app_services,
     assert_ok,
     assert_problem,
+    lock,
     make_activity,
     ms,
     open_team,
@@ -55,12 +56,6 @@ ACTIVITY_KEYS = {"activity_id", "name", "team_size", "lock_ttl_s", "team_deadlin
 
 def clock(client: TestClient) -> RedisClock:
     return app_services(client).clock
-
-
-def lock(client: TestClient, aid: str, tid: str, uid: str) -> httpx.Response:
-    return client.post(
-        f"/v1/activities/{aid}/teams/{tid}/locks", json={"user_id": uid}, headers=SERVICE
-    )
 
 
 def confirm(client: TestClient, aid: str, tid: str, uid: str, order: str) -> httpx.Response:

@@ -24,13 +24,14 @@ from tests.support.http import (
     SERVICE,
     assert_ok,
     deposit,
+    grab,
+    grabbed,
+    lock,
     make_activity,
     open_team,
     send,
 )
 from tests.support.money import assert_money_conserved
-from tests.test_http_redpackets import grab, grabbed
-from tests.test_http_teams import lock
 
 
 async def _send(services: Services, packet_id: str, amount: int, count: int, **extra: Any) -> None:

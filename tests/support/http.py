@@ -110,3 +110,23 @@ def deposit(
 def send(client: TestClient, **body: Any) -> httpx.Response:
     """POST a red packet with this body, whatever the answer."""
     return client.post("/v1/redpackets", json=body, headers=SERVICE)
+
+
+def grab(client: TestClient, pid: str, uid: str) -> httpx.Response:
+    """POST a grab of packet `pid` for user `uid`, whatever the answer."""
+    return client.post(f"/v1/redpackets/{pid}/grab", json={"user_id": uid}, headers=SERVICE)
+
+
+def grabbed(client: TestClient, pid: str, uid: str) -> int:
+    """Grab a share that must be there; returns its amount."""
+    body = assert_ok(grab(client, pid, uid), 200)
+    assert set(body) == {"status", "amount_cents", "remaining_count"}, body
+    assert body["status"] == "grabbed" and body["amount_cents"] >= 1, body
+    return int(body["amount_cents"])
+
+
+def lock(client: TestClient, aid: str, tid: str, uid: str) -> httpx.Response:
+    """POST a seat lock of team `tid` for user `uid`, whatever the answer."""
+    return client.post(
+        f"/v1/activities/{aid}/teams/{tid}/locks", json={"user_id": uid}, headers=SERVICE
+    )
