@@ -69,7 +69,7 @@ from benchmarks.servers import (
     serve,
     wait_idle,
 )
-from groupbuy.testing.servers import start_redis
+from groupbuy.testing.servers import server_binary, start_redis
 
 REPO = Path(__file__).resolve().parents[1]
 LUA = REPO / "benchmarks" / "wrk" / "post.lua"
@@ -845,7 +845,8 @@ def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: s
             "flash_grab",
             "groupbuy (1 worker, redis-server beside the embedded engine)",
             trials["groupbuy flash grab, redis-server"],
-            f"{notes['flash_grab']}; the private redis-server on loopback TCP, no persistence",
+            f"{notes['flash_grab']}; the benchmark's private {server_binary() or 'server'} on "
+            "loopback TCP, no persistence",
         )
         _log_errors([mine], embedded.server)
         _log_errors([base], paired.server)
