@@ -301,15 +301,11 @@ def test_a_service_restarted_on_a_redis_that_lost_everything_carries_on(
         assert team["status"] == "open" and team["free_seats"] == 1
 
 
-@pytest.mark.real
-async def test_redis_flushed_mid_storm_loses_nothing_unreported(
-    services: Services, backend: str
-) -> None:
+@pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])
+async def test_redis_flushed_mid_storm_loses_nothing_unreported(services: Services) -> None:
     """A grab storm with the write-behind running while Redis is flushed: money is
     conserved, and every `grabbed` answer is either a grab row with that amount or named by
     reconciliation as acknowledged and lost — exactly those, nothing else."""
-    if backend != "real":
-        pytest.skip("real concurrency on a real redis-server")
     packets = services.packets
     await _send(services, "pk", 200_000, 2_000)
     answers: list[tuple[str, dict[str, Any]]] = []
