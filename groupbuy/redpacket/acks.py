@@ -20,6 +20,10 @@ from groupbuy.storage.timefmt import from_ms
 
 log = logging.getLogger(__name__)
 
+# Answers kept in memory while SQL cannot take them. Past this the oldest are dropped: the
+# grabs themselves wait safely in Redis; only the trace for a simultaneous Redis loss thins.
+MAX_WAITING = 200_000
+
 
 class AckJournal:
     """Grabs this process acknowledged, flushed to `acknowledged_grabs` every interval."""
@@ -29,11 +33,14 @@ class AckJournal:
         self._interval_s = interval_s
         self._noted: list[dict[str, object]] = []
         self._task: asyncio.Task[None] | None = None
+        self.dropped = 0  # answers forgotten because SQL was away too long
 
     def note(
         self, packet_id: str, user_id: str, epoch: int, seq: int, amount_cents: int, at_ms: int
     ) -> None:
         """Remember one `grabbed` answer (no I/O: the next flush writes it)."""
+        if len(self._noted) >= MAX_WAITING:
+            self._trim(len(self._noted) - MAX_WAITING + MAX_WAITING // 10)
         self._noted.append(
             {
                 "packet_id": packet_id,
@@ -64,8 +71,16 @@ class AckJournal:
                 )
         except BaseException:
             self._noted[:0] = rows
+            self._trim(len(self._noted) - MAX_WAITING)
             raise
         return len(rows)
+
+    def _trim(self, excess: int) -> None:
+        """Forget the `excess` oldest answers (SQL has been away too long to keep them all)."""
+        if excess > 0:
+            del self._noted[:excess]
+            self.dropped += excess
+            log.warning("%d acknowledged grabs dropped from the journal (SQL away)", excess)
 
     def start(self) -> None:
         """Flush every interval in the background until `stop`."""

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import sqlalchemy.exc
 
+from groupbuy.redpacket import acks as acks_module
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
@@ -199,3 +200,30 @@ async def test_the_repair_reindexes_a_page_at_a_time(services: Services) -> None
         listed.append(await services.redis.zcard(services.keys.pending_packets()))
     assert listed == [2, 4, 5, 5]
     assert await packets.record_pending() == 10  # five grabs, five sold_out records
+
+
+async def test_the_journal_keeps_its_answers_while_sql_is_away_within_a_bound(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = services.packets.acks
+    monkeypatch.setattr(acks_module, "MAX_WAITING", 3)
+    for i in range(5):
+        journal.note("pk", f"u{i}", 0, i + 1, 10, 1_000)
+    monkeypatch.setattr(services.database, "transaction", _failing_transaction)  # SQL away
+    with pytest.raises(OSError):
+        await journal.flush()
+    assert journal.waiting == 3 and journal.dropped == 2
+
+
+def _failing_transaction() -> Any:
+    raise OSError("database unreachable")
+
+
+def test_the_journal_never_holds_more_than_its_bound(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = services.packets.acks
+    monkeypatch.setattr(acks_module, "MAX_WAITING", 10)
+    for i in range(25):
+        journal.note("pk", f"u{i}", 0, i + 1, 10, 1_000)
+    assert journal.waiting <= 10 and journal.waiting + journal.dropped == 25
