@@ -4,8 +4,9 @@
 -- KEYS[1..9] as _team_lib  KEYS[10] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
--- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: the team
--- is formed now), where team... is the team after the call as team_read answers it,
+-- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: that
+-- earlier confirm completed the team, recorded as formed_by), where team... is the team
+-- after the call as team_read answers it,
 -- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
 -- {TEAM_FAILED}, {TEAM_NOT_FOUND}.
 local now = now_ms(ARGV[3])
@@ -17,7 +18,8 @@ end
 local member = redis.call('HGET', KEYS[2], user)
 if member then
   if split(member)[3] == ARGV[5] then
-    return {EXISTING, team.status == 'formed' and 1 or 0, snapshot()}
+    local formed_by = redis.call('HGET', KEYS[1], 'formed_by')
+    return {EXISTING, formed_by == user and 1 or 0, snapshot()}
   end
   return {ALREADY_MEMBER}
 end
@@ -42,6 +44,7 @@ if seq < team.size then
   return {OK, 0, snapshot()}
 end
 close_team('formed', 'formed_ms', now)
+redis.call('HSET', KEYS[1], 'formed_by', user)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
       'members', member_list()})
 return {OK, 1, snapshot()}

@@ -206,8 +206,9 @@ ENDPOINTS = [
         body=MemberConfirm,
         tag="teams",
         responses={
-            201: "Joined; `formed` is true when this member completed the team",
-            200: "The same user and order again: the team as it is now",
+            201: "Joined; `formed` is true only for the confirm that completed the team",
+            200: "The same user and order again: the team as it is now, and the same "
+            "`formed` as the first answer",
         },
         answer=answers.Confirmed,
         problems={

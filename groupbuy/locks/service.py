@@ -408,9 +408,11 @@ class TeamService(UsesBackends):
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
-        _formed_now, *snapshot = rest
+        # `formed` is this confirm's own: true for exactly one confirm per team (and its
+        # repeats), so a backend can say "your team is complete" once.
+        formed_by_this, *snapshot = rest
         team = _team_body(activity_id, team_id, snapshot)
-        return Outcome({"team": team, "formed": team["status"] == "formed"}, code is TeamCode.OK)
+        return Outcome({"team": team, "formed": bool(int(formed_by_this))}, code is TeamCode.OK)
 
     async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
         """The user's unexpired lock in the activity, or NoLock (one script call)."""

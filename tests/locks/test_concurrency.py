@@ -165,3 +165,38 @@ async def test_switching_storm_never_overfills_or_doubles(
             f"{samples} atomic snapshots checked; "
             f"outcomes {dict(outcomes)}"
         )
+
+
+async def test_formed_is_told_to_exactly_one_confirm_per_team(
+    services: Services, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Teams of 4 with 3 lockers each: all confirms at once, each sent twice (a client's
+    retry racing its first attempt); `formed: true` reaches exactly one confirmer per team,
+    and that confirmer's repeats say so too, nobody else's."""
+    teams = services.teams
+    await teams.create_activity("f", team_size=4)
+    count = 40
+    calls = []
+    for t in range(count):
+        await teams.open_team("f", f"L{t}", team_id=f"t{t}")
+        for u in range(3):
+            await teams.lock("f", f"t{t}", f"t{t}u{u}")
+            calls += [(f"t{t}", f"t{t}u{u}")] * 2
+    random.Random(7).shuffle(calls)
+
+    async def confirm(tid: str, user: str) -> tuple[str, str, bool]:
+        outcome = await teams.confirm("f", tid, user, f"o-{user}")
+        return tid, user, bool(outcome.body["formed"])
+
+    answers = await asyncio.gather(*(confirm(t, u) for t, u in calls))
+    formers = {(t, u) for t, u, formed in answers if formed}
+    assert len({t for t, _u in formers}) == count and len(formers) == count
+    for tid, user, formed in answers:  # both answers of a confirmer agree
+        assert formed == ((tid, user) in formers)
+    for t in range(count):
+        assert (await teams.get_team("f", f"t{t}"))["status"] == "formed"
+    with capsys.disabled():
+        print(
+            f"\n[figures] formed race: {len(calls)} confirms (each sent twice) on {count} teams: "
+            f"{sum(f for _t, _u, f in answers)} answers said formed, by {len(formers)} confirmers"
+        )

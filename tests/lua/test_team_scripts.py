@@ -216,7 +216,9 @@ async def test_confirm_outcomes(h: Harness) -> None:
     assert joined[:2] == [TeamCode.OK, 1]
     # The reply carries the team after the call, as team_read would answer it.
     assert joined[2:] == (await h.read("t1"))[2:]
-    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 1]
+    # A repeat says "formed" only for the confirm that formed the team (u2), not u1.
+    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 0]
+    assert (await h.confirm("t1", "u2", "o2"))[:2] == [TeamCode.EXISTING, 1]
     assert code(await h.confirm("t1", "u3", "o3")) is TeamCode.TEAM_FORMED
     records = await h.records()
     assert [r["type"] for r in records] == [
