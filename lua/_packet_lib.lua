@@ -11,7 +11,8 @@
 -- expire_at_ms (when Redis drops the packet's keys: expiry + retention); after a rebuild from
 -- SQL (packet_restore) also epoch (how many times it was rebuilt: every record carries it, so
 -- SQL can fence out records of a lost epoch) and seq_gap (added to each new grab's seq, so it
--- follows every seq SQL has recorded).
+-- follows every seq SQL has recorded); version counts its changes (1 when created, +1 for
+-- each grab, sold out, expiry), and every record carries the version after its change.
 
 -- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
 local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
@@ -28,11 +29,12 @@ end
 local function expire_packet(p)
   redis.call('HSET', KEYS[1], 'status', 'expired', 'expired_ms', int(p.expires_ms),
              'refunded', int(p.remaining_cents))
+  local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.refunded', 'at_ms', int(p.expires_ms), 'packet_id', ARGV[1],
         'sender_id', p.sender_id, 'refunded_cents', int(p.remaining_cents),
-        'remaining_count', int(p.remaining_count), 'epoch', p.epoch})
+        'remaining_count', int(p.remaining_count), 'epoch', p.epoch, 'version', version})
   p.status = 'expired'
   p.just_expired = true
 end

@@ -14,7 +14,9 @@
 -- it sets it back to the true earliest entry (activity_reindex) or removes it.
 -- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
--- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms.
+-- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms,
+-- formed_by, version (1 when opened, +1 for every lock, unlock, lock expiry, member,
+-- formed and failed; every record carries the version after its change).
 
 -- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
@@ -27,6 +29,11 @@ local NO_LOCK = 11
 local function emit(fields)
   local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
   redis.call('ZADD', KEYS[7], 'NX', string.match(id, '^%d+'), ARGV[1])
+end
+
+-- Count one change of the team whose hash is `key`; returns its version after it.
+local function bump(key)
+  return redis.call('HINCRBY', key, 'version', 1)
 end
 
 -- Index a team in the lock index at `due` (ms); the activity is due no later than that.
@@ -68,7 +75,7 @@ local function purge_expired(team, at)
     local locked_at = tonumber(expired[i + 1])
     emit({'type', 'lock.expired', 'at_ms', int(locked_at + team.lock_ttl_ms),
           'activity_id', ARGV[1], 'team_id', ARGV[2], 'user_id', expired[i],
-          'locked_at_ms', int(locked_at)})
+          'locked_at_ms', int(locked_at), 'version', bump(KEYS[1])})
   end
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', cutoff)
@@ -96,7 +103,7 @@ local function fail_team(team)
   team.expired_locks = purge_expired(team, team.deadline_ms)
   close_team('failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
-        'team_id', ARGV[2], 'members', member_list()})
+        'team_id', ARGV[2], 'members', member_list(), 'version', bump(KEYS[1])})
   team.status = 'failed'
 end
 

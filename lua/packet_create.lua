@@ -14,7 +14,7 @@ local expire_at = tonumber(ARGV[8]) + tonumber(ARGV[9])
 redis.call('HSET', KEYS[1], 'sender_id', ARGV[3], 'amount', ARGV[4], 'count', ARGV[5],
            'strategy', ARGV[6], 'status', 'active', 'remaining_count', ARGV[5],
            'remaining_cents', ARGV[4], 'created_ms', ARGV[7], 'expires_ms', ARGV[8],
-           'expire_at_ms', int(expire_at))
+           'expire_at_ms', int(expire_at), 'version', 1)
 -- unpack() has a C-stack limit near 8000 values: push the shares in chunks.
 for first = 10, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, math.min(first + 999, #ARGV)))

@@ -34,6 +34,7 @@ local left = p.remaining_count - 1
 redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now))
 redis.call('HSET', KEYS[1], 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
+redis.call('HINCRBY', KEYS[1], 'version', 1)
 if left == p.count - 1 then  -- the first grab creates the hash
   redis.call('PEXPIREAT', KEYS[3], redis.call('HGET', KEYS[1], 'expire_at_ms'))
 end
@@ -43,6 +44,7 @@ if left == 0 then
   redis.call('HSET', KEYS[1], 'status', 'sold_out', 'sold_out_ms', int(now))
   redis.call('ZREM', KEYS[6], ARGV[1])
   emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', ARGV[1],
-        'sender_id', p.sender_id, 'epoch', p.epoch})
+        'sender_id', p.sender_id, 'epoch', p.epoch,
+        'version', redis.call('HINCRBY', KEYS[1], 'version', 1)})
 end
 return {OK, tonumber(share), left, seq, tonumber(p.epoch), int(now)}

@@ -39,12 +39,13 @@ if current and split(current)[1] == ARGV[2] then
   redis.call('DEL', KEYS[10])
 end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
-      'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq)})
+      'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq),
+      'version', bump(KEYS[1])})
 if seq < team.size then
   return {OK, 0, snapshot()}
 end
 close_team('formed', 'formed_ms', now)
 redis.call('HSET', KEYS[1], 'formed_by', user)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
-      'members', member_list()})
+      'members', member_list(), 'version', bump(KEYS[1])})
 return {OK, 1, snapshot()}

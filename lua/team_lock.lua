@@ -6,8 +6,9 @@
 -- KEYS[11] hash and KEYS[12] locks zset of the team the caller believes the user holds a lock
 --          in (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
--- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or ''} new lock,
--- {EXISTING, locked_at_ms, expires_at_ms} unexpired lock on this team (unchanged),
+-- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or '', version} new lock
+-- (version: the team's after the lock),
+-- {EXISTING, locked_at_ms, expires_at_ms, version} unexpired lock on this team (unchanged),
 -- {TEAM_FULL, earliest_locked_at_ms or '', next_unlock_ms or ''},
 -- {SWITCH_NEEDED, team_id}: the user holds a live lock in that other team; call again with its keys,
 -- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND}.
@@ -27,7 +28,8 @@ end
 local held = redis.call('ZSCORE', KEYS[3], user)
 if held then
   held = tonumber(held)
-  return {EXISTING, int(held), int(held + team.lock_ttl_ms)}
+  return {EXISTING, int(held), int(held + team.lock_ttl_ms),
+          tonumber(redis.call('HGET', KEYS[1], 'version'))}
 end
 
 local lock_count = redis.call('ZCARD', KEYS[3])
@@ -63,12 +65,14 @@ if current then
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
+          bump(KEYS[11])  -- a release, as an unlock there would be
         end
         -- else: still live at that team's deadline, it ends with the team (no record).
       else
         -- Expired before anyone swept it there: record its expiry, as the sweep would.
         emit({'type', 'lock.expired', 'at_ms', int(expiry), 'activity_id', ARGV[1],
-              'team_id', other, 'user_id', user, 'locked_at_ms', int(locked_at)})
+              'team_id', other, 'user_id', user, 'locked_at_ms', int(locked_at),
+              'version', bump(KEYS[11])})
       end
     end
   end
@@ -84,4 +88,4 @@ if lock_count == 0 then
 end
 redis.call('SET', KEYS[10], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
            int(team.deadline_ms), 'PX', team.lock_ttl_ms)
-return {OK, int(now), int(expires), released}
+return {OK, int(now), int(expires), released, bump(KEYS[1])}

@@ -25,12 +25,13 @@ local deadline = now + tonumber(activity[3])
 local expire_at = deadline + tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'leader_id', ARGV[4], 'leader_order_id', ARGV[5], 'status', 'open',
            'size', activity[1], 'lock_ttl_ms', activity[2], 'created_ms', int(now),
-           'deadline_ms', int(deadline), 'expire_at_ms', int(expire_at), 'member_count', 1)
+           'deadline_ms', int(deadline), 'expire_at_ms', int(expire_at), 'member_count', 1,
+           'version', 1)
 redis.call('HSET', KEYS[2], ARGV[4], '1|' .. int(now) .. '|' .. ARGV[5])
 index_deadline(ARGV[2], deadline)
 redis.call('PEXPIREAT', KEYS[1], expire_at)
 redis.call('PEXPIREAT', KEYS[2], expire_at)
 emit({'type', 'team.opened', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
       'leader_id', ARGV[4], 'order_id', ARGV[5], 'size', activity[1],
-      'deadline_ms', int(deadline)})
+      'deadline_ms', int(deadline), 'version', 1})
 return {OK, snapshot()}

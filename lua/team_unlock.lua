@@ -12,6 +12,7 @@ end
 local released = redis.call('ZREM', KEYS[3], ARGV[4])
 if released == 1 then
   reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
+  bump(KEYS[1])
 end
 local current = redis.call('GET', KEYS[10])
 if current and split(current)[1] == ARGV[2] then

@@ -43,6 +43,7 @@ PACKET_KEYS = {
     "expires_at",
     "grabs",
     "luckiest_user_id",
+    "version",
 }
 GRAB_KEYS = {"user_id", "amount_cents", "grabbed_at"}
 DAY_S = 86400

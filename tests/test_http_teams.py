@@ -44,10 +44,19 @@ TEAM_KEYS = {
     "deadline_at",
     "formed_at",
     "failed_at",
+    "version",
 }
 MEMBER_KEYS = {"user_id", "order_id", "joined_at"}
 LOCK_KEYS = {"user_id", "locked_at", "expires_at"}
-NEW_LOCK_KEYS = {"status", "user_id", "team_id", "locked_at", "expires_at", "released_team_id"}
+NEW_LOCK_KEYS = {
+    "status",
+    "user_id",
+    "team_id",
+    "locked_at",
+    "expires_at",
+    "released_team_id",
+    "version",
+}
 ACTIVITY_KEYS = {"activity_id", "name", "team_size", "lock_ttl_s", "team_deadline_s", "created_at"}
 
 
@@ -745,12 +754,15 @@ def test_events_from_lazy_checks_reach_the_feed_without_another_write(
         "user_id": "u1",
         "locked_at": held["locked_at"],
         "expired_at": held["expires_at"],
+        "version": 3,  # opened 1, locked 2, its expiry 3
     }
     assert events[2]["data"] == {
         "activity_id": "lazy",
         "team_id": "t1",
         "members": [{"user_id": "L", "order_id": "oL"}],
+        "version": 4,
     }
+    assert events[0]["data"]["version"] == 1
     assert events[2]["at"] == opened["deadline_at"]
 
 

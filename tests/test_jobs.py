@@ -65,7 +65,12 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
     assert (await run(services, "expire_teams"))["teams"] == 0
     failed = await events(services, "team.failed")
     assert failed == [
-        {"activity_id": "a1", "team_id": "open", "members": [{"user_id": "L1", "order_id": "o-L1"}]}
+        {
+            "activity_id": "a1",
+            "team_id": "open",
+            "members": [{"user_id": "L1", "order_id": "o-L1"}],
+            "version": 3,  # opened, locked, failed (the live lock ends with the team)
+        }
     ]
     assert (await teams.get_team("a1", "formed"))["status"] == "formed"  # formed teams never fail
     assert (await teams.get_team("a1", "open"))["status"] == "failed"

@@ -120,6 +120,10 @@ class Team(Answer):
     deadline_at: Timestamp = Field(description="an open team fails at this time")
     formed_at: Timestamp | None
     failed_at: Timestamp | None
+    version: int = Field(
+        description="counts the team's changes (open, each lock, unlock, lock expiry, member, "
+        "formed, failed); a body or event with a larger version is newer"
+    )
 
 
 class LockTaken(Answer):
@@ -133,6 +137,7 @@ class LockTaken(Answer):
     released_team_id: Id | None = Field(
         description="the team of this activity whose lock was released to allow this one"
     )
+    version: int = Field(description="the team's version after this lock")
     existing: Literal[True] | None = Field(
         default=None, description="present (true) only when the lock already existed"
     )
@@ -205,4 +210,8 @@ class Packet(PacketSent):
     grabs: list[PacketGrab]
     luckiest_user_id: Id | None = Field(
         description="the largest share once sold out (the earlier grab on a tie), else null"
+    )
+    version: int = Field(
+        description="counts the packet's changes (sent, each grab, sold out, expiry); a "
+        "body or event with a larger version is newer"
     )

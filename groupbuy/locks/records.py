@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import dialect_insert
-from groupbuy.storage.events import Event
+from groupbuy.storage.events import Event, EventRow
 from groupbuy.storage.timefmt import from_ms, iso_ms
 
 
@@ -40,7 +41,7 @@ async def project_team_records(session: AsyncSession, records: list[dict[str, st
     teams: list[dict[str, Any]] = []
     members: list[dict[str, Any]] = []
     endings: list[tuple[dict[str, str], str, str]] = []
-    events = [_project(f, teams, members, endings) for f in records]
+    events = [_versioned(_project(f, teams, members, endings), f) for f in records]
     if teams:
         await session.execute(
             dialect_insert(session, TeamRow.__table__).on_conflict_do_nothing(), teams
@@ -56,6 +57,37 @@ async def project_team_records(session: AsyncSession, records: list[dict[str, st
             .values(status=status, **{column: from_ms(int(f["at_ms"]))})
         )
     return events
+
+
+def _versioned(event: Event, f: dict[str, str]) -> Event:
+    """The event with the team's version after the change in its data (records written
+    before teams had versions carry none)."""
+    if "version" in f:
+        event.data["version"] = int(f["version"])
+    return event
+
+
+async def recorded_version(session: AsyncSession, activity_id: str, team_id: str) -> int:
+    """The highest team version SQL's events of the team carry (0 when none does)."""
+    keys = [
+        codec.team_event_key(k, activity_id, team_id)
+        for k in ("team.opened", "team.formed", "team.failed")
+    ]
+    per_user = [
+        f"{kind}{codec.KEY}{activity_id}{codec.KEY}{team_id}{codec.KEY}%"
+        for kind in ("team.member_joined", "lock.expired")
+    ]
+    rows = await session.execute(
+        select(EventRow.dedup_key, EventRow.data).where(
+            or_(EventRow.dedup_key.in_(keys), *(EventRow.dedup_key.like(p) for p in per_user))
+        )
+    )
+    versions = [0]
+    for key, data in rows:
+        parsed = codec.parse_event_key(key)
+        if parsed is not None and (parsed.activity_id, parsed.team_id) == (activity_id, team_id):
+            versions.append(int(json.loads(data).get("version", 0)))
+    return max(versions)
 
 
 def _project(

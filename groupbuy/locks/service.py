@@ -22,6 +22,7 @@ from groupbuy import errors
 from groupbuy.locks.codec import member_value
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.locks.records import recorded_version
 from groupbuy.locks.view import TeamView
 from groupbuy.metrics import LOCK_OUTCOMES, RESTORED, counts_outcomes, lock_outcome
 from groupbuy.outcome import Outcome
@@ -187,8 +188,9 @@ class TeamService(UsesBackends):
                     .order_by(MemberRow.seq)
                 )
             ).all()
+            version = await recorded_version(session, activity_id, team_id)
         assert team is not None
-        return TeamView.from_rows(team, members).body()
+        return TeamView.from_rows(team, members, version).body()
 
     async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
         if not await self._redis.exists(self._keys.activity(activity_id)):
@@ -241,6 +243,8 @@ class TeamService(UsesBackends):
                         .order_by(MemberRow.seq)
                     )
                 ).all()
+                # The rebuild is a change of its own: after every change SQL has seen.
+                version = await recorded_version(session, activity_id, team_id) + 1
             await self._put_activity(activity)
             recorded: list[Any] = []
             leader_order = ""
@@ -258,6 +262,7 @@ class TeamService(UsesBackends):
                 to_ms(team.created_at),
                 to_ms(team.deadline_at),
                 self._defaults.retention_s * 1000,
+                version,
                 *recorded,
             )
             reply = await self._scripts.call(
@@ -338,19 +343,13 @@ class TeamService(UsesBackends):
             raise errors.Conflict("the user's lock changed during every attempt; retry")
 
         if code is TeamCode.OK:
-            locked_at, expires_at, released = rest
-            return Outcome(
-                self._lock_body(user_id, team_id, locked_at, expires_at, released or None), True
-            )
+            locked_at, expires_at, released, version = rest
+            body = self._lock_body(user_id, team_id, locked_at, expires_at, released or None)
+            return Outcome({**body, "version": int(version)}, True)
         if code is TeamCode.EXISTING:
-            locked_at, expires_at = rest
-            return Outcome(
-                {
-                    **self._lock_body(user_id, team_id, locked_at, expires_at, None),
-                    "existing": True,
-                },
-                False,
-            )
+            locked_at, expires_at, version = rest
+            body = self._lock_body(user_id, team_id, locked_at, expires_at, None)
+            return Outcome({**body, "version": int(version), "existing": True}, False)
         if code is TeamCode.TEAM_FULL:
             earliest, next_unlock = (optional_int(v) for v in rest)
             raise_for(

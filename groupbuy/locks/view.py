@@ -27,6 +27,7 @@ class TeamView:
     deadline_ms: int
     formed_ms: int | None
     failed_ms: int | None
+    version: int  # the team's changes so far (SPEC §3); a newer body has a larger one
 
     @classmethod
     def from_redis(
@@ -55,11 +56,13 @@ class TeamView:
             deadline_ms=int(team["deadline_ms"]),
             formed_ms=optional_int(team.get("formed_ms")),
             failed_ms=optional_int(team.get("failed_ms")),
+            version=int(team.get("version", 0)),
         )
 
     @classmethod
-    def from_rows(cls, team: TeamRow, members: Sequence[MemberRow]) -> TeamView:
-        """From the SQL record of an ended (or Redis-forgotten) team; members in seq order."""
+    def from_rows(cls, team: TeamRow, members: Sequence[MemberRow], version: int) -> TeamView:
+        """From the SQL record of an ended (or Redis-forgotten) team; members in seq order,
+        `version` the one its last recorded event carries."""
         return cls(
             activity_id=team.activity_id,
             team_id=team.team_id,
@@ -72,6 +75,7 @@ class TeamView:
             deadline_ms=to_ms(team.deadline_at),
             formed_ms=to_ms(team.formed_at) if team.formed_at else None,
             failed_ms=to_ms(team.failed_at) if team.failed_at else None,
+            version=version,
         )
 
     def body(self) -> dict[str, Any]:
@@ -97,4 +101,5 @@ class TeamView:
             "deadline_at": iso_ms(self.deadline_ms),
             "formed_at": iso_ms(self.formed_ms),
             "failed_at": iso_ms(self.failed_ms),
+            "version": self.version,
         }

@@ -128,6 +128,8 @@ async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
     kind, packet_id, at_ms = f["type"], f["packet_id"], int(f["at_ms"])
     at = from_ms(at_ms)
     data: dict[str, object] = {"packet_id": packet_id, "sender_id": f["sender_id"]}
+    if "version" in f:  # records written before packets had versions carry none
+        data["version"] = int(f["version"])
     if kind == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
         await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))

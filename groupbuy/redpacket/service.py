@@ -25,7 +25,7 @@ from groupbuy.redpacket.codes import PacketCode, raise_for, split_reply
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.split import split
-from groupbuy.redpacket.view import PacketView
+from groupbuy.redpacket.view import PacketView, packet_version
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -155,7 +155,7 @@ class RedPacketService(UsesBackends):
                         "packet.sent",
                         now_ms,
                         packet_event_key("packet.sent", packet_id),
-                        {"packet_id": packet_id, **wanted},
+                        {"packet_id": packet_id, **wanted, "version": 1},
                     ),
                 )
             row = await session.get(PacketRow, packet_id, populate_existing=True)
@@ -334,6 +334,7 @@ class RedPacketService(UsesBackends):
                 self._limits.retention_s * 1000,
                 epoch,
                 max((g.seq for g in grabs), default=0) - len(grabs),
+                packet_version(epoch, row.count, len(grabs), ended=False),
                 len(grabs),
                 *recorded,
                 *shares,
@@ -391,7 +392,8 @@ class RedPacketService(UsesBackends):
                     select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
                 )
             ).all()
-        return PacketView.from_rows(row, rows).body()
+            mark = await session.get(PacketEpochRow, packet_id)
+        return PacketView.from_rows(row, rows, mark.epoch if mark else 0).body()
 
     # -- expiry ---------------------------------------------------------------------
 

@@ -11,6 +11,15 @@ from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
 
+def packet_version(epoch: int, count: int, grabs: int, ended: bool) -> int:
+    """A packet's version from what SQL knows: 1 when sent, +1 per grab, +1 when it ended.
+
+    Each rebuild after Redis lost the packet (epoch e) starts above anything the lost state
+    can have reached (at most count + 2 changes per epoch), so versions only grow.
+    """
+    return epoch * (count + 3) + 1 + grabs + int(ended)
+
+
 @dataclass(frozen=True)
 class PacketView:
     """A packet as either store holds it (Redis live, SQL once ended), in one shape."""
@@ -24,6 +33,7 @@ class PacketView:
     expires_ms: int
     refunded_cents: int
     grabs: list[tuple[str, int, int]]  # (user, amount_cents, grabbed_at_ms), grab order
+    version: int  # the packet's changes so far (SPEC §3); a newer body has a larger one
 
     @classmethod
     def from_redis(
@@ -44,11 +54,14 @@ class PacketView:
             expires_ms=int(packet["expires_ms"]),
             refunded_cents=int(packet.get("refunded", 0)),
             grabs=[(user, grab.amount_cents, grab.at_ms) for grab, user in ordered],
+            version=int(packet.get("version", 0)),
         )
 
     @classmethod
-    def from_rows(cls, packet: PacketRow, grabs: Sequence[GrabRow]) -> PacketView:
-        """From the SQL record of a packet Redis no longer holds; grabs in seq order."""
+    def from_rows(cls, packet: PacketRow, grabs: Sequence[GrabRow], epoch: int) -> PacketView:
+        """From the SQL record of a packet Redis no longer holds; grabs in seq order, `epoch`
+        how often Redis lost it and it was rebuilt."""
+        ended = packet.status in ("sold_out", "expired")
         return cls(
             packet_id=packet.packet_id,
             sender_id=packet.sender_id,
@@ -59,6 +72,7 @@ class PacketView:
             expires_ms=to_ms(packet.expires_at),
             refunded_cents=packet.refunded_cents,
             grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in grabs],
+            version=packet_version(epoch, packet.count, len(grabs), ended),
         )
 
     def body(self) -> dict[str, Any]:
@@ -84,4 +98,5 @@ class PacketView:
                 for user, amount_cents, at in self.grabs
             ],
             "luckiest_user_id": luckiest,
+            "version": self.version,
         }

@@ -200,3 +200,38 @@ async def test_formed_is_told_to_exactly_one_confirm_per_team(
             f"\n[figures] formed race: {len(calls)} confirms (each sent twice) on {count} teams: "
             f"{sum(f for _t, _u, f in answers)} answers said formed, by {len(formers)} confirmers"
         )
+
+
+async def test_versions_seen_by_concurrent_callers_are_distinct_and_count_the_changes(
+    services: Services,
+) -> None:
+    """120 shoppers race for 49 seats, then 30 holders pay and 19 let go, all at once: every
+    answer that changed the team saw its own version, and the final version is the count of
+    changes (open + locks + releases + members)."""
+    teams = services.teams
+    await teams.create_activity("v", team_size=50)
+    await teams.open_team("v", "L", team_id="t")
+
+    async def try_lock(user: str) -> int | None:
+        try:
+            return int((await teams.lock("v", "t", user)).body["version"])
+        except errors.TeamFull:
+            return None
+
+    locked = await asyncio.gather(*(try_lock(f"u{i}") for i in range(120)))
+    holders = [f"u{i}" for i, v in enumerate(locked) if v is not None]
+    assert len(holders) == 49
+    payers, leavers = holders[:30], holders[30:]
+
+    async def pay(user: str) -> int:
+        outcome = await teams.confirm("v", "t", user, f"o-{user}")
+        return int(outcome.body["team"]["version"])
+
+    paid = await asyncio.gather(
+        *(pay(u) for u in payers), *(teams.unlock("v", "t", u) for u in leavers)
+    )
+    seen = [v for v in locked if v is not None] + [int(v) for v in paid[: len(payers)]]
+    assert len(seen) == len(set(seen)) == 79
+    assert all(paid[len(payers) :])  # every release released
+    team = await teams.get_team("v", "t")
+    assert team["version"] == 1 + 49 + 19 + 30

@@ -160,6 +160,8 @@ class _TeamModel:
     locks: dict[str, int] = field(default_factory=dict)  # user -> locked_at_ms
     formed_ms: int | None = None
     failed_ms: int | None = None
+    version: int = 1  # +1 per lock, unlock, lock expiry, member, formed, failed
+    formed_by: str | None = None
 
 
 class _Model:
@@ -184,11 +186,14 @@ class _Model:
         for team in self.teams.values():
             if team.status != "open":
                 continue
+            at = min(self.now_ms, team.deadline_ms)
+            live = {u: a for u, a in team.locks.items() if self.live(a, at)}
+            team.version += len(team.locks) - len(live)  # each expiry is a change
+            team.locks = live
             if self.now_ms >= team.deadline_ms:
                 team.status, team.failed_ms = "failed", team.deadline_ms
-                team.locks.clear()
-            else:
-                team.locks = {u: a for u, a in team.locks.items() if self.live(a, self.now_ms)}
+                team.version += 1
+                team.locks.clear()  # live at the deadline: they end with the team
 
     def holders(self) -> list[tuple[str, str]]:
         """(user, team) of every lock the model holds, including ones time has ended unseen."""
@@ -222,6 +227,7 @@ class _Model:
             "deadline_at": iso_ms(t.deadline_ms),
             "formed_at": iso_ms(t.formed_ms),
             "failed_at": iso_ms(t.failed_ms),
+            "version": t.version,
         }
 
     def _lock_body(self, user: str, team_id: str, at: int, released: str | None) -> dict[str, Any]:
@@ -232,6 +238,7 @@ class _Model:
             "locked_at": iso_ms(at),
             "expires_at": iso_ms(at + self.ttl_ms),
             "released_team_id": released,
+            "version": self.teams[team_id].version,
         }
 
     def lock(self, user: str, team_id: str) -> Answer:
@@ -259,19 +266,23 @@ class _Model:
         if held is not None:
             released = held[0]
             del self.teams[released].locks[user]
+            self.teams[released].version += 1
         t.locks[user] = self.now_ms
+        t.version += 1
         return ("ok", True, self._lock_body(user, team_id, self.now_ms, released))
 
     def unlock(self, user: str, team_id: str) -> Answer:
         self.settle()
-        return ("ok", self.teams[team_id].locks.pop(user, None) is not None)
+        released = self.teams[team_id].locks.pop(user, None) is not None
+        self.teams[team_id].version += released
+        return ("ok", released)
 
     def confirm(self, user: str, team_id: str, order: str) -> Answer:
         self.settle()
         t = self.teams[team_id]
         if user in t.members:
             if t.members[user][0] == order:
-                return ("ok", False, self._confirm_body(team_id))
+                return ("ok", False, self._confirm_body(team_id, user))
             return ("error", "already_member", {})
         if t.status == "formed":
             return ("error", "team_formed", {})
@@ -281,13 +292,16 @@ class _Model:
             return ("error", "lock_required", {})
         del t.locks[user]
         t.members[user] = (order, self.now_ms)
+        t.version += 1
         if len(t.members) == self.size:
-            t.status, t.formed_ms = "formed", self.now_ms
+            t.status, t.formed_ms, t.formed_by = "formed", self.now_ms, user
+            t.version += 1
             t.locks.clear()
-        return ("ok", True, self._confirm_body(team_id))
+        return ("ok", True, self._confirm_body(team_id, user))
 
-    def _confirm_body(self, team_id: str) -> dict[str, Any]:
-        return {"team": self.team_body(team_id), "formed": self.teams[team_id].status == "formed"}
+    def _confirm_body(self, team_id: str, user: str) -> dict[str, Any]:
+        """`formed` belongs to the confirm that completed the team (and its repeats)."""
+        return {"team": self.team_body(team_id), "formed": self.teams[team_id].formed_by == user}
 
     def current_lock(self, user: str) -> Answer:
         self.settle()

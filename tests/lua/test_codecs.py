@@ -86,7 +86,7 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
 
     locks: dict[str, tuple[int, int]] = {}
     for user in ("user_2", "user-3"):
-        code, locked_at, expires_at, released = await teams.lock(TID, user)
+        code, locked_at, expires_at, released, _version = await teams.lock(TID, user)
         assert (TeamCode(int(code)), released) == (TeamCode.OK, "")
         locks[user] = (int(locked_at), int(expires_at))
         raw = await redis.get(keys.user_lock(AID, user))
@@ -145,7 +145,7 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
     teams, keys = Teams(services), services.keys
     await services.teams.create_activity(AID, team_size=3, lock_ttl_s=5, team_deadline_s=60)
     await teams.open(TID, "lead-1", "o-1")
-    _code, locked_at, _expires, _released = await teams.lock(TID, "user_9")
+    _code, locked_at, _expires, _released, _version = await teams.lock(TID, "user_9")
     services.clock.advance(5)
     assert (await services.teams.expire_locks(100))["locks_expired"] == 1
     services.clock.advance(60)

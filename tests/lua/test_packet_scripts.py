@@ -156,13 +156,14 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
 
 
 async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> list[Any]:
-    """packet_restore of a 10-cent, 4-share packet at epoch 1 with these grabs and shares."""
+    """packet_restore of a 10-cent, 4-share packet at epoch 1 (version 100) with these grabs
+    and shares."""
     now = await h.now_ms()
     flat = [part for grab in grabs for part in grab]
     gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
     return await h.call(
         "packet_restore", "sender", 10, 4, "double_mean", now, now + 60_000, RETENTION_MS,
-        1, gap, len(grabs), *flat, *shares,
+        1, gap, 100, len(grabs), *flat, *shares,
     )  # fmt: skip
 
 
@@ -176,6 +177,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         "4",
         "1",
     )
+    assert packet["version"] == "100"
     assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 4]
     assert (await h.call("packet_grab", "u4"))[:5] == [PacketCode.OK, 3, 1, 4, 1]
     assert (await h.call("packet_grab", "u5"))[:5] == [PacketCode.OK, 1, 0, 5, 1]
@@ -185,6 +187,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         ("grab", "5", "1"),
         ("packet.sold_out", None, "1"),
     ]
+    assert records[-1]["version"] == "103"  # two grabs and the sold out after the rebuild
     assert await h.redis.zscore(h.keys[5], PID) is None  # sold out: not due any more
 
 

@@ -274,7 +274,7 @@ async def test_read_reports_state(h: Harness) -> None:
 
 async def test_user_lock_read(h: Harness) -> None:
     await h.open("t1")
-    _code, locked_at, expires_at, _released = await h.lock("t1", "u1")
+    _code, locked_at, expires_at, _released, _version = await h.lock("t1", "u1")
     assert await h.user_lock("u1") == [TeamCode.OK, "t1", str(locked_at), str(expires_at)]
     h.shift_ms += TTL_MS
     assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
@@ -323,10 +323,12 @@ async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
     members = ["L", "1|1000|o-L", "m1", "2|1001|o-1"]
     args = [AID, "t1", h.shift_ms, "L", "o-L", 3, TTL_MS, now - 5_000, now + DEADLINE_MS]
     keys = h._keys("t1")
-    assert await h._call("team_restore", keys, [*args, RETENTION_MS, *members]) == [TeamCode.OK]
-    again = [*args, RETENTION_MS, "x", "1|1|"]
+    restore = [*args, RETENTION_MS, 7, *members]  # 6 changes recorded before the loss
+    assert await h._call("team_restore", keys, restore) == [TeamCode.OK]
+    again = [*args, RETENTION_MS, 1, "x", "1|1|"]
     assert await h._call("team_restore", keys, again) == [TeamCode.EXISTING]
     assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
+    assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
     assert await h.record_types() == []  # nothing new happened: nothing to record
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") == now + DEADLINE_MS
     assert (await h.lock("t1", "m2"))[0] == TeamCode.OK

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import pytest
 import sqlalchemy.exc
+from sqlalchemy import select
 
+from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
 from groupbuy.storage.backends import Backends
+from groupbuy.storage.events import EventRow
 from tests.support.money import assert_money_conserved, count
 
 
@@ -227,3 +232,30 @@ def test_the_journal_never_holds_more_than_its_bound(
     for i in range(25):
         journal.note("pk", f"u{i}", 0, i + 1, 10, 1_000)
     assert journal.waiting <= 10 and journal.waiting + journal.dropped == 25
+
+
+async def test_packet_versions_count_its_changes_in_bodies_and_events(
+    services: Services,
+) -> None:
+    packets = services.packets
+    await packets.deposit("s", 1_000, "f")
+    await packets.send("s", 1_000, 10, packet_id="pv")
+    assert (await packets.get("pv"))["version"] == 1
+
+    async def grab(user: str) -> str:
+        try:
+            return str((await packets.grab("pv", user))["status"])
+        except errors.SoldOut:
+            return "sold_out"
+
+    answers = await asyncio.gather(*(grab(f"u{i}") for i in range(15)))
+    assert answers.count("grabbed") == 10
+    assert (await packets.get("pv"))["version"] == 1 + 10 + 1  # sent, grabs, sold out
+    await packets.record_pending()
+    async with services.database.sessions() as session:
+        rows = (await session.execute(select(EventRow.type, EventRow.data))).all()
+    versions = {kind: json.loads(data)["version"] for kind, data in rows}
+    assert versions == {"packet.sent": 1, "packet.sold_out": 12}
+    # Once Redis has let it go, SQL answers the same version.
+    await services.redis.delete(*services.keys.packet_keys("pv")[:4])
+    assert (await packets.get("pv"))["version"] == 12
