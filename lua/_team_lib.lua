@@ -15,7 +15,8 @@
 -- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms,
--- formed_by, version (1 when opened, +1 for every lock, unlock, lock expiry, member,
+-- formed_by, virtual_min (0: none; else the virtual completion threshold, copied from
+-- the activity), virtual_seats (set when formed by it), version (1 when opened, +1 for every lock, unlock, lock expiry, member,
 -- formed and failed; every record carries the version after its change).
 
 -- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
@@ -98,29 +99,42 @@ local function member_list()
   return table.concat(out, ',')
 end
 
--- A team past its deadline fails, in effect at the deadline, whoever notices first.
-local function fail_team(team)
+-- A team past its deadline ends, in effect at the deadline, whoever notices first: formed
+-- by virtual completion when it has at least virtual_min real members, else failed.
+local function end_at_deadline(team)
   team.expired_locks = purge_expired(team, team.deadline_ms)
+  if team.virtual_min > 0 and team.member_count >= team.virtual_min then
+    local seats = team.size - team.member_count
+    close_team('formed', 'formed_ms', team.deadline_ms)
+    redis.call('HSET', KEYS[1], 'virtual_seats', seats)
+    emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
+          'team_id', ARGV[2], 'members', member_list(), 'virtual_seats', seats,
+          'version', bump(KEYS[1])})
+    team.status = 'formed'
+    team.ended_now = true
+    return
+  end
   close_team('failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
         'team_id', ARGV[2], 'members', member_list(), 'version', bump(KEYS[1])})
   team.status = 'failed'
+  team.ended_now = true
 end
 
 -- The team's state after the lazy checks (deadline, expired locks), or nil if unknown.
 local function load_team(now)
   local f = redis.call('HMGET', KEYS[1], 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
-                       'member_count', 'expire_at_ms')
+                       'member_count', 'expire_at_ms', 'virtual_min')
   if not f[1] then
     return nil
   end
   local team = {status = f[1], size = tonumber(f[2]), lock_ttl_ms = tonumber(f[3]),
                 deadline_ms = tonumber(f[4]), member_count = tonumber(f[5]),
-                expire_at_ms = tonumber(f[6])}
+                expire_at_ms = tonumber(f[6]), virtual_min = tonumber(f[7] or '0')}
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
-      fail_team(team)
+      end_at_deadline(team)
     else
       team.expired_locks = purge_expired(team, now)
     end

@@ -44,6 +44,7 @@ TEAM_KEYS = {
     "deadline_at",
     "formed_at",
     "failed_at",
+    "virtual_seats",
     "version",
 }
 MEMBER_KEYS = {"user_id", "order_id", "joined_at"}
@@ -57,7 +58,15 @@ NEW_LOCK_KEYS = {
     "released_team_id",
     "version",
 }
-ACTIVITY_KEYS = {"activity_id", "name", "team_size", "lock_ttl_s", "team_deadline_s", "created_at"}
+ACTIVITY_KEYS = {
+    "activity_id",
+    "name",
+    "team_size",
+    "lock_ttl_s",
+    "team_deadline_s",
+    "virtual_completion",
+    "created_at",
+}
 
 
 # -- helpers ------------------------------------------------------------------------

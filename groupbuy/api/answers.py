@@ -78,6 +78,12 @@ class ReconcileReport(Answer):
     mismatches: list[dict[str, Any]] = Field(description="the first 1000, each with its `kind`")
 
 
+class VirtualCompletionRule(Answer):
+    """An activity's virtual completion (模拟成团)."""
+
+    min_members: int
+
+
 class Activity(Answer):
     """An activity and the parameters its teams take."""
 
@@ -86,6 +92,10 @@ class Activity(Answer):
     team_size: int
     lock_ttl_s: int
     team_deadline_s: int
+    virtual_completion: VirtualCompletionRule | None = Field(
+        description="at the deadline a team with at least min_members real members is formed "
+        "(its missing seats counted as virtual_seats) instead of failed"
+    )
     created_at: Timestamp
 
 
@@ -120,6 +130,9 @@ class Team(Answer):
     deadline_at: Timestamp = Field(description="an open team fails at this time")
     formed_at: Timestamp | None
     failed_at: Timestamp | None
+    virtual_seats: int = Field(
+        description="seats counted as filled when the team was formed by virtual completion"
+    )
     version: int = Field(
         description="counts the team's changes (open, each lock, unlock, lock expiry, member, "
         "formed, failed); a body or event with a larger version is newer"

@@ -144,9 +144,33 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     if endpoint.body is not None:
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": endpoint.body.model_json_schema()}},
+            "content": {"application/json": {"schema": _inlined(endpoint.body)}},
         }
     return operation
+
+
+def _inlined(body: type[BaseModel]) -> dict[str, Any]:
+    """A request body's JSON schema with its nested models written in place (a body's
+    parts are not shared, so they need no name of their own under components)."""
+    schema = body.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(
+                    {
+                        **defs[ref.removeprefix("#/$defs/")],
+                        **{k: v for k, v in node.items() if k != "$ref"},
+                    }
+                )
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return dict(resolve(schema))
 
 
 def _answer_schemas(endpoints: list[Endpoint]) -> dict[str, Any]:

@@ -20,6 +20,12 @@ from groupbuy.locks.service import TeamService
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize
 
 
+class VirtualCompletion(StrictBody):
+    """At the deadline a team with at least `min_members` real members is formed."""
+
+    min_members: TeamSize = Field(description="2 <= min_members <= the activity's team_size")
+
+
 class ActivityCreate(StrictBody):
     """Body of POST /v1/activities (omitted numbers take the configured defaults)."""
 
@@ -28,6 +34,7 @@ class ActivityCreate(StrictBody):
     team_size: TeamSize | None = None
     lock_ttl_s: LockTtlS | None = None
     team_deadline_s: TeamDeadlineS | None = None
+    virtual_completion: VirtualCompletion | None = None
 
 
 class TeamOpen(StrictBody):
@@ -57,7 +64,11 @@ def _service(request: Request) -> TeamService:
 
 
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
-    return created_response(await _service(request).create_activity(**body.model_dump()))
+    virtual = body.virtual_completion
+    fields = body.model_dump(exclude={"virtual_completion"})
+    min_members = virtual.min_members if virtual else None
+    outcome = await _service(request).create_activity(**fields, virtual_min_members=min_members)
+    return created_response(outcome)
 
 
 async def get_activity(request: Request) -> Response:

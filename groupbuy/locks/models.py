@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from groupbuy.storage.db import Base
 
@@ -21,6 +21,29 @@ class ActivityRow(Base):
     lock_ttl_s: Mapped[int] = mapped_column(Integer)
     team_deadline_s: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # loaded with the activity (one more SELECT by key), absent when it sets no rule
+    rules: Mapped[ActivityRulesRow | None] = relationship(lazy="selectin")
+
+    @property
+    def virtual_min_members(self) -> int | None:
+        """The virtual completion threshold, or None when teams simply fail."""
+        return self.rules.virtual_min_members if self.rules else None
+
+
+class ActivityRulesRow(Base):
+    """The optional rules of an activity (a row only when it sets one).
+
+    Kept beside `activities` rather than in it so that a database created before the rules
+    existed gains them with a new table, not a changed one.
+    """
+
+    __tablename__ = "activity_rules"
+
+    activity_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("activities.activity_id"), primary_key=True
+    )
+    # at the deadline a team with at least this many real members is formed, not failed
+    virtual_min_members: Mapped[int | None] = mapped_column(Integer)
 
 
 class TeamRow(Base):

@@ -122,7 +122,9 @@ def _project(
             ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
         )
         endings.append((f, status, column))
-        members_data = {**base, "members": _members(f["members"])}
+        members_data: dict[str, Any] = {**base, "members": _members(f["members"])}
+        if kind == "team.formed":
+            members_data["virtual_seats"] = int(f.get("virtual_seats", 0))
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members_data)
     if kind == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])

@@ -21,7 +21,7 @@ from sqlalchemy import select, tuple_, update
 from groupbuy import errors
 from groupbuy.locks.codec import member_value
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
-from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
+from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, TeamRow
 from groupbuy.locks.records import recorded_version
 from groupbuy.locks.view import TeamView
 from groupbuy.metrics import LOCK_OUTCOMES, RESTORED, counts_outcomes, lock_outcome
@@ -67,23 +67,36 @@ class TeamService(UsesBackends):
         team_size: int | None = None,
         lock_ttl_s: int | None = None,
         team_deadline_s: int | None = None,
+        virtual_min_members: int | None = None,
     ) -> Outcome:
         """Create an activity; the same id and parameters again returns the original."""
-        wanted = {
+        wanted: dict[str, Any] = {
             "activity_id": activity_id,
             "name": name,
             "team_size": team_size or self._defaults.team_size,
             "lock_ttl_s": lock_ttl_s or self._defaults.lock_ttl_s,
             "team_deadline_s": team_deadline_s or self._defaults.team_deadline_s,
         }
+        if virtual_min_members is not None and virtual_min_members > wanted["team_size"]:
+            raise errors.InvalidRequest(
+                f"virtual_completion.min_members may be at most team_size ({wanted['team_size']})"
+            )
         now_ms = await self._clock.now_ms(self._redis)
         async with self._db.transaction() as session:
             created = await insert_ignore(
                 session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
             )
+            if created and virtual_min_members is not None:
+                session.add(
+                    ActivityRulesRow(
+                        activity_id=activity_id, virtual_min_members=virtual_min_members
+                    )
+                )
+                await session.flush()
             row = await session.get(ActivityRow, activity_id, populate_existing=True)
         assert row is not None
         body = self._activity_body(row)
+        wanted["virtual_completion"] = _virtual_body(virtual_min_members)
         if not created and any(body[k] != v for k, v in wanted.items()):
             raise errors.Conflict(
                 f"activity {activity_id!r} exists with other parameters", activity=body
@@ -113,6 +126,7 @@ class TeamService(UsesBackends):
                     "team_size": row.team_size,
                     "lock_ttl_ms": row.lock_ttl_s * 1000,
                     "team_deadline_ms": row.team_deadline_s * 1000,
+                    "virtual_min": row.virtual_min_members or 0,
                 },
             )
             pipe.pexpire(key, _ACTIVITY_COPY_TTL_MS)
@@ -126,6 +140,7 @@ class TeamService(UsesBackends):
             "team_size": row.team_size,
             "lock_ttl_s": row.lock_ttl_s,
             "team_deadline_s": row.team_deadline_s,
+            "virtual_completion": _virtual_body(row.virtual_min_members),
             "created_at": iso_ms(to_ms(row.created_at)),
         }
 
@@ -263,6 +278,7 @@ class TeamService(UsesBackends):
                 to_ms(team.deadline_at),
                 self._defaults.retention_s * 1000,
                 version,
+                activity.virtual_min_members or 0,
                 *recorded,
             )
             reply = await self._scripts.call(
@@ -457,7 +473,13 @@ class TeamService(UsesBackends):
             "deadlines": (self._keys.deadline_index, self._keys.due_deadlines()),
         }[index]
         now_ms = await self._clock.now_ms(self._redis)
-        report = {"activities": 0, "teams": 0, "locks_expired": 0, "teams_failed": 0}
+        report = {
+            "activities": 0,
+            "teams": 0,
+            "locks_expired": 0,
+            "teams_failed": 0,
+            "teams_formed_virtually": 0,
+        }
         seen: set[str] = set()
         for _ in range(max_batches):
             due = await self._redis.zrangebyscore(due_index, "-inf", now_ms, start=0, num=batch)
@@ -503,7 +525,9 @@ class TeamService(UsesBackends):
                 report["teams"] += 1
                 if code is TeamCode.OK:
                     report["locks_expired"] += int(rest[0])
-                    report["teams_failed"] += index == "deadlines" and rest[1] == "failed"
+                    ended = rest[1] if int(rest[2]) else ""  # this call ended it
+                    report["teams_failed"] += ended == "failed"
+                    report["teams_formed_virtually"] += ended == "formed"
             touched = touched or bool(due)
             if len(due) < batch:
                 break
@@ -581,6 +605,11 @@ class TeamService(UsesBackends):
         self._reindex_after = ids[-1] if len(ids) == page else ""
         restored = await self.restore_missing(page, restore_limit)
         return {"activities_reindexed": len(ids), "teams_restored": restored}
+
+
+def _virtual_body(min_members: int | None) -> dict[str, int] | None:
+    """An activity's `virtual_completion` as the API shows it."""
+    return None if min_members is None else {"min_members": min_members}
 
 
 def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class TeamView:
     formed_ms: int | None
     failed_ms: int | None
     version: int  # the team's changes so far (SPEC §3); a newer body has a larger one
+    virtual_seats: int  # seats counted as filled by virtual completion (0 otherwise)
 
     @classmethod
     def from_redis(
@@ -57,6 +58,7 @@ class TeamView:
             formed_ms=optional_int(team.get("formed_ms")),
             failed_ms=optional_int(team.get("failed_ms")),
             version=int(team.get("version", 0)),
+            virtual_seats=int(team.get("virtual_seats", 0)),
         )
 
     @classmethod
@@ -76,6 +78,8 @@ class TeamView:
             formed_ms=to_ms(team.formed_at) if team.formed_at else None,
             failed_ms=to_ms(team.failed_at) if team.failed_at else None,
             version=version,
+            # a formed team short of members was formed by virtual completion
+            virtual_seats=team.size - len(members) if team.status == "formed" else 0,
         )
 
     def body(self) -> dict[str, Any]:
@@ -101,5 +105,6 @@ class TeamView:
             "deadline_at": iso_ms(self.deadline_ms),
             "formed_at": iso_ms(self.formed_ms),
             "failed_at": iso_ms(self.failed_ms),
+            "virtual_seats": self.virtual_seats,
             "version": self.version,
         }

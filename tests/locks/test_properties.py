@@ -227,6 +227,7 @@ class _Model:
             "deadline_at": iso_ms(t.deadline_ms),
             "formed_at": iso_ms(t.formed_ms),
             "failed_at": iso_ms(t.failed_ms),
+            "virtual_seats": 0,  # this activity has no virtual completion
             "version": t.version,
         }
 

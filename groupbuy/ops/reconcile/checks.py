@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 
 from groupbuy.locks import codec as team_codec
-from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.locks.models import ActivityRulesRow, MemberRow, TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch
 from groupbuy.redpacket import codec as packet_codec
@@ -253,8 +253,10 @@ class TeamChecks(_Checks):
                 TeamRow.size,
                 counts.c.members,
                 counts.c.seqs,
+                ActivityRulesRow.virtual_min_members.label("virtual_min"),
             )
             .select_from(TeamRow)
+            .outerjoin(ActivityRulesRow, ActivityRulesRow.activity_id == TeamRow.activity_id)
             .outerjoin(
                 counts,
                 and_(

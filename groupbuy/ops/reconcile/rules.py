@@ -40,7 +40,8 @@ KINDS = {
     # a team (SPEC §4.1), then Redis against SQL once the activity's outbox is empty
     "team_overfull": "more member rows than seats",
     "team_duplicate_seq": "two member rows share a seq",
-    "team_formed_size": "formed, but without exactly `size` member rows",
+    "team_formed_size": "formed, but without exactly `size` member rows (or, under virtual "
+    "completion, at least its min_members)",
     "redis_team_missing": "open in SQL, but unknown to Redis",
     "redis_team_member_count": "in Redis, member_count != the number of members",
     "redis_team_status": "the status differs between Redis and SQL",
@@ -183,7 +184,9 @@ def team(t: dict[str, Any], live: Live, members: dict[str, str | None]) -> Findi
         found.add("team_overfull", members=n, size=size)
     if t["seqs"] != n:
         found.add("team_duplicate_seq", members=n, seqs=t["seqs"])
-    if status == "formed" and n != size:
+    virtual_min = t.get("virtual_min")
+    formed_short = virtual_min is not None and virtual_min <= n < size
+    if status == "formed" and n != size and not formed_short:
         found.add("team_formed_size", members=n, size=size)
     if not f:
         if status == "open" and not live.pending:
