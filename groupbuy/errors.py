@@ -93,6 +93,10 @@ class LockRequired(Conflict):
     code, title = "lock_required", "The user holds no unexpired lock on this team"
 
 
+class UserLimitReached(Conflict):
+    code, title = "user_limit_reached", "The user has reached a limit of the activity"
+
+
 class InsufficientFunds(Conflict):
     code, title = "insufficient_funds", "The sender's balance is lower than the packet's amount"
 

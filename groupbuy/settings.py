@@ -37,6 +37,8 @@ PacketLifetimeS = Annotated[int, Field(ge=1, le=604_800)]
 """How long a packet can be grabbed, in seconds."""
 RetentionS = Annotated[int, Field(ge=1, le=31_536_000)]
 """How long Redis keeps an ended team or packet, in seconds."""
+UserLimit = Annotated[int, Field(ge=1, le=1000)]
+"""A per-user limit of an activity (teams a user may belong to, open teams a leader leads)."""
 IntervalS = Annotated[float, Field(ge=0.01, le=86400)]
 """Seconds between two runs of a scheduled job."""
 

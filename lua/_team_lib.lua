@@ -15,7 +15,8 @@
 -- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms,
--- formed_by, virtual_min (0: none; else the virtual completion threshold, copied from
+-- formed_by, teams_limit and led_limit (the activity's per-user limits, 0: none),
+-- virtual_min (0: none; else the virtual completion threshold, copied from
 -- the activity), virtual_seats (set when formed by it), version (1 when opened, +1 for every lock, unlock, lock expiry, member,
 -- formed and failed; every record carries the version after its change).
 
@@ -23,6 +24,7 @@
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
 local NO_LOCK = 11
+local USER_LIMIT_REACHED = 14
 
 -- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
 -- index lists the activity from its first waiting record (the entry id's ms) until
@@ -30,6 +32,46 @@ local NO_LOCK = 11
 local function emit(fields)
   local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
   redis.call('ZADD', KEYS[7], 'NX', string.match(id, '^%d+'), ARGV[1])
+end
+
+-- The counters behind an activity's per-user limits, under its hash tag: `what` is 'teams'
+-- (teams the user belongs to, open or formed) or 'led' (open teams the user leads). The
+-- names are built here from KEYS[1] (the team hash, '<tag>:team:<team id>') because a team
+-- that ends changes the counters of members its caller cannot name; they stay in the
+-- activity's slot. groupbuy.storage.keys.Keys.user_counter builds the same names.
+local function user_counter(user, what)
+  return string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[2] - 6) .. ':user:' .. user .. ':' .. what
+end
+
+-- {USER_LIMIT_REACHED, limit, current, name} when the user is at `limit` (0: none).
+local function over_limit(user, what, limit, name)
+  if limit > 0 then
+    local current = tonumber(redis.call('GET', user_counter(user, what)) or '0')
+    if current >= limit then
+      return {USER_LIMIT_REACHED, limit, current, name}
+    end
+  end
+  return nil
+end
+
+-- Move a user's counter by `by` when the activity limits it.
+local function count(user, what, limit, by)
+  if limit > 0 then
+    redis.call('INCRBY', user_counter(user, what), by)
+  end
+end
+
+-- A team that ends is no longer open for its leader; a failed one gives every member
+-- their team back.
+local function ended_counts(team, failed)
+  if team.led_limit > 0 then
+    count(redis.call('HGET', KEYS[1], 'leader_id'), 'led', team.led_limit, -1)
+  end
+  if failed and team.teams_limit > 0 then
+    for _, user in ipairs(redis.call('HKEYS', KEYS[2])) do
+      count(user, 'teams', team.teams_limit, -1)
+    end
+  end
 end
 
 -- Count one change of the team whose hash is `key`; returns its version after it.
@@ -105,6 +147,7 @@ local function end_at_deadline(team)
   team.expired_locks = purge_expired(team, team.deadline_ms)
   if team.virtual_min > 0 and team.member_count >= team.virtual_min then
     local seats = team.size - team.member_count
+    ended_counts(team, false)
     close_team('formed', 'formed_ms', team.deadline_ms)
     redis.call('HSET', KEYS[1], 'virtual_seats', seats)
     emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
@@ -114,6 +157,7 @@ local function end_at_deadline(team)
     team.ended_now = true
     return
   end
+  ended_counts(team, true)
   close_team('failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
         'team_id', ARGV[2], 'members', member_list(), 'version', bump(KEYS[1])})
@@ -124,13 +168,15 @@ end
 -- The team's state after the lazy checks (deadline, expired locks), or nil if unknown.
 local function load_team(now)
   local f = redis.call('HMGET', KEYS[1], 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
-                       'member_count', 'expire_at_ms', 'virtual_min')
+                       'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
+                       'led_limit')
   if not f[1] then
     return nil
   end
   local team = {status = f[1], size = tonumber(f[2]), lock_ttl_ms = tonumber(f[3]),
                 deadline_ms = tonumber(f[4]), member_count = tonumber(f[5]),
-                expire_at_ms = tonumber(f[6]), virtual_min = tonumber(f[7] or '0')}
+                expire_at_ms = tonumber(f[6]), virtual_min = tonumber(f[7] or '0'),
+                teams_limit = tonumber(f[8] or '0'), led_limit = tonumber(f[9] or '0')}
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then

@@ -8,7 +8,7 @@
 -- earlier confirm completed the team, recorded as formed_by), where team... is the team
 -- after the call as team_read answers it,
 -- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
--- {TEAM_FAILED}, {TEAM_NOT_FOUND}.
+-- {TEAM_FAILED}, {TEAM_NOT_FOUND}, {USER_LIMIT_REACHED, limit, current, limit name}.
 local now = now_ms(ARGV[3])
 local user = ARGV[4]
 local team = load_team(now)
@@ -29,10 +29,15 @@ end
 if not redis.call('ZSCORE', KEYS[3], user) then
   return {LOCK_REQUIRED}
 end
+local refused = over_limit(user, 'teams', team.teams_limit, 'teams_per_user')
+if refused then
+  return refused
+end
 
 redis.call('ZREM', KEYS[3], user)
 reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
 local seq = redis.call('HINCRBY', KEYS[1], 'member_count', 1)
+count(user, 'teams', team.teams_limit, 1)
 redis.call('HSET', KEYS[2], user, int(seq) .. '|' .. int(now) .. '|' .. ARGV[5])
 local current = redis.call('GET', KEYS[10])
 if current and split(current)[1] == ARGV[2] then
@@ -44,6 +49,7 @@ emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
 if seq < team.size then
   return {OK, 0, snapshot()}
 end
+ended_counts(team, false)
 close_team('formed', 'formed_ms', now)
 redis.call('HSET', KEYS[1], 'formed_by', user)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],

@@ -11,7 +11,8 @@
 -- {EXISTING, locked_at_ms, expires_at_ms, version} unexpired lock on this team (unchanged),
 -- {TEAM_FULL, earliest_locked_at_ms or '', next_unlock_ms or ''},
 -- {SWITCH_NEEDED, team_id}: the user holds a live lock in that other team; call again with its keys,
--- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND}.
+-- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND},
+-- {USER_LIMIT_REACHED, limit, current, limit name}: a seat the user may not take.
 local now = now_ms(ARGV[3])
 local user = ARGV[4]
 local team = load_team(now)
@@ -30,6 +31,11 @@ if held then
   held = tonumber(held)
   return {EXISTING, int(held), int(held + team.lock_ttl_ms),
           tonumber(redis.call('HGET', KEYS[1], 'version'))}
+end
+
+local refused = over_limit(user, 'teams', team.teams_limit, 'teams_per_user')
+if refused then
+  return refused
 end
 
 local lock_count = redis.call('ZCARD', KEYS[3])

@@ -2,15 +2,16 @@
 -- requires: _common
 -- requires: _team_lib
 -- KEYS[1..9] as _team_lib  KEYS[10] activity hash (team_size, lock_ttl_ms, team_deadline_ms,
---         virtual_min)
+--         virtual_min, teams_per_user, open_per_leader)
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader order_id ('' for none)
 -- ARGV[6] retention_ms: how long the keys outlive the deadline
 -- Returns {OK, team...} opened, {EXISTING, team...} same leader and order already opened it
 -- (team...: the team now, after the lazy checks, as team_read answers it),
--- {CONFLICT} the team id is taken with other parameters, {ACTIVITY_NOT_FOUND}.
+-- {CONFLICT} the team id is taken with other parameters, {ACTIVITY_NOT_FOUND},
+-- {USER_LIMIT_REACHED, limit, current, limit name} the leader is at a per-user limit.
 local now = now_ms(ARGV[3])
 local activity = redis.call('HMGET', KEYS[10], 'team_size', 'lock_ttl_ms', 'team_deadline_ms',
-                            'virtual_min')
+                            'virtual_min', 'teams_per_user', 'open_per_leader')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
 end
@@ -23,12 +24,23 @@ if existing[1] then
   return {CONFLICT}
 end
 
+local teams_limit = tonumber(activity[5] or '0')
+local led_limit = tonumber(activity[6] or '0')
+local refused = over_limit(ARGV[4], 'teams', teams_limit, 'teams_per_user')
+  or over_limit(ARGV[4], 'led', led_limit, 'open_teams_per_leader')
+if refused then
+  return refused
+end
+
 local deadline = now + tonumber(activity[3])
 local expire_at = deadline + tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'leader_id', ARGV[4], 'leader_order_id', ARGV[5], 'status', 'open',
            'size', activity[1], 'lock_ttl_ms', activity[2], 'created_ms', int(now),
            'deadline_ms', int(deadline), 'expire_at_ms', int(expire_at), 'member_count', 1,
-           'version', 1, 'virtual_min', activity[4] or 0)
+           'version', 1, 'virtual_min', activity[4] or 0, 'teams_limit', teams_limit,
+           'led_limit', led_limit)
+count(ARGV[4], 'teams', teams_limit, 1)
+count(ARGV[4], 'led', led_limit, 1)
 redis.call('HSET', KEYS[2], ARGV[4], '1|' .. int(now) .. '|' .. ARGV[5])
 index_deadline(ARGV[2], deadline)
 redis.call('PEXPIREAT', KEYS[1], expire_at)

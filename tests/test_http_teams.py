@@ -65,6 +65,7 @@ ACTIVITY_KEYS = {
     "lock_ttl_s",
     "team_deadline_s",
     "virtual_completion",
+    "limits",
     "created_at",
 }
 

@@ -84,6 +84,13 @@ class VirtualCompletionRule(Answer):
     min_members: int
 
 
+class ActivityLimitsRule(Answer):
+    """An activity's per-user limits (null: no limit of that kind)."""
+
+    teams_per_user: int | None
+    open_teams_per_leader: int | None
+
+
 class Activity(Answer):
     """An activity and the parameters its teams take."""
 
@@ -95,6 +102,10 @@ class Activity(Answer):
     virtual_completion: VirtualCompletionRule | None = Field(
         description="at the deadline a team with at least min_members real members is formed "
         "(its missing seats counted as virtual_seats) instead of failed"
+    )
+    limits: ActivityLimitsRule | None = Field(
+        description="per-user limits; past one, opening, locking or confirming answers 409 "
+        "user_limit_reached"
     )
     created_at: Timestamp
 

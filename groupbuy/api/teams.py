@@ -17,13 +17,24 @@ from groupbuy.api.endpoints import (
     json_response,
 )
 from groupbuy.locks.service import TeamService
-from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize
+from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
 
 
 class VirtualCompletion(StrictBody):
     """At the deadline a team with at least `min_members` real members is formed."""
 
     min_members: TeamSize = Field(description="2 <= min_members <= the activity's team_size")
+
+
+class ActivityLimits(StrictBody):
+    """Per-user limits of an activity; an omitted one does not apply."""
+
+    teams_per_user: UserLimit | None = Field(
+        default=None, description="teams of the activity a user may belong to (open or formed)"
+    )
+    open_teams_per_leader: UserLimit | None = Field(
+        default=None, description="open teams one leader may lead at once"
+    )
 
 
 class ActivityCreate(StrictBody):
@@ -35,6 +46,7 @@ class ActivityCreate(StrictBody):
     lock_ttl_s: LockTtlS | None = None
     team_deadline_s: TeamDeadlineS | None = None
     virtual_completion: VirtualCompletion | None = None
+    limits: ActivityLimits | None = None
 
 
 class TeamOpen(StrictBody):
@@ -64,10 +76,13 @@ def _service(request: Request) -> TeamService:
 
 
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
-    virtual = body.virtual_completion
-    fields = body.model_dump(exclude={"virtual_completion"})
-    min_members = virtual.min_members if virtual else None
-    outcome = await _service(request).create_activity(**fields, virtual_min_members=min_members)
+    virtual, limits = body.virtual_completion, body.limits or ActivityLimits()
+    fields = body.model_dump(exclude={"virtual_completion", "limits"})
+    outcome = await _service(request).create_activity(
+        **fields,
+        virtual_min_members=virtual.min_members if virtual else None,
+        **limits.model_dump(),
+    )
     return created_response(outcome)
 
 
@@ -116,6 +131,10 @@ async def get_user_lock(request: Request) -> Response:
 _TEAM = "/v1/activities/{activity_id}/teams/{team_id}"
 _NO_ACTIVITY: Problems = {errors.ActivityNotFound: "no activity has this id"}
 _NO_TEAM: Problems = {errors.TeamNotFound: "the activity has no team with this id", **_NO_ACTIVITY}
+_OVER_LIMIT: Problems = {
+    errors.UserLimitReached: "the user is at one of the activity's limits: `limit`, `current` "
+    "and `limit_name` (teams_per_user or open_teams_per_leader)"
+}
 _ENDED: Problems = {
     errors.TeamFormed: "the team is formed: it takes no more seats",
     errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
@@ -163,6 +182,7 @@ ENDPOINTS = [
         answer=answers.Team,
         problems={
             errors.Conflict: "the team id exists with another leader or order",
+            **_OVER_LIMIT,
             **_NO_ACTIVITY,
         },
     ),
@@ -193,6 +213,7 @@ ENDPOINTS = [
             "(when the earliest lock expires, null if all seats are members) and "
             "`earliest_locked_at`",
             errors.AlreadyMember: "the user is a member of this team",
+            **_OVER_LIMIT,
             **_ENDED,
             errors.Conflict: "the user's lock in another team kept changing during the "
             "switch; retry",
@@ -225,6 +246,7 @@ ENDPOINTS = [
         problems={
             errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
             errors.AlreadyMember: "the user joined this team with another order",
+            **_OVER_LIMIT,
             **_ENDED,
             **_NO_TEAM,
         },

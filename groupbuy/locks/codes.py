@@ -23,6 +23,7 @@ class TeamCode(IntEnum):
     CONFLICT = 9
     SWITCH_NEEDED = 10
     NO_LOCK = 11
+    USER_LIMIT_REACHED = 14
 
 
 _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
@@ -35,6 +36,7 @@ _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
     TeamCode.LOCK_REQUIRED: errors.LockRequired,
     TeamCode.CONFLICT: errors.Conflict,
     TeamCode.NO_LOCK: errors.NoLock,
+    TeamCode.USER_LIMIT_REACHED: errors.UserLimitReached,
 }
 
 

@@ -29,6 +29,16 @@ class ActivityRow(Base):
         """The virtual completion threshold, or None when teams simply fail."""
         return self.rules.virtual_min_members if self.rules else None
 
+    @property
+    def teams_per_user(self) -> int | None:
+        """How many teams a user may belong to, or None for no limit."""
+        return self.rules.teams_per_user if self.rules else None
+
+    @property
+    def open_teams_per_leader(self) -> int | None:
+        """How many open teams a leader may lead at once, or None for no limit."""
+        return self.rules.open_teams_per_leader if self.rules else None
+
 
 class ActivityRulesRow(Base):
     """The optional rules of an activity (a row only when it sets one).
@@ -44,6 +54,10 @@ class ActivityRulesRow(Base):
     )
     # at the deadline a team with at least this many real members is formed, not failed
     virtual_min_members: Mapped[int | None] = mapped_column(Integer)
+    # how many teams of the activity a user may belong to (open or formed)
+    teams_per_user: Mapped[int | None] = mapped_column(Integer)
+    # how many open teams one leader may lead at once
+    open_teams_per_leader: Mapped[int | None] = mapped_column(Integer)
 
 
 class TeamRow(Base):

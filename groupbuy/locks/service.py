@@ -14,7 +14,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import select, tuple_, update
 
@@ -68,6 +68,8 @@ class TeamService(UsesBackends):
         lock_ttl_s: int | None = None,
         team_deadline_s: int | None = None,
         virtual_min_members: int | None = None,
+        teams_per_user: int | None = None,
+        open_teams_per_leader: int | None = None,
     ) -> Outcome:
         """Create an activity; the same id and parameters again returns the original."""
         wanted: dict[str, Any] = {
@@ -86,10 +88,14 @@ class TeamService(UsesBackends):
             created = await insert_ignore(
                 session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
             )
-            if created and virtual_min_members is not None:
+            rules = (virtual_min_members, teams_per_user, open_teams_per_leader)
+            if created and any(rule is not None for rule in rules):
                 session.add(
                     ActivityRulesRow(
-                        activity_id=activity_id, virtual_min_members=virtual_min_members
+                        activity_id=activity_id,
+                        virtual_min_members=virtual_min_members,
+                        teams_per_user=teams_per_user,
+                        open_teams_per_leader=open_teams_per_leader,
                     )
                 )
                 await session.flush()
@@ -97,6 +103,7 @@ class TeamService(UsesBackends):
         assert row is not None
         body = self._activity_body(row)
         wanted["virtual_completion"] = _virtual_body(virtual_min_members)
+        wanted["limits"] = _limits_body(teams_per_user, open_teams_per_leader)
         if not created and any(body[k] != v for k, v in wanted.items()):
             raise errors.Conflict(
                 f"activity {activity_id!r} exists with other parameters", activity=body
@@ -127,6 +134,8 @@ class TeamService(UsesBackends):
                     "lock_ttl_ms": row.lock_ttl_s * 1000,
                     "team_deadline_ms": row.team_deadline_s * 1000,
                     "virtual_min": row.virtual_min_members or 0,
+                    "teams_per_user": row.teams_per_user or 0,
+                    "open_per_leader": row.open_teams_per_leader or 0,
                 },
             )
             pipe.pexpire(key, _ACTIVITY_COPY_TTL_MS)
@@ -141,6 +150,7 @@ class TeamService(UsesBackends):
             "lock_ttl_s": row.lock_ttl_s,
             "team_deadline_s": row.team_deadline_s,
             "virtual_completion": _virtual_body(row.virtual_min_members),
+            "limits": _limits_body(row.teams_per_user, row.open_teams_per_leader),
             "created_at": iso_ms(to_ms(row.created_at)),
         }
 
@@ -171,6 +181,8 @@ class TeamService(UsesBackends):
             code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.CONFLICT:
             raise_for(code, f"team {team_id!r} exists with another leader or order")
+        if code is TeamCode.USER_LIMIT_REACHED:
+            _refuse_over_limit(leader_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -279,6 +291,8 @@ class TeamService(UsesBackends):
                 self._defaults.retention_s * 1000,
                 version,
                 activity.virtual_min_members or 0,
+                activity.teams_per_user or 0,
+                activity.open_teams_per_leader or 0,
                 *recorded,
             )
             reply = await self._scripts.call(
@@ -376,6 +390,8 @@ class TeamService(UsesBackends):
             )
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
+        if code is TeamCode.USER_LIMIT_REACHED:
+            _refuse_over_limit(user_id, rest)
         raise_for(code)
 
     @staticmethod
@@ -420,6 +436,8 @@ class TeamService(UsesBackends):
             code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
+        if code is TeamCode.USER_LIMIT_REACHED:
+            _refuse_over_limit(user_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -607,9 +625,28 @@ class TeamService(UsesBackends):
         return {"activities_reindexed": len(ids), "teams_restored": restored}
 
 
+def _refuse_over_limit(user_id: str, rest: list[Any]) -> NoReturn:
+    """409 user_limit_reached from a script's {limit, current, limit name}."""
+    limit, current, name = int(rest[0]), int(rest[1]), str(rest[2])
+    raise_for(
+        TeamCode.USER_LIMIT_REACHED,
+        f"user {user_id!r} is at the activity's {name} limit ({current} of {limit})",
+        limit=limit,
+        current=current,
+        limit_name=name,
+    )
+
+
 def _virtual_body(min_members: int | None) -> dict[str, int] | None:
     """An activity's `virtual_completion` as the API shows it."""
     return None if min_members is None else {"min_members": min_members}
+
+
+def _limits_body(teams_per_user: int | None, open_per_leader: int | None) -> dict[str, Any] | None:
+    """An activity's `limits` as the API shows it (null when it sets none)."""
+    if teams_per_user is None and open_per_leader is None:
+        return None
+    return {"teams_per_user": teams_per_user, "open_teams_per_leader": open_per_leader}
 
 
 def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:

@@ -48,6 +48,12 @@ class Keys:
         """A user's current lock in an activity (value: see locks.codec.CurrentLock)."""
         return f"{self._activity_tag(activity_id)}:user:{user_id}:lock"
 
+    def user_counter(self, activity_id: str, user_id: str, what: str) -> str:
+        """A user's counter behind the activity's limits: `teams` (teams they belong to) or
+        `led` (open teams they lead). The team scripts build these names themselves
+        (lua/_team_lib.lua, user_counter); a test checks both agree."""
+        return f"{self._activity_tag(activity_id)}:user:{user_id}:{what}"
+
     def _packet_tag(self, packet_id: str) -> str:
         return f"{self.prefix}:{{p:{packet_id}}}"
 

@@ -323,9 +323,9 @@ async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
     members = ["L", "1|1000|o-L", "m1", "2|1001|o-1"]
     args = [AID, "t1", h.shift_ms, "L", "o-L", 3, TTL_MS, now - 5_000, now + DEADLINE_MS]
     keys = h._keys("t1")
-    restore = [*args, RETENTION_MS, 7, 0, *members]  # 6 changes recorded before the loss
+    restore = [*args, RETENTION_MS, 7, 0, 0, 0, *members]  # 6 changes recorded before the loss
     assert await h._call("team_restore", keys, restore) == [TeamCode.OK]
-    again = [*args, RETENTION_MS, 1, 0, "x", "1|1|"]
+    again = [*args, RETENTION_MS, 1, 0, 0, 0, "x", "1|1|"]
     assert await h._call("team_restore", keys, again) == [TeamCode.EXISTING]
     assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
     assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
