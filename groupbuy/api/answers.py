@@ -44,7 +44,12 @@ class Event(Answer):
     id: int = Field(description="increasing; pass the last one seen as `after`")
     type: str = Field(description="e.g. team.opened, team.formed, lock.expired, packet.refunded")
     at: Timestamp = Field(description="when it took effect")
-    data: dict[str, Any] = Field(description="the ids and amounts the event concerns")
+    data: dict[str, Any] = Field(
+        description="the ids and amounts the event concerns, and `version`: its team's or "
+        "packet's version after the change (drop an event whose version is not newer than "
+        "the one you hold); `team.formed` also has `virtual_seats` (seats counted as filled "
+        "by virtual completion, 0 for a team that filled up)"
+    )
 
 
 class EventsPage(Answer):
