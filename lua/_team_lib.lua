@@ -1,8 +1,10 @@
 -- _team_lib: helpers shared by the team_* scripts (after _common); groupbuy/storage/scripts.py
 -- prepends this file to every script whose header says "-- requires: _team_lib".
--- Common KEYS of team scripts (all under the hash tag {a:<activity_id>}):
+-- Common KEYS of the scripts that name a team (all under the hash tag {a:<activity_id>}):
 -- KEYS[1] team hash  KEYS[2] members hash (user -> "seq|joined_at_ms|order_id")
--- KEYS[3] locks zset (member user_id, score locked_at_ms)  KEYS[4] activity outbox stream
+-- KEYS[3] locks zset (member user_id, score locked_at_ms)
+-- then the activity's keys (Keys.activity_keys), KEYS[4..10]:
+-- KEYS[4] activity outbox stream
 -- KEYS[5] activity's lock index (zset team_id -> when its earliest lock expires, ms)
 -- KEYS[6] activity's deadline index (zset team_id -> deadline ms, open teams only)
 -- The two indexes let the sweeps find due teams without scanning the keyspace.
@@ -12,7 +14,10 @@
 -- KEYS[9] deadline-due index (zset activity_id -> at most the lowest score of its KEYS[6])
 -- A score in KEYS[8] / KEYS[9] only ever moves down here (ZADD LT); the sweep that reads
 -- it sets it back to the true earliest entry (activity_reindex) or removes it.
--- Common ARGV: ARGV[1] activity_id  ARGV[2] team_id  ARGV[3] clock shift in ms (0 in production)
+-- KEYS[10] activity's open-seat index (zset team_id -> seat score, see index_seats: every
+-- open team with a free seat)
+-- Common ARGV: ARGV[1] activity_id; in the scripts that name a team, ARGV[2] team_id and
+-- ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms,
 -- formed_by, teams_limit and led_limit (the activity's per-user limits, 0: none),
@@ -26,27 +31,40 @@ local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED
 local NO_LOCK = 11
 local USER_LIMIT_REACHED = 14
 
+-- The activity's keys by name, from KEYS[first..first + 6] (the order of Keys.activity_keys).
+local function activity_keys(first)
+  return {outbox = KEYS[first], lock_index = KEYS[first + 1], deadlines = KEYS[first + 2],
+          pending = KEYS[first + 3], due_locks = KEYS[first + 4],
+          due_deadlines = KEYS[first + 5], open_seats = KEYS[first + 6]}
+end
+local A = activity_keys(4)
+
+-- The team a script names: its id and keys (load_team adds its state).
+local function named_team()
+  return {id = ARGV[2], hash = KEYS[1], members = KEYS[2], locks = KEYS[3]}
+end
+
 -- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
 -- index lists the activity from its first waiting record (the entry id's ms) until
 -- outbox_ack leaves the stream empty.
 local function emit(fields)
-  local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
-  redis.call('ZADD', KEYS[7], 'NX', string.match(id, '^%d+'), ARGV[1])
+  local id = redis.call('XADD', A.outbox, '*', unpack(fields))
+  redis.call('ZADD', A.pending, 'NX', string.match(id, '^%d+'), ARGV[1])
 end
 
 -- The counters behind an activity's per-user limits, under its hash tag: `what` is 'teams'
 -- (teams the user belongs to, open or formed) or 'led' (open teams the user leads). The
--- names are built here from KEYS[1] (the team hash, '<tag>:team:<team id>') because a team
+-- names are built here from a team's hash key ('<tag>:team:<team id>') because a team
 -- that ends changes the counters of members its caller cannot name; they stay in the
 -- activity's slot. groupbuy.storage.keys.Keys.user_counter builds the same names.
-local function user_counter(user, what)
-  return string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[2] - 6) .. ':user:' .. user .. ':' .. what
+local function user_counter(team, user, what)
+  return string.sub(team.hash, 1, #team.hash - #team.id - 6) .. ':user:' .. user .. ':' .. what
 end
 
 -- {USER_LIMIT_REACHED, limit, current, name} when the user is at `limit` (0: none).
-local function over_limit(user, what, limit, name)
+local function over_limit(team, user, what, limit, name)
   if limit > 0 then
-    local current = tonumber(redis.call('GET', user_counter(user, what)) or '0')
+    local current = tonumber(redis.call('GET', user_counter(team, user, what)) or '0')
     if current >= limit then
       return {USER_LIMIT_REACHED, limit, current, name}
     end
@@ -55,9 +73,9 @@ local function over_limit(user, what, limit, name)
 end
 
 -- Move a user's counter by `by` when the activity limits it.
-local function count(user, what, limit, by)
+local function count(team, user, what, limit, by)
   if limit > 0 then
-    redis.call('INCRBY', user_counter(user, what), by)
+    redis.call('INCRBY', user_counter(team, user, what), by)
   end
 end
 
@@ -65,11 +83,11 @@ end
 -- their team back.
 local function ended_counts(team, failed)
   if team.led_limit > 0 then
-    count(redis.call('HGET', KEYS[1], 'leader_id'), 'led', team.led_limit, -1)
+    count(team, redis.call('HGET', team.hash, 'leader_id'), 'led', team.led_limit, -1)
   end
   if failed and team.teams_limit > 0 then
-    for _, user in ipairs(redis.call('HKEYS', KEYS[2])) do
-      count(user, 'teams', team.teams_limit, -1)
+    for _, user in ipairs(redis.call('HKEYS', team.members)) do
+      count(team, user, 'teams', team.teams_limit, -1)
     end
   end
 end
@@ -81,14 +99,14 @@ end
 
 -- Index a team in the lock index at `due` (ms); the activity is due no later than that.
 local function index_lock(team_id, due)
-  redis.call('ZADD', KEYS[5], int(due), team_id)
-  redis.call('ZADD', KEYS[8], 'LT', int(due), ARGV[1])
+  redis.call('ZADD', A.lock_index, int(due), team_id)
+  redis.call('ZADD', A.due_locks, 'LT', int(due), ARGV[1])
 end
 
 -- Index an open team in the deadline index; the activity is due no later than that.
 local function index_deadline(team_id, deadline)
-  redis.call('ZADD', KEYS[6], int(deadline), team_id)
-  redis.call('ZADD', KEYS[9], 'LT', int(deadline), ARGV[1])
+  redis.call('ZADD', A.deadlines, int(deadline), team_id)
+  redis.call('ZADD', A.due_deadlines, 'LT', int(deadline), ARGV[1])
 end
 
 -- Keep a team's entry in the lock index equal to its earliest lock's expiry.
@@ -97,39 +115,65 @@ local function reindex(team_id, locks_key, lock_ttl_ms)
   if first[2] then
     index_lock(team_id, tonumber(first[2]) + lock_ttl_ms)
   else
-    redis.call('ZREM', KEYS[5], team_id)
+    redis.call('ZREM', A.lock_index, team_id)
   end
 end
 
--- A team that stops taking seats leaves both indexes and drops its locks.
-local function close_team(status, at_field, at)
-  redis.call('DEL', KEYS[3])
-  redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('ZREM', KEYS[6], ARGV[2])
-  redis.call('HSET', KEYS[1], 'status', status, at_field, int(at))
+-- Seats taken (members + locks) weigh more than any created_ms (< 2^42 ms, year 2109), and
+-- at most 50 are taken: the score stays an integer that a double holds exactly (< 2^53).
+local SEAT_WEIGHT = 4398046511104
+
+-- Keep a team's entry in the open-seat index true: listed while it is open with a free seat,
+-- scored created_ms - taken * 2^42 (groupbuy.locks.codec.seat_score) so that ZRANGE lists
+-- the most taken seats first, then the oldest team. `team` needs id, hash and locks.
+local function index_seats(team)
+  local f = redis.call('HMGET', team.hash, 'status', 'size', 'member_count', 'created_ms')
+  if f[1] == 'open' then
+    local taken = tonumber(f[3]) + redis.call('ZCARD', team.locks)
+    if taken < tonumber(f[2]) then
+      redis.call('ZADD', A.open_seats, int(tonumber(f[4]) - taken * SEAT_WEIGHT), team.id)
+      return
+    end
+  end
+  redis.call('ZREM', A.open_seats, team.id)
+end
+
+-- A team Redis no longer has (its keys expired or were lost) leaves the activity's indexes.
+local function forget_team(team_id)
+  redis.call('ZREM', A.lock_index, team_id)
+  redis.call('ZREM', A.deadlines, team_id)
+  redis.call('ZREM', A.open_seats, team_id)
+end
+
+-- A team that stops taking seats leaves every index and drops its locks.
+local function close_team(team, status, at_field, at)
+  redis.call('DEL', team.locks)
+  forget_team(team.id)
+  redis.call('HSET', team.hash, 'status', status, at_field, int(at))
 end
 
 -- Remove the locks that expired at or before `at`, one lock.expired record each;
 -- returns how many.
 local function purge_expired(team, at)
   local cutoff = at - team.lock_ttl_ms
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cutoff, 'WITHSCORES')
+  local expired = redis.call('ZRANGEBYSCORE', team.locks, '-inf', cutoff, 'WITHSCORES')
   for i = 1, #expired, 2 do
     local locked_at = tonumber(expired[i + 1])
     emit({'type', 'lock.expired', 'at_ms', int(locked_at + team.lock_ttl_ms),
-          'activity_id', ARGV[1], 'team_id', ARGV[2], 'user_id', expired[i],
-          'locked_at_ms', int(locked_at), 'version', bump(KEYS[1])})
+          'activity_id', ARGV[1], 'team_id', team.id, 'user_id', expired[i],
+          'locked_at_ms', int(locked_at), 'version', bump(team.hash)})
   end
   if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', cutoff)
-    reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
+    redis.call('ZREMRANGEBYSCORE', team.locks, '-inf', cutoff)
+    reindex(team.id, team.locks, team.lock_ttl_ms)
+    index_seats(team)
   end
   return #expired / 2
 end
 
 -- "user|order,user|order" in joining order, for records that list the members.
-local function member_list()
-  local flat = redis.call('HGETALL', KEYS[2])
+local function member_list(team)
+  local flat = redis.call('HGETALL', team.members)
   local rows = {}
   for i = 1, #flat, 2 do
     local parts = split(flat[i + 1])
@@ -148,35 +192,37 @@ local function end_at_deadline(team)
   if team.virtual_min > 0 and team.member_count >= team.virtual_min then
     local seats = team.size - team.member_count
     ended_counts(team, false)
-    close_team('formed', 'formed_ms', team.deadline_ms)
-    redis.call('HSET', KEYS[1], 'virtual_seats', seats)
+    close_team(team, 'formed', 'formed_ms', team.deadline_ms)
+    redis.call('HSET', team.hash, 'virtual_seats', seats)
     emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
-          'team_id', ARGV[2], 'members', member_list(), 'virtual_seats', seats,
-          'version', bump(KEYS[1])})
+          'team_id', team.id, 'members', member_list(team), 'virtual_seats', seats,
+          'version', bump(team.hash)})
     team.status = 'formed'
     team.ended_now = true
     return
   end
   ended_counts(team, true)
-  close_team('failed', 'failed_ms', team.deadline_ms)
+  close_team(team, 'failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
-        'team_id', ARGV[2], 'members', member_list(), 'version', bump(KEYS[1])})
+        'team_id', team.id, 'members', member_list(team), 'version', bump(team.hash)})
   team.status = 'failed'
   team.ended_now = true
 end
 
--- The team's state after the lazy checks (deadline, expired locks), or nil if unknown.
-local function load_team(now)
-  local f = redis.call('HMGET', KEYS[1], 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
+-- The team after the lazy checks (deadline, expired locks): `team` (the named one when
+-- nil) with its state added, or nil if Redis does not have it.
+local function load_team(now, team)
+  team = team or named_team()
+  local f = redis.call('HMGET', team.hash, 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
                        'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
                        'led_limit')
   if not f[1] then
     return nil
   end
-  local team = {status = f[1], size = tonumber(f[2]), lock_ttl_ms = tonumber(f[3]),
-                deadline_ms = tonumber(f[4]), member_count = tonumber(f[5]),
-                expire_at_ms = tonumber(f[6]), virtual_min = tonumber(f[7] or '0'),
-                teams_limit = tonumber(f[8] or '0'), led_limit = tonumber(f[9] or '0')}
+  team.status, team.size, team.lock_ttl_ms = f[1], tonumber(f[2]), tonumber(f[3])
+  team.deadline_ms, team.member_count = tonumber(f[4]), tonumber(f[5])
+  team.expire_at_ms, team.virtual_min = tonumber(f[6]), tonumber(f[7] or '0')
+  team.teams_limit, team.led_limit = tonumber(f[8] or '0'), tonumber(f[9] or '0')
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
@@ -198,9 +244,28 @@ local function closed_code(team)
   return nil
 end
 
+-- Hold a free seat of an open team (loaded, `lock_count` locks now) for `user` from `now`,
+-- and point the user's current-lock key at it; returns when the lock expires and the team's
+-- version after the lock.
+local function take_seat(team, user, now, lock_count, user_key)
+  local expires = now + team.lock_ttl_ms
+  redis.call('ZADD', team.locks, now, user)
+  if lock_count == 0 then
+    -- The first lock: it is the earliest (the index learns its expiry) and it creates the
+    -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.
+    index_lock(team.id, expires)
+    redis.call('PEXPIREAT', team.locks, team.expire_at_ms)
+  end
+  index_seats(team)
+  redis.call('SET', user_key, team.id .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
+             int(team.deadline_ms), 'PX', team.lock_ttl_ms)
+  return expires, bump(team.hash)
+end
+
 -- The team as team_read answers it (three flat lists: the team hash, the members hash,
 -- the locks oldest first with their scores); put last in a reply table, all three follow.
-local function snapshot()
-  return redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
-         redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+local function snapshot(team)
+  team = team or named_team()
+  return redis.call('HGETALL', team.hash), redis.call('HGETALL', team.members),
+         redis.call('ZRANGE', team.locks, 0, -1, 'WITHSCORES')
 end

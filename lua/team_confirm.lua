@@ -1,7 +1,7 @@
 -- team_confirm: payment succeeded, turn the user's unexpired lock into membership.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..9] as _team_lib  KEYS[10] user's current-lock key
+-- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
 -- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: that
@@ -29,7 +29,7 @@ end
 if not redis.call('ZSCORE', KEYS[3], user) then
   return {LOCK_REQUIRED}
 end
-local refused = over_limit(user, 'teams', team.teams_limit, 'teams_per_user')
+local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
 if refused then
   return refused
 end
@@ -37,11 +37,11 @@ end
 redis.call('ZREM', KEYS[3], user)
 reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
 local seq = redis.call('HINCRBY', KEYS[1], 'member_count', 1)
-count(user, 'teams', team.teams_limit, 1)
+count(team, user, 'teams', team.teams_limit, 1)
 redis.call('HSET', KEYS[2], user, int(seq) .. '|' .. int(now) .. '|' .. ARGV[5])
-local current = redis.call('GET', KEYS[10])
+local current = redis.call('GET', KEYS[11])
 if current and split(current)[1] == ARGV[2] then
-  redis.call('DEL', KEYS[10])
+  redis.call('DEL', KEYS[11])
 end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', ARGV[1],
       'team_id', ARGV[2], 'user_id', user, 'order_id', ARGV[5], 'seq', int(seq),
@@ -50,8 +50,8 @@ if seq < team.size then
   return {OK, 0, snapshot()}
 end
 ended_counts(team, false)
-close_team('formed', 'formed_ms', now)
+close_team(team, 'formed', 'formed_ms', now)
 redis.call('HSET', KEYS[1], 'formed_by', user)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', ARGV[1], 'team_id', ARGV[2],
-      'members', member_list(), 'version', bump(KEYS[1])})
+      'members', member_list(team), 'version', bump(KEYS[1])})
 return {OK, 1, snapshot()}

@@ -1,9 +1,9 @@
 -- team_lock: hold one free seat of a team for a user, atomically.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..9] as _team_lib  KEYS[10] user's current-lock key
+-- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
 --         ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms", PX = lock ttl)
--- KEYS[11] hash and KEYS[12] locks zset of the team the caller believes the user holds a lock
+-- KEYS[12] hash and KEYS[13] locks zset of the team the caller believes the user holds a lock
 --          in (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or '', version} new lock
@@ -33,7 +33,7 @@ if held then
           tonumber(redis.call('HGET', KEYS[1], 'version'))}
 end
 
-local refused = over_limit(user, 'teams', team.teams_limit, 'teams_per_user')
+local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
 if refused then
   return refused
 end
@@ -51,7 +51,7 @@ end
 -- A live lock in another team of this activity must be released first; its keys
 -- were not known to the caller if it did not name that team, so ask for them.
 local released = ''
-local current = redis.call('GET', KEYS[10])
+local current = redis.call('GET', KEYS[11])
 if current then
   local parts = split(current)
   local other = parts[1]
@@ -59,39 +59,31 @@ if current then
     if other ~= ARGV[5] then
       return {SWITCH_NEEDED, other}
     end
-    local other_score = redis.call('ZSCORE', KEYS[12], user)
+    local other_score = redis.call('ZSCORE', KEYS[13], user)
     if other_score then
       -- Only an open team keeps locks; one past its deadline has failed in effect.
-      local o = redis.call('HMGET', KEYS[11], 'lock_ttl_ms', 'deadline_ms')
+      local o = redis.call('HMGET', KEYS[12], 'lock_ttl_ms', 'deadline_ms')
       local locked_at = tonumber(other_score)
       local expiry = locked_at + tonumber(o[1])
       local deadline = tonumber(o[2])
-      redis.call('ZREM', KEYS[12], user)
-      reindex(other, KEYS[12], tonumber(o[1]))
+      redis.call('ZREM', KEYS[13], user)
+      reindex(other, KEYS[13], tonumber(o[1]))
+      index_seats({id = other, hash = KEYS[12], locks = KEYS[13]})
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
-          bump(KEYS[11])  -- a release, as an unlock there would be
+          bump(KEYS[12])  -- a release, as an unlock there would be
         end
         -- else: still live at that team's deadline, it ends with the team (no record).
       else
         -- Expired before anyone swept it there: record its expiry, as the sweep would.
         emit({'type', 'lock.expired', 'at_ms', int(expiry), 'activity_id', ARGV[1],
               'team_id', other, 'user_id', user, 'locked_at_ms', int(locked_at),
-              'version', bump(KEYS[11])})
+              'version', bump(KEYS[12])})
       end
     end
   end
 end
 
-local expires = now + team.lock_ttl_ms
-redis.call('ZADD', KEYS[3], now, user)
-if lock_count == 0 then
-  -- The first lock: it is the earliest (the index learns its expiry) and it creates the
-  -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.
-  index_lock(ARGV[2], expires)
-  redis.call('PEXPIREAT', KEYS[3], team.expire_at_ms)
-end
-redis.call('SET', KEYS[10], ARGV[2] .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
-           int(team.deadline_ms), 'PX', team.lock_ttl_ms)
-return {OK, int(now), int(expires), released, bump(KEYS[1])}
+local expires, version = take_seat(team, user, now, lock_count, KEYS[11])
+return {OK, int(now), int(expires), released, version}

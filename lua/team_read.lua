@@ -1,7 +1,7 @@
 -- team_read: a team's current state after the lazy checks (deadline, expired locks).
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..9] as _team_lib
+-- KEYS[1..10] as _team_lib
 -- ARGV[1..3] as _team_lib
 -- Returns {OK, now_ms, team hash as flat list, members hash as flat list, locks as flat
 -- [user, locked_at_ms, ...] oldest first}, or {TEAM_NOT_FOUND}.

@@ -1,7 +1,7 @@
 -- team_restore: rebuild an open team that Redis lost, from its SQL record, once.
 -- requires: _common
 -- requires: _team_lib
--- KEYS[1..9] as _team_lib
+-- KEYS[1..10] as _team_lib
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader's order_id ('' for none)
 -- ARGV[6] size  ARGV[7] lock_ttl_ms  ARGV[8] created_ms  ARGV[9] deadline_ms
 -- ARGV[10] retention_ms  ARGV[11] version (after every recorded change, plus this one)
@@ -27,5 +27,6 @@ if members > 0 then
   redis.call('PEXPIREAT', KEYS[2], expire_at)
 end
 index_deadline(ARGV[2], deadline)
+index_seats(named_team())
 redis.call('PEXPIREAT', KEYS[1], expire_at)
 return {OK}

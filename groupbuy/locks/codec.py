@@ -95,6 +95,16 @@ def parse_current_lock(value: str) -> CurrentLock:
     )
 
 
+SEAT_WEIGHT = 2**42
+"""What one taken seat weighs in a seat score: more than any created_ms (lua/_team_lib.lua)."""
+
+
+def seat_score(taken: int, created_ms: int) -> int:
+    """An open team's score in its activity's open-seat index, as index_seats writes it: the
+    more seats taken (members + locks), the lower; then the older, the lower."""
+    return created_ms - taken * SEAT_WEIGHT
+
+
 class ListedMember(NamedTuple):
     """One entry of the member list in team.formed / team.failed records."""
 

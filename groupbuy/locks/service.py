@@ -567,8 +567,8 @@ class TeamService(UsesBackends):
         for activity_id, team_id in ended:
             keys = self._keys.team_keys(activity_id, team_id)
             await self._redis.delete(*keys[:3])
-            await self._redis.zrem(keys[4], team_id)
-            await self._redis.zrem(keys[5], team_id)
+            for index in (keys[4], keys[5], keys[9]):  # lock, deadline and open-seat indexes
+                await self._redis.zrem(index, team_id)
         if ended:
             async with self._db.transaction() as session:
                 for activity_id, team_id in ended:

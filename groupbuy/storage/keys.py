@@ -14,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+# After a team's hash key: its members hash and its locks zset.
+_MEMBERS = ":members"
+_LOCKS = ":locks"
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -32,17 +36,21 @@ class Keys:
         """Stream of records an activity's scripts wrote for SQL."""
         return f"{self._activity_tag(activity_id)}:outbox"
 
+    def team_key_prefix(self, activity_id: str) -> str:
+        """What every team hash key of an activity starts with (the team id follows)."""
+        return f"{self._activity_tag(activity_id)}:team:"
+
     def team(self, activity_id: str, team_id: str) -> str:
         """Hash of one team's state."""
-        return f"{self._activity_tag(activity_id)}:team:{team_id}"
+        return f"{self.team_key_prefix(activity_id)}{team_id}"
 
     def team_members(self, activity_id: str, team_id: str) -> str:
         """Hash user_id -> 'seq|joined_at_ms|order_id'."""
-        return f"{self.team(activity_id, team_id)}:members"
+        return f"{self.team(activity_id, team_id)}{_MEMBERS}"
 
     def team_locks(self, activity_id: str, team_id: str) -> str:
         """Sorted set of a team's seat locks: member user_id, score locked_at_ms."""
-        return f"{self.team(activity_id, team_id)}:locks"
+        return f"{self.team(activity_id, team_id)}{_LOCKS}"
 
     def user_lock(self, activity_id: str, user_id: str) -> str:
         """A user's current lock in an activity (value: see locks.codec.CurrentLock)."""
@@ -89,6 +97,11 @@ class Keys:
     def deadline_index(self, activity_id: str) -> str:
         """Sorted set team_id -> deadline of each open team (what expire_teams reads)."""
         return f"{self._activity_tag(activity_id)}:deadlines"
+
+    def open_seats(self, activity_id: str) -> str:
+        """Sorted set team_id -> seat score (locks.codec.seat_score) of each open team with a
+        free seat: the most taken seats first, then the oldest."""
+        return f"{self._activity_tag(activity_id)}:open_seats"
 
     def pending_activities(self) -> str:
         """Sorted set activity_id -> ms of the oldest record waiting in its outbox stream."""
@@ -137,9 +150,23 @@ class Keys:
             self.due_deadlines(),
         ]
 
+    def activity_keys(self, activity_id: str) -> list[str]:
+        """An activity's keys every team script takes (KEYS[4..10] of lua/_team_lib.lua): its
+        outbox, lock, deadline and open-seat indexes under its tag, and the pending, lock-due
+        and deadline-due indexes (global)."""
+        return [
+            self.outbox(activity_id),
+            self.lock_index(activity_id),
+            self.deadline_index(activity_id),
+            self.pending_activities(),
+            self.due_locks(),
+            self.due_deadlines(),
+            self.open_seats(activity_id),
+        ]
+
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
-        """The KEYS[1..9] every team script starts with (see lua/_team_lib.lua): six under
-        the activity's tag, then the pending, lock-due and deadline-due indexes (global)."""
+        """The KEYS[1..10] every script naming a team starts with (see lua/_team_lib.lua): the
+        team's hash, members and locks, then the activity's keys."""
         return list(self._team_keys(activity_id, team_id))
 
     # Built on every seat lock; a storm hits the same teams again and again (15% of a lock's
@@ -150,10 +177,5 @@ class Keys:
             self.team(activity_id, team_id),
             self.team_members(activity_id, team_id),
             self.team_locks(activity_id, team_id),
-            self.outbox(activity_id),
-            self.lock_index(activity_id),
-            self.deadline_index(activity_id),
-            self.pending_activities(),
-            self.due_locks(),
-            self.due_deadlines(),
+            *self.activity_keys(activity_id),
         )

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from groupbuy.locks.codec import SEAT_WEIGHT, seat_score
 from groupbuy.locks.codes import TeamCode
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_names, script_source
+from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 AID = "act1"
 TTL_MS = 10_000
@@ -63,6 +65,18 @@ class Harness:
             "team_confirm", self._keys(tid, user), [AID, tid, self.shift_ms, user, order]
         )
 
+    async def sweep(self, tid: str) -> list[Any]:
+        return await self._call("team_sweep", self._keys(tid), [AID, tid, self.shift_ms])
+
+    async def created_ms(self, tid: str) -> int:
+        return int(await self.redis.hget(self.keys.team(AID, tid), "created_ms"))
+
+    async def open_seats(self) -> dict[str, int]:
+        """The open-seat index, checked against the teams' own keys first."""
+        indexed = await indexed_open_seats(self.redis, self.keys, AID)
+        assert indexed == await recomputed_open_seats(self.redis, self.keys, AID)
+        return indexed
+
     async def read(self, tid: str) -> list[Any]:
         return await self._call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
 
@@ -93,7 +107,7 @@ def test_every_script_has_a_contract_header() -> None:
         source = script_source(name)
         body = source[source.index(f"-- {name}:") :]
         assert body.startswith(f"-- {name}: "), name
-        assert re.search(r"-- KEYS\[1(\.\.\d)?\]", body), name
+        assert re.search(r"-- KEYS\[1(\.\.\d+)?\]", body), name
         assert "-- Returns" in body, name
 
 
@@ -305,6 +319,46 @@ async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> N
     assert (await h.user_lock("u3"))[1] == "t2"
 
 
+async def test_open_seat_index_follows_every_change_of_seats(h: Harness) -> None:
+    await h.open("t1")
+    h.shift_ms += 1
+    await h.open("t2")
+    t1, t2 = await h.created_ms("t1"), await h.created_ms("t2")
+    assert await h.open_seats() == {"t1": seat_score(1, t1), "t2": seat_score(1, t2)}
+    await h.lock("t2", "u1")  # t2 is now closer to forming: it comes first
+    assert await h.open_seats() == {"t1": seat_score(1, t1), "t2": seat_score(2, t2)}
+    assert await h.redis.zrange(h.keys.open_seats(AID), 0, -1) == ["t2", "t1"]
+    await h.lock("t2", "u2")  # full: no longer listed
+    assert await h.open_seats() == {"t1": seat_score(1, t1)}
+    await h.unlock("t2", "u2")
+    assert await h.open_seats() == {"t1": seat_score(1, t1), "t2": seat_score(2, t2)}
+    await h.lock("t1", "u1", other="t2")  # a switch frees a seat in the team left
+    assert await h.open_seats() == {"t1": seat_score(2, t1), "t2": seat_score(1, t2)}
+    await h.confirm("t1", "u1", "o1")  # a lock becomes a member: as many seats taken
+    assert await h.open_seats() == {"t1": seat_score(2, t1), "t2": seat_score(1, t2)}
+    await h.lock("t1", "u3")
+    await h.confirm("t1", "u3", "o3")  # formed
+    assert await h.open_seats() == {"t2": seat_score(1, t2)}
+    await h.lock("t2", "u4")
+    await h.lock("t2", "u5")
+    assert await h.open_seats() == {}
+    h.shift_ms += TTL_MS  # both locks expire; the stored seats count them until one is dropped
+    assert await h.open_seats() == {}
+    await h.read("t2")
+    assert await h.open_seats() == {"t2": seat_score(1, t2)}
+    h.shift_ms += DEADLINE_MS
+    assert (await h.sweep("t2"))[2] == "failed"
+    assert await h.open_seats() == {}
+
+
+async def test_a_lost_team_leaves_the_open_seat_index(h: Harness) -> None:
+    await h.open("t1")
+    await h.redis.delete(h.keys.team(AID, "t1"), h.keys.team_members(AID, "t1"))
+    assert list(await indexed_open_seats(h.redis, h.keys, AID)) == ["t1"]  # until noticed
+    assert code(await h.sweep("t1")) is TeamCode.TEAM_NOT_FOUND
+    assert await h.open_seats() == {}
+
+
 async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
@@ -331,6 +385,7 @@ async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
     assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
     assert await h.record_types() == []  # nothing new happened: nothing to record
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") == now + DEADLINE_MS
+    assert await h.open_seats() == {"t1": seat_score(2, now - 5_000)}
     assert (await h.lock("t1", "m2"))[0] == TeamCode.OK
     assert (await h.lock("t1", "m3"))[0] == TeamCode.TEAM_FULL
     assert (await h.confirm("t1", "m2", "o-2"))[:2] == [TeamCode.OK, 1]  # the third seat
@@ -364,6 +419,7 @@ def test_lua_codes_mirror_the_python_enum() -> None:
     for names, values in re.findall(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE):
         for name, value in zip(names.split(","), values.split(","), strict=True):
             lua_codes[name.strip()] = int(value)
+    assert lua_codes.pop("SEAT_WEIGHT") == SEAT_WEIGHT  # the seat score's, as the codec's
     assert lua_codes == {code.name: code.value for code in TeamCode}
 
 
