@@ -89,6 +89,10 @@ class TeamFailed(Conflict):
     code, title = "team_failed", "The team failed: its deadline passed before it formed"
 
 
+class NoTeamAvailable(Conflict):
+    code, title = "no_team_available", "No open team of the activity has a free seat"
+
+
 class LockRequired(Conflict):
     code, title = "lock_required", "The user holds no unexpired lock on this team"
 

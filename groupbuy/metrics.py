@@ -39,8 +39,9 @@ _JOB_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 
 LOCK_OUTCOMES = Counter(
     "groupbuy_lock_outcomes_total",
-    "Seat lock attempts by outcome: locked, existing, or the refusal's error code.",
-    ["outcome"],
+    "Seat lock attempts by operation (lock: a named team, join: any team of the activity) and "
+    "outcome: locked, existing, or the refusal's error code.",
+    ["operation", "outcome"],
 )
 GRAB_OUTCOMES = Counter(
     "groupbuy_grab_outcomes_total",
@@ -97,11 +98,12 @@ def series(metric: Any) -> Callable[..., Any]:
 
 
 def counts_outcomes(
-    counter: Counter, outcome_of: Callable[[Any], str]
+    counter: Counter, outcome_of: Callable[[Any], str], *labels: str
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Decorate an async service call to count each call in `counter` by its outcome.
 
-    A result is labelled by `outcome_of(result)`, a refusal by its error code, and any
+    `labels` are the values of the counter's labels before `outcome`, the same for every
+    call. A result is labelled by `outcome_of(result)`, a refusal by its error code, and any
     other failure (Redis or SQL down, a bug) as `error`.
     """
 
@@ -119,7 +121,7 @@ def counts_outcomes(
                 outcome = exc.code
                 raise
             finally:
-                child(outcome).inc()
+                child(*labels, outcome).inc()
 
         return counted
 

@@ -138,12 +138,15 @@ class AuthSettings(_Section):
 
 
 class TeamSettings(_Section):
-    """Defaults for activities that do not set their own values."""
+    """Defaults for activities that do not set their own values, and how far one call that
+    picks a team (joining any team, the list of open teams) looks."""
 
     team_size: TeamSize = 3
     lock_ttl_s: LockTtlS = 300
     team_deadline_s: TeamDeadlineS = 86400
     retention_s: RetentionS = 604800
+    # index entries one such script call looks at, in each of its bounded passes
+    join_candidates: Annotated[int, Field(ge=1, le=1000)] = 20
 
 
 class RedPacketSettings(_Section):

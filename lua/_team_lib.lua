@@ -15,7 +15,9 @@
 -- A score in KEYS[8] / KEYS[9] only ever moves down here (ZADD LT); the sweep that reads
 -- it sets it back to the true earliest entry (activity_reindex) or removes it.
 -- KEYS[10] activity's open-seat index (zset team_id -> seat score, see index_seats: every
--- open team with a free seat)
+-- open team with a free seat, what team_join reads)
+-- A script that names no team (team_join) passes the activity's keys first, as
+-- KEYS[1..7], and points A at them: A = activity_keys(1).
 -- Common ARGV: ARGV[1] activity_id; in the scripts that name a team, ARGV[2] team_id and
 -- ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
@@ -28,8 +30,7 @@
 -- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
-local NO_LOCK = 11
-local USER_LIMIT_REACHED = 14
+local NO_LOCK, NO_TEAM_AVAILABLE, LOOK_FURTHER, USER_LIMIT_REACHED = 11, 12, 13, 14
 
 -- The activity's keys by name, from KEYS[first..first + 6] (the order of Keys.activity_keys).
 local function activity_keys(first)

@@ -669,6 +669,74 @@ def test_user_lock_200_and_404(client: TestClient, opened_team: OpenTeam) -> Non
     assert_problem(user_lock(client, "a", "u1"), 404, "no_lock")
 
 
+# -- joining any team ------------------------------------------------------------------
+
+
+def join(client: TestClient, aid: str, uid: Any) -> httpx.Response:
+    return client.post(f"/v1/activities/{aid}/locks", json={"user_id": uid}, headers=SERVICE)
+
+
+def test_join_201_existing_200_no_team_409_then_a_freed_seat(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("j", "t1", "L1", team_size=3, lock_ttl_s=60)
+    clock(client).advance(0.01)
+    open_team(client, "j", "t2", "L2")
+    first = assert_ok(lock(client, "j", "t2", "u1"), 201)
+    joined = assert_ok(join(client, "j", "x"), 201)  # t2 has the most seats taken
+    assert set(joined) == NEW_LOCK_KEYS and joined["team_id"] == "t2", joined
+    assert joined["status"] == "locked" and joined["user_id"] == "x"
+    assert joined["released_team_id"] is None
+    assert ms(joined["expires_at"]) - ms(joined["locked_at"]) == 60_000
+    assert assert_ok(join(client, "j", "x"), 200) == {**joined, "existing": True}
+    t2 = get_team(client, "j", "t2")
+    assert [lk["user_id"] for lk in t2["locks"]] == ["u1", "x"]
+    assert joined["version"] == t2["version"] == 3  # opened, u1's lock, x's: as a lock counts
+    assert assert_ok(user_lock(client, "j", "x"), 200)["team_id"] == "t2"
+    assert [assert_ok(join(client, "j", u), 201)["team_id"] for u in ("y", "z")] == ["t1"] * 2
+    refused = assert_problem(join(client, "j", "w"), 409, "no_team_available")
+    assert refused["next_unlock_at"] == first["expires_at"]  # the activity's earliest lock
+    clock(client).advance(60)  # every lock expired, none swept: the seats are free
+    assert assert_ok(join(client, "j", "w"), 201)["team_id"] == "t1"  # as empty: the older
+    assert_problem(join(client, "nope", "w"), 404, "activity_not_found")
+
+
+def test_join_never_picks_a_team_the_user_is_a_member_of(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("j", "t1", "L1", team_size=3)
+    assert_ok(lock(client, "j", "t1", "m"), 201)
+    assert_ok(confirm(client, "j", "t1", "m", "o-m"), 201)
+    assert_problem(join(client, "j", "m"), 409, "no_team_available")  # t1 has a seat: not for m
+    assert_problem(join(client, "j", "L1"), 409, "no_team_available")
+    open_team(client, "j", "t2", "L2")
+    assert assert_ok(join(client, "j", "m"), 201)["team_id"] == "t2"
+    assert assert_ok(join(client, "j", "L2"), 201)["team_id"] == "t1"
+
+
+def test_join_422_on_bad_input(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("j", "t1", "L1")
+    for uid in ("", "a b", "x" * 65, 7, None, "é"):
+        assert_problem(join(client, "j", uid), 422, "invalid_request")
+    url = "/v1/activities/j/locks"
+    bodies: list[Any] = [{}, {"user_id": "u", "team_id": "t1"}, []]
+    for body in bodies:
+        assert_problem(client.post(url, json=body, headers=SERVICE), 422, "invalid_request")
+    assert_problem(client.post(url, content=b"", headers=SERVICE), 422, "invalid_request")
+    assert_problem(join(client, "bad%20id", "u"), 422, "invalid_request")
+    assert get_team(client, "j", "t1")["locks"] == []
+
+
+def test_join_puts_back_the_activity_redis_forgot(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("j", "t1", "L1")
+    services = app_services(client)
+    portal(client).call(services.redis.delete, services.keys.activity("j"))
+    assert assert_ok(join(client, "j", "u"), 201)["team_id"] == "t1"
+    assert portal(client).call(services.redis.exists, services.keys.activity("j")) == 1
+
+
 # -- events feed --------------------------------------------------------------------
 
 

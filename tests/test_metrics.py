@@ -95,6 +95,11 @@ def lock(client: TestClient, user: str, team: str = "t1", activity: str = "a") -
     return client.post(url, json={"user_id": user}, headers=SERVICE).status_code
 
 
+def join(client: TestClient, user: str, activity: str = "a") -> int:
+    url = f"/v1/activities/{activity}/locks"
+    return client.post(url, json={"user_id": user}, headers=SERVICE).status_code
+
+
 def grab(client: TestClient, packet: str, user: str) -> int:
     url = f"/v1/redpackets/{packet}/grab"
     return client.post(url, json={"user_id": user}, headers=SERVICE).status_code
@@ -176,6 +181,32 @@ def test_lock_outcomes_count_exactly_the_attempts(
         "team_not_found": 1,
         "activity_not_found": 1,
     }
+
+
+def test_join_outcomes_are_lock_outcomes_of_operation_join(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team(team_size=2)
+    before = scrape(client)
+    assert join(client, "u1") == 201
+    assert join(client, "u1") == 200  # existing
+    assert join(client, "u2") == 409  # no_team_available
+    assert join(client, "u2", activity="nope") == 404
+    assert lock(client, "u2") == 409  # a named team: counted apart
+    after = scrape(client)
+    name = "groupbuy_lock_outcomes_total"
+    joins = {
+        outcome: value(after, name, operation="join", outcome=outcome)
+        - value(before, name, operation="join", outcome=outcome)
+        for outcome in ("locked", "existing", "no_team_available", "activity_not_found")
+    }
+    assert joins == {"locked": 1, "existing": 1, "no_team_available": 1, "activity_not_found": 1}
+    assert set(deltas(before, after, name, "operation")) == {"join", "lock"}
+    assert (
+        value(after, name, operation="lock", outcome="team_full")
+        - value(before, name, operation="lock", outcome="team_full")
+        == 1
+    )
 
 
 def test_grab_outcomes_count_exactly_the_grabs(client: TestClient) -> None:
@@ -318,7 +349,7 @@ def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
     env = {**os.environ, metrics.MULTIPROC_ENV: str(tmp_path)}
     worker = """
         from groupbuy import metrics
-        metrics.LOCK_OUTCOMES.labels(outcome="locked").inc()
+        metrics.LOCK_OUTCOMES.labels(operation="lock", outcome="locked").inc()
         metrics.WRITEBACK_BACKLOG.set(7)
         with metrics.track_job("flush_records"):
             pass
@@ -334,7 +365,7 @@ def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
         print(body.decode())
     """
     page = parse(run_python(scraper, env))
-    assert value(page, "groupbuy_lock_outcomes_total", outcome="locked") == 2
+    assert value(page, "groupbuy_lock_outcomes_total", operation="lock", outcome="locked") == 2
     assert value(page, "groupbuy_job_runs_total", job="flush_records", result="ok") == 2
     assert value(page, "groupbuy_writeback_backlog_records") == 7
     assert any(path.name.startswith("counter_") for path in tmp_path.iterdir())

@@ -164,7 +164,8 @@ class LockTaken(Answer):
     locked_at: Timestamp
     expires_at: Timestamp
     released_team_id: Id | None = Field(
-        description="the team of this activity whose lock was released to allow this one"
+        description="the team of this activity whose lock was released to allow this one "
+        "(null when joining any team: a live lock is the answer there)"
     )
     version: int = Field(description="the team's version after this lock")
     existing: Literal[True] | None = Field(

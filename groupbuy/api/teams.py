@@ -109,6 +109,12 @@ async def lock_seat(request: Request, body: LockRequest) -> Response:
     )
 
 
+async def join_team(request: Request, body: LockRequest) -> Response:
+    return created_response(
+        await _service(request).join(request.path_params["activity_id"], body.user_id)
+    )
+
+
 async def unlock_seat(request: Request) -> Response:
     p = request.path_params
     released = await _service(request).unlock(p["activity_id"], p["team_id"], p["user_id"])
@@ -182,6 +188,28 @@ ENDPOINTS = [
         answer=answers.Team,
         problems={
             errors.Conflict: "the team id exists with another leader or order",
+            **_OVER_LIMIT,
+            **_NO_ACTIVITY,
+        },
+    ),
+    Endpoint(
+        "POST",
+        "/v1/activities/{activity_id}/locks",
+        join_team,
+        "Join any team: lock a free seat in the open team closest to forming",
+        body=LockRequest,
+        tag="teams",
+        responses={
+            201: "A new lock in the open team with the most members + live locks (then the "
+            "oldest) that the user is not a member of; `team_id` names it",
+            200: "The user's unexpired lock in the activity, wherever it is, unchanged "
+            "(`existing`: true)",
+        },
+        answer=answers.LockTaken,
+        problems={
+            errors.NoTeamAvailable: "no open team has a free seat for the user at this instant "
+            "(a seat whose lock has expired counts as free); `next_unlock_at`: when the "
+            "activity's earliest lock expires, or null. Open a new team instead",
             **_OVER_LIMIT,
             **_NO_ACTIVITY,
         },

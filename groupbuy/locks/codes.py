@@ -23,6 +23,8 @@ class TeamCode(IntEnum):
     CONFLICT = 9
     SWITCH_NEEDED = 10
     NO_LOCK = 11
+    NO_TEAM_AVAILABLE = 12
+    LOOK_FURTHER = 13  # team_join: call again from the cursor it answered
     USER_LIMIT_REACHED = 14
 
 
@@ -36,6 +38,7 @@ _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
     TeamCode.LOCK_REQUIRED: errors.LockRequired,
     TeamCode.CONFLICT: errors.Conflict,
     TeamCode.NO_LOCK: errors.NoLock,
+    TeamCode.NO_TEAM_AVAILABLE: errors.NoTeamAvailable,
     TeamCode.USER_LIMIT_REACHED: errors.UserLimitReached,
 }
 

@@ -340,7 +340,7 @@ class TeamService(UsesBackends):
 
     # -- seat locks ---------------------------------------------------------------
 
-    @counts_outcomes(LOCK_OUTCOMES, lock_outcome)
+    @counts_outcomes(LOCK_OUTCOMES, lock_outcome, "lock")
     async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""
         base_keys = [
@@ -374,12 +374,10 @@ class TeamService(UsesBackends):
 
         if code is TeamCode.OK:
             locked_at, expires_at, released, version = rest
-            body = self._lock_body(user_id, team_id, locked_at, expires_at, released or None)
-            return Outcome({**body, "version": int(version)}, True)
+            return _lock_outcome(user_id, team_id, locked_at, expires_at, version, released)
         if code is TeamCode.EXISTING:
             locked_at, expires_at, version = rest
-            body = self._lock_body(user_id, team_id, locked_at, expires_at, None)
-            return Outcome({**body, "version": int(version), "existing": True}, False)
+            return _lock_outcome(user_id, team_id, locked_at, expires_at, version)
         if code is TeamCode.TEAM_FULL:
             earliest, next_unlock = (optional_int(v) for v in rest)
             raise_for(
@@ -394,18 +392,55 @@ class TeamService(UsesBackends):
             _refuse_over_limit(user_id, rest)
         raise_for(code)
 
-    @staticmethod
-    def _lock_body(
-        user_id: str, team_id: str, locked_at: Any, expires_at: Any, released: str | None
-    ) -> dict[str, Any]:
-        return {
-            "status": "locked",
-            "user_id": user_id,
-            "team_id": team_id,
-            "locked_at": iso_ms(int(locked_at)),
-            "expires_at": iso_ms(int(expires_at)),
-            "released_team_id": released,
-        }
+    # -- teams picked from the activity's open-seat index ------------------------------
+
+    @counts_outcomes(LOCK_OUTCOMES, lock_outcome, "join")
+    async def join(self, activity_id: str, user_id: str) -> Outcome:
+        """Hold a free seat for the user in the open team of the activity closest to forming
+        (most members + live locks, then the oldest); the user's live lock in the activity,
+        wherever it is, is the answer instead (`existing`)."""
+        keys = [*self._keys.pick_keys(activity_id), self._keys.user_lock(activity_id, user_id)]
+        cursor: list[Any] = ["", ""]
+        while True:
+            # Each call looks at a bounded number of teams; a long way down the index (the
+            # user belongs to many of the first teams) takes several calls.
+            code, rest = await self._pick("team_join", keys, activity_id, cursor, user_id)
+            if code is not TeamCode.LOOK_FURTHER:
+                break
+            cursor = rest
+        if code in (TeamCode.OK, TeamCode.EXISTING):
+            team_id, locked_at, expires_at, version = rest
+            # Joining never releases a lock: a live one anywhere is the answer (EXISTING).
+            released = "" if code is TeamCode.OK else None
+            return _lock_outcome(user_id, team_id, locked_at, expires_at, version, released)
+        if code is TeamCode.NO_TEAM_AVAILABLE:
+            raise_for(
+                code,
+                f"no open team of activity {activity_id!r} has a free seat for {user_id!r}",
+                next_unlock_at=iso_ms(optional_int(rest[0])),
+            )
+        if code is TeamCode.USER_LIMIT_REACHED:
+            _refuse_over_limit(user_id, rest)
+        raise_for(code)
+
+    async def _pick(
+        self, script: str, keys: list[str], activity_id: str, cursor: list[Any], last: Any
+    ) -> tuple[TeamCode, list[Any]]:
+        """Call a script that picks among the activity's teams (lua/_team_pick.lua); when
+        Redis has no copy of the activity, put it back from SQL (404 when unknown) and again."""
+        args = [
+            activity_id,
+            self._clock.shift_ms,
+            *self._keys.team_key_formats(activity_id),
+            self._defaults.join_candidates,
+            *cursor,
+            last,
+        ]
+        code, rest = split_reply(await self._scripts.call(script, keys, args))
+        if code is TeamCode.ACTIVITY_NOT_FOUND:
+            await self._put_activity(await self._activity_row(activity_id))
+            code, rest = split_reply(await self._scripts.call(script, keys, args))
+        return code, rest
 
     async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
         """Release the user's lock on the team; False when there was none."""
@@ -647,6 +682,30 @@ def _limits_body(teams_per_user: int | None, open_per_leader: int | None) -> dic
     if teams_per_user is None and open_per_leader is None:
         return None
     return {"teams_per_user": teams_per_user, "open_teams_per_leader": open_per_leader}
+
+
+def _lock_outcome(
+    user_id: str,
+    team_id: str,
+    locked_at: Any,
+    expires_at: Any,
+    version: Any,
+    released: str | None = None,
+) -> Outcome:
+    """The answer of a lock from a script's reply: a new lock when `released` is given ('' for
+    none), else the user's existing lock, unchanged."""
+    body = {
+        "status": "locked",
+        "user_id": user_id,
+        "team_id": team_id,
+        "locked_at": iso_ms(int(locked_at)),
+        "expires_at": iso_ms(int(expires_at)),
+        "released_team_id": released or None,
+        "version": int(version),
+    }
+    if released is None:
+        return Outcome({**body, "existing": True}, False)
+    return Outcome(body, True)
 
 
 def _team_body(activity_id: str, team_id: str, snapshot: list[Any]) -> dict[str, Any]:

@@ -52,6 +52,11 @@ class Keys:
         """Sorted set of a team's seat locks: member user_id, score locked_at_ms."""
         return f"{self.team(activity_id, team_id)}{_LOCKS}"
 
+    def team_key_formats(self, activity_id: str) -> list[str]:
+        """How the scripts that pick teams (lua/_team_pick.lua) build a team's keys: the
+        prefix of its hash, then the suffixes of its members hash and locks zset."""
+        return [self.team_key_prefix(activity_id), _MEMBERS, _LOCKS]
+
     def user_lock(self, activity_id: str, user_id: str) -> str:
         """A user's current lock in an activity (value: see locks.codec.CurrentLock)."""
         return f"{self._activity_tag(activity_id)}:user:{user_id}:lock"
@@ -100,7 +105,7 @@ class Keys:
 
     def open_seats(self, activity_id: str) -> str:
         """Sorted set team_id -> seat score (locks.codec.seat_score) of each open team with a
-        free seat: the most taken seats first, then the oldest."""
+        free seat: the most taken seats first, then the oldest (what team_join reads)."""
         return f"{self._activity_tag(activity_id)}:open_seats"
 
     def pending_activities(self) -> str:
@@ -163,6 +168,11 @@ class Keys:
             self.due_deadlines(),
             self.open_seats(activity_id),
         ]
+
+    def pick_keys(self, activity_id: str) -> list[str]:
+        """The KEYS[1..8] of the scripts that pick teams (lua/_team_pick.lua): the activity's
+        keys, then its hash."""
+        return [*self.activity_keys(activity_id), self.activity(activity_id)]
 
     def team_keys(self, activity_id: str, team_id: str) -> list[str]:
         """The KEYS[1..10] every script naming a team starts with (see lua/_team_lib.lua): the

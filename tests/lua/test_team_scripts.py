@@ -65,6 +65,16 @@ class Harness:
             "team_confirm", self._keys(tid, user), [AID, tid, self.shift_ms, user, order]
         )
 
+    def _pick_args(self, cursor: tuple[Any, str], candidates: int) -> list[Any]:
+        formats = self.keys.team_key_formats(AID)
+        return [AID, self.shift_ms, *formats, candidates, *cursor]
+
+    async def join(
+        self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
+    ) -> list[Any]:
+        keys = [*self.keys.pick_keys(AID), self.keys.user_lock(AID, user)]
+        return await self._call("team_join", keys, [*self._pick_args(cursor, candidates), user])
+
     async def sweep(self, tid: str) -> list[Any]:
         return await self._call("team_sweep", self._keys(tid), [AID, tid, self.shift_ms])
 
@@ -399,6 +409,7 @@ async def test_scripts_survive_script_flush(h: Harness) -> None:
     assert not any(await h.redis.script_exists(*[s.sha for s in h.scripts._scripts.values()]))
     assert code(await h.lock("t1", "u1")) is TeamCode.OK
     assert code(await h.read("t1")) is TeamCode.OK
+    assert code(await h.join("u2")) is TeamCode.OK
 
 
 async def test_every_key_but_the_global_indexes_shares_the_activity_slot(h: Harness) -> None:
@@ -522,3 +533,164 @@ async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> 
     await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
     assert await h.scripts.call("activity_release", release, [AID]) == [1]
     assert not await h.redis.exists(h.keys.activity(AID), h.keys.due_deadlines())
+
+
+# -- team_join and team_list: scripts that pick a team -------------------------------
+
+
+async def restore(
+    h: Harness, tid: str, created_ms: int, *members: str, teams_limit: int = 0
+) -> None:
+    """A team with these members (the first leads) and this created_ms, as team_restore
+    rebuilds one: the way to give several teams one created_ms."""
+    recorded: list[Any] = []
+    for seq, user in enumerate(members, start=1):
+        recorded += [user, f"{seq}|{created_ms}|"]
+    args = [AID, tid, h.shift_ms, members[0], "", 3, TTL_MS, created_ms]
+    args += [created_ms + DEADLINE_MS, RETENTION_MS, len(members), 0, teams_limit, 0]
+    args += recorded
+    assert await h._call("team_restore", h._keys(tid), args) == [TeamCode.OK]
+
+
+async def join_until_answered(h: Harness, user: str, candidates: int) -> list[list[Any]]:
+    """Every reply of one join, following LOOK_FURTHER as the service does."""
+    replies = [await h.join(user, candidates=candidates)]
+    while code(replies[-1]) is TeamCode.LOOK_FURTHER:
+        cursor = (replies[-1][1], replies[-1][2])
+        replies.append(await h.join(user, cursor, candidates))
+    return replies
+
+
+async def test_join_takes_the_team_closest_to_forming_then_the_oldest(h: Harness) -> None:
+    for tid in ("t1", "t2", "t3"):
+        await h.open(tid, f"L{tid}")
+        h.shift_ms += 1
+    await h.lock("t2", "u1")
+    joined = await h.join("a")  # t2 has the most seats taken
+    assert joined[:2] == [TeamCode.OK, "t2"] and int(joined[3]) - int(joined[2]) == TTL_MS
+    assert joined[4] == 3  # t2's version: opened, u1's lock, this one (as team_lock's)
+    assert await h.redis.zscore(h.keys.team_locks(AID, "t2"), "a") == int(joined[2])
+    assert (await h.redis.get(h.keys.user_lock(AID, "a"))).startswith("t2|")
+    assert (await h.join("b"))[:2] == [TeamCode.OK, "t1"]  # t2 is full; t1 is the oldest
+    assert (await h.join("c"))[:2] == [TeamCode.OK, "t1"]
+    assert (await h.join("d"))[:2] == [TeamCode.OK, "t3"]
+    # One lock per user and activity: a live lock anywhere is the answer, unchanged.
+    assert await h.join("a") == [TeamCode.EXISTING, "t2", joined[2], joined[3], 3]
+    await h.lock("t3", "b", other="t1")
+    assert (await h.join("b"))[:2] == [TeamCode.EXISTING, "t3"]
+    assert await h.record_types() == ["team.opened"] * 3  # locks live only in Redis
+
+
+async def test_join_never_places_a_member_in_their_team_again(h: Harness) -> None:
+    await h.open("t1", "L1")
+    h.shift_ms += 1
+    await h.open("t2", "L2")
+    await h.lock("t1", "u1")
+    await h.confirm("t1", "u1", "o1")
+    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t2"]
+    await h.unlock("t2", "u1")
+    x = await h.lock("t2", "x")
+    await h.lock("t2", "y")
+    # t1 has a seat, but u1 is a member there; t2 is full until x's lock expires.
+    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, x[2]]
+    assert (await h.join("L2"))[:2] == [TeamCode.OK, "t1"]
+
+
+async def test_no_team_available_says_when_the_earliest_lock_expires(h: Harness) -> None:
+    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, ""]  # no team at all
+    await h.open("t1", "L1")
+    first = await h.lock("t1", "a")
+    h.shift_ms += 1_000
+    await h.lock("t1", "b")
+    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, first[2]]
+    await h.redis.delete(h.keys.activity(AID))
+    assert await h.join("u1") == [TeamCode.ACTIVITY_NOT_FOUND]
+
+
+async def test_join_takes_a_seat_freed_by_a_lock_that_expired_unswept(h: Harness) -> None:
+    await h.open("t1", "L1")
+    h.shift_ms += 1
+    await h.open("t2", "L2")
+    for user in ("a", "b"):
+        await h.lock("t1", user)
+    h.shift_ms += 1_000
+    for user in ("c", "d"):
+        await h.lock("t2", user)
+    assert code(await h.join("u1")) is TeamCode.NO_TEAM_AVAILABLE
+    h.shift_ms += TTL_MS - 1_000  # t1's locks expired; nobody swept them; t2's still hold
+    assert await h.open_seats() == {}  # the stored seats still count them
+    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t1"]
+    assert (await h.join("u2"))[:2] == [TeamCode.OK, "t1"]
+    assert code(await h.join("u3")) is TeamCode.NO_TEAM_AVAILABLE
+    expired = [
+        (r["team_id"], r["user_id"]) for r in await h.records() if r["type"] == "lock.expired"
+    ]
+    assert expired == [("t1", "a"), ("t1", "b")]
+
+
+async def test_join_fails_a_team_past_its_deadline_and_never_locks_there(h: Harness) -> None:
+    await h.open("t1", "L1", "o1")
+    h.shift_ms += DEADLINE_MS - 1
+    await h.open("t2", "L2")  # younger: t1 stays first in the index
+    h.shift_ms += 1
+    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t2"]
+    failed = [r for r in await h.records() if r["type"] == "team.failed"]
+    assert [(r["team_id"], r["members"]) for r in failed] == [("t1", "L1|o1")]
+    assert await h.redis.hget(h.keys.team(AID, "t1"), "status") == "failed"
+
+
+async def test_join_looks_further_in_bounded_steps(h: Harness) -> None:
+    now = int((await h.redis.time())[0]) * 1000
+    for tid in ("t1", "t2", "t3"):
+        await restore(h, tid, now, f"L{tid}", "u")  # u is a member of the first three
+    await restore(h, "t4", now + 1, "L4")
+    replies = await join_until_answered(h, "u", candidates=2)
+    assert [code(r) for r in replies] == [TeamCode.LOOK_FURTHER, TeamCode.OK]
+    assert replies[0][1:] == [str(seat_score(2, now)), "t2"] and replies[1][1] == "t4"
+    assert code(await h.join("u", (replies[0][1], "t2"), candidates=2)) is TeamCode.EXISTING
+
+
+async def test_join_applies_time_in_bounded_steps_then_looks_again(h: Harness) -> None:
+    now = int((await h.redis.time())[0]) * 1000
+    for tid in ("t1", "t2"):
+        await restore(h, tid, now, f"L{tid}", "u")  # u is a member of both
+        await h.lock(tid, f"x{tid}")
+    await restore(h, "t3", now + 1, "L3")
+    await h.lock("t3", "y1")
+    await h.lock("t3", "y2")
+    h.shift_ms += TTL_MS  # every seat lock expired: three teams to sweep, two per call
+    replies = await join_until_answered(h, "u", candidates=2)
+    assert [r[:3] for r in replies[:2]] == [
+        [TeamCode.LOOK_FURTHER, "", ""],  # time applied to two of three teams: again
+        [TeamCode.LOOK_FURTHER, str(seat_score(2, now)), "t2"],
+    ]
+    assert replies[2][:2] == [TeamCode.OK, "t3"] and len(replies) == 3
+
+
+async def test_join_keeps_the_activity_limit_on_teams_per_user(h: Harness) -> None:
+    now = int((await h.redis.time())[0]) * 1000
+    await restore(h, "t1", now, "L1", teams_limit=1)
+    await h.redis.set(h.keys.user_counter(AID, "u", "teams"), 1)  # u belongs to a team
+    assert await h.join("u") == [TeamCode.USER_LIMIT_REACHED, 1, 1, "teams_per_user"]
+    assert await h.redis.zcard(h.keys.team_locks(AID, "t1")) == 0
+    assert (await h.join("v"))[:2] == [TeamCode.OK, "t1"]
+
+
+async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None:
+    await h.open("t-1", "L1")
+    await h.open("t_2", "L2")
+    await h.lock("t-1", "a")
+    h.shift_ms += TTL_MS  # a's lock expires unswept: join drops it through built keys
+    for user in ("b", "c", "d", "e"):
+        assert code(await h.join(user)) is TeamCode.OK
+    expected = {h.keys.activity(AID), *h.keys.activity_keys(AID)}
+    for tid in ("t-1", "t_2"):
+        expected.update(h.keys.team_keys(AID, tid)[:3])
+    expected.update(h.keys.user_lock(AID, user) for user in ("a", "b", "c", "d", "e"))
+    present = set(await h.redis.keys("*"))
+    assert present <= expected, present - expected
+    for tid in ("t-1", "t_2"):
+        locked = await h.redis.zrange(h.keys.team_locks(AID, tid), 0, -1)
+        assert len(locked) == 2 and all(u in "bcde" for u in locked), (tid, locked)
+    assert await h.redis.zcard(h.keys.open_seats(AID)) == 0
+    assert await h.open_seats() == {}

@@ -1,0 +1,81 @@
+-- _team_pick: helpers of the scripts that choose among an activity's teams instead of being
+-- named one (team_join); groupbuy/storage/scripts.py prepends it after _team_lib.
+-- Such a script cannot know before it runs which teams it will read, so it builds their keys
+-- here, from the key formats in ARGV[3..5] (groupbuy.storage.keys.Keys.team_key_formats).
+-- Every key built so carries the activity's hash tag {a:<activity_id>}, as every key in KEYS
+-- does: a call still touches one slot in Redis Cluster. With the per-user limit counters of
+-- _team_lib, these are the exceptions to "a script touches only KEYS" (docs/architecture.md,
+-- "Joining any team").
+-- KEYS[1..7] the activity's keys, as KEYS[4..10] of _team_lib  KEYS[8] activity hash
+-- ARGV[1] activity_id  ARGV[2] clock shift in ms (0 in production)
+-- ARGV[3] team key prefix (a team's hash is prefix .. team_id)  ARGV[4] suffix of its members
+-- hash  ARGV[5] suffix of its locks zset (each after the team hash's key)
+-- ARGV[6] candidates: the most index entries each bounded pass looks at
+-- ARGV[7] cursor seat score, ARGV[8] cursor team_id: the last entry of the open-seat index
+-- seen before ('' and '' to start at the top)
+A = activity_keys(1)
+
+-- The keys of a team of this activity (load_team adds its state).
+local function activity_team(team_id)
+  local hash = ARGV[3] .. team_id
+  return {id = team_id, hash = hash, members = hash .. ARGV[4], locks = hash .. ARGV[5]}
+end
+
+-- Apply time where it is due, up to `looks` teams from each index: the lock index lists the
+-- teams by their earliest lock's expiry, so the teams holding an expired lock come first
+-- (full ones too: a seat freed that way is free, swept or not), and the deadline index lists
+-- the open teams by deadline. Afterwards no entry looked at is due any more (an entry that
+-- was wrong is put right), so a next call goes further. Returns true when a pass was cut
+-- short: more may be due.
+local function apply_time(now, looks)
+  local cut = false
+  for _, index in ipairs({A.lock_index, A.deadlines}) do
+    local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, looks)
+    for _, team_id in ipairs(due) do
+      local team = load_team(now, activity_team(team_id))
+      if team and team.status == 'open' then
+        reindex(team.id, team.locks, team.lock_ttl_ms)
+      else
+        forget_team(team_id)
+      end
+    end
+    cut = cut or #due == looks
+  end
+  return cut
+end
+
+-- Whether string a sorts before b byte by byte, as Redis orders the members of one score
+-- (Lua's `<` follows the server's locale).
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- The rank in the open-seat index of the first entry after (score, team_id) in its order,
+-- whether or not that entry is still there (0 for no cursor).
+local function rank_after(score, team_id)
+  if score == '' then
+    return 0
+  end
+  local now_score = redis.call('ZSCORE', A.open_seats, team_id)
+  if now_score and tonumber(now_score) == tonumber(score) then
+    return redis.call('ZRANK', A.open_seats, team_id) + 1
+  end
+  -- The entries of this score hold ranks [low, high), their ids in byte order.
+  local low = redis.call('ZCOUNT', A.open_seats, '-inf', '(' .. score)
+  local high = low + redis.call('ZCOUNT', A.open_seats, score, score)
+  while low < high do
+    local mid = math.floor((low + high) / 2)
+    if bytes_before(team_id, redis.call('ZRANGE', A.open_seats, mid, mid)[1]) then
+      high = mid
+    else
+      low = mid + 1
+    end
+  end
+  return low
+end

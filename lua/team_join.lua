@@ -1,0 +1,67 @@
+-- team_join: lock a free seat for a user in the open team of the activity that is closest to
+-- forming (most members + live locks, then the oldest), atomically (自动拼团).
+-- requires: _common
+-- requires: _team_lib
+-- requires: _team_pick
+-- The candidates come from the activity's open-seat index, at most ARGV[6] of them per call,
+-- after time is applied where it is due (apply_time), so no call grows with the number of
+-- teams. A team the user is a member of is passed over.
+-- KEYS[1..8] as _team_pick  KEYS[9] user's current-lock key (as team_lock writes it)
+-- ARGV[1..8] as _team_pick  ARGV[9] user_id
+-- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
+-- team's after the lock, as team_lock answers it),
+-- {EXISTING, team_id, locked_at_ms, expires_at_ms, version} the user's unexpired lock in the
+-- activity, unchanged (one lock per user and activity: it is the answer wherever it is),
+-- {NO_TEAM_AVAILABLE, next_unlock_ms or ''} no open team has a free seat for the user now
+-- (next_unlock_ms: when the activity's earliest lock expires),
+-- {LOOK_FURTHER, score, team_id} the candidates looked at had no seat for the user and more
+-- are listed, or time was applied to only part of what is due: call again with that cursor
+-- as ARGV[7..8] ('' '': from the top),
+-- {USER_LIMIT_REACHED, limit, current, limit name} the user may not take a seat (as team_lock),
+-- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity.
+if redis.call('EXISTS', KEYS[8]) == 0 then
+  return {ACTIVITY_NOT_FOUND}
+end
+local now = now_ms(ARGV[2])
+local looks = tonumber(ARGV[6])
+local user = ARGV[9]
+
+local current = redis.call('GET', KEYS[9])
+if current then
+  local held = load_team(now, activity_team(split(current)[1]))
+  local at = held and held.status == 'open' and redis.call('ZSCORE', held.locks, user)
+  if at then
+    at = tonumber(at)
+    return {EXISTING, held.id, int(at), int(at + held.lock_ttl_ms),
+            tonumber(redis.call('HGET', held.hash, 'version'))}
+  end
+end
+
+local cut = apply_time(now, looks)
+local start = rank_after(ARGV[7], ARGV[8])
+local listed = redis.call('ZRANGE', A.open_seats, start, start + looks - 1, 'WITHSCORES')
+for i = 1, #listed, 2 do
+  local team = load_team(now, activity_team(listed[i]))
+  if not team then
+    forget_team(listed[i])
+  elseif team.status == 'open' and redis.call('HEXISTS', team.members, user) == 0 then
+    local lock_count = redis.call('ZCARD', team.locks)
+    if team.member_count + lock_count < team.size then
+      -- The activity's limit on the teams a user belongs to, as team_lock checks it.
+      local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
+      if refused then
+        return refused
+      end
+      local expires, version = take_seat(team, user, now, lock_count, KEYS[9])
+      return {OK, team.id, int(now), int(expires), version}
+    end
+  end
+end
+if cut then
+  return {LOOK_FURTHER, '', ''}
+end
+if #listed == 2 * looks then
+  return {LOOK_FURTHER, int(tonumber(listed[#listed])), listed[#listed - 1]}
+end
+local first = redis.call('ZRANGE', A.lock_index, 0, 0, 'WITHSCORES')
+return {NO_TEAM_AVAILABLE, first[2] and int(tonumber(first[2])) or ''}
