@@ -15,8 +15,8 @@
 -- A score in KEYS[8] / KEYS[9] only ever moves down here (ZADD LT); the sweep that reads
 -- it sets it back to the true earliest entry (activity_reindex) or removes it.
 -- KEYS[10] activity's open-seat index (zset team_id -> seat score, see index_seats: every
--- open team with a free seat, what team_join reads)
--- A script that names no team (team_join) passes the activity's keys first, as
+-- open team with a free seat, what team_join and team_list read)
+-- A script that names no team (team_join, team_list) passes the activity's keys first, as
 -- KEYS[1..7], and points A at them: A = activity_keys(1).
 -- Common ARGV: ARGV[1] activity_id; in the scripts that name a team, ARGV[2] team_id and
 -- ARGV[3] clock shift in ms (0 in production)

@@ -1,5 +1,5 @@
 -- _team_pick: helpers of the scripts that choose among an activity's teams instead of being
--- named one (team_join); groupbuy/storage/scripts.py prepends it after _team_lib.
+-- named one (team_join, team_list); groupbuy/storage/scripts.py prepends it after _team_lib.
 -- Such a script cannot know before it runs which teams it will read, so it builds their keys
 -- here, from the key formats in ARGV[3..5] (groupbuy.storage.keys.Keys.team_key_formats).
 -- Every key built so carries the activity's hash tag {a:<activity_id>}, as every key in KEYS

@@ -144,12 +144,15 @@ def test_every_answer_has_its_documented_shape(client: TestClient) -> None:
     call("POST", f"{team}/locks", 409, {"user_id": "u4"})
     call("GET", team, 200)
     call("GET", "/v1/activities/a1/teams/t9", 404)
-    join = "/v1/activities/a1/locks"
+    teams, join = "/v1/activities/a1/teams", "/v1/activities/a1/locks"
+    assert [t["team_id"] for t in call("GET", f"{teams}?limit=1", 200)["teams"]] == ["t2"]
     assert call("POST", join, 201, {"user_id": "u5"})["team_id"] == "t2"
     assert call("POST", join, 200, {"user_id": "u5"})["existing"] is True
     call("POST", join, 201, {"user_id": "u6"})
     assert call("POST", join, 409, {"user_id": "u7"})["code"] == "no_team_available"
     call("POST", "/v1/activities/nope/locks", 404, {"user_id": "u7"})
+    call("GET", f"{teams}?status=formed", 422)
+    call("GET", "/v1/activities/nope/teams", 404)
 
     call(
         "POST", "/v1/accounts/alice/deposits", 201, {"amount_cents": 900, "reference": "r1"}, ADMIN

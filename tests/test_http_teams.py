@@ -669,11 +669,20 @@ def test_user_lock_200_and_404(client: TestClient, opened_team: OpenTeam) -> Non
     assert_problem(user_lock(client, "a", "u1"), 404, "no_lock")
 
 
-# -- joining any team ------------------------------------------------------------------
+# -- joining any team, and the list of open teams -------------------------------------
 
 
 def join(client: TestClient, aid: str, uid: Any) -> httpx.Response:
     return client.post(f"/v1/activities/{aid}/locks", json={"user_id": uid}, headers=SERVICE)
+
+
+def teams_page(client: TestClient, aid: str, query: str = "") -> Any:
+    page = assert_ok(client.get(f"/v1/activities/{aid}/teams?{query}", headers=SERVICE), 200)
+    assert set(page) == {"teams", "next_cursor"}, page
+    for team in page["teams"]:
+        check_team_shape(team)
+        assert team["status"] == "open" and team["free_seats"] > 0, team
+    return page
 
 
 def test_join_201_existing_200_no_team_409_then_a_freed_seat(
@@ -735,6 +744,70 @@ def test_join_puts_back_the_activity_redis_forgot(
     portal(client).call(services.redis.delete, services.keys.activity("j"))
     assert assert_ok(join(client, "j", "u"), 201)["team_id"] == "t1"
     assert portal(client).call(services.redis.exists, services.keys.activity("j")) == 1
+
+
+def test_list_open_teams_pages_closest_to_forming_first(
+    client: TestClient, opened_team: OpenTeam
+) -> None:
+    opened_team("l", "t0", "L0", team_size=4)
+    for index in range(1, 5):
+        clock(client).advance(0.01)
+        open_team(client, "l", f"t{index}", f"L{index}")
+    assert_ok(lock(client, "l", "t3", "a"), 201)
+    assert_ok(lock(client, "l", "t3", "b"), 201)
+    assert_ok(lock(client, "l", "t1", "c"), 201)
+    for user in ("d", "e", "f"):
+        assert_ok(lock(client, "l", "t4", user), 201)  # full: not listed
+    first = teams_page(client, "l", "limit=2")
+    assert [t["team_id"] for t in first["teams"]] == ["t3", "t1"]
+    assert first["teams"][0] == get_team(client, "l", "t3")
+    second = teams_page(client, "l", f"limit=2&cursor={first['next_cursor']}")
+    assert [t["team_id"] for t in second["teams"]] == ["t0", "t2"]
+    assert second["next_cursor"] is None  # nothing after t2
+    whole = teams_page(client, "l", "status=open&has_free_seats=true&limit=100")
+    assert [t["team_id"] for t in whole["teams"]] == ["t3", "t1", "t0", "t2"]
+    assert whole["next_cursor"] is None
+    assert teams_page(client, "l")["teams"] == whole["teams"]  # the defaults
+    # The list and a join agree: the first listed is where the next join goes.
+    assert assert_ok(join(client, "l", "g"), 201)["team_id"] == "t3"
+    assert [t["team_id"] for t in teams_page(client, "l")["teams"]] == ["t1", "t0", "t2"]
+    clock(client).advance(301)  # every lock expired unswept: the full team is listed again
+    listed = teams_page(client, "l")["teams"]
+    assert [t["team_id"] for t in listed] == ["t0", "t1", "t2", "t3", "t4"]
+    assert all(t["locks"] == [] and t["free_seats"] == 3 for t in listed)
+
+
+def test_list_open_teams_422_and_404(client: TestClient, opened_team: OpenTeam) -> None:
+    opened_team("l", "t0", "L0")
+    open_team(client, "l", "t1", "L1")
+    cursor = teams_page(client, "l", "limit=1")["next_cursor"]
+    assert isinstance(cursor, str)
+    make_activity(client, "empty")
+    assert teams_page(client, "empty") == {"teams": [], "next_cursor": None}
+    assert_problem(
+        client.get("/v1/activities/nope/teams", headers=SERVICE), 404, "activity_not_found"
+    )
+    for query in (
+        "limit=0",
+        "limit=101",
+        "limit=ten",
+        "limit=",
+        "status=formed",
+        "status=failed",
+        "status=",
+        "has_free_seats=false",
+        "has_free_seats=maybe",
+        "cursor=",
+        "cursor=nonsense",
+        "cursor=" + "A" * 201,
+        f"cursor={cursor}A",
+        f"cursor={cursor}&limit=0",
+        "foo=1",
+        "limit=1&limit=2",
+    ):
+        r = client.get(f"/v1/activities/l/teams?{query}", headers=SERVICE)
+        assert_problem(r, 422, "invalid_request")
+    assert len(teams_page(client, "l", f"cursor={cursor}")["teams"]) == 1
 
 
 # -- events feed --------------------------------------------------------------------

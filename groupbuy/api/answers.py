@@ -173,6 +173,15 @@ class LockTaken(Answer):
     )
 
 
+class TeamsPage(Answer):
+    """A page of the open teams that have a free seat, closest to forming first."""
+
+    teams: list[Team]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
+
+
 class Released(Answer):
     """Whether a lock was released."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -11,11 +13,13 @@ from groupbuy.api import answers
 from groupbuy.api.endpoints import (
     Endpoint,
     Id,
+    LaxQuery,
     Problems,
     StrictBody,
     created_response,
     json_response,
 )
+from groupbuy.locks.codec import parse_page_cursor
 from groupbuy.locks.service import TeamService
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
 
@@ -70,6 +74,39 @@ class MemberConfirm(StrictBody):
     order_id: Id
 
 
+class TeamsQuery(LaxQuery):
+    """Query of GET .../teams: a page of the open teams that have a free seat."""
+
+    status: Literal["open"] = Field(
+        default="open",
+        description="only `open`: the list is the activity's open-seat index (read an ended "
+        "team by its id)",
+    )
+    has_free_seats: bool = Field(
+        default=True, description="only `true`: a full team is not listed until a seat frees"
+    )
+    limit: int = Field(default=20, ge=1, le=100, description="teams per page")
+    cursor: str | None = Field(
+        default=None,
+        max_length=200,
+        description="the `next_cursor` of the previous page; absent for the first page",
+    )
+
+    @field_validator("has_free_seats")
+    @classmethod
+    def _only_free_seats(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("only teams with a free seat are listed (true)")
+        return value
+
+    @field_validator("cursor")
+    @classmethod
+    def _cursor_of_this_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_page_cursor(value)  # ValueError: 422
+        return value
+
+
 def _service(request: Request) -> TeamService:
     service: TeamService = request.app.state.services.teams
     return service
@@ -113,6 +150,13 @@ async def join_team(request: Request, body: LockRequest) -> Response:
     return created_response(
         await _service(request).join(request.path_params["activity_id"], body.user_id)
     )
+
+
+async def list_teams(request: Request, query: TeamsQuery) -> Response:
+    page = await _service(request).list_open_teams(
+        request.path_params["activity_id"], query.limit, query.cursor
+    )
+    return json_response(page)
 
 
 async def unlock_seat(request: Request) -> Response:
@@ -191,6 +235,21 @@ ENDPOINTS = [
             **_OVER_LIMIT,
             **_NO_ACTIVITY,
         },
+    ),
+    Endpoint(
+        "GET",
+        "/v1/activities/{activity_id}/teams",
+        list_teams,
+        "List the open teams that have a free seat",
+        query=TeamsQuery,
+        tag="teams",
+        responses={
+            200: "A page of teams, closest to forming first (most members + live locks, then "
+            "the oldest), as `POST .../locks` would pick them; a page may hold fewer than "
+            "`limit` teams while `next_cursor` is not null"
+        },
+        answer=answers.TeamsPage,
+        problems=_NO_ACTIVITY,
     ),
     Endpoint(
         "POST",

@@ -8,6 +8,9 @@ inside a field; a value that does not split into its fields is a bug and raises 
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -103,6 +106,37 @@ def seat_score(taken: int, created_ms: int) -> int:
     """An open team's score in its activity's open-seat index, as index_seats writes it: the
     more seats taken (members + locks), the lower; then the older, the lower."""
     return created_ms - taken * SEAT_WEIGHT
+
+
+class PageCursor(NamedTuple):
+    """Where a page of open teams ended: the last open-seat index entry looked at."""
+
+    score: int
+    team_id: str
+
+
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")
+_CURSOR_VALUE = re.compile(r"(-?[0-9]{1,16})\|([A-Za-z0-9_-]{1,64})")
+
+
+def page_cursor(score: int, team_id: str) -> str:
+    """The opaque `next_cursor` of a page of open teams: url-safe base64 of
+    ``score|team_id``, unpadded."""
+    raw = FIELD.join((str(score), team_id)).encode("ascii")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def parse_page_cursor(text: str) -> PageCursor:
+    """A cursor exactly as page_cursor built it; ValueError for anything else."""
+    if _CURSOR_TEXT.fullmatch(text):
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError):
+            raw = ""
+        found = _CURSOR_VALUE.fullmatch(raw)
+        if found and page_cursor(int(found[1]), found[2]) == text:
+            return PageCursor(int(found[1]), found[2])
+    raise ValueError("not a cursor this list answered")
 
 
 class ListedMember(NamedTuple):

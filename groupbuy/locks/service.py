@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from sqlalchemy import select, tuple_, update
 
 from groupbuy import errors
-from groupbuy.locks.codec import member_value
+from groupbuy.locks.codec import member_value, page_cursor, parse_page_cursor
 from groupbuy.locks.codes import TeamCode, raise_for, split_reply
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, TeamRow
 from groupbuy.locks.records import recorded_version
@@ -422,6 +422,23 @@ class TeamService(UsesBackends):
         if code is TeamCode.USER_LIMIT_REACHED:
             _refuse_over_limit(user_id, rest)
         raise_for(code)
+
+    async def list_open_teams(
+        self, activity_id: str, limit: int, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the activity's open teams with a free seat, closest to forming first, and
+        the cursor of the next page (None after the last one)."""
+        after = parse_page_cursor(cursor) if cursor else None
+        position = [after.score, after.team_id] if after else ["", ""]
+        keys = self._keys.pick_keys(activity_id)
+        code, rest = await self._pick("team_list", keys, activity_id, position, limit)
+        if code is not TeamCode.OK:
+            raise_for(code)
+        score, team_id, page = rest
+        return {
+            "teams": [_team_body(activity_id, listed, snapshot) for listed, *snapshot in page],
+            "next_cursor": page_cursor(int(score), team_id) if team_id else None,
+        }
 
     async def _pick(
         self, script: str, keys: list[str], activity_id: str, cursor: list[Any], last: Any

@@ -75,6 +75,12 @@ class Harness:
         keys = [*self.keys.pick_keys(AID), self.keys.user_lock(AID, user)]
         return await self._call("team_join", keys, [*self._pick_args(cursor, candidates), user])
 
+    async def page(
+        self, limit: int, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
+    ) -> list[Any]:
+        args = [*self._pick_args(cursor, candidates), limit]
+        return await self._call("team_list", self.keys.pick_keys(AID), args)
+
     async def sweep(self, tid: str) -> list[Any]:
         return await self._call("team_sweep", self._keys(tid), [AID, tid, self.shift_ms])
 
@@ -410,6 +416,7 @@ async def test_scripts_survive_script_flush(h: Harness) -> None:
     assert code(await h.lock("t1", "u1")) is TeamCode.OK
     assert code(await h.read("t1")) is TeamCode.OK
     assert code(await h.join("u2")) is TeamCode.OK
+    assert code(await h.page(10)) is TeamCode.OK
 
 
 async def test_every_key_but_the_global_indexes_shares_the_activity_slot(h: Harness) -> None:
@@ -683,6 +690,7 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
     h.shift_ms += TTL_MS  # a's lock expires unswept: join drops it through built keys
     for user in ("b", "c", "d", "e"):
         assert code(await h.join(user)) is TeamCode.OK
+    assert code(await h.page(10)) is TeamCode.OK
     expected = {h.keys.activity(AID), *h.keys.activity_keys(AID)}
     for tid in ("t-1", "t_2"):
         expected.update(h.keys.team_keys(AID, tid)[:3])
@@ -694,3 +702,29 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
         assert len(locked) == 2 and all(u in "bcde" for u in locked), (tid, locked)
     assert await h.redis.zcard(h.keys.open_seats(AID)) == 0
     assert await h.open_seats() == {}
+
+
+def page_ids(reply: list[Any]) -> list[str]:
+    assert code(reply) is TeamCode.OK, reply
+    return [entry[0] for entry in reply[3]]
+
+
+async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Harness) -> None:
+    now = int((await h.redis.time())[0]) * 1000
+    # One score for all (same members, same created_ms): Redis orders them by id, byte by
+    # byte, whatever the server's locale: a-1 < a1 < aZ < a_1.
+    for tid in ("a_1", "aZ", "a1", "a-1"):
+        await restore(h, tid, now, f"L{tid}")
+    await restore(h, "b", now + 5, "Lb", "m")  # two seats taken: first
+    first = await h.page(3)
+    assert page_ids(first) == ["b", "a-1", "a1"]
+    assert first[1:3] == [str(seat_score(1, now)), "a1"]
+    team, members, locks = first[3][0][1:]
+    assert dict(zip(team[0::2], team[1::2], strict=True))["member_count"] == "2"
+    assert members[0::2] == ["Lb", "m"] and locks == []
+    await h.lock("a1", "x")
+    await h.lock("a1", "y")  # full: a1 leaves the index; the page after it still follows
+    second = await h.page(3, (first[1], first[2]))
+    assert page_ids(second) == ["aZ", "a_1"] and second[1:3] == ["", ""]
+    # A cursor between ids: a-1 < a0 < a1, and a1 has left.
+    assert page_ids(await h.page(1, (str(seat_score(1, now)), "a0"))) == ["aZ"]

@@ -1,0 +1,48 @@
+-- team_list: a page of the activity's open teams that have a free seat, closest to forming
+-- first (the order of team_join), after time is applied where it is due.
+-- requires: _common
+-- requires: _team_lib
+-- requires: _team_pick
+-- At most ARGV[9] + ARGV[6] index entries are looked at: a team found past its deadline
+-- fails and is left out, so a page may be short while more follow.
+-- KEYS[1..8] as _team_pick
+-- ARGV[1..8] as _team_pick (the cursor: where the previous page ended)  ARGV[9] page size
+-- Returns {OK, cursor score or '', cursor team_id or '', {{team_id, team...}, ...}}, where
+-- team... is the team as team_read answers it and the cursor ('' '' after the last page) is
+-- the one to pass for the next page, or {ACTIVITY_NOT_FOUND} Redis has no copy of the activity.
+if redis.call('EXISTS', KEYS[8]) == 0 then
+  return {ACTIVITY_NOT_FOUND}
+end
+local now = now_ms(ARGV[2])
+local limit = tonumber(ARGV[9])
+apply_time(now, tonumber(ARGV[6]))
+
+local page, seen = {}, {}
+local score, team_id = ARGV[7], ARGV[8]
+local budget = limit + tonumber(ARGV[6])
+while #page < limit and budget > 0 do
+  local start = rank_after(score, team_id)
+  local wanted = math.min(limit - #page, budget)
+  local listed = redis.call('ZRANGE', A.open_seats, start, start + wanted - 1, 'WITHSCORES')
+  if #listed == 0 then
+    break
+  end
+  for i = 1, #listed, 2 do
+    budget = budget - 1
+    team_id, score = listed[i], int(tonumber(listed[i + 1]))
+    -- A team whose expired locks go now moves down the index: it may be met again.
+    if not seen[team_id] then
+      seen[team_id] = true
+      local team = load_team(now, activity_team(team_id))
+      if not team then
+        forget_team(team_id)
+      elseif team.status == 'open' then
+        page[#page + 1] = {team_id, snapshot(team)}
+      end
+    end
+  end
+end
+if score == '' or redis.call('ZCARD', A.open_seats) <= rank_after(score, team_id) then
+  return {OK, '', '', page}
+end
+return {OK, score, team_id, page}
