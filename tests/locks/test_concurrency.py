@@ -12,6 +12,7 @@ import pytest
 
 from groupbuy import errors
 from groupbuy.services import Services
+from tests.support.seats import check_seat_snapshot, seat_snapshot
 
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 
@@ -59,40 +60,6 @@ async def test_many_clients_race_for_one_team(
         )
 
 
-async def _snapshot(
-    redis: Any, services: Services, aid: str, teams: list[str]
-) -> tuple[int, list[Any]]:
-    """All teams' locks and member counts in one MULTI/EXEC: an instant of the real state."""
-    keys = services.keys
-    pipe = redis.pipeline(transaction=True)
-    pipe.time()
-    for tid in teams:
-        pipe.zrange(keys.team_locks(aid, tid), 0, -1, withscores=True)
-        pipe.hmget(keys.team(aid, tid), "member_count", "size", "status", "lock_ttl_ms")
-    replies = await pipe.execute()
-    seconds, micros = replies[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000 + services.clock.shift_ms
-    return now_ms, replies[1:]
-
-
-def _check_snapshot(now_ms: int, replies: list[Any], teams: list[str]) -> None:
-    holders: Counter[str] = Counter()
-    for index, tid in enumerate(teams):
-        locks, (members, size, status, ttl) = replies[2 * index], replies[2 * index + 1]
-        live = [user for user, score in locks if score + int(ttl) > now_ms]
-        holders.update(live)
-        if status == "open":
-            assert int(members) + len(live) <= int(size), (tid, members, live)
-        else:
-            assert status == "formed" and int(members) == int(size) and not live, (
-                tid,
-                status,
-                members,
-            )
-    doubled = [user for user, count in holders.items() if count > 1]
-    assert not doubled, f"users holding two locks at one instant: {doubled}"
-
-
 async def test_switching_storm_never_overfills_or_doubles(
     services: Services, redis_client: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -131,8 +98,8 @@ async def test_switching_storm_never_overfills_or_doubles(
     async def sampler() -> int:
         samples = 0
         while not stop.is_set():
-            now_ms, replies = await _snapshot(redis_client, services, aid, teams)
-            _check_snapshot(now_ms, replies, teams)
+            now_ms, replies = await seat_snapshot(redis_client, services, aid, teams)
+            check_seat_snapshot(now_ms, replies, teams)
             samples += 1
             await asyncio.sleep(0)
         return samples
@@ -143,8 +110,8 @@ async def test_switching_storm_never_overfills_or_doubles(
     elapsed = time.perf_counter() - began
     stop.set()
     samples = await sampling
-    now_ms, replies = await _snapshot(redis_client, services, aid, teams)
-    _check_snapshot(now_ms, replies, teams)
+    now_ms, replies = await seat_snapshot(redis_client, services, aid, teams)
+    check_seat_snapshot(now_ms, replies, teams)
 
     operations = sum(outcomes.values())
     assert operations == len(users) * STORM_STEPS

@@ -1,11 +1,50 @@
-"""The open-seat index of an activity, read as it is and recomputed from the teams' own keys."""
+"""Seats as Redis holds them: an instant of every team's seats (checked against SPEC §4), and
+the open-seat index of an activity, read as it is and recomputed from the teams' own keys."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from groupbuy.locks.codec import seat_score
+from groupbuy.services import Services
 from groupbuy.storage.keys import Keys
+
+
+async def seat_snapshot(
+    redis: Any, services: Services, aid: str, teams: list[str]
+) -> tuple[int, list[Any]]:
+    """All teams' locks and member counts in one MULTI/EXEC: an instant of the real state."""
+    keys = services.keys
+    pipe = redis.pipeline(transaction=True)
+    pipe.time()
+    for tid in teams:
+        pipe.zrange(keys.team_locks(aid, tid), 0, -1, withscores=True)
+        pipe.hmget(keys.team(aid, tid), "member_count", "size", "status", "lock_ttl_ms")
+    replies = await pipe.execute()
+    seconds, micros = replies[0]
+    now_ms = int(seconds) * 1000 + int(micros) // 1000 + services.clock.shift_ms
+    return now_ms, replies[1:]
+
+
+def check_seat_snapshot(now_ms: int, replies: list[Any], teams: list[str]) -> None:
+    """SPEC §4 (1, 2) in one seat_snapshot: no open team over-filled by members and unexpired
+    locks, a formed team exactly full, nobody holding two unexpired locks."""
+    holders: Counter[str] = Counter()
+    for index, tid in enumerate(teams):
+        locks, (members, size, status, ttl) = replies[2 * index], replies[2 * index + 1]
+        live = [user for user, score in locks if score + int(ttl) > now_ms]
+        holders.update(live)
+        if status == "open":
+            assert int(members) + len(live) <= int(size), (tid, members, live)
+        else:
+            assert status == "formed" and int(members) == int(size) and not live, (
+                tid,
+                status,
+                members,
+            )
+    doubled = [user for user, count in holders.items() if count > 1]
+    assert not doubled, f"users holding two locks at one instant: {doubled}"
 
 
 async def indexed_open_seats(redis: Any, keys: Keys, activity_id: str) -> dict[str, int]:
