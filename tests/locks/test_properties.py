@@ -1,8 +1,10 @@
-"""Property-based tests of seat locking (SPEC §1.1, §3 Teams, §4 guarantees 1, 2 and 8).
+"""Property-based tests of seat locking (SPEC §1.1, §3 Teams and Joining any team, §4
+guarantees 1, 2 and 8).
 
 A hypothesis state machine drives TeamService on fakeredis and checks every answer
 against a small Python model of what SPEC says must be true; after every step it
-reads every team and every user's current lock back and checks the guarantees.
+reads every team and every user's current lock back and checks the guarantees, and
+checks the activity's open-seat index against a recomputation from the teams' own keys.
 
 Redis's clock is frozen for the whole run (see `_frozen_redis_clock`): the scripts'
 time then moves only through `RedisClock.advance`, so whether a lock has expired is
@@ -41,6 +43,7 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import iso_ms
 from tests.support.redis import make_async_redis
+from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 T = TypeVar("T")
 
@@ -153,6 +156,7 @@ def _label(answer: Answer) -> str:
 class _TeamModel:
     team_id: str
     leader_id: str
+    created_ms: int
     deadline_ms: int
     status: str = "open"
     # user -> (order_id, joined_at_ms), in joining order
@@ -177,7 +181,7 @@ class _Model:
         return locked_at + self.ttl_ms > at
 
     def open(self, team_id: str, leader_id: str) -> None:
-        team = _TeamModel(team_id, leader_id, self.now_ms + TEAM_DEADLINE_S * 1000)
+        team = _TeamModel(team_id, leader_id, self.now_ms, self.now_ms + TEAM_DEADLINE_S * 1000)
         team.members[leader_id] = (None, self.now_ms)
         self.teams[team_id] = team
 
@@ -271,6 +275,41 @@ class _Model:
         t.locks[user] = self.now_ms
         t.version += 1
         return ("ok", True, self._lock_body(user, team_id, self.now_ms, released))
+
+    def with_free_seats(self, user: str | None = None) -> list[_TeamModel]:
+        """The open teams with a free seat (not counting the ones `user` is a member of), in
+        the order a join picks them: most seats taken, then the oldest, then the id."""
+        teams = [
+            t
+            for t in self.teams.values()
+            if t.status == "open"
+            and len(t.members) + len(t.locks) < self.size
+            and user not in t.members
+        ]
+        return sorted(
+            teams, key=lambda t: (-len(t.members) - len(t.locks), t.created_ms, t.team_id)
+        )
+
+    def join(self, user: str) -> Answer:
+        self.settle()
+        held = self.live_lock(user)
+        if held is not None:  # one lock per user and activity: it is the answer
+            team_id, at = held
+            return ("ok", False, {**self._lock_body(user, team_id, at, None), "existing": True})
+        candidates = self.with_free_seats(user)
+        if not candidates:
+            expiries = [
+                at + self.ttl_ms
+                for t in self.teams.values()
+                if t.status == "open"
+                for at in t.locks.values()
+            ]
+            next_unlock = iso_ms(min(expiries)) if expiries else None
+            return ("error", "no_team_available", {"next_unlock_at": next_unlock})
+        team = candidates[0]
+        team.locks[user] = self.now_ms
+        team.version += 1
+        return ("ok", True, self._lock_body(user, team.team_id, self.now_ms, None))
 
     def unlock(self, user: str, team_id: str) -> Answer:
         self.settle()
@@ -425,6 +464,10 @@ class TeamMachine(RuleBasedStateMachine):
             user, team_id = args
             actual = _answer(self.stack, self.teams.lock(ACTIVITY, team_id, user))
             expected = self.model.lock(user, team_id)
+        elif kind == "join":
+            (user,) = args
+            actual = _answer(self.stack, self.teams.join(ACTIVITY, user))
+            expected = self.model.join(user)
         elif kind == "unlock":
             user, team_id = args
             actual = _answer(self.stack, self.teams.unlock(ACTIVITY, team_id, user))
@@ -445,6 +488,24 @@ class TeamMachine(RuleBasedStateMachine):
     @rule(user=USER, team=TEAM)
     def lock(self, user: int, team: int) -> None:
         self._call("lock", self._user(user), self._team(team))
+
+    @rule(user=USER)
+    def join(self, user: int) -> None:
+        """Join any team (SPEC §3): the model says which team, or no_team_available."""
+        self._call("join", self._user(user))
+
+    @rule(leader=USER)
+    def open_another(self, leader: int) -> None:
+        """A team opened mid-run: a new candidate for joins, at the back of its tie."""
+        assert self.stack is not None
+        if len(self.team_ids) >= MAX_TEAMS + 2:
+            return
+        team_id, leader_id = f"t{len(self.team_ids)}", self._user(leader)
+        outcome = self.stack.run(self.teams.open_team(ACTIVITY, leader_id, team_id=team_id))
+        assert outcome.created
+        self.model.open(team_id, leader_id)
+        self.team_ids.append(team_id)
+        self.last = None  # a retry of what came before may now be answered otherwise
 
     @rule(pick=st.integers(0, 10), team=TEAM)
     def switch(self, pick: int, team: int) -> None:
@@ -492,9 +553,10 @@ class TeamMachine(RuleBasedStateMachine):
             return  # time moved on: the model alone says what the retry must answer
         if first.answer[0] == "error":
             assert again == first.answer, "a retry of a refused call answered differently"
-        elif first.kind == "lock":
+        elif first.kind in ("lock", "join"):
             body = first.answer[2]
             assert again[:2] == ("ok", False) and again[2]["existing"] is True, again
+            assert again[2]["team_id"] == body["team_id"], again
             assert again[2]["locked_at"] == body["locked_at"], again
             assert again[2]["expires_at"] == body["expires_at"], again
         elif first.kind == "unlock":
@@ -533,6 +595,20 @@ class TeamMachine(RuleBasedStateMachine):
             assert current == self.model.current_lock(user), user
         for team in teams:
             assert team == self.model.team_body(team["team_id"])
+        # The list of open teams: the order a join picks in, each team as get_team answers.
+        page = self.stack.run(self.teams.list_open_teams(ACTIVITY, 100))
+        listed = [self.model.team_body(t.team_id) for t in self.model.with_free_seats()]
+        assert page == {"teams": listed, "next_cursor": None}
+
+    @invariant()
+    def open_seat_index_matches_the_teams(self) -> None:
+        """Whatever time did unseen, the index lists exactly the teams Redis holds as open
+        with a free seat (locks counted as stored), at their seat score."""
+        if self.stack is None:
+            return
+        redis, keys = self.stack.redis, self.stack.services.keys
+        indexed = self.stack.run(indexed_open_seats(redis, keys, ACTIVITY))
+        assert indexed == self.stack.run(recomputed_open_seats(redis, keys, ACTIVITY))
 
 
 TestTeamMachine = TeamMachine.TestCase
