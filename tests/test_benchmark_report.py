@@ -11,6 +11,7 @@ from benchmarks.engine.versus import grade_locks
 from benchmarks.interleave import Trial, comparison, merge_correct, rotation, run_sync
 from benchmarks.openloop import request_builder, run
 from benchmarks.run import markdown, ratios
+from groupbuy.testing.joins import Tap, grade_joins
 
 
 def _row(
@@ -216,3 +217,28 @@ async def test_open_loop_latency_counts_from_when_each_request_was_due() -> None
     assert sorted(result["latencies_ms"])[-25] >= 50
     assert result["waited_for_connection"] >= 25
     assert time.perf_counter() - began < 5
+
+
+def test_a_join_flash_is_graded_from_its_answers_and_their_times() -> None:
+    def tap(user: str, outcome: str, team: str | None, began: float, ended: float) -> Tap:
+        return Tap(user, outcome, team, began, ended)
+
+    fine = [
+        tap("a", "locked", "t1", 0.0, 1.0),
+        tap("b", "locked", "t1", 0.5, 2.0),
+        tap("c", "no_team_available", None, 1.5, 3.0),  # ended after the last grant began
+        tap("a", "existing", "t1", 2.5, 3.5),
+    ]
+    graded = grade_joins(fine, free_seats=2, seats_per_team=2)
+    assert graded["winners"] == 2 and graded["wrong_no_team_available"] == 0
+    assert graded["over_capacity"] == graded["duplicates"] == graded["spurious_failures"] == 0
+    # A refusal that ended before a grant began: the seat was free at the refusal too.
+    early = [tap("c", "no_team_available", None, 0.0, 0.2), *fine[:2]]
+    assert grade_joins(early, 2, 2)["wrong_no_team_available"] == 1
+    # Seats left over: every refusal was wrong.
+    short = [fine[0], tap("c", "no_team_available", None, 1.5, 3.0)]
+    assert grade_joins(short, 2, 2)["wrong_no_team_available"] == 1
+    crowded = [*fine[:2], tap("d", "locked", "t1", 0.1, 0.3), tap("a", "locked", "t2", 4, 5)]
+    graded = grade_joins(crowded, 4, 2)
+    assert (graded["over_capacity"], graded["duplicates"]) == (1, 1)
+    assert grade_joins([tap("e", "conflict", None, 0, 1)], 2, 2)["spurious_failures"] == 1

@@ -39,15 +39,17 @@ class Sizes:
     versus_teams: int  # teams of each round's seat locks (twice as many users as seats)
     versus_fresh: int  # grabs by new users per round, against redis-benchmark
     versus_bench_requests: int  # redis-benchmark -n per round
+    join_teams: int  # open teams of 3 of the join flash (two free seats each)
+    join_users: int  # shoppers of the join flash, each tapping once
 
 
 FULL = Sizes(
     1000, 5000, 200, 2000, 10, 2000, 6, 200_000, (10**3, 10**4, 10**5), 5_000,
-    5, 1000, 3000, 250, 5000, 50_000,
+    5, 1000, 3000, 250, 5000, 50_000, 1000, 5000,
 )  # fmt: skip
 QUICK = Sizes(
     200, 1000, 50, 300, 10, 300, 6, 25_000, (10**3, 10**4), 3_000,
-    3, 300, 1000, 100, 2000, 20_000,
+    3, 300, 1000, 100, 2000, 20_000, 200, 1000,
 )  # fmt: skip
 
 

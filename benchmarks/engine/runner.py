@@ -27,6 +27,7 @@ from benchmarks.engine.common import (
 from benchmarks.engine.evalsha import redis_benchmark_rows
 from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
 from benchmarks.engine.half_rate import _rate_of, half_rate, rate_label
+from benchmarks.engine.join_flash import join_flash_groupbuy
 from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
 from benchmarks.engine.mixed import mixed_groupbuy
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
@@ -48,6 +49,7 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
             ("flash_grab naive", lambda: flash_grab_naive(services, sizes, run)),
             ("lock_storm groupbuy", lambda: lock_storm_groupbuy(services, sizes, run)),
             ("lock_storm naive", lambda: lock_storm_naive(services, sizes, run)),
+            ("join_flash groupbuy", lambda: join_flash_groupbuy(services, sizes, run)),
             ("mixed groupbuy", lambda: mixed_groupbuy(services, sizes, run)),
             ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
             (
@@ -121,7 +123,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 f"  {r['what']}: median {r['median']}, {r['min']}-{r['max']} ({r['rounds']} rounds)"
             )
             continue
-        keys = ("winners", "over_capacity", "duplicates", "double_locks", "spurious_failures")
+        keys = (
+            "winners",
+            "over_capacity",
+            "duplicates",
+            "double_locks",
+            "spurious_failures",
+            "wrong_no_team_available",
+        )
         correct = {k: r["correct"][k] for k in keys if k in r["correct"]}
         extra = f" live={r['live']} {r['operation']} {r['memory']}" if "live" in r else ""
         extra += f" {r['by_operation']}" if "by_operation" in r else ""

@@ -8,13 +8,13 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from groupbuy import errors
 from groupbuy.services import Services
+from groupbuy.testing.joins import Tap, grade_joins
 from tests.support.counting import commands_processed
 from tests.support.seats import (
     check_seat_snapshot,
@@ -26,17 +26,6 @@ from tests.support.seats import (
 REAL = pytest.param("real", marks=pytest.mark.real)
 
 
-@dataclass(frozen=True)
-class Tap:
-    """One shopper's join: what it answered, and when the call began and ended."""
-
-    user: str
-    outcome: str  # locked | existing | no_team_available
-    team_id: str | None
-    began: float
-    ended: float
-
-
 async def tap(services: Services, aid: str, user: str, start: asyncio.Event) -> Tap:
     await start.wait()
     began = time.perf_counter()
@@ -46,17 +35,6 @@ async def tap(services: Services, aid: str, user: str, start: asyncio.Event) -> 
         return Tap(user, "no_team_available", None, began, time.perf_counter())
     kind = "locked" if outcome.created else "existing"
     return Tap(user, kind, outcome.body["team_id"], began, time.perf_counter())
-
-
-def wrong_refusals(taps: list[Tap], granted_all: bool) -> int:
-    """no_team_available answers given while a seat was free. Seats are only taken here, so
-    a refusal is wrong if any join that began after it ended still got a seat (the seat was
-    free at the refusal too), and every refusal is wrong if seats were left over."""
-    refusals = [t for t in taps if t.outcome == "no_team_available"]
-    if not granted_all:
-        return len(refusals)
-    last_grant_began = max((t.began for t in taps if t.outcome == "locked"), default=0.0)
-    return sum(1 for t in refusals if t.ended < last_grant_began)
 
 
 class Sampler:
@@ -108,15 +86,13 @@ async def test_shoppers_tapping_at_once_get_exactly_the_free_seats(
     elapsed = time.perf_counter() - began
     samples = await sampler.stop()
 
-    granted = [t for t in taps if t.outcome == "locked"]
-    outcomes = Counter(t.outcome for t in taps)
-    assert len(granted) == min(shoppers, free), outcomes
-    assert outcomes["no_team_available"] == shoppers - len(granted), outcomes
-    per_team = Counter(t.team_id for t in granted)
-    over_filled = sum(1 for held in per_team.values() if held > size - 1)
-    assert over_filled == 0, per_team
-    wrong = wrong_refusals(taps, len(granted) == min(shoppers, free))
-    assert wrong == 0
+    graded = grade_joins(taps, free, size - 1)
+    granted, over_filled = graded["winners"], graded["over_capacity"]
+    wrong = graded["wrong_no_team_available"]
+    assert granted == min(shoppers, free), graded
+    assert graded["outcomes"].get("no_team_available", 0) == shoppers - granted, graded
+    assert over_filled == wrong == graded["duplicates"] == graded["spurious_failures"] == 0
+    per_team = Counter(t.team_id for t in taps if t.outcome == "locked")
     for tid in team_ids:
         team = await teams.get_team(aid, tid)
         assert len(team["locks"]) == per_team[tid], team
@@ -130,7 +106,7 @@ async def test_shoppers_tapping_at_once_get_exactly_the_free_seats(
     with capsys.disabled():
         print(
             f"\n[figures] join race: N={shoppers} shoppers at once, F={free} free seats in "
-            f"{len(team_ids)} teams: {len(granted)} locks granted, {over_filled} over-filled "
+            f"{len(team_ids)} teams: {granted} locks granted, {over_filled} over-filled "
             f"teams, {wrong} wrong no_team_available, {samples} atomic snapshots checked; "
             f"{shoppers / elapsed:,.0f} joins/s on the real redis-server"
         )
