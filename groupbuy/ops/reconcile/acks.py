@@ -24,10 +24,14 @@ _Ack = AcknowledgedGrabRow
 
 async def unrecorded_acks(redis: Any, database: Database, keys: Keys, limit: int) -> list[Mismatch]:
     """Forget the acknowledgements whose grab row arrived; name the ones Redis lost."""
+    # The same grab: same user, amount and instant (a grab row's time is the script's, as
+    # the acknowledgement's is). A user who grabbed again after a rebuild has another
+    # instant, even when chance gives them the same amount.
     recorded = exists().where(
         GrabRow.packet_id == _Ack.packet_id,
         GrabRow.user_id == _Ack.user_id,
         GrabRow.amount_cents == _Ack.amount_cents,
+        GrabRow.grabbed_at == _Ack.acked_at,
     )
     async with database.transaction() as session:
         await session.execute(delete(_Ack).where(recorded))
