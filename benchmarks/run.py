@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.engine import run_engine
+from benchmarks.http_join import run_join_http
 from benchmarks.http_level import run_http
 from groupbuy.testing.servers import server_binary, start_redis
 
@@ -283,6 +284,7 @@ def main() -> None:
             rows += asyncio.run(run_engine(server.url, database, args.quick))
             print("== HTTP level")
             rows += run_http(server.url, Path(workdir), args.quick)
+            rows.append(run_join_http(server.url, Path(workdir)))
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(
