@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
 from sqlalchemy import select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.locks.codec import member_value, page_cursor, parse_page_cursor
@@ -208,13 +209,7 @@ class TeamService(UsesBackends):
             team = await session.get(TeamRow, (activity_id, team_id))
             if team is None:
                 await self._raise_team_not_found(activity_id, team_id)
-            members = (
-                await session.scalars(
-                    select(MemberRow)
-                    .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
-                    .order_by(MemberRow.seq)
-                )
-            ).all()
+            members = await _recorded_members(session, activity_id, team_id)
             version = await recorded_version(session, activity_id, team_id)
         assert team is not None
         return TeamView.from_rows(team, members, version).body()
@@ -263,13 +258,7 @@ class TeamService(UsesBackends):
                 activity = await session.get(ActivityRow, activity_id)
                 if team is None or activity is None or team.status != "open":
                     return False
-                members = (
-                    await session.scalars(
-                        select(MemberRow)
-                        .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
-                        .order_by(MemberRow.seq)
-                    )
-                ).all()
+                members = await _recorded_members(session, activity_id, team_id)
                 # The rebuild is a change of its own: after every change SQL has seen.
                 version = await recorded_version(session, activity_id, team_id) + 1
             await self._put_activity(activity)
@@ -675,6 +664,18 @@ class TeamService(UsesBackends):
         self._reindex_after = ids[-1] if len(ids) == page else ""
         restored = await self.restore_missing(page, restore_limit)
         return {"activities_reindexed": len(ids), "teams_restored": restored}
+
+
+async def _recorded_members(
+    session: AsyncSession, activity_id: str, team_id: str
+) -> Sequence[MemberRow]:
+    """A team's member rows in joining order."""
+    query = (
+        select(MemberRow)
+        .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
+        .order_by(MemberRow.seq)
+    )
+    return (await session.scalars(query)).all()
 
 
 def _refuse_over_limit(user_id: str, rest: list[Any]) -> NoReturn:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.metrics import GRAB_OUTCOMES, RESTORED, counts_outcomes, grab_outcome
@@ -43,6 +45,12 @@ REINDEX_PAGE = 5000
 
 def _refuse(code: PacketCode, packet_id: str) -> NoReturn:
     raise_for(code, f"packet {packet_id!r} is {code.name.lower().replace('_', ' ')}")
+
+
+async def _recorded_grabs(session: AsyncSession, packet_id: str) -> Sequence[GrabRow]:
+    """A packet's grab rows in seq order."""
+    query = select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
+    return (await session.scalars(query)).all()
 
 
 class RedPacketService(UsesBackends):
@@ -169,18 +177,7 @@ class RedPacketService(UsesBackends):
     async def _make_live(self, row: PacketRow) -> None:
         """Create the Redis state of a recorded packet (idempotent), then mark it active."""
         shares = split(row.strategy, row.amount_cents, row.count)
-        await self._call(
-            "packet_create",
-            row.packet_id,
-            row.sender_id,
-            row.amount_cents,
-            row.count,
-            row.strategy,
-            to_ms(row.created_at),
-            to_ms(row.expires_at),
-            self._limits.retention_s * 1000,
-            *shares,
-        )
+        await self._call("packet_create", row.packet_id, *self._packet_args(row), *shares)
         async with self._db.transaction() as session:
             await session.execute(
                 update(PacketRow)
@@ -188,6 +185,18 @@ class RedPacketService(UsesBackends):
                 .values(status="active")
             )
         row.status = "active"
+
+    def _packet_args(self, row: PacketRow) -> list[Any]:
+        """ARGV[3..9] of packet_create and packet_restore: the packet as SQL records it."""
+        return [
+            row.sender_id,
+            row.amount_cents,
+            row.count,
+            row.strategy,
+            to_ms(row.created_at),
+            to_ms(row.expires_at),
+            self._limits.retention_s * 1000,
+        ]
 
     async def repair_pending(self) -> dict[str, int]:
         """Finish sends whose Redis step failed: create the packet, or refund it if already over."""
@@ -294,11 +303,7 @@ class RedPacketService(UsesBackends):
                 )
                 if row is None or row.status != "active":
                     return False
-                grabs = (
-                    await session.scalars(
-                        select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
-                    )
-                ).all()
+                grabs = await _recorded_grabs(session, packet_id)
                 mark = await session.get(PacketEpochRow, packet_id)
                 epoch = (mark.epoch if mark else 0) + 1
                 if mark is None:
@@ -325,13 +330,7 @@ class RedPacketService(UsesBackends):
             code, rest = await self._call(
                 "packet_restore",
                 packet_id,
-                row.sender_id,
-                row.amount_cents,
-                row.count,
-                row.strategy,
-                to_ms(row.created_at),
-                to_ms(row.expires_at),
-                self._limits.retention_s * 1000,
+                *self._packet_args(row),
                 epoch,
                 max((g.seq for g in grabs), default=0) - len(grabs),
                 packet_version(epoch, row.count, len(grabs), ended=False),
@@ -387,11 +386,7 @@ class RedPacketService(UsesBackends):
             return PacketView.from_redis(packet_id, reply_dict(packet), reply_dict(grabs)).body()
         row = await self._recorded(packet_id)
         async with self._db.sessions() as session:
-            rows = (
-                await session.scalars(
-                    select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
-                )
-            ).all()
+            rows = await _recorded_grabs(session, packet_id)
             mark = await session.get(PacketEpochRow, packet_id)
         return PacketView.from_rows(row, rows, mark.epoch if mark else 0).body()
 
