@@ -1,4 +1,5 @@
-"""The `groupbuy` command: `groupbuy serve` runs the HTTP API, `groupbuy worker` the background."""
+"""The `groupbuy` command: `groupbuy serve` runs the HTTP API (and, in the same process, the
+scheduled jobs); `groupbuy worker` runs only the scheduled jobs, beside a service elsewhere."""
 
 from __future__ import annotations
 
@@ -224,12 +225,65 @@ def _configure_logging(settings: Settings) -> None:
         access.propagate = False
 
 
+_CONFIGURATION_HELP = """\
+configuration:
+  Settings come from config.toml (--config, else $GROUPBUY_CONFIG, else ./config.toml
+  when present, else the built-in defaults), then from environment variables named
+  GROUPBUY_<SECTION>_<NAME> for the key <name> of the section [<section>], which win
+  over the file (e.g. GROUPBUY_SERVER_PORT=9000). An unknown GROUPBUY_* variable is
+  warned about at start-up. The main ones:
+    GROUPBUY_REDIS_URL        redis://host:port/db or unix:///path; unset: the embedded
+                              engine, kept in GROUPBUY_EMBEDDED_DATA_DIR
+    GROUPBUY_DATABASE_URL     sqlite+aiosqlite:///path.db or postgresql+asyncpg://...;
+                              unset: ./groupbuy.db
+    GROUPBUY_API_KEYS         role:secret[,role:secret...], role service or admin;
+                              unset: serve generates an admin key for the run
+"""
+
+_SERVE_HELP = (
+    "Serve the HTTP API with uvicorn until SIGINT or SIGTERM. Each process also runs the "
+    "scheduled jobs when it holds the scheduler lease. Flags override [server] settings."
+)
+_SERVE_EPILOG = (
+    _CONFIGURATION_HELP
+    + """    GROUPBUY_SERVER_HOST, GROUPBUY_SERVER_PORT, GROUPBUY_SERVER_WORKERS
+                              what --host, --port and --workers set
+    GROUPBUY_SERVER_HEADER_TIMEOUT_S, GROUPBUY_SERVER_BODY_TIMEOUT_S
+                              slow clients are cut off after these
+exit status: 0 after a signal, 2 for a configuration error, 1 when the port is in use.
+"""
+)
+_WORKER_HELP = (
+    "Run only the scheduled jobs (records to SQL, sweeps, expiry, repair, reconcile) until "
+    "SIGINT or SIGTERM, beside `groupbuy serve` processes that run with "
+    "GROUPBUY_SCHEDULER_ENABLED=false or compete for the same lease."
+)
+_WORKER_EPILOG = (
+    _CONFIGURATION_HELP
+    + """  With no GROUPBUY_REDIS_URL the worker attaches to the engine a running
+  `groupbuy serve` keeps in the same GROUPBUY_EMBEDDED_DATA_DIR.
+exit status: 0 after a signal, 2 for a configuration error.
+"""
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `groupbuy` console script."""
-    parser = argparse.ArgumentParser(prog="groupbuy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="groupbuy",
+        description=__doc__,
+        epilog=_CONFIGURATION_HELP + "Run `groupbuy serve --help` for the server's settings.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"groupbuy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("serve", help="run the HTTP API")
+    run = commands.add_parser(
+        "serve",
+        help="run the HTTP API",
+        description=_SERVE_HELP,
+        epilog=_SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--host", help="interface to listen on (default from config)")
     run.add_argument("--port", type=int, help="port to listen on (default from config)")
     run.add_argument("--workers", type=int, help="worker processes (default from config)")
@@ -238,7 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.set_defaults(func=serve)
     work = commands.add_parser(
-        "worker", help="run the scheduled jobs alone (records to SQL, sweeps, expiry, repair)"
+        "worker",
+        help="run the scheduled jobs alone (records to SQL, sweeps, expiry, repair)",
+        description=_WORKER_HELP,
+        epilog=_WORKER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     work.add_argument(
         "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"

@@ -9,6 +9,8 @@ pydantic's errors into messages that name the setting.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import tomllib
 import typing
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+log = logging.getLogger(__name__)
 
 ROLES = ("service", "admin")
 
@@ -208,6 +212,11 @@ class Settings(_Section):
 # Short names the product documents besides the systematic GROUPBUY_<SECTION>_<NAME>.
 ENV_ALIASES = {"GROUPBUY_API_KEYS": ("auth", "api_keys")}
 
+# GROUPBUY_* variables that are read elsewhere, not settings: the config file's path, the
+# key the start-up message suggests exporting for curl, the tests' own.
+NON_SETTING_VARIABLES = frozenset({"GROUPBUY_CONFIG", "GROUPBUY_KEY"})
+NON_SETTING_PREFIXES = ("GROUPBUY_TEST_",)
+
 # What a pydantic error type means, said in the words of a configuration file.
 _EXPECTED = {
     "int_parsing": "must be a number",
@@ -222,19 +231,28 @@ _EXPECTED = {
 }
 
 
-def _from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """GROUPBUY_<SECTION>_<NAME> (and the aliases) as {section: {name: text}}.
-
-    Values stay text for pydantic to convert, except lists, given comma-separated.
-    """
-    found: dict[str, dict[str, Any]] = {}
+def _variable_names() -> dict[str, tuple[str, str]]:
+    """Every settings variable, GROUPBUY_<SECTION>_<NAME> and the aliases: its (section, name)."""
     names = {
         f"GROUPBUY_{section.upper()}_{name.upper()}": (section, name)
         for section, info in Settings.model_fields.items()
         for name in typing.cast(type[BaseModel], info.annotation).model_fields
     }
     names.update(ENV_ALIASES)
-    for variable, (section, name) in names.items():
+    return names
+
+
+def _from_environment(
+    environ: Mapping[str, str],
+) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str]]:
+    """GROUPBUY_<SECTION>_<NAME> (and the aliases) as {section: {name: text}}, and the
+    variable each value came from (so an error names what the operator set).
+
+    Values stay text for pydantic to convert, except lists, given comma-separated.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    sources: dict[tuple[str, str], str] = {}
+    for variable, (section, name) in _variable_names().items():
         if variable not in environ:
             continue
         value: Any = environ[variable]
@@ -242,12 +260,31 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         if typing.get_origin(section_model.model_fields[name].annotation) is tuple:
             value = [part.strip() for part in value.split(",") if part.strip()]
         found.setdefault(section, {})[name] = value
-    return found
+        sources[(section, name)] = variable
+    return found, sources
 
 
-def _message(error: Any, source: str) -> str:
-    """One pydantic error as a sentence naming the setting."""
+def _warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """One WARNING per GROUPBUY_* variable that is no setting: a misspelt one is otherwise
+    silently ignored. Names the closest setting when one is close."""
+    known = _variable_names()
+    for variable in sorted(environ):
+        if not variable.startswith("GROUPBUY_") or variable in known:
+            continue
+        if variable in NON_SETTING_VARIABLES or variable.startswith(NON_SETTING_PREFIXES):
+            continue
+        close = difflib.get_close_matches(variable, known, n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        log.warning("unknown environment variable %s is ignored%s", variable, hint)
+
+
+def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) -> str:
+    """One pydantic error as a sentence naming the setting, and the environment variable
+    first when the value came from one."""
     location = [str(part) for part in error["loc"]]
+    variable = variables.get((location[0], location[1])) if len(location) > 1 else None
+    if variable is not None:
+        return f"{variable}: {_message(error, source, {})}"
     if error["type"] == "extra_forbidden":
         if len(location) == 1:
             return f"unknown section(s) in {source}: {location[0]}"
@@ -260,11 +297,18 @@ def _message(error: Any, source: str) -> str:
     return f"{where} {expected}, got {error['input']!r}" if expected else f"{where}: {detail}"
 
 
-def _validated(model: type[Settings], data: Mapping[str, Any], source: str) -> Settings:
+def _validated(
+    model: type[Settings],
+    data: Mapping[str, Any],
+    source: str,
+    variables: Mapping[tuple[str, str], str] | None = None,
+) -> Settings:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        messages = [_message(error, source) for error in exc.errors(include_url=False)]
+        messages = [
+            _message(error, source, variables or {}) for error in exc.errors(include_url=False)
+        ]
         raise SettingsError("; ".join(messages)) from None
 
 
@@ -285,10 +329,12 @@ def load_settings(
             except tomllib.TOMLDecodeError as exc:
                 raise SettingsError(f"{path} is not valid TOML: {exc}") from None
     merged: dict[str, Any] = dict(raw)
-    for section, values in _from_environment(environ).items():
+    overrides, variables = _from_environment(environ)
+    for section, values in overrides.items():
         given = merged.get(section, {})
         merged[section] = {**given, **values} if isinstance(given, dict) else given
-    return _validated(Settings, merged, str(path or "the environment"))
+    _warn_unknown_variables(environ)
+    return _validated(Settings, merged, str(path or "the environment"), variables)
 
 
 __all__ = [

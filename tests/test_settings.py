@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,14 @@ from pydantic import BaseModel, ValidationError
 
 from groupbuy.api.redpackets import Deposit, PacketSend
 from groupbuy.api.teams import ActivityCreate
-from groupbuy.settings import Settings, SettingsError, load_settings
+from groupbuy.settings import (
+    ENV_ALIASES,
+    NON_SETTING_PREFIXES,
+    NON_SETTING_VARIABLES,
+    Settings,
+    SettingsError,
+    load_settings,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,6 +134,54 @@ def test_a_bad_environment_value_names_the_setting(variable: str, value: str, me
         load_settings(None, {variable: value})
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("GROUPBUY_SERVER_PORT", "abc"),
+        ("GROUPBUY_OUTBOX_BATCH_SIZE", "5001"),
+        ("GROUPBUY_API_KEYS", "admin"),
+        ("GROUPBUY_EMBEDDED_ENGINE", "memcached"),
+    ],
+)
+def test_a_bad_environment_value_names_the_variable_first(variable: str, value: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(None, {variable: value})
+    assert str(raised.value).startswith(f"{variable}: [")
+
+
+def test_a_bad_file_value_does_not_name_a_variable(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[server]\nport = 'abc'\n")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(config, {"GROUPBUY_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert str(raised.value) == "[server] port must be a number, got 'abc'"
+
+
+def test_unknown_groupbuy_variables_are_warned_about_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    environ = {
+        "GROUPBUY_REDIS_ULR": "redis://127.0.0.1:6379/0",
+        "GROUPBUY_NOTHING_LIKE_IT": "1",
+        "GROUPBUY_SERVER_PORT": "9000",
+        "GROUPBUY_API_KEYS": "admin:a",
+        "GROUPBUY_CONFIG": "",
+        "GROUPBUY_KEY": "dev-x",
+        "GROUPBUY_TEST_REDIS_URL": "redis://127.0.0.1:6379/15",
+        "GROUPBUY_EMBEDDED_BINARY": "valkey-server",
+        "HOME": "/root",
+    }
+    with caplog.at_level(logging.WARNING, logger="groupbuy.settings"):
+        settings = load_settings(None, environ)
+    assert settings.redis.url == "" and settings.server.port == 9000
+    assert [r.getMessage() for r in caplog.records] == [
+        "unknown environment variable GROUPBUY_NOTHING_LIKE_IT is ignored",
+        "unknown environment variable GROUPBUY_REDIS_ULR is ignored "
+        "(did you mean GROUPBUY_REDIS_URL?)",
+    ]
+    assert all(r.levelno == logging.WARNING for r in caplog.records)
+
+
 @pytest.mark.parametrize(("word", "expected"), [("yes", True), ("on", True), ("0", False)])
 def test_booleans_from_the_environment(word: str, expected: bool) -> None:
     assert load_settings(None, {"GROUPBUY_SCHEDULER_ENABLED": word}).scheduler.enabled is expected
@@ -173,6 +230,33 @@ def test_a_file_that_is_not_toml_is_refused_with_a_message(tmp_path: Path) -> No
     config.write_text("[server\nport = 1\n")
     with pytest.raises(SettingsError, match="is not valid TOML"):
         load_settings(config, {})
+
+
+def test_every_groupbuy_variable_the_project_reads_is_known() -> None:
+    """A variable read somewhere in the package, the tests or the scripts is a setting or
+    a listed non-setting, so setting it never draws the unknown-variable warning."""
+    used: set[str] = set()
+    for folder in ("groupbuy", "tests", "scripts", "benchmarks"):
+        for file in (ROOT / folder).rglob("*"):
+            # this file names misspelt variables on purpose
+            if (
+                file.suffix in {".py", ".sh"}
+                and file.is_file()
+                and file.name != Path(__file__).name
+            ):
+                used.update(re.findall(r"\bGROUPBUY_[A-Z0-9_]+", file.read_text()))
+    known = {
+        f"GROUPBUY_{section.upper()}_{name.upper()}"
+        for section, info in Settings.model_fields.items()
+        for name in typing.cast(type[BaseModel], info.annotation).model_fields
+    }
+    known |= set(ENV_ALIASES) | set(NON_SETTING_VARIABLES)
+    unknown = {
+        v
+        for v in used
+        if v not in known and not v.endswith("_") and not v.startswith(NON_SETTING_PREFIXES)
+    }
+    assert unknown == set()
 
 
 def test_an_empty_api_keys_variable_means_no_keys() -> None:
