@@ -212,9 +212,6 @@ def app_from_environment() -> object:
 def _configure_logging(settings: Settings) -> None:
     """Log INFO and up to stderr; with access_log_json each access line is bare JSON."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)  # no-op once configured
-    # APScheduler logs every job it adds and runs at INFO (several lines a second);
-    # the jobs' own failures are logged by the scheduler module at WARNING.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     access = logging.getLogger(ACCESS_LOGGER)
     if not access.handlers:
         # One line per request: written in batches, not one system call each.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
+from groupbuy.ops.jobs import Job, JobRunner
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.services import Services, build_scheduler
 from groupbuy.settings import Settings
@@ -143,3 +145,41 @@ def test_admin_runs_a_job_and_reads_the_reconciliation(client: TestClient) -> No
     assert report["job"] == "reconcile" and report["mismatches"] == []
     latest = client.get("/v1/admin/reconcile", headers=ADMIN)
     assert latest.status_code == 200 and latest.json()["id"] == report["id"]
+
+
+async def test_ticks_log_nothing_per_tick_and_job_failures_still_show(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """APScheduler's two INFO lines per run are gone in any process running a scheduler
+    (not only under the command line), our own jobs log nothing per tick, and a failing
+    job is still one WARNING."""
+    aps_log = logging.getLogger("apscheduler")
+    before = aps_log.level
+    aps_log.setLevel(logging.NOTSET)  # as in a process that configured nothing
+    fast = services.settings.replace(
+        "scheduler", sweep_interval_s=0.05, expire_packets_interval_s=0.05, lease_ttl_s=0.3
+    ).scheduler
+    runs = 0
+
+    async def failing() -> dict[str, Any]:
+        nonlocal runs
+        runs += 1
+        raise RuntimeError("boom")
+
+    jobs = JobRunner([*services.jobs.jobs.values(), Job("failing", 0.05, failing)])
+    scheduler = Scheduler(jobs, services.scripts, services.keys.lease(LEASE), fast)
+    caplog.set_level(logging.DEBUG)
+    try:
+        scheduler.start()
+        deadline = time.monotonic() + 5
+        while runs < 8 or "sweep_locks" not in jobs.last_reports:
+            assert time.monotonic() < deadline, "the jobs did not run"
+            await asyncio.sleep(0.05)
+        await scheduler.stop()
+    finally:
+        aps_log.setLevel(before)
+    quiet = [r for r in caplog.records if r.name.startswith(("apscheduler", "groupbuy"))]
+    chatty = [r for r in quiet if r.levelno < logging.WARNING]
+    assert chatty == []
+    failures = [r for r in quiet if "job failing failed" in r.getMessage()]
+    assert len(failures) >= 8 and {r.levelno for r in failures} == {logging.WARNING}

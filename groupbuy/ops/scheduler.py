@@ -22,6 +22,10 @@ from groupbuy.settings import SchedulerSettings
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
+# APScheduler logs two INFO lines per job run ("Running job", "executed successfully"),
+# in every process whether or not it holds the lease: with second-long intervals that
+# is most of a log. Its warnings and errors (a job that raised, a missed run) still show.
+_APSCHEDULER_LEVEL = logging.WARNING
 
 LEASE = "scheduler"  # the lease's name: Keys.lease(LEASE)
 # Longest a shutdown waits for the jobs that are running to finish.
@@ -71,6 +75,11 @@ class Scheduler:
 
     def start(self) -> None:
         """Start the APScheduler with the lease renewal and every job."""
+        # Here rather than in the command line: every process that runs a scheduler (serve,
+        # worker, an app embedded in another ASGI server, the tests) is quiet the same way.
+        aps_log = logging.getLogger("apscheduler")
+        if aps_log.level < _APSCHEDULER_LEVEL:  # an operator's higher level stays
+            aps_log.setLevel(_APSCHEDULER_LEVEL)
         aps = AsyncIOScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
         )
