@@ -45,6 +45,10 @@ class PayloadTooLarge(GroupBuyError):
     status_code, code, title = 413, "payload_too_large", "Request body too large"
 
 
+class UnsupportedMediaType(GroupBuyError):
+    status_code, code, title = 415, "unsupported_media_type", "Request body is not JSON"
+
+
 class NotFound(GroupBuyError):
     status_code, code, title = 404, "not_found", "Not found"
 

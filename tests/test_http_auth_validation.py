@@ -231,9 +231,9 @@ def test_malformed_bodies_422(client: TestClient, opened_team: OpenTeam) -> None
         for raw in raws:
             r = post_raw(client, url, raw, headers)
             assert_problem(r, 422, "invalid_request")
-        # A non-JSON content type does not make a form out of it.
+        # A form is not JSON: 415 (SPEC §3), never read as a form.
         r = client.post(url, data={"user_id": "u1"}, headers=headers)
-        assert_problem(r, 422, "invalid_request")
+        assert_problem(r, 415, "unsupported_media_type")
         assert state(client) == before, name
 
 

@@ -441,7 +441,10 @@ def test_no_secret_reaches_any_log_record(
     assert (
         client.post("/v1/activities", json={"activity_id": "b"}, headers=SERVICE).status_code == 403
     )
-    assert client.post("/v1/activities", content=b"{", headers=ADMIN).status_code == 422
+    malformed = client.post(
+        "/v1/activities", content=b"{", headers={**ADMIN, "Content-Type": "application/json"}
+    )
+    assert malformed.status_code == 422
     assert client.get("/metrics", headers=ADMIN).status_code == 200
     assert len(access_records(caplog)) == 7  # one per request, opened_team's two included
     formatter = logging.Formatter("%(name)s %(message)s")

@@ -14,7 +14,12 @@ from starlette.routing import Route
 
 from groupbuy import errors
 from groupbuy.api.auth import Authenticator
-from groupbuy.api.jsonbody import FastJSONResponse
+from groupbuy.api.jsonbody import (
+    FastJSONResponse,
+    duplicate_key,
+    is_json_media_type,
+    may_have_duplicate_keys,
+)
 from groupbuy.outcome import Outcome
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -95,14 +100,41 @@ def _validation_problem(exc: ValidationError, where: str) -> errors.InvalidReque
     return errors.InvalidRequest(f"invalid {where}: {summary}", errors=details)
 
 
+def _duplicate_problem(key: str) -> errors.InvalidRequest:
+    return errors.InvalidRequest(
+        f"invalid body: the key {key!r} appears twice in one object",
+        errors=[{"field": key, "message": "duplicate key"}],
+    )
+
+
+def check_media_type(request: Request, raw: bytes) -> None:
+    """A body must be declared `application/json` (415 otherwise); no body needs no type."""
+    content_type = request.headers.get("content-type")
+    if content_type is None and not raw:
+        return  # parse_body says that a body is needed
+    if content_type is None or not is_json_media_type(content_type):
+        raise errors.UnsupportedMediaType(
+            "request bodies must be JSON, sent with Content-Type: application/json",
+            content_type=content_type,
+        )
+
+
 def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
-    """Validate a JSON object body strictly (422 on anything else)."""
+    """Validate a JSON object body strictly (422 on anything else, a key twice included)."""
     if not raw.strip():
         raise errors.InvalidRequest("the request needs a JSON object body")
     try:
-        return model.model_validate_json(raw)
+        body = model.model_validate_json(raw)
     except ValidationError as exc:
-        raise _validation_problem(exc, "body") from None
+        key = duplicate_key(raw)
+        raise (_duplicate_problem(key) if key else _validation_problem(exc, "body")) from None
+    # The parser keeps the last of two equal keys: {"amount_cents": 1, "amount_cents": 700}
+    # would be read as 700 where another reader of the same bytes sees 1.
+    if may_have_duplicate_keys(raw, body):
+        key = duplicate_key(raw)
+        if key is not None:
+            raise _duplicate_problem(key)
+    return body
 
 
 def parse_query(model: type[BaseModel], request: Request) -> BaseModel:
@@ -140,6 +172,7 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
             raise errors.InvalidRequest("this endpoint takes no query parameters")
         raw = await read_body(request, max_body_bytes)
         if endpoint.body is not None:
+            check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)
         return await endpoint.handler(request, **kwargs)
 

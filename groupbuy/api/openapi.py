@@ -54,6 +54,7 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
         )
     if endpoint.body is not None:
         found[errors.PayloadTooLarge] = "the body is over `[server] max_body_bytes`"
+        found[errors.UnsupportedMediaType] = "the body is not sent as `application/json`"
     if endpoint.role is not None:
         found[errors.Unauthorized] = "no `Authorization: Bearer` key, or an unknown one"
         if endpoint.role == "admin":

@@ -60,10 +60,16 @@ seconds (names end in `_s`). Timestamps in answers are ISO-8601 UTC with
 milliseconds, e.g. `2026-11-21T17:42:51.123Z`, all read from Redis's clock.
 
 **Requests.** A body is one JSON object, validated strictly: an unknown field, a
-missing required one, a wrong type (`"3"` is not `3`) or an out-of-range number is
-422 `invalid_request`, whose `errors` lists each `field` and `message`. Unknown or
-repeated query parameters are 422 too. A body larger than `[server] max_body_bytes`
-(64 KiB by default) is 413 `payload_too_large`.
+missing required one, a wrong type (`"3"` is not `3`), an out-of-range number or a
+key that appears twice in one object (at any depth: `{{"amount_cents": 1,
+"amount_cents": 700}}` is refused, not read as 700) is 422 `invalid_request`, whose
+`errors` lists each `field` and `message`. Unknown or repeated query parameters are
+422 too. A body must be sent with `Content-Type: application/json` (a `charset`
+parameter may only say `utf-8`); any other type, or a body with no type, is 415
+`unsupported_media_type` (`curl -d` sends a form type: add `-H 'Content-Type:
+application/json'` or use `curl --json`). A call that takes no body needs no type. A
+body larger than `[server] max_body_bytes` (64 KiB by default) is 413
+`payload_too_large`.
 
 **Idempotent creates.** Creates take client-chosen ids (activity, team, packet,
 deposit reference). Repeating a create with the same id and the same parameters
