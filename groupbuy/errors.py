@@ -45,6 +45,14 @@ class PayloadTooLarge(GroupBuyError):
     status_code, code, title = 413, "payload_too_large", "Request body too large"
 
 
+class RequestTimeout(GroupBuyError):
+    status_code, code, title = 408, "request_timeout", "The request body arrived too slowly"
+
+
+class HeadersTooLarge(GroupBuyError):
+    status_code, code, title = 431, "headers_too_large", "Request Header Fields Too Large"
+
+
 class UnsupportedMediaType(GroupBuyError):
     status_code, code, title = 415, "unsupported_media_type", "Request body is not JSON"
 

@@ -65,6 +65,14 @@ class ServerSettings(_Section):
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     max_body_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536
     access_log_json: bool = False
+    # A request's head (line and headers) must arrive within this, from the connection or
+    # from its first byte after a keep-alive pause; else the connection is closed.
+    header_timeout_s: Annotated[float, Field(ge=0.05, le=3600)] = 10.0
+    # A request's body must arrive within this, from the end of the head; else 408.
+    body_timeout_s: Annotated[float, Field(ge=0.05, le=3600)] = 20.0
+    # Past either, the answer is 431 and the connection is closed (request line included).
+    max_header_count: Annotated[int, Field(ge=8, le=10_000)] = 100
+    max_header_bytes: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16384
 
 
 class RedisSettings(_Section):

@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 from groupbuy.api import redpackets, system, teams
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.endpoints import Endpoint, build_route
-from groupbuy.api.middleware import ObserveRequests, RejectAmbiguousPaths
+from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
 from groupbuy.services import Services, build_services, running
@@ -45,6 +45,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         lifespan=lifespan,
         middleware=[
             Middleware(ObserveRequests, json_lines=settings.server.access_log_json),
+            Middleware(LimitBodyTime, timeout_s=settings.server.body_timeout_s),
             Middleware(RejectAmbiguousPaths),
         ],
     )

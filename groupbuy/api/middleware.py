@@ -7,6 +7,7 @@ raw path, and never a header or a body: bearer secrets and signatures stay out o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -139,3 +140,42 @@ class RejectAmbiguousPaths:
                 await problem_response(error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class LimitBodyTime:
+    """ASGI middleware: a request's body must arrive within `timeout_s` of its head, or the
+    read fails with RequestTimeout (408 problem+json, then the connection is closed: the
+    rest of a slow body is not waited for). A body sent at once costs one timer."""
+
+    def __init__(self, app: Any, timeout_s: float) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        body_done = False
+
+        async def receive_in_time() -> Any:
+            nonlocal body_done
+            if body_done:  # afterwards only http.disconnect comes: not timed
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise errors.RequestTimeout(
+                    f"the request body did not arrive within {self.timeout_s:g} s"
+                ) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        async def send_closing(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 408:
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive_in_time, send_closing)

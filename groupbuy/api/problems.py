@@ -7,7 +7,7 @@ import logging
 import redis.exceptions
 import sqlalchemy.exc
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from groupbuy import errors
@@ -15,6 +15,10 @@ from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.metrics import BACKEND_ERRORS
 
 log = logging.getLogger(__name__)
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status the access log and the metrics give a request whose client went away before
+it was read (nginx's "client closed request"); nothing is sent."""
 
 
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
@@ -28,10 +32,20 @@ def problem_response(error: errors.GroupBuyError) -> JSONResponse:
     )
 
 
-async def handle_error(_request: Request, exc: Exception) -> Response:
+async def handle_error(request: Request, exc: Exception) -> Response:
     """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
     if isinstance(exc, errors.GroupBuyError):
         return problem_response(exc)
+    if isinstance(exc, ClientDisconnect):
+        # The client closed the connection while its body was on the way: nothing went
+        # wrong here, and the answer reaches no one (uvicorn drops it).
+        log.info(
+            "client closed the connection before its request was read: %s %s (%d)",
+            request.method,
+            getattr(request.scope.get("route"), "path", "unmatched"),
+            CLIENT_CLOSED_REQUEST,
+        )
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     if isinstance(exc, HTTPException):
         if exc.status_code == 404:
             return problem_response(errors.NotFound("no such route"))
@@ -62,6 +76,7 @@ async def handle_error(_request: Request, exc: Exception) -> Response:
 # Starlette needs each class named: `Exception` alone only reaches the last-resort handler.
 HANDLED_ERRORS: tuple[type[Exception], ...] = (
     errors.GroupBuyError,
+    ClientDisconnect,
     HTTPException,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,

@@ -96,6 +96,18 @@ request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (wi
 `Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`
 when a backing service does not answer. A 500 `internal_error` is a bug. Every answer
 carries `X-Request-Id` (the caller's, when it is a sane token, else a new one).
+
+**Slow and oversized requests.** A request's line and headers must arrive within
+`[server] header_timeout_s` (10 s by default) of the connection, or of their first byte
+after a keep-alive pause: else the connection is closed without an answer. More than
+`[server] max_header_count` headers (100) or more than `[server] max_header_bytes`
+(16 KiB, request line included) is 431 `headers_too_large`, and the connection is
+closed. A body must arrive within `[server] body_timeout_s` (20 s) of the headers: else
+408 `request_timeout` (with `Connection: close`); nothing of the request is applied.
+These answers come before routing and carry no `X-Request-Id` when the headers were
+refused. A client that closes its connection before its body has arrived gets no
+answer; the access log and the latency metric record that request with status 499
+("client closed request", as nginx does) at INFO, never as an error or a 500.
 """
 
 
