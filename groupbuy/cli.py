@@ -12,8 +12,9 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from groupbuy import __version__
 from groupbuy.api import ACCESS_LOGGER
@@ -21,6 +22,9 @@ from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
 from groupbuy.metrics import multiprocess_dir
 from groupbuy.settings import Settings, SettingsError, load_settings
 from groupbuy.storage.redis_client import describe
+
+if TYPE_CHECKING:
+    from groupbuy.api.server import HeadLimits
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -86,34 +90,62 @@ def _stopping_on_signals() -> Iterator[None]:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the API with uvicorn until interrupted."""
+    from groupbuy.api.server import PortInUse, bind
     from groupbuy.storage.embedded import EngineError
 
     try:
         settings, generated = _settings_for_serve(args)
+        _check_database(settings)
     except (SettingsError, OSError) as exc:
         print(f"groupbuy: {exc}", file=sys.stderr)
         return 2
     _configure_logging(settings)
     with _stopping_on_signals(), contextlib.ExitStack() as stack:
+        # The port first: when it is taken, nothing else starts and nothing says "listening".
+        try:
+            sock = bind(settings.server.host, settings.server.port)
+        except PortInUse as exc:
+            print(f"groupbuy: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:
+            print(f"groupbuy: {exc}", file=sys.stderr)
+            return 2
+        stack.callback(sock.close)
         try:
             settings, redis_line = _redis_for_serve(settings, stack)
         except (SettingsError, EngineError, OSError) as exc:
             print(f"groupbuy: {exc}", file=sys.stderr)
             return 2
-        _run_server(settings, redis_line, generated)
-    return 0
+        return _run_server(settings, sock, redis_line, generated)
+    return 0  # stopped by a signal before the server ran
 
 
-def _run_server(settings: Settings, redis_line: str, generated: str | None) -> None:
-    """Print the start-up message, then serve with uvicorn (one worker or several)."""
-    import uvicorn
+def _check_database(settings: Settings) -> None:
+    """Refuse (SettingsError) a database URL whose driver is missing, in one line, and say
+    when a URL's scheme is read as its async driver."""
+    from groupbuy.storage.db import missing_driver
 
-    from groupbuy.api.app import create_app
+    problem = missing_driver(settings.database.effective_url)
+    if problem:
+        raise SettingsError(problem)
+    given = settings.database.url
+    if given and given != settings.database.effective_url:
+        logging.getLogger(__name__).info(
+            "database URL %s:// is read as %s:// (the async driver)",
+            given.partition("://")[0],
+            settings.database.effective_url.partition("://")[0],
+        )
 
-    host, port = settings.server.host, settings.server.port
-    print(f"groupbuy {__version__} listening on http://{host}:{port}")
+
+def _banner(settings: Settings, port: int, redis_line: str, generated: str | None) -> None:
+    """The start-up message: printed once the service really listens."""
+    from groupbuy.storage.db import shown_url
+
+    workers = settings.server.workers
+    several = f" ({workers} workers)" if workers > 1 else ""
+    print(f"groupbuy {__version__} listening on http://{settings.server.host}:{port}{several}")
     print(f"  redis:    {redis_line}")
-    print(f"  database: {settings.database.effective_url}")
+    print(f"  database: {shown_url(settings.database.effective_url)}")
     if generated:
         print("  no API keys configured; a development admin key was generated for this run:")
         print(f"    export GROUPBUY_KEY={generated}")
@@ -123,6 +155,25 @@ def _run_server(settings: Settings, redis_line: str, generated: str | None) -> N
             "  API keys: from config.toml / GROUPBUY_API_KEYS; send 'Authorization: Bearer <key>'"
         )
     sys.stdout.flush()
+
+
+def _run_server(
+    settings: Settings, sock: socket.socket, redis_line: str, generated: str | None
+) -> int:
+    """Serve with uvicorn (one worker or several) on the bound socket; the start-up message
+    comes once the app has started and listens. Non-zero when it never did."""
+    from groupbuy.api.app import create_app
+    from groupbuy.api.server import AnnouncingServer, HeadLimits, ServerConfig
+
+    port = sock.getsockname()[1]
+    listening = False
+
+    def announce() -> None:
+        nonlocal listening
+        listening = True
+        _banner(settings, port, redis_line, generated)
+
+    limits = HeadLimits.of(settings.server)
     if settings.server.workers > 1:
         # Each worker process builds its own app from the environment: hand it what this
         # process decided (the engine's socket, a generated key). The workers share their
@@ -131,39 +182,64 @@ def _run_server(settings: Settings, redis_line: str, generated: str | None) -> N
         os.environ["GROUPBUY_REDIS_URL"] = settings.redis.url
         os.environ["GROUPBUY_API_KEYS"] = ",".join(settings.auth.api_keys)
         with multiprocess_dir(needed=True):
-            run_workers("groupbuy.cli:app_from_environment", host, port, settings.server.workers)
+            run_workers(
+                "groupbuy.cli:app_from_environment",
+                settings.server.host,
+                port,
+                settings.server.workers,
+                head_limits=limits,
+                sock=sock,
+                on_listening=announce,
+            )
     else:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+        config = ServerConfig(
+            create_app(settings),
+            limits,
+            host=settings.server.host,
+            port=port,
+            log_level="warning",
+        )
+        with contextlib.suppress(SystemExit):  # uvicorn's exit when the app fails to start
+            AnnouncingServer(config, announce).run(sockets=[sock])
+    if not listening:
+        print("groupbuy: the service did not start (the error is above)", file=sys.stderr)
+        return 3
+    return 0
 
 
-def run_workers(app_factory: str, host: str, port: int, workers: int) -> None:
-    """What uvicorn.run does for several workers, with TCP_NODELAY on the shared socket.
+def run_workers(
+    app_factory: str,
+    host: str,
+    port: int,
+    workers: int,
+    *,
+    head_limits: HeadLimits | None = None,
+    sock: socket.socket | None = None,
+    on_listening: Callable[[], None] | None = None,
+) -> None:
+    """What uvicorn.run does for several workers, on one shared socket with TCP_NODELAY
+    (groupbuy.api.server.bind), with our limits on request heads; `on_listening` runs once
+    every worker has started its app and serves."""
+    from groupbuy.api.server import AnnouncingMultiprocess, HeadLimits, ServerConfig, bind
+    from groupbuy.settings import ServerSettings
 
-    uvicorn binds that socket with protocol 0, so asyncio does not turn Nagle off on the
-    accepted connections and every keep-alive answer waits ~40 ms for a delayed ACK
-    (measured: 45 ms per request with 2 workers, 1.4 ms with this option set). Accepted
-    sockets inherit the option from the listening one on Linux.
-    """
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
-
-    config = uvicorn.Config(
+    config = ServerConfig(
         app_factory,
+        head_limits or HeadLimits.of(ServerSettings()),
         factory=True,
         host=host,
         port=port,
         workers=workers,
         log_level="warning",
     )
-    sock = config.bind_socket()
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    Multiprocess(config, sockets=[sock]).run()
+    AnnouncingMultiprocess(config, [sock or bind(host, port)], on_listening).run()
 
 
 def worker(args: argparse.Namespace) -> int:
     """Run only the scheduler (records to SQL, sweeps, expiry, repair, reconcile) until stopped."""
     try:
         settings = load_settings(args.config)
+        _check_database(settings)
     except (SettingsError, OSError) as exc:
         print(f"groupbuy: {exc}", file=sys.stderr)
         return 2
@@ -181,11 +257,17 @@ def worker(args: argparse.Namespace) -> int:
             return 2
         settings = settings.replace("redis", url=url)
     _configure_logging(settings)
-    print(
-        f"groupbuy {__version__} worker: redis {describe(settings.redis)}, "
-        f"database {settings.database.effective_url}"
-    )
-    asyncio.run(_work(settings))
+    # A signal while the worker starts (imports, connections: seconds on a loaded machine)
+    # is a clean stop too, not death by the default handler.
+    with _stopping_on_signals():
+        from groupbuy.storage.db import shown_url
+
+        print(
+            f"groupbuy {__version__} worker: redis {describe(settings.redis)}, "
+            f"database {shown_url(settings.database.effective_url)}"
+        )
+        sys.stdout.flush()
+        asyncio.run(_work(settings))
     return 0
 
 

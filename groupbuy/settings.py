@@ -110,15 +110,42 @@ class EmbeddedSettings(_Section):
     binary: str = ""
 
 
+# The async driver the service runs each database on, by the URL schemes that name it.
+_DATABASE_SCHEMES = {
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+
+
 class DatabaseSettings(_Section):
     """The SQL database that holds the durable record."""
 
+    # sqlite+aiosqlite:///path or postgresql+asyncpg://user:pass@host/db; the plain schemes
+    # sqlite://, postgresql:// and postgres:// are read as those (effective_url).
     url: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        scheme, sep, _rest = url.partition("://")
+        if url and (not sep or scheme.lower() not in _DATABASE_SCHEMES):
+            raise ValueError(
+                f"{scheme if sep else url!r} is not a database URL the service runs on: "
+                "use sqlite+aiosqlite:///path.db or postgresql+asyncpg://user:password@host/db"
+            )
+        return url
 
     @property
     def effective_url(self) -> str:
-        """The SQLAlchemy URL to use: the configured one or a SQLite file in the cwd."""
-        return self.url or "sqlite+aiosqlite:///groupbuy.db"
+        """The SQLAlchemy URL to use: the configured one, its scheme naming the async driver,
+        or a SQLite file in the cwd."""
+        if not self.url:
+            return "sqlite+aiosqlite:///groupbuy.db"
+        scheme, _sep, rest = self.url.partition("://")
+        return f"{_DATABASE_SCHEMES[scheme.lower()]}://{rest}"
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from groupbuy.cli import main
+from groupbuy.cli import _check_database, main
+from groupbuy.settings import SettingsError, load_settings
+from groupbuy.testing.servers import free_port
+from tests.support.service import service_environment
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["worker", "--help"]])
@@ -67,3 +79,152 @@ def test_a_bad_variable_is_named_in_the_one_line(
     assert main([command]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line == "groupbuy: GROUPBUY_SERVER_PORT: [server] port must be a number, got 'abc'"
+
+
+# -- start-up: the "listening" line only once the service listens -------------------------
+
+
+def run_cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a `groupbuy` command to its end (one that does not start, here)."""
+    return subprocess.run(
+        [sys.executable, "-m", "groupbuy.cli", *args],
+        env=env,
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def fakeredis_environment(directory: Path, **variables: str) -> dict[str, str]:
+    return service_environment(directory, GROUPBUY_EMBEDDED_ENGINE="fakeredis", **variables)
+
+
+def test_a_port_in_use_is_one_line_and_no_listening(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli(tmp_path, fakeredis_environment(tmp_path), "serve", "--port", str(port))
+    assert done.returncode == 1, done
+    assert "listening" not in done.stdout
+    assert done.stderr.splitlines()[-1] == f"groupbuy: port {port} on 127.0.0.1 is in use"
+    assert "Traceback" not in done.stderr and "Errno" not in done.stderr, done.stderr
+
+
+def test_no_listening_line_when_the_app_cannot_start(tmp_path: Path) -> None:
+    """The database cannot be opened: the app's start fails, and no line said it listened."""
+    env = fakeredis_environment(
+        tmp_path, GROUPBUY_DATABASE_URL="sqlite+aiosqlite:////nonexistent-dir/x/groupbuy.db"
+    )
+    done = run_cli(tmp_path, env, "serve", "--port", "0")
+    assert done.returncode == 3, done
+    assert "listening" not in done.stdout, done.stdout
+    assert (
+        done.stderr.splitlines()[-1] == "groupbuy: the service did not start (the error is above)"
+    )
+
+
+@pytest.mark.real
+def test_no_listening_line_when_workers_cannot_start(tmp_path: Path, real_redis_url: str) -> None:
+    env = service_environment(
+        tmp_path,
+        GROUPBUY_REDIS_URL=real_redis_url,
+        GROUPBUY_DATABASE_URL="sqlite+aiosqlite:////nonexistent-dir/x/groupbuy.db",
+    )
+    done = run_cli(tmp_path, env, "serve", "--port", "0", "--workers", "2")
+    assert done.returncode == 3, done
+    assert "listening" not in done.stdout, done.stdout
+    assert (
+        done.stderr.splitlines()[-1] == "groupbuy: the service did not start (the error is above)"
+    )
+
+
+def test_the_listening_line_comes_when_requests_are_answered(tmp_path: Path) -> None:
+    """The moment the line is printed, the port answers and the app has started."""
+    port = free_port()
+    output = tmp_path / "serve.log"
+    with output.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "groupbuy.cli", "serve", "--port", str(port)],
+            cwd=tmp_path,
+            env=fakeredis_environment(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "listening on" not in output.read_text():
+            assert process.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, output.read_text()
+            time.sleep(0.01)
+        answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert answer.status_code == 200, answer.text
+        assert f"listening on http://127.0.0.1:{port}\n" in output.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    assert process.returncode == 0, output.read_text()
+
+
+def test_a_missing_database_driver_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def without_asyncpg(name: str, *args: Any) -> Any:
+        return None if name == "asyncpg" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_asyncpg)
+    monkeypatch.setenv("GROUPBUY_DATABASE_URL", "postgres://u:secret@127.0.0.1:1/db")
+    monkeypatch.setenv("GROUPBUY_EMBEDDED_ENGINE", "fakeredis")
+    monkeypatch.chdir(tmp_path)
+    for command in ("serve", "worker"):
+        assert main([command]) == 2
+        captured = capsys.readouterr()
+        assert "listening" not in captured.out
+        [line] = captured.err.splitlines()
+        assert line == (
+            "groupbuy: the database URL postgresql+asyncpg://... needs the asyncpg driver: "
+            "pip install 'groupbuy[postgres]'"
+        )
+
+
+@pytest.mark.parametrize(
+    ("given", "effective"),
+    [
+        ("postgres://u:p@h:5432/db", "postgresql+asyncpg://u:p@h:5432/db"),
+        ("postgresql://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("sqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+        ("", "sqlite+aiosqlite:///groupbuy.db"),
+    ],
+)
+def test_plain_database_schemes_are_read_as_their_async_driver(given: str, effective: str) -> None:
+    settings = load_settings(None, {"GROUPBUY_DATABASE_URL": given})
+    assert settings.database.effective_url == effective
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://u@h/db", "postgresql+psycopg2://u@h/db", "groupbuy.db", "sqlite+pysqlite:///x"]
+)
+def test_other_database_urls_are_refused_with_the_right_form(url: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(None, {"GROUPBUY_DATABASE_URL": url})
+    message = str(raised.value)
+    assert message.startswith("GROUPBUY_DATABASE_URL: [database] url: ")
+    assert "postgresql+asyncpg://" in message and "sqlite+aiosqlite://" in message
+
+
+def test_the_rewritten_scheme_is_said_in_a_log_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = load_settings(None, {"GROUPBUY_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}"})
+    with caplog.at_level(logging.INFO, logger="groupbuy.cli"):
+        _check_database(settings)
+    [record] = caplog.records
+    assert (
+        record.getMessage()
+        == "database URL sqlite:// is read as sqlite+aiosqlite:// (the async driver)"
+    )

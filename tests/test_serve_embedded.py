@@ -254,6 +254,11 @@ def test_several_workers_share_the_embedded_engine(tmp_path: Path) -> None:
     del env["GROUPBUY_API_KEYS"]
     service = start_service(tmp_path, "--workers", "2", env=env)
     try:
+        # The start-up message comes once every worker serves: maybe just after the first.
+        deadline = time.monotonic() + 30
+        while "export GROUPBUY_KEY=" not in service.text():
+            assert time.monotonic() < deadline, service.text()
+            time.sleep(0.05)
         key = service.text().split("export GROUPBUY_KEY=")[1].split()[0]
         admin = {"Authorization": f"Bearer {key}"}
         post(service, "/v1/accounts/a/deposits", {"amount_cents": 500, "reference": "r"}, admin)
@@ -292,10 +297,13 @@ def test_one_service_per_data_dir_and_the_worker_attaches_to_its_engine(tmp_path
             stderr=subprocess.STDOUT,
         )
         try:
+            assert worker.stdout is not None
+            first = worker.stdout.readline()  # started (a loaded machine takes seconds)
             time.sleep(1)
             assert worker.poll() is None
             worker.send_signal(signal.SIGTERM)
-            output, _ = worker.communicate(timeout=20)
+            rest, _ = worker.communicate(timeout=20)
+            output = first + rest
         finally:
             if worker.poll() is None:
                 worker.kill()

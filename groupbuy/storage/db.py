@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, event, exc, text
+from sqlalchemy import CursorResult, event, exc, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -16,6 +17,29 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import DeclarativeBase
+
+# The async driver of each URL scheme the service takes, and how to install it.
+_DRIVERS = {
+    "sqlite+aiosqlite": ("aiosqlite", "pip install groupbuy (aiosqlite is a dependency)"),
+    "postgresql+asyncpg": ("asyncpg", "pip install 'groupbuy[postgres]'"),
+}
+
+
+def missing_driver(url: str) -> str | None:
+    """A one-line reason when the driver of the database URL `url` is not installed."""
+    scheme = url.partition("://")[0].lower()
+    module, install = _DRIVERS.get(scheme, ("", ""))
+    if module and importlib.util.find_spec(module) is None:
+        return f"the database URL {scheme}://... needs the {module} driver: {install}"
+    return None
+
+
+def shown_url(url: str) -> str:
+    """The URL as the start-up message shows it: the password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return url
 
 
 class Base(DeclarativeBase):
