@@ -292,3 +292,25 @@ def test_a_client_gone_mid_body_is_an_info_line_and_499_not_a_500(
     assert len(closed) == 1 and closed[0].levelno == logging.INFO
     access = [r.getMessage() for r in caplog.records if r.name == "groupbuy.access"]
     assert any(f"POST {route} 499" in line for line in access), access
+
+
+def test_a_slow_body_times_out_alone(port: int) -> None:
+    """While one body is late, the requests beside it (bodies sent at once) are served."""
+    slow = connect(port)
+    slow.sendall(deposit_head(100) + b'{"amount_cents": 5')
+    client = http_client(port)
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
+    began = time.monotonic()
+    n = 0
+    while time.monotonic() - began < BODY_TIMEOUT_S * 2:
+        body = json.dumps({"amount_cents": 1, "reference": f"beside-{n}"})
+        client.request("POST", "/v1/accounts/u2/deposits", body=body, headers=auth)
+        answer = client.getresponse()
+        assert answer.status == 201, answer.read()
+        answer.read()
+        n += 1
+        time.sleep(0.05)
+    status, problem = status_and_body(read_until_closed(slow))
+    assert status == 408 and problem["code"] == "request_timeout"
+    client.request("GET", "/v1/accounts/u2", headers=auth)
+    assert json.loads(client.getresponse().read())["balance_cents"] == n

@@ -145,30 +145,53 @@ class RejectAmbiguousPaths:
 class LimitBodyTime:
     """ASGI middleware: a request's body must arrive within `timeout_s` of its head, or the
     read fails with RequestTimeout (408 problem+json, then the connection is closed: the
-    rest of a slow body is not waited for). A body sent at once costs one timer."""
+    rest of a slow body is not waited for).
+
+    No timer per request: a timer per read measured +20 us a request, most bodies
+    arriving with their head. A read only registers its task and deadline; one ticker,
+    running while reads wait, cancels the reads past their deadline (so a body is cut
+    off between `timeout_s` and `timeout_s` plus a tick, a quarter of it at most 1 s).
+    """
 
     def __init__(self, app: Any, timeout_s: float) -> None:
         self.app = app
         self.timeout_s = timeout_s
+        self._tick_s = min(1.0, timeout_s / 4)
+        self._reading: dict[asyncio.Task[Any], float] = {}
+        self._timed_out: set[asyncio.Task[Any]] = set()
+        self._ticker: asyncio.TimerHandle | None = None
+        self._ticker_loop: asyncio.AbstractEventLoop | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        task = asyncio.current_task()
+        assert task is not None
         body_done = False
 
         async def receive_in_time() -> Any:
             nonlocal body_done
             if body_done:  # afterwards only http.disconnect comes: not timed
                 return await receive()
+            self._reading[task] = deadline
+            if self._ticker is None or self._ticker_loop is not loop:
+                self._ticker_loop = loop
+                self._ticker = loop.call_later(self._tick_s, self._tick)
             try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
+                message = await receive()
+            except asyncio.CancelledError:
+                if task not in self._timed_out:
+                    raise
+                self._timed_out.discard(task)
+                task.uncancel()
                 raise errors.RequestTimeout(
                     f"the request body did not arrive within {self.timeout_s:g} s"
                 ) from None
+            finally:
+                self._reading.pop(task, None)
             body_done = message["type"] != "http.request" or not message.get("more_body")
             return message
 
@@ -179,3 +202,19 @@ class LimitBodyTime:
             await send(message)
 
         await self.app(scope, receive_in_time, send_closing)
+
+    def _tick(self) -> None:
+        """Cancel the reads past their deadline (each task waits in its receive(): the only
+        await while it is registered); run again while reads wait."""
+        self._ticker = None
+        loop = self._ticker_loop
+        if loop is None or not self._reading:
+            return
+        now = loop.time()
+        for task, deadline in list(self._reading.items()):
+            if deadline <= now:
+                del self._reading[task]
+                self._timed_out.add(task)
+                task.cancel()
+        if self._reading:
+            self._ticker = loop.call_later(self._tick_s, self._tick)
