@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- activity_reindex: set an activity's entry in a global due index to the earliest entry of
 -- its own index (or remove it when that is empty), after a sweep or by the repair job.
 -- KEYS[1] the activity's lock index or deadline index (zset team_id -> ms)

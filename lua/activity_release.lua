@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- activity_release: drop an activity's Redis copy once no team of it is live (SQL keeps it).
 -- KEYS[1] activity hash  KEYS[2] lock index  KEYS[3] deadline index
 -- KEYS[4] lock-due index  KEYS[5] deadline-due index (global; the activity leaves both)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- lease_hold: take a free lease, or extend the one this holder already has.
 -- KEYS[1] lease key (value: the holder's token)
 -- ARGV[1] token  ARGV[2] ttl_ms

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- lease_release: give a lease back, only if this holder still has it.
 -- KEYS[1] lease key
 -- ARGV[1] token

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- outbox_ack: forget outbox entries that are now recorded in SQL, and keep the stream's
 -- entry in the pending index true: listed, scored by its oldest entry, while anything is
 -- left; gone once it is empty.

@@ -1,3 +1,4 @@
+#!lua
 -- packet_create: put a sent packet and its pre-drawn shares in Redis, idempotently.
 -- requires: _common
 -- requires: _packet_lib

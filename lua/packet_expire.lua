@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- packet_expire: close a packet whose time is up and record its refund, exactly once.
 -- requires: _common
 -- requires: _packet_lib

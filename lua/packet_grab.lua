@@ -1,3 +1,4 @@
+#!lua
 -- packet_grab: one user takes the next share of a packet, at most once.
 -- requires: _common
 -- requires: _packet_lib

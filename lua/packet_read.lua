@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- packet_read: a packet's state and grabs after the lazy expiry check.
 -- requires: _common
 -- requires: _packet_lib

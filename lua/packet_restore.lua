@@ -1,3 +1,4 @@
+#!lua
 -- packet_restore: rebuild a live packet that Redis has lost, from its SQL record, once.
 -- requires: _common
 -- requires: _packet_lib

@@ -1,3 +1,4 @@
+#!lua
 -- team_confirm: payment succeeded, turn the user's unexpired lock into membership.
 -- requires: _common
 -- requires: _team_lib

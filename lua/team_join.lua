@@ -1,3 +1,4 @@
+#!lua
 -- team_join: lock a free seat for a user in the open team of the activity that is closest to
 -- forming (most members + live locks, then the oldest), atomically (自动拼团).
 -- requires: _common

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- team_list: a page of the activity's open teams that have a free seat, closest to forming
 -- first (the order of team_join), after time is applied where it is due.
 -- requires: _common

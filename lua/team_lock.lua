@@ -1,3 +1,4 @@
+#!lua
 -- team_lock: hold one free seat of a team for a user, atomically.
 -- requires: _common
 -- requires: _team_lib

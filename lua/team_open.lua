@@ -1,3 +1,4 @@
+#!lua
 -- team_open: open a team whose leader is member 1, idempotently.
 -- requires: _common
 -- requires: _team_lib

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- team_read: a team's current state after the lazy checks (deadline, expired locks).
 -- requires: _common
 -- requires: _team_lib

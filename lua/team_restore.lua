@@ -1,3 +1,4 @@
+#!lua
 -- team_restore: rebuild an open team that Redis lost, from its SQL record, once.
 -- requires: _common
 -- requires: _team_lib

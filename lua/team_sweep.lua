@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- team_sweep: apply what time did to one team (expired locks, a passed deadline).
 -- requires: _common
 -- requires: _team_lib

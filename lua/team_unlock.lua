@@ -1,3 +1,4 @@
+#!lua
 -- team_unlock: release a user's seat lock on a team (idempotent).
 -- requires: _common
 -- requires: _team_lib

@@ -1,9 +1,12 @@
+#!lua flags=no-writes
 -- user_lock_read: the user's live lock in an activity, from their current-lock key alone.
 -- requires: _common
 -- requires: _team_lib
 -- KEYS[1] user's current-lock key ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms")
 -- ARGV[1] clock shift in ms (0 in production)
--- Returns {OK, team_id, locked_at_ms, expires_at_ms}, or {NO_LOCK} (a stale key is removed).
+-- Returns {OK, team_id, locked_at_ms, expires_at_ms}, or {NO_LOCK}.
+-- A read only (flags=no-writes: it runs over maxmemory and on replicas): a stale key is left
+-- to its own PX, which the lock's ttl set, and to the scripts that overwrite it.
 -- The value alone decides: a lock ends at its expiry or with its team at the deadline
 -- (a team is formed only once no other lock is held), and every other ending (unlock,
 -- confirm, a switch to another team) deletes or overwrites the key.
@@ -17,5 +20,4 @@ local expires, deadline = tonumber(parts[3]), tonumber(parts[4])
 if now < expires and (deadline == nil or now < deadline) then
   return {OK, parts[1], parts[2], parts[3]}
 end
-redis.call('DEL', KEYS[1])
 return {NO_LOCK}

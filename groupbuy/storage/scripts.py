@@ -1,7 +1,15 @@
 """The Lua scripts registry: read lua/*.lua once, SCRIPT LOAD at start, EVALSHA afterwards.
 
 redis-py's Script objects run EVALSHA and, on NOSCRIPT (after SCRIPT FLUSH or a
-Redis restart), load the source again and retry, so callers never see it.
+Redis restart), load the source again and retry, so callers never see it. Scripts that
+are rarely called stay unloaded after such a loss until `reload_missing` (the readiness
+check) loads them again.
+
+Every script's first line is a shebang declaring its flags (`#!lua` for a write Redis
+refuses up front when over maxmemory, `#!lua flags=allow-oom` or `flags=no-writes`): Redis
+reads them only on the very first line of the source, so the libraries a script requires
+go after it. fakeredis does not know the shebang: a registry on a fakeredis client sends
+the same source without that line.
 """
 
 from __future__ import annotations
@@ -12,9 +20,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import fakeredis
+
 from groupbuy.storage.pipelining import AutoPipeline
 
 _REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
+SHEBANG = "#!lua"
 
 
 def lua_dir() -> Path:
@@ -26,14 +37,26 @@ def lua_dir() -> Path:
 
 
 @cache
-def script_source(name: str) -> str:
-    """The full source of a script: its required libraries first, then the script itself."""
+def script_source(name: str, flags: bool = True) -> str:
+    """The full source of a script: its shebang line (unless `flags` is false, for fakeredis),
+    its required libraries, then the rest of the script."""
     directory = lua_dir()
-    body = (directory / f"{name}.lua").read_text(encoding="utf-8")
+    shebang, _newline, body = (
+        (directory / f"{name}.lua").read_text(encoding="utf-8").partition("\n")
+    )
+    if not shebang.startswith(SHEBANG):
+        raise ValueError(f"lua/{name}.lua must start with a '{SHEBANG}' line declaring its flags")
     libs = [
         (directory / f"{lib}.lua").read_text(encoding="utf-8") for lib in _REQUIRES.findall(body)
     ]
-    return "\n".join([*libs, body])
+    return "\n".join([shebang, *libs, body] if flags else [*libs, body])
+
+
+def script_flags(name: str) -> frozenset[str]:
+    """The flags a script's shebang declares (none for `#!lua`: it may write)."""
+    shebang = script_source(name).partition("\n")[0]
+    _lua, _sep, declared = shebang.partition("flags=")
+    return frozenset(flag for flag in declared.strip().split(",") if flag)
 
 
 def script_names() -> list[str]:
@@ -45,12 +68,22 @@ class Scripts:
     """Every script registered on one Redis client; calls go through `pipeline` when given
     (coalesced round trips), else one EVALSHA each."""
 
-    def __init__(self, redis: Any, pipeline: AutoPipeline | None = None) -> None:
+    def __init__(
+        self, redis: Any, pipeline: AutoPipeline | None = None, flags: bool | None = None
+    ) -> None:
+        """`flags`: send each script with its shebang line; by default unless `redis` is a
+        fakeredis client (which refuses it). Both call paths use these sources and shas."""
         self._redis = redis
         self._pipeline = pipeline
+        if flags is None:
+            flags = not isinstance(redis, fakeredis.FakeAsyncRedis)
         self._scripts = {
-            name: redis.register_script(script_source(name)) for name in script_names()
+            name: redis.register_script(script_source(name, flags)) for name in script_names()
         }
+
+    def source(self, name: str) -> str:
+        """The source this registry sends for a script (with or without its shebang)."""
+        return str(self._scripts[name].script)
 
     async def load(self) -> None:
         """SCRIPT LOAD every script, so the first calls do not pay for it."""
@@ -58,9 +91,20 @@ class Scripts:
             await self._redis.script_load(script.script)
 
     async def loaded(self) -> bool:
-        """Whether Redis holds every script right now (a readiness check)."""
+        """Whether Redis holds every script right now."""
         shas = [script.sha for script in self._scripts.values()]
         return all(await self._redis.script_exists(*shas))
+
+    async def reload_missing(self) -> list[str]:
+        """SCRIPT LOAD the scripts Redis has forgotten (a restart, a failover, SCRIPT FLUSH);
+        returns their names. The readiness check runs it, so readiness recovers by itself
+        even for scripts no request has called since."""
+        names = list(self._scripts)
+        present = await self._redis.script_exists(*(self._scripts[n].sha for n in names))
+        missing = [name for name, there in zip(names, present, strict=True) if not there]
+        for name in missing:
+            await self._redis.script_load(self._scripts[name].script)
+        return missing
 
     async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         """Run a script by EVALSHA (loading it again if Redis forgot it); every script
