@@ -28,12 +28,17 @@ async def healthz(_request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready means able to serve now: Redis and SQL answer, and the scripts Redis forgot (a
+    restart, a failover, SCRIPT FLUSH) are loaded again here rather than reported."""
     services = request.app.state.services
     checks: dict[str, str] = {}
     try:
         await services.redis.ping()
         checks["redis"] = "ok"
-        checks["scripts"] = "ok" if await services.scripts.loaded() else "not loaded"
+        reloaded = await services.scripts.reload_missing()
+        if reloaded:
+            log.info("readiness: loaded %d Lua scripts Redis had forgotten", len(reloaded))
+        checks["scripts"] = "ok"
     except Exception as exc:  # readiness reports, it never raises
         checks["redis"] = f"unreachable: {type(exc).__name__}"
     try:
@@ -90,7 +95,7 @@ ENDPOINTS = [
         "GET",
         "/readyz",
         readyz,
-        "Redis and SQL reachable, Lua scripts loaded",
+        "Redis and SQL answer; Lua scripts Redis forgot are loaded again",
         role=None,
         responses={200: "Ready", 503: "Not ready: `checks` names what failed"},
         answer=answers.Readiness,
