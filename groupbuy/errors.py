@@ -133,6 +133,10 @@ class RedisUnavailable(Unavailable):
     code, title = "redis_unavailable", "Redis is unreachable; retry later"
 
 
+class RedisOutOfMemory(Unavailable):
+    code, title = "redis_out_of_memory", "Redis is over its memory limit; nothing was applied"
+
+
 class DatabaseUnavailable(Unavailable):
     code, title = "database_unavailable", "The database is unreachable; retry later"
 

@@ -63,6 +63,10 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
             "Redis did not answer (retrying is safe: every call is idempotent)"
         )
         found[errors.DatabaseUnavailable] = "the database did not answer"
+        if endpoint.method != "GET":
+            found[errors.RedisOutOfMemory] = (
+                "Redis is over `maxmemory`: the call was refused before anything was applied"
+            )
     return found
 
 

@@ -61,6 +61,11 @@ async def handle_error(request: Request, exc: Exception) -> Response:
             "detail": str(exc.detail),
         }
         return FastJSONResponse(body, exc.status_code, media_type="application/problem+json")
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        # Refused before anything was written (the scripts' shebang makes Redis check first).
+        log.warning("redis out of memory: %s", exc)
+        BACKEND_ERRORS.labels(backend="redis").inc()
+        return problem_response(errors.RedisOutOfMemory())
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         log.warning("redis unavailable: %s", exc)
         BACKEND_ERRORS.labels(backend="redis").inc()
@@ -78,6 +83,7 @@ HANDLED_ERRORS: tuple[type[Exception], ...] = (
     errors.GroupBuyError,
     ClientDisconnect,
     HTTPException,
+    redis.exceptions.OutOfMemoryError,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     sqlalchemy.exc.OperationalError,

@@ -94,7 +94,9 @@ parameters is 409 `conflict`.
 their own (listed below with the code). Besides the codes listed per endpoint, any
 request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (with
 `Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`
-when a backing service does not answer. A 500 `internal_error` is a bug. Every answer
+when a backing service does not answer. A call that would write to Redis while Redis is
+over its `maxmemory` answers 503 `redis_out_of_memory` with nothing applied (no debit, no
+seat, no grab); reads still answer. A 500 `internal_error` is a bug. Every answer
 carries `X-Request-Id` (the caller's, when it is a sane token, else a new one).
 
 **Slow and oversized requests.** A request's line and headers must arrive within

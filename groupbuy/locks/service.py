@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
-from sqlalchemy import select, tuple_, update
+import redis.exceptions
+from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
@@ -84,6 +85,8 @@ class TeamService(UsesBackends):
             raise errors.InvalidRequest(
                 f"virtual_completion.min_members may be at most team_size ({wanted['team_size']})"
             )
+        # Over maxmemory Redis would refuse the activity's copy after the SQL row: ask first.
+        await self._scripts.call("write_probe", [self._keys.activity(activity_id)], [])
         now_ms = await self._clock.now_ms(self._redis)
         async with self._db.transaction() as session:
             created = await insert_ignore(
@@ -109,7 +112,19 @@ class TeamService(UsesBackends):
             raise errors.Conflict(
                 f"activity {activity_id!r} exists with other parameters", activity=body
             )
-        await self._put_activity(row)
+        try:
+            await self._put_activity(row)
+        except redis.exceptions.OutOfMemoryError:
+            # Memory ran out after the probe: the client is told nothing was applied.
+            if created:
+                async with self._db.transaction() as session:
+                    await session.execute(
+                        delete(ActivityRulesRow).where(ActivityRulesRow.activity_id == activity_id)
+                    )
+                    await session.execute(
+                        delete(ActivityRow).where(ActivityRow.activity_id == activity_id)
+                    )
+            raise
         return Outcome(body, created)
 
     async def get_activity(self, activity_id: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The ledger: append-only entries, each applied once, and balances kept equal to their sum."""
+"""The ledger: append-only entries, each applied once, and balances kept equal to their sum
+(`take_back` removes only an entry whose operation never took effect)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
@@ -84,6 +85,27 @@ async def post_entry(
         raise errors.InsufficientFunds(
             f"user {user_id!r} has less than {-amount_cents} cents", user_id=user_id
         )
+    return True
+
+
+async def take_back(session: AsyncSession, business_key: str) -> bool:
+    """Remove an entry and its effect on the balance, as if it had never been posted; only
+    for an entry whose operation never took effect outside this database (a send whose
+    packet Redis refused). True if there was one."""
+    removed = (
+        await session.execute(
+            delete(LedgerEntryRow)
+            .where(LedgerEntryRow.business_key == business_key)
+            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents)
+        )
+    ).first()
+    if removed is None:
+        return False
+    await session.execute(
+        update(AccountRow)
+        .where(AccountRow.user_id == removed.user_id)
+        .values(balance_cents=AccountRow.balance_cents - removed.amount_cents)
+    )
     return True
 
 

@@ -12,9 +12,10 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from sqlalchemy import select, update
+import redis.exceptions
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
@@ -32,7 +33,7 @@ from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
-from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.events import Event, EventRow, record_event
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
@@ -125,6 +126,8 @@ class RedPacketService(UsesBackends):
             raise errors.InvalidRequest("amount_cents must be at least count (1 cent per share)")
         packet_id = packet_id or f"p{secrets.token_hex(8)}"
         expires_in_s = expires_in_s or limits.expires_in_s
+        # Over maxmemory Redis would refuse the packet after the debit: learn it first.
+        await self._scripts.call("write_probe", self._keys.packet_keys(packet_id)[:1], [])
         now_ms = await self._clock.now_ms(self._redis)
         wanted = {
             "sender_id": sender_id,
@@ -171,8 +174,34 @@ class RedPacketService(UsesBackends):
         if not created and any(getattr(row, k) != v for k, v in wanted.items()):
             raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
         if row.status == "pending":
-            await self._make_live(row)
+            try:
+                await self._make_live(row)
+            except redis.exceptions.OutOfMemoryError:
+                # Memory ran out between the probe and the packet: the client is told nothing
+                # was applied, so the debit and the packet's record go (a repeat starts over).
+                if created:
+                    await self._unsend(row)
+                raise
         return Outcome(self._sent_body(row), created)
+
+    async def _unsend(self, row: PacketRow) -> None:
+        """Take back a send whose packet Redis refused: its row, debit and event, in one
+        transaction, unless the repair job has made it live meanwhile."""
+        async with self._db.transaction() as session:
+            gone = await session.execute(
+                delete(PacketRow).where(
+                    PacketRow.packet_id == row.packet_id, PacketRow.status == "pending"
+                )
+            )
+            if cast(CursorResult[Any], gone).rowcount != 1:
+                return
+            await ledger.take_back(session, packet_debit_key(row.packet_id))
+            await session.execute(
+                delete(EventRow).where(
+                    EventRow.dedup_key == packet_event_key("packet.sent", row.packet_id)
+                )
+            )
+        log.warning("send of packet %s taken back: Redis refused the packet", row.packet_id)
 
     async def _make_live(self, row: PacketRow) -> None:
         """Create the Redis state of a recorded packet (idempotent), then mark it active."""
