@@ -29,7 +29,8 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
-from groupbuy.storage.redis_client import auto_pipeline, connect_redis
+from groupbuy.storage.reachability import Reachability
+from groupbuy.storage.redis_client import auto_pipeline, connect_redis, describe
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class Services:
     packets: RedPacketService
     reconciler: Reconciler
     jobs: JobRunner
+    reachability: Reachability  # logs each change of Redis's reachability once
 
 
 def build_services(
@@ -61,6 +63,7 @@ def build_services(
     scripts = Scripts(redis, auto_pipeline(redis, settings.redis))
     keys = Keys(settings.redis.key_prefix)
     clock = RedisClock()
+    reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
     outbox = OutboxWriter(
         redis,
@@ -70,6 +73,7 @@ def build_services(
         settings.outbox.batch_size,
         index=keys.pending_activities(),
         stream_of=keys.outbox,
+        reachability=reachability,
     )
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
@@ -79,7 +83,18 @@ def build_services(
     reconciler = Reconciler(redis, database, keys, clock=clock)
     jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis))
     return Services(
-        settings, redis, database, scripts, keys, clock, outbox, teams, packets, reconciler, jobs
+        settings,
+        redis,
+        database,
+        scripts,
+        keys,
+        clock,
+        outbox,
+        teams,
+        packets,
+        reconciler,
+        jobs,
+        reachability,
     )
 
 
@@ -90,6 +105,7 @@ def build_scheduler(services: Services) -> Scheduler:
         services.scripts,
         services.keys.lease(LEASE),
         services.settings.scheduler,
+        services.reachability,
     )
 
 
@@ -100,9 +116,11 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     await services.database.create_all()
     try:
         await services.scripts.load()
-    except Exception:
-        # Start anyway: /readyz reports it, and scripts load themselves on first use.
-        log.warning("could not load the Lua scripts at start-up", exc_info=True)
+        services.reachability.answered()
+    except Exception as error:
+        # Start anyway: /readyz loads them, and scripts load themselves on first use.
+        if not services.reachability.failed(error):
+            log.warning("could not load the Lua scripts at start-up", exc_info=True)
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()

@@ -67,7 +67,8 @@ async def handle_error(request: Request, exc: Exception) -> Response:
         BACKEND_ERRORS.labels(backend="redis").inc()
         return problem_response(errors.RedisOutOfMemory())
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        log.warning("redis unavailable: %s", exc)
+        # Said once per outage by the process's Reachability, not once per request.
+        request.app.state.services.reachability.failed(exc)
         BACKEND_ERRORS.labels(backend="redis").inc()
         return problem_response(errors.RedisUnavailable())
     if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):

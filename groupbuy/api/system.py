@@ -34,12 +34,14 @@ async def readyz(request: Request) -> Response:
     checks: dict[str, str] = {}
     try:
         await services.redis.ping()
+        services.reachability.answered()
         checks["redis"] = "ok"
         reloaded = await services.scripts.reload_missing()
         if reloaded:
             log.info("readiness: loaded %d Lua scripts Redis had forgotten", len(reloaded))
         checks["scripts"] = "ok"
     except Exception as exc:  # readiness reports, it never raises
+        services.reachability.failed(exc)
         checks["redis"] = f"unreachable: {type(exc).__name__}"
     try:
         await services.database.ping()

@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from groupbuy.ops.jobs import JobRunner
 from groupbuy.settings import SchedulerSettings
+from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,15 @@ class Scheduler:
     """Interval jobs under a Redis lease; start() and stop() inside the running event loop."""
 
     def __init__(
-        self, runner: JobRunner, scripts: Scripts, lease_key: str, settings: SchedulerSettings
+        self,
+        runner: JobRunner,
+        scripts: Scripts,
+        lease_key: str,
+        settings: SchedulerSettings,
+        reachability: Reachability | None = None,
     ) -> None:
         self._runner = runner
+        self._reachability = reachability or Reachability("the configured URL")
         self._scripts = scripts
         self._lease_key = lease_key
         self._settings = settings
@@ -54,10 +61,12 @@ class Scheduler:
         try:
             reply = await self._scripts.call("lease_hold", [self._lease_key], [self.token, ttl_ms])
             self.is_leader = bool(int(reply[0]))
-        except Exception:
+            self._reachability.answered()
+        except Exception as error:
             # Cannot tell: stop running jobs rather than risk running them without the lease.
             self.is_leader = False
-            log.warning("could not renew the scheduler lease", exc_info=True)
+            if not self._reachability.failed(error):
+                log.warning("could not renew the scheduler lease", exc_info=True)
         return self.is_leader
 
     async def _tick(self, name: str) -> None:
@@ -68,8 +77,11 @@ class Scheduler:
         self._running.add(task)
         try:
             await self._runner.run(name)
-        except Exception:
-            log.warning("job %s failed; it runs again at its next interval", name, exc_info=True)
+        except Exception as error:
+            if not self._reachability.failed(error):
+                log.warning(
+                    "job %s failed; it runs again at its next interval", name, exc_info=True
+                )
         finally:
             self._running.discard(task)
 
@@ -109,6 +121,9 @@ class Scheduler:
         if self.is_leader:
             try:
                 await self._scripts.call("lease_release", [self._lease_key], [self.token])
-            except Exception:
-                log.warning("could not release the scheduler lease; it will run out", exc_info=True)
+            except Exception as error:
+                if not self._reachability.failed(error):
+                    log.warning(
+                        "could not release the scheduler lease; it will run out", exc_info=True
+                    )
             self.is_leader = False

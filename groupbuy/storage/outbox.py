@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_events
+from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ class OutboxWriter:
         batch_size: int,
         index: str,
         stream_of: Callable[[str], str],
+        reachability: Reachability | None = None,
     ) -> None:
         self._redis = redis
+        self._reachability = reachability or Reachability("the configured URL")
         self._scripts = scripts
         self._db = database
         self._project = project
@@ -134,7 +137,9 @@ class OutboxWriter:
         """Flush, logging instead of raising: the background loop will retry what failed."""
         try:
             await self.flush(member)
-        except Exception:
+        except Exception as error:
+            if self._reachability.failed(error):
+                return
             log.warning(
                 "outbox flush of %s failed; will retry in the background", member, exc_info=True
             )

@@ -1,0 +1,46 @@
+"""Whether Redis answers, said once per change: one WARNING when it stops, one INFO when it
+is back, instead of a chained traceback from every background loop every few seconds.
+
+Each process has one `Reachability` (the composition root builds it); every place that
+catches Redis failures in the background (the scheduler's lease and jobs, the outbox
+flush, the start-up script load) and the API's error handler report to it. A failure that
+is not Redis being unreachable is none of its business: the caller logs it, with its
+traceback, as the bug it may be.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.exceptions
+
+log = logging.getLogger(__name__)
+
+# What Redis being away raises (a refused or dropped connection, no answer in time, a
+# server still loading its data): each is retried, none is a bug of ours.
+UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+class Reachability:
+    """The last known state of one Redis, as this process saw it; logs each change once."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.down = False
+
+    def failed(self, error: BaseException) -> bool:
+        """Note a failed call; True when `error` means Redis is unreachable (logged here, the
+        first time only), False for any other error (the caller reports it)."""
+        if not isinstance(error, UNREACHABLE):
+            return False
+        if not self.down:
+            self.down = True
+            reason = str(error) or type(error).__name__
+            log.warning("redis at %s unreachable: %s; retrying", self.where, reason)
+        return True
+
+    def answered(self) -> None:
+        """Note a call Redis answered (logs that it is back after a failure)."""
+        if self.down:
+            self.down = False
+            log.info("redis at %s is back", self.where)
