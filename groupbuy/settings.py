@@ -47,6 +47,10 @@ IntervalS = Annotated[float, Field(ge=0.01, le=86400)]
 """Seconds between two runs of a scheduled job."""
 
 
+# What redis-py's from_url understands.
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 class SettingsError(ValueError):
     """A configuration value is unknown, mistyped or out of range."""
 
@@ -87,6 +91,16 @@ class RedisSettings(_Section):
     auto_pipeline: bool = True
     pipeline_max_batch: Annotated[int, Field(ge=1, le=10_000)] = 256
     pipeline_max_in_flight: Annotated[int, Field(ge=1, le=64)] = 2
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: str) -> str:
+        if url and not url.startswith(REDIS_URL_SCHEMES):
+            raise ValueError(
+                "must be a Redis URL such as redis://host:port/db, rediss://host:port/db (TLS) "
+                f"or unix:///path/to/redis.sock, got {url!r}"
+            )
+        return url
 
     @property
     def embedded(self) -> bool:

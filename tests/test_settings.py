@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from groupbuy.api.redpackets import Deposit, PacketSend
 from groupbuy.api.teams import ActivityCreate
+from groupbuy.cli import main
 from groupbuy.settings import (
     ENV_ALIASES,
     NON_SETTING_PREFIXES,
@@ -261,3 +262,27 @@ def test_every_groupbuy_variable_the_project_reads_is_known() -> None:
 
 def test_an_empty_api_keys_variable_means_no_keys() -> None:
     assert load_settings(None, {"GROUPBUY_API_KEYS": ""}).auth.keys == ()
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:6379", "localhost", "http://127.0.0.1:6379/0"])
+def test_a_redis_url_without_its_scheme_is_refused_with_the_expected_form(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(None, {"GROUPBUY_REDIS_URL": url})
+    message = str(refused.value)
+    assert message.startswith(
+        "GROUPBUY_REDIS_URL: [redis] url: must be a Redis URL such as redis://host:port/db, "
+        "rediss://host:port/db (TLS) or unix:///path/to/redis.sock, got "
+    )
+    assert message.endswith(repr(url))
+    # The command says it in one line and exits 2, like every configuration error.
+    monkeypatch.setenv("GROUPBUY_REDIS_URL", url)
+    monkeypatch.setenv("GROUPBUY_CONFIG", str(ROOT / "config.toml"))
+    assert main(["worker"]) == 2
+    assert capsys.readouterr().err == f"groupbuy: {message}\n"
+
+
+@pytest.mark.parametrize("url", ["redis://h:1/0", "rediss://u:p@h:1/2", "unix:///run/r.sock"])
+def test_redis_urls_with_a_scheme_are_taken(url: str) -> None:
+    assert load_settings(None, {"GROUPBUY_REDIS_URL": url}).redis.url == url
