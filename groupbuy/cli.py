@@ -116,8 +116,31 @@ def serve(args: argparse.Namespace) -> int:
         except (SettingsError, EngineError, OSError) as exc:
             print(f"groupbuy: {exc}", file=sys.stderr)
             return 2
+        if settings.redis.strict:
+            # Refuse here, in one line, rather than from inside uvicorn's lifespan.
+            try:
+                asyncio.run(_check_redis(settings))
+            except SettingsError as exc:
+                print(f"groupbuy: {exc}", file=sys.stderr)
+                return 2
         return _run_server(settings, sock, redis_line, generated)
     return 0  # stopped by a signal before the server ran
+
+
+async def _check_redis(settings: Settings) -> None:
+    """The start-up durability check on a client of its own (RedisNotDurable when strict);
+    an unreachable Redis is left to the services' start, which reports it."""
+    import redis.exceptions
+
+    from groupbuy.storage.durability import check_durability
+    from groupbuy.storage.redis_client import connect_redis
+
+    client = connect_redis(settings.redis)
+    try:
+        with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            await check_durability(client, describe(settings.redis), settings.redis.strict)
+    finally:
+        await client.aclose()
 
 
 def _check_database(settings: Settings) -> None:
@@ -267,7 +290,11 @@ def worker(args: argparse.Namespace) -> int:
             f"database {shown_url(settings.database.effective_url)}"
         )
         sys.stdout.flush()
-        asyncio.run(_work(settings))
+        try:
+            asyncio.run(_work(settings))
+        except SettingsError as exc:  # [redis] strict and a Redis that could lose writes
+            print(f"groupbuy: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

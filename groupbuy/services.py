@@ -27,6 +27,7 @@ from groupbuy.settings import Settings
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
+from groupbuy.storage.durability import RedisNotDurable, check_durability
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.reachability import Reachability
@@ -111,9 +112,21 @@ def build_scheduler(services: Services) -> Scheduler:
 
 @contextlib.asynccontextmanager
 async def running(services: Services, scheduler: bool = True) -> AsyncIterator[Services]:
-    """Start the services (tables, scripts, the scheduler when `scheduler` and enabled),
-    yield them, and stop everything in reverse order, whatever happened inside."""
+    """Start the services (tables, the Redis durability check, scripts, the scheduler when
+    `scheduler` and enabled), yield them, and stop everything in reverse order, whatever
+    happened inside. RedisNotDurable when `[redis] strict` and Redis could lose writes."""
     await services.database.create_all()
+    try:
+        await check_durability(
+            services.redis, services.reachability.where, services.settings.redis.strict
+        )
+    except RedisNotDurable:
+        await services.database.dispose()
+        await services.redis.aclose()
+        raise
+    except Exception as error:  # Redis away: said once below, and the service starts anyway
+        if not services.reachability.failed(error):
+            log.warning("could not check Redis's persistence settings", exc_info=True)
     try:
         await services.scripts.load()
         services.reachability.answered()

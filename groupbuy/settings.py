@@ -91,6 +91,9 @@ class RedisSettings(_Section):
     auto_pipeline: bool = True
     pipeline_max_batch: Annotated[int, Field(ge=1, le=10_000)] = 256
     pipeline_max_in_flight: Annotated[int, Field(ge=1, le=64)] = 2
+    # Refuse to start when Redis would lose acknowledged money on a crash or by eviction
+    # (appendonly, appendfsync, maxmemory-policy); false: warn and start.
+    strict: bool = False
 
     @field_validator("url")
     @classmethod

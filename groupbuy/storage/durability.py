@@ -1,0 +1,85 @@
+"""Whether the Redis in use keeps what the service acknowledges, checked once at start.
+
+Money lives in Redis between a grab's answer and its SQL record, and seats live there
+only. SPEC §5: that needs persistence that survives a crash (`appendonly yes`, ideally
+`appendfsync always`) and `maxmemory-policy noeviction`. The service reads those three
+settings when it starts and warns for each one that risks acknowledged writes, or, with
+`[redis] strict = true`, refuses to start. A server that does not let us read its CONFIG
+(a managed Redis often renames or forbids it) is said to be unchecked; fakeredis, the
+declared non-durable fallback, already warns of itself and is not checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import fakeredis
+import redis.exceptions
+
+from groupbuy.settings import SettingsError
+
+log = logging.getLogger(__name__)
+
+
+class RedisNotDurable(SettingsError):
+    """`[redis] strict = true` and Redis could lose acknowledged writes: refuse to start."""
+
+
+def risks(config: dict[str, str]) -> list[str]:
+    """What each setting read from CONFIG GET risks, one sentence each (none: all is well)."""
+    found: list[str] = []
+    appendonly = config.get("appendonly", "")
+    fsync = config.get("appendfsync", "")
+    policy = config.get("maxmemory-policy", "")
+    if appendonly != "yes":
+        found.append(
+            f"appendonly is {appendonly!r}: a crash loses every write since the last RDB "
+            "snapshot, acknowledged grabs and seats included (set appendonly yes)"
+        )
+    elif fsync == "everysec":
+        found.append(
+            "appendfsync is 'everysec': a crash can lose up to ~1 s of acknowledged writes "
+            "(appendfsync always loses none)"
+        )
+    elif fsync != "always":
+        found.append(
+            f"appendfsync is {fsync!r}: the OS decides when the append-only file reaches the "
+            "disk, so a crash can lose many seconds of acknowledged writes (set always)"
+        )
+    if policy != "noeviction":
+        found.append(
+            f"maxmemory-policy is {policy!r}: when full, Redis silently drops keys (a packet's "
+            "shares, a team's seats), which loses money and seats (set noeviction: writes "
+            "then answer 503 redis_out_of_memory)"
+        )
+    return found
+
+
+async def check_durability(client: Any, where: str, strict: bool) -> list[str]:
+    """Read the settings and warn of each risk (raise RedisNotDurable instead when `strict`);
+    returns the risks found. An unreachable Redis is the caller's to report."""
+    if isinstance(client, fakeredis.FakeAsyncRedis):
+        return []
+    config: dict[str, str] = {}
+    try:
+        for name in ("appendonly", "appendfsync", "maxmemory-policy"):
+            config.update(await client.config_get(name))
+    except redis.exceptions.ResponseError as error:
+        log.warning(
+            "redis at %s: cannot check persistence and eviction (CONFIG GET refused: %s); "
+            "make sure it runs appendonly yes, appendfsync always and maxmemory-policy "
+            "noeviction",
+            where,
+            error,
+        )
+        return []
+    found = risks(config)
+    if found and strict:
+        raise RedisNotDurable(
+            f"redis at {where} could lose acknowledged writes, and [redis] strict = true: "
+            + "; ".join(found)
+        )
+    for risk in found:
+        log.warning("redis at %s: %s", where, risk)
+    return found
