@@ -58,6 +58,11 @@ class Scheduler:
     async def hold_lease(self) -> bool:
         """Take or renew the lease; whether this process is the one that runs jobs."""
         ttl_ms = int(self._settings.lease_ttl_s * 1000)
+        # stop() waits for a renewal in flight too (with Redis away it retries for a while):
+        # cancelled at exit instead, it would end in APScheduler's traceback.
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
         try:
             reply = await self._scripts.call("lease_hold", [self._lease_key], [self.token, ttl_ms])
             self.is_leader = bool(int(reply[0]))
@@ -67,6 +72,8 @@ class Scheduler:
             self.is_leader = False
             if not self._reachability.failed(error):
                 log.warning("could not renew the scheduler lease", exc_info=True)
+        finally:
+            self._running.discard(task)
         return self.is_leader
 
     async def _tick(self, name: str) -> None:
