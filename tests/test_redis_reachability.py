@@ -28,6 +28,7 @@ def redis_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 @pytest.mark.real
+@pytest.mark.slow
 @needs_server
 async def test_an_outage_is_one_line_down_and_one_line_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
