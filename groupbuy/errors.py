@@ -37,6 +37,10 @@ class Unauthorized(GroupBuyError):
     status_code, code, title = 401, "unauthorized", "Missing or wrong API key"
 
 
+class BadSignature(Unauthorized):
+    code, title = "bad_signature", "Missing, wrong, stale or replayed request signature"
+
+
 class Forbidden(GroupBuyError):
     status_code, code, title = 403, "forbidden", "This key's role may not call this endpoint"
 

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from groupbuy.signing import SIGNED_SUFFIX
+
 log = logging.getLogger(__name__)
 
 ROLES = ("service", "admin")
@@ -167,30 +169,48 @@ class DatabaseSettings(_Section):
 
 @dataclass(frozen=True)
 class ApiKey:
-    """One bearer secret and the role it grants."""
+    """One bearer secret, the role it grants, and whether its requests must be signed."""
 
     role: str
     secret: str = field(repr=False)
+    signed: bool = False
+
+
+def _parse_key(entry: str) -> ApiKey | None:
+    """`role:secret` or `role+signed:secret` as a key, or None when malformed."""
+    role, sep, secret = entry.partition(":")
+    signed = role.endswith(SIGNED_SUFFIX)
+    role = role.removesuffix(SIGNED_SUFFIX)
+    if not sep or role not in ROLES or not secret:
+        return None
+    return ApiKey(role, secret, signed)
 
 
 class AuthSettings(_Section):
-    """Bearer keys, each `role:secret`."""
+    """Bearer keys, each `role:secret` (`role+signed:secret`: that key must sign), and
+    signed requests (SPEC §3): required of every key, and the accepted clock skew."""
 
     api_keys: tuple[str, ...] = ()
+    signed_requests: bool = False
+    # How far a signed request's timestamp may lie from the server's clock, either way;
+    # a seen signature is remembered for twice this long (replays are refused).
+    signature_skew_s: Annotated[int, Field(ge=1, le=3600)] = 300
 
     @field_validator("api_keys")
     @classmethod
     def _role_and_secret(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
         for entry in entries:
-            role, sep, secret = entry.partition(":")
-            if not sep or role not in ROLES or not secret:
-                raise ValueError("entries must look like 'service:<secret>' or 'admin:<secret>'")
+            if _parse_key(entry) is None:
+                raise ValueError(
+                    "entries must look like 'service:<secret>' or 'admin:<secret>' "
+                    f"('{ROLES[0]}{SIGNED_SUFFIX}:<secret>': the key must sign its requests)"
+                )
         return entries
 
     @property
     def keys(self) -> tuple[ApiKey, ...]:
         """The parsed keys."""
-        return tuple(ApiKey(*entry.split(":", 1)) for entry in self.api_keys)
+        return tuple(key for entry in self.api_keys if (key := _parse_key(entry)) is not None)
 
 
 class TeamSettings(_Section):

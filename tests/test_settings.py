@@ -80,6 +80,29 @@ def test_api_keys_variable_overrides_the_file(tmp_path: Path) -> None:
     ] == ["env"]
 
 
+def test_signed_requests_and_their_skew_are_settings(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[auth]\nsigned_requests = true\nsignature_skew_s = 120\n")
+    auth = load_settings(config, {}).auth
+    assert auth.signed_requests is True and auth.signature_skew_s == 120
+    defaults = load_settings(None, {}).auth
+    assert defaults.signed_requests is False and defaults.signature_skew_s == 300
+    from_env = load_settings(
+        None, {"GROUPBUY_AUTH_SIGNED_REQUESTS": "true", "GROUPBUY_AUTH_SIGNATURE_SKEW_S": "60"}
+    ).auth
+    assert from_env.signed_requests is True and from_env.signature_skew_s == 60
+
+
+def test_a_key_may_be_marked_as_one_that_must_sign() -> None:
+    environ = {"GROUPBUY_API_KEYS": "admin:a1,service+signed:s:2,admin+signed:a3"}
+    keys = load_settings(None, environ).auth.keys
+    assert [(k.role, k.secret, k.signed) for k in keys] == [
+        ("admin", "a1", False),
+        ("service", "s:2", True),  # a secret may still hold ':'
+        ("admin", "a3", True),
+    ]
+
+
 def test_secrets_stay_out_of_reprs() -> None:
     settings = load_settings(None, {"GROUPBUY_API_KEYS": "admin:topsecret"})
     assert "topsecret" not in repr(settings.auth.keys)
@@ -95,6 +118,10 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("[teams]\nteam_size = 1\n", "[teams] team_size"),
         ("[auth]\napi_keys = ['root:x']\n", "[auth] api_keys"),
         ("[auth]\napi_keys = 'admin:x'\n", "list of strings"),
+        ("[auth]\napi_keys = ['service+sign:x']\n", "[auth] api_keys"),
+        ("[auth]\napi_keys = ['+signed:x']\n", "[auth] api_keys"),
+        ("[auth]\nsigned_requests = 'maybe'\n", "[auth] signed_requests must be true or false"),
+        ("[auth]\nsignature_skew_s = 0\n", "[auth] signature_skew_s"),
         ("[redis]\nkey_prefix = 'a{b'\n", "key_prefix"),
         ("[embedded]\ndatadir = 'x'\n", "unknown key(s) in [embedded]: datadir"),
         ("[embedded]\nengine = 'memcached'\n", "[embedded] engine: Input should be 'auto'"),

@@ -16,6 +16,7 @@ from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
+from groupbuy.storage.signatures import SeenSignatures
 
 ENDPOINTS = [*system.ENDPOINTS, *teams.ENDPOINTS, *redpackets.ENDPOINTS]
 # The router tries routes in order (a regex each): the calls of a flash event go first.
@@ -35,7 +36,14 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         async with running(services):
             yield
 
-    auth = Authenticator(settings.auth.keys)
+    signing = settings.auth
+    seen = SeenSignatures(services.redis, services.keys, 2 * signing.signature_skew_s * 1000)
+    auth = Authenticator(
+        signing.keys,
+        seen,
+        signed_requests=signing.signed_requests,
+        skew_s=signing.signature_skew_s,
+    )
     app = Starlette(
         routes=[
             build_route(e, auth, settings.server.max_body_bytes)

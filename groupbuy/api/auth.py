@@ -1,38 +1,95 @@
-"""Bearer-key authentication: which role a request's key grants."""
+"""Bearer-key authentication (which role a request's key grants) and signed requests."""
 
 from __future__ import annotations
 
 import hmac
+import time
+from collections.abc import Callable
 
 from starlette.requests import Request
 
 from groupbuy import errors
 from groupbuy.settings import ApiKey
+from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature, target_of
+from groupbuy.storage.signatures import SeenSignatures
+
+_TIMESTAMP = TIMESTAMP_HEADER.lower()
+_SIGNATURE = SIGNATURE_HEADER.lower()
+# Unix seconds: digits only (no sign, no fraction), bounded so int() stays cheap.
+_MAX_TIMESTAMP_DIGITS = 12
 
 
 class Authenticator:
-    """Checks bearer keys against the configured `role:secret` pairs in constant time."""
+    """Checks bearer keys against the configured `role:secret` pairs in constant time, and
+    the signatures of signed requests (required globally or of some keys)."""
 
-    def __init__(self, keys: tuple[ApiKey, ...]) -> None:
-        self._keys = [(key.role, key.secret.encode()) for key in keys]
+    def __init__(
+        self,
+        keys: tuple[ApiKey, ...],
+        seen: SeenSignatures,
+        *,
+        signed_requests: bool = False,
+        skew_s: int = 300,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._keys = [(key, key.secret.encode()) for key in keys]
+        self._signed_requests = signed_requests
+        self._skew_s = skew_s
+        self._seen = seen
+        # The process clock, not Redis TIME: Redis is the authority for business time, but
+        # a +-skew window of whole seconds tolerates the few ms two clocks disagree by, and
+        # reading TIME would cost every signed request a second Redis round trip.
+        self._clock = clock
 
-    def role_of(self, authorization: str | None) -> str | None:
-        """The role a header's bearer key grants, or None."""
+    def key_of(self, authorization: str | None) -> ApiKey | None:
+        """The key a header's bearer secret names, or None."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token:
             return None
         presented = token.strip().encode()
-        role = None
+        found = None
         # Compare with every key, not stopping at a match, so timing reveals nothing.
-        for key_role, secret in self._keys:
-            if hmac.compare_digest(presented, secret) and role is None:
-                role = key_role
-        return role
+        for key, secret in self._keys:
+            if hmac.compare_digest(presented, secret) and found is None:
+                found = key
+        return found
 
-    def require(self, request: Request, needed: str) -> None:
-        """Raise 401 without a valid key, 403 when its role may not call this."""
-        role = self.role_of(request.headers.get("authorization"))
-        if role is None:
+    def require(self, request: Request, needed: str) -> ApiKey:
+        """The request's key; 401 without a valid one, 403 when its role may not call this."""
+        key = self.key_of(request.headers.get("authorization"))
+        if key is None:
             raise errors.Unauthorized()
-        if needed == "admin" and role != "admin":
+        if needed == "admin" and key.role != "admin":
             raise errors.Forbidden()
+        return key
+
+    def must_check_signature(self, request: Request, key: ApiKey) -> bool:
+        """True when the request has to carry a valid signature: signing is required of
+        every key or of this one, or the request carries signature headers anyway (a
+        signature that is there is never ignored)."""
+        headers = request.headers
+        return self._signed_requests or key.signed or _TIMESTAMP in headers or _SIGNATURE in headers
+
+    async def check_signature(self, request: Request, key: ApiKey, body: bytes) -> None:
+        """401 bad_signature unless the request is signed by `key`'s secret, within the
+        clock skew, and its signature was not seen before."""
+        headers = request.headers
+        stamp, presented = headers.get(_TIMESTAMP, ""), headers.get(_SIGNATURE, "")
+        if not stamp or not presented:
+            raise errors.BadSignature(
+                f"signed requests carry {TIMESTAMP_HEADER} and {SIGNATURE_HEADER}"
+            )
+        if not stamp.isascii() or not stamp.isdigit() or len(stamp) > _MAX_TIMESTAMP_DIGITS:
+            raise errors.BadSignature(f"{TIMESTAMP_HEADER} must be Unix seconds")
+        if abs(self._clock() - int(stamp)) > self._skew_s:
+            raise errors.BadSignature(
+                f"{TIMESTAMP_HEADER} is more than {self._skew_s} s from the server's clock"
+            )
+        scope = request.scope
+        path = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
+        target = target_of(path, scope.get("query_string") or b"")
+        expected = signature(key.secret, request.method, target, stamp, body)
+        if not hmac.compare_digest(presented.encode(), expected.encode()):
+            raise errors.BadSignature("the signature does not match the request")
+        if not await self._seen.first_use(expected):
+            raise errors.BadSignature("this signature was used before (a replayed request)")

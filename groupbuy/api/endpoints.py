@@ -162,15 +162,17 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
     """A Starlette route running auth, validation and then the endpoint's handler."""
 
     async def run(request: Request) -> Response:
-        if endpoint.role is not None:
-            auth.require(request, endpoint.role)
+        key = None if endpoint.role is None else auth.require(request, endpoint.role)
+        raw = await read_body(request, max_body_bytes)
+        if key is not None and auth.must_check_signature(request, key):
+            # Over the body bytes read once above, before any input is parsed or used.
+            await auth.check_signature(request, key, raw)
         check_path_ids(request)
         kwargs: dict[str, Any] = {}
         if endpoint.query is not None:
             kwargs["query"] = parse_query(endpoint.query, request)
         elif request.query_params:
             raise errors.InvalidRequest("this endpoint takes no query parameters")
-        raw = await read_body(request, max_body_bytes)
         if endpoint.body is not None:
             check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)

@@ -57,6 +57,10 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
         found[errors.UnsupportedMediaType] = "the body is not sent as `application/json`"
     if endpoint.role is not None:
         found[errors.Unauthorized] = "no `Authorization: Bearer` key, or an unknown one"
+        found[errors.BadSignature] = (
+            "the request must be signed (`[auth] signed_requests`, or a `+signed` key) or "
+            "carries a signature, and it is missing, wrong, outside the clock skew or replayed"
+        )
         if endpoint.role == "admin":
             found[errors.Forbidden] = "the key's role is `service`; this needs `admin`"
         found[errors.RedisUnavailable] = (

@@ -50,6 +50,18 @@ unknown one answers 401 `unauthorized` (with `WWW-Authenticate: Bearer`); a `ser
 key on an admin endpoint answers 403 `forbidden`. Secrets are compared in constant
 time and never logged.
 
+**Signed requests.** With `[auth] signed_requests = true` every key must sign its
+requests; a key written `role+signed:secret` (e.g. `service+signed:s2`) must sign
+whatever that setting says. A signed request also carries `X-Groupbuy-Timestamp` (Unix
+seconds) and `X-Groupbuy-Signature`: the lowercase hex HMAC-SHA256, keyed by the key's
+secret, of `METHOD\nTARGET\nTIMESTAMP\nBODYHASH`, where `TARGET` is the path as sent,
+then `?` and the raw query string only when there is one, and `BODYHASH` the lowercase
+hex SHA-256 of the body bytes (of the empty string when there is none). A missing or
+wrong signature, a timestamp more than `[auth] signature_skew_s` (300) seconds from the
+server's clock either way, or a signature seen before (a replay) answers 401
+`bad_signature`, with nothing applied. A request that carries the two headers is checked
+even when its key need not sign. `groupbuy.client.GroupBuyClient(..., sign=True)` signs.
+
 **Ids.** Every id, in a path or a body (`activity_id`, `team_id`, `user_id`,
 `order_id`, `packet_id`, a deposit's `reference`), matches `{ID_PATTERN}`.
 Anything else is refused with 422 before Redis is touched, as is a path with an

@@ -140,6 +140,10 @@ class Keys:
             self.due_packets(),
         ]
 
+    def seen_signature(self, signature: str) -> str:
+        """Marks a request signature as used (SET NX, with a TTL): a replay finds it."""
+        return f"{self.prefix}:sig:{signature}"
+
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
