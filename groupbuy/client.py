@@ -1,0 +1,567 @@
+"""A small typed async client of the groupbuy HTTP API, signing requests when told.
+
+```python
+async with GroupBuyClient("http://127.0.0.1:8000", key, sign=True) as gb:
+    await gb.lock("spring-sale", "team-1", "bob")
+```
+
+Every operation of docs/api.md is one method answering the JSON body as a TypedDict; an
+error answer raises `GroupBuyAPIError` carrying its problem+json. Network failures are
+httpx's own exceptions (`httpx.TransportError`): retrying is safe, every call of the API
+is idempotent. This module imports nothing of the server but `groupbuy.signing` (standard
+library only), so callers need only httpx besides it.
+"""
+
+# No `from __future__ import annotations`: TypedDict reads NotRequired[...] from the
+# evaluated annotations on Python 3.11.
+import json
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal, NotRequired, TypedDict, cast
+from urllib.parse import quote
+
+import httpx
+
+from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+
+# -- the answers ---------------------------------------------------------------------------
+
+
+class Health(TypedDict):
+    """GET /healthz."""
+
+    status: str
+
+
+class Readiness(TypedDict):
+    """GET /readyz: `ready`, or `not ready` with what failed in `checks`."""
+
+    status: str
+    checks: dict[str, str]
+
+
+class VirtualCompletion(TypedDict):
+    """An activity's virtual completion rule (模拟成团)."""
+
+    min_members: int
+
+
+class ActivityLimits(TypedDict):
+    """An activity's per-user limits (None: no limit of that kind)."""
+
+    teams_per_user: int | None
+    open_teams_per_leader: int | None
+
+
+class Activity(TypedDict):
+    """An activity and the parameters its teams take."""
+
+    activity_id: str
+    name: str | None
+    team_size: int
+    lock_ttl_s: int
+    team_deadline_s: int
+    virtual_completion: VirtualCompletion | None
+    limits: ActivityLimits | None
+    created_at: str
+
+
+class Member(TypedDict):
+    """A member of a team."""
+
+    user_id: str
+    order_id: str | None
+    joined_at: str
+
+
+class SeatLock(TypedDict):
+    """An unexpired seat lock of a team."""
+
+    user_id: str
+    locked_at: str
+    expires_at: str
+
+
+class Team(TypedDict):
+    """A team (timestamps are ISO-8601 UTC with milliseconds)."""
+
+    activity_id: str
+    team_id: str
+    leader_id: str
+    status: Literal["open", "formed", "failed"]
+    size: int
+    members: list[Member]
+    locks: list[SeatLock]
+    free_seats: int
+    next_unlock_at: str | None
+    deadline_at: str
+    formed_at: str | None
+    failed_at: str | None
+    virtual_seats: int
+    version: int
+
+
+class TeamsPage(TypedDict):
+    """A page of open teams with a free seat; `next_cursor` None after the last."""
+
+    teams: list[Team]
+    next_cursor: str | None
+
+
+class LockTaken(TypedDict):
+    """A seat lock held for a user; `existing` (True) only when it was already held."""
+
+    status: Literal["locked"]
+    user_id: str
+    team_id: str
+    locked_at: str
+    expires_at: str
+    released_team_id: str | None
+    version: int
+    existing: NotRequired[bool]
+
+
+class Released(TypedDict):
+    """Whether a seat lock was released."""
+
+    released: bool
+
+
+class Confirmed(TypedDict):
+    """A confirmed member's team; `formed` only in the answers of the completing confirm."""
+
+    team: Team
+    formed: bool
+
+
+class UserLock(TypedDict):
+    """A user's current lock in an activity."""
+
+    team_id: str
+    locked_at: str
+    expires_at: str
+
+
+class Account(TypedDict):
+    """A user's balance."""
+
+    user_id: str
+    balance_cents: int
+
+
+class PacketSent(TypedDict):
+    """A sent red packet."""
+
+    packet_id: str
+    sender_id: str
+    amount_cents: int
+    count: int
+    strategy: Literal["double_mean", "equal"]
+    status: Literal["active", "sold_out", "expired"]
+    expires_at: str
+
+
+class Grabbed(TypedDict):
+    """A grab's share; `remaining_count` only with `grabbed`."""
+
+    status: Literal["grabbed", "already_grabbed"]
+    amount_cents: int
+    remaining_count: NotRequired[int]
+
+
+class PacketGrab(TypedDict):
+    """One grab of a packet."""
+
+    user_id: str
+    amount_cents: int
+    grabbed_at: str
+
+
+class Packet(PacketSent):
+    """A packet with its grabs, in grab order."""
+
+    remaining_count: int
+    remaining_cents: int
+    refunded_cents: int
+    grabs: list[PacketGrab]
+    luckiest_user_id: str | None
+    version: int
+
+
+class Event(TypedDict):
+    """One recorded event."""
+
+    id: int
+    type: str
+    at: str
+    data: dict[str, Any]
+
+
+class EventsPage(TypedDict):
+    """Events after an id; pass `next_after` as `after` for the next page."""
+
+    events: list[Event]
+    next_after: int
+
+
+class ReconcileReport(TypedDict):
+    """The last reconciliation run and the mismatches it found."""
+
+    id: int
+    started_at: str
+    finished_at: str
+    since: str | None
+    packets_checked: int
+    teams_checked: int
+    accounts_checked: int
+    pending_records: int
+    mismatch_count: int
+    mismatches: list[dict[str, Any]]
+
+
+JobReport = dict[str, Any]
+"""What a job run did: `job`, `duration_ms`, then fields of that job's own."""
+
+
+# -- errors --------------------------------------------------------------------------------
+
+_PROBLEM_FIELDS = ("type", "title", "status", "code", "detail")
+
+
+class GroupBuyAPIError(Exception):
+    """An error answer of the API: its status and problem+json (`code` is what to branch
+    on; fields particular to the code, such as `next_unlock_at`, are in `extra`)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any], headers: httpx.Headers) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.code = str(problem.get("code", "http_error"))
+        self.title = str(problem.get("title", ""))
+        self.detail = str(problem.get("detail", ""))
+        self.type = str(problem.get("type", "about:blank"))
+        self.extra = {k: v for k, v in problem.items() if k not in _PROBLEM_FIELDS}
+        self.headers = headers  # e.g. Retry-After of a 429
+        super().__init__(f"{status} {self.code}: {self.detail}")
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> "GroupBuyAPIError":
+        """The error of an answer, problem+json or not (a proxy's HTML page, say)."""
+        problem: Any = None
+        if "json" in response.headers.get("content-type", ""):
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = None
+        if not isinstance(problem, dict):
+            problem = {
+                "code": "http_error",
+                "detail": response.text[:500] or response.reason_phrase,
+            }
+        return cls(response.status_code, problem, response.headers)
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+def _segment(value: str) -> str:
+    """One path segment; anything but an id is escaped (and refused by the server, 422)."""
+    return quote(value, safe="")
+
+
+def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+class GroupBuyClient:
+    """The groupbuy API over HTTP: one typed async method per operation.
+
+    `api_key` is the bearer secret; with `sign=True` every request to a `/v1` endpoint is
+    also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`
+    replaces the network (e.g. `httpx.ASGITransport(app)` to call an app in-process).
+    Use it as an async context manager, or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        sign: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api_key = api_key
+        self._sign = sign
+        self._clock = clock
+        # request (method, target, body hash) -> the last timestamp it was signed with
+        self._last_stamps: dict[tuple[str, bytes, str], int] = {}
+        self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout_s)
+
+    async def __aenter__(self) -> "GroupBuyClient":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    # -- operations: health, readiness, metrics, the OpenAPI document (no key) ------------
+
+    async def health(self) -> Health:
+        """GET /healthz: the process is up."""
+        return cast(Health, await self._json("GET", "/healthz", authenticated=False))
+
+    async def ready(self) -> Readiness:
+        """GET /readyz: whether Redis and SQL answer and the scripts are loaded (a 503 `not
+        ready` is answered, not raised)."""
+        response = await self._send("GET", "/readyz", authenticated=False)
+        if response.status_code not in (200, 503):
+            raise GroupBuyAPIError.from_response(response)
+        return cast(Readiness, response.json())
+
+    async def metrics(self) -> str:
+        """GET /metrics: the Prometheus text."""
+        response = await self._checked("GET", "/metrics", authenticated=False)
+        return response.text
+
+    async def openapi(self) -> dict[str, Any]:
+        """GET /openapi.json: the OpenAPI 3.1 document."""
+        return cast(dict[str, Any], await self._json("GET", "/openapi.json", authenticated=False))
+
+    # -- activities ----------------------------------------------------------------------
+
+    async def create_activity(
+        self,
+        activity_id: str,
+        *,
+        name: str | None = None,
+        team_size: int | None = None,
+        lock_ttl_s: int | None = None,
+        team_deadline_s: int | None = None,
+        virtual_min_members: int | None = None,
+        teams_per_user: int | None = None,
+        open_teams_per_leader: int | None = None,
+    ) -> Activity:
+        """POST /v1/activities (admin): create an activity, or find the same one again."""
+        body = _drop_none(
+            {
+                "activity_id": activity_id,
+                "name": name,
+                "team_size": team_size,
+                "lock_ttl_s": lock_ttl_s,
+                "team_deadline_s": team_deadline_s,
+            }
+        )
+        if virtual_min_members is not None:
+            body["virtual_completion"] = {"min_members": virtual_min_members}
+        limits = _drop_none(
+            {"teams_per_user": teams_per_user, "open_teams_per_leader": open_teams_per_leader}
+        )
+        if limits:
+            body["limits"] = limits
+        return cast(Activity, await self._json("POST", "/v1/activities", body))
+
+    async def get_activity(self, activity_id: str) -> Activity:
+        """GET /v1/activities/{activity_id}."""
+        return cast(Activity, await self._json("GET", self._activity(activity_id)))
+
+    # -- teams and seat locks ------------------------------------------------------------
+
+    async def open_team(
+        self,
+        activity_id: str,
+        leader_id: str,
+        *,
+        team_id: str | None = None,
+        order_id: str | None = None,
+    ) -> Team:
+        """POST .../teams: open a team led by `leader_id` (the server names it if no id)."""
+        body = _drop_none({"leader_id": leader_id, "team_id": team_id, "order_id": order_id})
+        return cast(Team, await self._json("POST", f"{self._activity(activity_id)}/teams", body))
+
+    async def get_team(self, activity_id: str, team_id: str) -> Team:
+        """GET .../teams/{team_id}."""
+        return cast(Team, await self._json("GET", self._team(activity_id, team_id)))
+
+    async def list_teams(
+        self, activity_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> TeamsPage:
+        """GET .../teams: a page of the open teams with a free seat, closest to forming first."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        path = f"{self._activity(activity_id)}/teams"
+        return cast(TeamsPage, await self._json("GET", path, params=params))
+
+    async def join(self, activity_id: str, user_id: str) -> LockTaken:
+        """POST .../locks: lock a free seat in the open team closest to forming."""
+        path = f"{self._activity(activity_id)}/locks"
+        return cast(LockTaken, await self._json("POST", path, {"user_id": user_id}))
+
+    async def lock(self, activity_id: str, team_id: str, user_id: str) -> LockTaken:
+        """POST .../teams/{team_id}/locks: hold a free seat of this team for the user."""
+        path = f"{self._team(activity_id, team_id)}/locks"
+        return cast(LockTaken, await self._json("POST", path, {"user_id": user_id}))
+
+    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> Released:
+        """DELETE .../teams/{team_id}/locks/{user_id}: release the user's seat lock."""
+        path = f"{self._team(activity_id, team_id)}/locks/{_segment(user_id)}"
+        return cast(Released, await self._json("DELETE", path))
+
+    async def confirm(
+        self, activity_id: str, team_id: str, user_id: str, order_id: str
+    ) -> Confirmed:
+        """POST .../teams/{team_id}/members: the payment succeeded, the lock becomes a seat."""
+        path = f"{self._team(activity_id, team_id)}/members"
+        body = {"user_id": user_id, "order_id": order_id}
+        return cast(Confirmed, await self._json("POST", path, body))
+
+    async def current_lock(self, activity_id: str, user_id: str) -> UserLock:
+        """GET .../users/{user_id}/lock: the user's unexpired lock (404 no_lock raises)."""
+        path = f"{self._activity(activity_id)}/users/{_segment(user_id)}/lock"
+        return cast(UserLock, await self._json("GET", path))
+
+    # -- accounts and red packets --------------------------------------------------------
+
+    async def deposit(self, user_id: str, amount_cents: int, reference: str) -> Account:
+        """POST /v1/accounts/{user_id}/deposits (admin): credit once per reference."""
+        path = f"/v1/accounts/{_segment(user_id)}/deposits"
+        body = {"amount_cents": amount_cents, "reference": reference}
+        return cast(Account, await self._json("POST", path, body))
+
+    async def account(self, user_id: str) -> Account:
+        """GET /v1/accounts/{user_id}: the balance (0 for a user never seen)."""
+        return cast(Account, await self._json("GET", f"/v1/accounts/{_segment(user_id)}"))
+
+    async def send_packet(
+        self,
+        sender_id: str,
+        amount_cents: int,
+        count: int,
+        *,
+        packet_id: str | None = None,
+        expires_in_s: int | None = None,
+        strategy: Literal["double_mean", "equal"] | None = None,
+    ) -> PacketSent:
+        """POST /v1/redpackets: send a packet, debiting the sender."""
+        body = _drop_none(
+            {
+                "sender_id": sender_id,
+                "amount_cents": amount_cents,
+                "count": count,
+                "packet_id": packet_id,
+                "expires_in_s": expires_in_s,
+                "strategy": strategy,
+            }
+        )
+        return cast(PacketSent, await self._json("POST", "/v1/redpackets", body))
+
+    async def grab(self, packet_id: str, user_id: str) -> Grabbed:
+        """POST /v1/redpackets/{packet_id}/grab: a share, at most once per user."""
+        path = f"/v1/redpackets/{_segment(packet_id)}/grab"
+        return cast(Grabbed, await self._json("POST", path, {"user_id": user_id}))
+
+    async def get_packet(self, packet_id: str) -> Packet:
+        """GET /v1/redpackets/{packet_id}: the packet and its grabs."""
+        return cast(Packet, await self._json("GET", f"/v1/redpackets/{_segment(packet_id)}"))
+
+    # -- events and administration -------------------------------------------------------
+
+    async def events(self, *, after: int = 0, limit: int | None = None) -> EventsPage:
+        """GET /v1/events: events with ids above `after`, in id order."""
+        params = _drop_none({"after": after, "limit": limit})
+        return cast(EventsPage, await self._json("GET", "/v1/events", params=params))
+
+    async def run_job(self, name: str) -> JobReport:
+        """POST /v1/admin/jobs/{name}/run (admin): run a scheduled job now; its report."""
+        path = f"/v1/admin/jobs/{_segment(name)}/run"
+        return cast(JobReport, await self._json("POST", path))
+
+    async def reconcile_report(self) -> ReconcileReport:
+        """GET /v1/admin/reconcile (admin): the last reconciliation report."""
+        return cast(ReconcileReport, await self._json("GET", "/v1/admin/reconcile"))
+
+    # -- the wire ------------------------------------------------------------------------
+
+    @staticmethod
+    def _activity(activity_id: str) -> str:
+        return f"/v1/activities/{_segment(activity_id)}"
+
+    def _team(self, activity_id: str, team_id: str) -> str:
+        return f"{self._activity(activity_id)}/teams/{_segment(team_id)}"
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        authenticated: bool = True,
+    ) -> Any:
+        response = await self._checked(method, path, body, params, authenticated)
+        return response.json()
+
+    async def _checked(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        authenticated: bool = True,
+    ) -> httpx.Response:
+        response = await self._send(method, path, body, params, authenticated)
+        if response.status_code >= 400:
+            raise GroupBuyAPIError.from_response(response)
+        return response
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        authenticated: bool = True,
+    ) -> httpx.Response:
+        headers: dict[str, str] = {}
+        content = b""
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        if authenticated:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = self._http.build_request(
+            method, path, content=content, params=params, headers=headers
+        )
+        if authenticated and self._sign:
+            self._sign_request(request, content)
+        return await self._http.send(request)
+
+    def _sign_request(self, request: httpx.Request, content: bytes) -> None:
+        # httpx's raw_path is the path as sent and the query after '?' when there is one:
+        # exactly the TARGET that is signed.
+        target = request.url.raw_path
+        stamp = self._timestamp((request.method, target, body_hash(content)))
+        request.headers[TIMESTAMP_HEADER] = stamp
+        request.headers[SIGNATURE_HEADER] = signature(
+            self._api_key, request.method, target, stamp, content
+        )
+
+    def _timestamp(self, request: tuple[str, bytes, str]) -> str:
+        """Now in Unix seconds, or one second past the last time this very request was
+        signed: two equal requests in one second would carry one signature, and the
+        server refuses the second as a replay."""
+        now = int(self._clock())
+        stamp = max(now, self._last_stamps.get(request, now - 1) + 1)
+        if len(self._last_stamps) >= 1024:
+            # A stamp in the past can no longer collide with a new one.
+            self._last_stamps = {k: v for k, v in self._last_stamps.items() if v >= now}
+        self._last_stamps[request] = stamp
+        return str(stamp)

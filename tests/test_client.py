@@ -1,0 +1,331 @@
+"""groupbuy.client end to end: every method against the in-process app (httpx's
+ASGITransport, lifespan running), unsigned and signed, on fakeredis and a real
+redis-server; once against a live `groupbuy serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import typing
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+from starlette.applications import Starlette
+
+from groupbuy import client as typed
+from groupbuy.api import answers
+from groupbuy.api.app import create_app
+from groupbuy.client import GroupBuyAPIError, GroupBuyClient
+from groupbuy.settings import Settings
+from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from tests.support.http import ADMIN_KEY, SERVICE_KEY, ms
+from tests.support.service import service_environment, start_service
+
+BASE = "http://groupbuy.test"
+
+
+@dataclass
+class Clients:
+    """An admin and a service client of one app, signing or not."""
+
+    app: Starlette
+    admin: GroupBuyClient
+    service: GroupBuyClient
+    signed: bool
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, signed: bool) -> AsyncIterator[Clients]:
+    """The app (signed requests required when the clients sign) and its two clients."""
+    app = create_app(settings.replace("auth", signed_requests=signed))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            GroupBuyClient(BASE, ADMIN_KEY, sign=signed, transport=transport) as admin,
+            GroupBuyClient(BASE, SERVICE_KEY, sign=signed, transport=transport) as service,
+        ):
+            yield Clients(app, admin, service, signed)
+
+
+@pytest.fixture(params=[False, True], ids=["unsigned", "signed"])
+async def clients(settings: Settings, request: pytest.FixtureRequest) -> AsyncIterator[Clients]:
+    """Both clients of an app, signing and requiring signatures or neither."""
+    async with serving(settings, bool(request.param)) as both:
+        yield both
+
+
+@pytest.fixture
+async def signed_clients(settings: Settings) -> AsyncIterator[Clients]:
+    """Both clients of an app that requires signed requests, signing."""
+    async with serving(settings, True) as both:
+        yield both
+
+
+async def raises(code: str, status: int, call: typing.Awaitable[Any]) -> GroupBuyAPIError:
+    """Await `call`, which must raise the API error `code` with `status`; return it."""
+    with pytest.raises(GroupBuyAPIError) as caught:
+        await call
+    error = caught.value
+    assert (error.status, error.code) == (status, code), error.problem
+    assert error.problem["code"] == code and error.detail and error.title
+    return error
+
+
+async def test_operations_and_unauthenticated_routes(clients: Clients) -> None:
+    gb = clients.service
+    assert await gb.health() == {"status": "ok"}
+    ready = await gb.ready()
+    assert ready["status"] == "ready" and set(ready["checks"]) == {"redis", "scripts", "database"}
+    assert "groupbuy_http_request_duration_seconds" in await gb.metrics()
+    assert "/v1/redpackets/{packet_id}/grab" in (await gb.openapi())["paths"]
+
+
+async def test_activities_teams_and_locks(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    activity = await admin.create_activity(
+        "a1",
+        name="Spring",
+        team_size=3,
+        lock_ttl_s=300,
+        team_deadline_s=3600,
+        virtual_min_members=2,
+        teams_per_user=5,
+        open_teams_per_leader=2,
+    )
+    assert activity["activity_id"] == "a1" and activity["team_size"] == 3
+    assert activity["virtual_completion"] == {"min_members": 2}
+    assert activity["limits"] == {"teams_per_user": 5, "open_teams_per_leader": 2}
+    assert (
+        await admin.create_activity(
+            "a1",
+            name="Spring",
+            team_size=3,
+            lock_ttl_s=300,
+            team_deadline_s=3600,
+            virtual_min_members=2,
+            teams_per_user=5,
+            open_teams_per_leader=2,
+        )
+        == activity
+    )
+    conflict = await raises("conflict", 409, admin.create_activity("a1", team_size=4))
+    assert conflict.extra["activity"]["team_size"] == 3
+    await raises("forbidden", 403, gb.create_activity("a2"))
+    assert await gb.get_activity("a1") == activity
+    await raises("activity_not_found", 404, gb.get_activity("nope"))
+
+    team = await gb.open_team("a1", "L", team_id="t1", order_id="oL")
+    assert (team["team_id"], team["status"], team["free_seats"]) == ("t1", "open", 2)
+    assert [m["user_id"] for m in team["members"]] == ["L"]
+    named = await gb.open_team("a1", "M")
+    assert named["team_id"] and named["leader_id"] == "M"
+    assert (await gb.get_team("a1", "t1"))["version"] == team["version"]
+
+    locked = await gb.lock("a1", "t1", "u1")
+    assert locked["status"] == "locked" and "existing" not in locked
+    assert ms(locked["expires_at"]) - ms(locked["locked_at"]) == 300_000
+    again = await gb.lock("a1", "t1", "u1")
+    assert again.get("existing") is True and again["locked_at"] == locked["locked_at"]
+    current = await gb.current_lock("a1", "u1")
+    assert current == {k: locked[k] for k in ("team_id", "locked_at", "expires_at")}
+    await raises("no_lock", 404, gb.current_lock("a1", "nobody"))
+
+    page = await gb.list_teams("a1", limit=10)
+    assert [t["team_id"] for t in page["teams"]] == ["t1", named["team_id"]]
+    first = await gb.list_teams("a1", limit=1)
+    assert first["next_cursor"] is not None
+    rest = await gb.list_teams("a1", limit=1, cursor=first["next_cursor"])
+    assert [t["team_id"] for t in rest["teams"]] == [named["team_id"]]
+
+    joined = await gb.join("a1", "u2")
+    assert joined["team_id"] == "t1"  # the most taken seats first
+    full = await raises("team_full", 409, gb.lock("a1", "t1", "u3"))
+    assert full.extra["next_unlock_at"] is not None
+
+    confirmed = await gb.confirm("a1", "t1", "u1", "o1")
+    assert confirmed["formed"] is False
+    assert [m["user_id"] for m in confirmed["team"]["members"]] == ["L", "u1"]
+    assert await gb.confirm("a1", "t1", "u1", "o1") == confirmed
+    await raises("lock_required", 409, gb.confirm("a1", "t1", "u3", "o3"))
+    assert await gb.unlock("a1", "t1", "u2") == {"released": True}
+    assert await gb.unlock("a1", "t1", "u2") == {"released": False}
+    await raises("invalid_request", 422, gb.get_team("a1", "a/b"))
+
+
+async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    assert await admin.deposit("alice", 1000, "ref-1") == {
+        "user_id": "alice",
+        "balance_cents": 1000,
+    }
+    assert await admin.deposit("alice", 1000, "ref-1") == {
+        "user_id": "alice",
+        "balance_cents": 1000,
+    }
+    await raises("conflict", 409, admin.deposit("alice", 999, "ref-1"))
+    assert (await gb.account("alice"))["balance_cents"] == 1000
+    await raises("insufficient_funds", 409, gb.send_packet("bob", 5000, 2))
+
+    sent = await gb.send_packet(
+        "alice", 600, 3, packet_id="pk-1", expires_in_s=600, strategy="equal"
+    )
+    assert (sent["packet_id"], sent["status"], sent["strategy"]) == ("pk-1", "active", "equal")
+    grabbed = await gb.grab("pk-1", "bob")
+    assert grabbed == {"status": "grabbed", "amount_cents": 200, "remaining_count": 2}
+    assert await gb.grab("pk-1", "bob") == {"status": "already_grabbed", "amount_cents": 200}
+    packet = await gb.get_packet("pk-1")
+    assert [(g["user_id"], g["amount_cents"]) for g in packet["grabs"]] == [("bob", 200)]
+    assert packet["remaining_cents"] == 400 and packet["version"] >= 2
+    await raises("packet_not_found", 404, gb.get_packet("nope"))
+    auto = await gb.send_packet("alice", 100, 1)
+    assert auto["packet_id"] and auto["strategy"] == "double_mean"
+
+    flushed = await admin.run_job("flush_records")
+    assert flushed["job"] == "flush_records" and flushed["duration_ms"] >= 0
+    await raises("not_found", 404, admin.run_job("nope"))
+    await raises("forbidden", 403, gb.run_job("flush_records"))
+    await raises("not_found", 404, admin.reconcile_report())
+    await admin.run_job("reconcile")
+    report = await admin.reconcile_report()
+    assert report["mismatch_count"] == 0 and report["packets_checked"] >= 1
+
+    page = await gb.events(after=0, limit=1000)
+    types = [event["type"] for event in page["events"]]
+    assert "packet.sent" in types and page["next_after"] == page["events"][-1]["id"]
+    later = await gb.events(after=page["events"][0]["id"], limit=1)
+    assert [event["id"] for event in later["events"]] == [page["events"][1]["id"]]
+    await raises("invalid_request", 422, gb.events(limit=0))
+
+
+async def test_the_same_request_twice_in_a_second_is_answered_twice(clients: Clients) -> None:
+    """Equal requests signed in one second would share a signature; the client moves the
+    second one's timestamp on so the server does not take it for a replay."""
+    for _ in range(5):
+        assert await clients.service.account("carol") == {"user_id": "carol", "balance_cents": 0}
+
+
+async def test_a_client_that_does_not_sign_is_refused_where_signing_is_required(
+    clients: Clients,
+) -> None:
+    transport = httpx.ASGITransport(app=clients.app)
+    async with GroupBuyClient(BASE, SERVICE_KEY, transport=transport) as unsigned:
+        assert await unsigned.health() == {"status": "ok"}  # no key, no signature needed
+        if clients.signed:
+            error = await raises("bad_signature", 401, unsigned.account("x"))
+            assert error.headers["www-authenticate"] == "Bearer"
+        else:
+            assert (await unsigned.account("x"))["balance_cents"] == 0
+    async with GroupBuyClient(BASE, "wrong", sign=True, transport=transport) as stranger:
+        await raises("unauthorized", 401, stranger.account("x"))
+
+
+async def test_one_of_racing_copies_of_a_signed_request_wins(signed_clients: Clients) -> None:
+    """Replays sent at the same instant as the original: Redis's SET NX lets one through."""
+    clients = signed_clients
+    await clients.admin.create_activity("a1")
+    await clients.service.open_team("a1", "L", team_id="t1")
+    captured: list[httpx.Request] = []
+
+    async def capture(request: httpx.Request) -> httpx.Response:
+        captured.append(request)
+        return httpx.Response(200, json={})
+
+    async with GroupBuyClient(
+        BASE, SERVICE_KEY, sign=True, transport=httpx.MockTransport(capture)
+    ) as recorder:
+        await recorder.lock("a1", "t1", "u1")
+    (original,) = captured
+    assert {TIMESTAMP_HEADER.lower(), SIGNATURE_HEADER.lower()} <= set(original.headers)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=clients.app), base_url=BASE
+    ) as raw:
+        copies = [
+            raw.post(original.url.path, content=original.content, headers=original.headers)
+            for _ in range(8)
+        ]
+        answers_ = await asyncio.gather(*copies)
+    statuses = sorted(answer.status_code for answer in answers_)
+    assert statuses == [201] + [401] * 7, [answer.text for answer in answers_]
+    assert all(
+        answer.json()["code"] == "bad_signature" for answer in answers_ if answer.status_code == 401
+    )
+
+
+# -- the typed answers are the documented ones ---------------------------------------------
+
+TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
+    (typed.Health, answers.Health),
+    (typed.Readiness, answers.Readiness),
+    (typed.Activity, answers.Activity),
+    (typed.VirtualCompletion, answers.VirtualCompletionRule),
+    (typed.ActivityLimits, answers.ActivityLimitsRule),
+    (typed.Member, answers.Member),
+    (typed.SeatLock, answers.SeatLock),
+    (typed.Team, answers.Team),
+    (typed.TeamsPage, answers.TeamsPage),
+    (typed.LockTaken, answers.LockTaken),
+    (typed.Released, answers.Released),
+    (typed.Confirmed, answers.Confirmed),
+    (typed.UserLock, answers.UserLock),
+    (typed.Account, answers.Account),
+    (typed.PacketSent, answers.PacketSent),
+    (typed.Grabbed, answers.Grabbed),
+    (typed.PacketGrab, answers.PacketGrab),
+    (typed.Packet, answers.Packet),
+    (typed.Event, answers.Event),
+    (typed.EventsPage, answers.EventsPage),
+    (typed.ReconcileReport, answers.ReconcileReport),
+]
+
+
+@pytest.mark.parametrize(("typed_dict", "model"), TYPED_ANSWERS, ids=lambda x: x.__name__)
+def test_each_typed_answer_has_the_fields_of_the_documented_answer(
+    typed_dict: Any, model: type[BaseModel]
+) -> None:
+    fields = typed_dict.__required_keys__ | typed_dict.__optional_keys__
+    assert fields == set(model.model_fields)
+    optional = {name for name, info in model.model_fields.items() if not info.is_required()}
+    assert typed_dict.__optional_keys__ == optional
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    probe = (
+        "import sys, groupbuy.client\n"
+        "server = ('starlette', 'uvicorn', 'redis', 'sqlalchemy', 'pydantic', 'fakeredis',"
+        " 'groupbuy.api', 'groupbuy.settings', 'groupbuy.storage', 'groupbuy.errors')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(server)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
+# -- a live service --------------------------------------------------------------------------
+
+
+async def test_a_live_service_with_signed_requests(tmp_path: Path) -> None:
+    env = service_environment(
+        tmp_path, GROUPBUY_AUTH_SIGNED_REQUESTS="true", GROUPBUY_EMBEDDED_ENGINE="fakeredis"
+    )
+    service = await asyncio.to_thread(start_service, tmp_path, env=env)
+    try:
+        async with (
+            GroupBuyClient(service.url, ADMIN_KEY, sign=True) as admin,
+            GroupBuyClient(service.url, SERVICE_KEY, sign=True) as gb,
+            GroupBuyClient(service.url, SERVICE_KEY) as unsigned,
+        ):
+            await admin.create_activity("live")
+            await gb.open_team("live", "L", team_id="t1")
+            assert (await gb.lock("live", "t1", "u1"))["status"] == "locked"
+            assert (await gb.list_teams("live", limit=5))["teams"][0]["team_id"] == "t1"
+            await raises("bad_signature", 401, unsigned.get_team("live", "t1"))
+    finally:
+        assert service.stop() == 0, service.text()
