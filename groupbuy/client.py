@@ -297,6 +297,7 @@ class GroupBuyClient:
         self._clock = clock
         # request (method, target, body hash) -> the last timestamp it was signed with
         self._last_stamps: dict[tuple[str, bytes, str], int] = {}
+        self._pruned_at = 0
         self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout_s)
 
     async def __aenter__(self) -> "GroupBuyClient":
@@ -559,9 +560,10 @@ class GroupBuyClient:
         signed: two equal requests in one second would carry one signature, and the
         server refuses the second as a replay."""
         now = int(self._clock())
-        stamp = max(now, self._last_stamps.get(request, now - 1) + 1)
-        if len(self._last_stamps) >= 1024:
-            # A stamp in the past can no longer collide with a new one.
+        if now > self._pruned_at:
+            # Once a second: a stamp in the past can no longer collide with a new one.
+            self._pruned_at = now
             self._last_stamps = {k: v for k, v in self._last_stamps.items() if v >= now}
+        stamp = max(now, self._last_stamps.get(request, now - 1) + 1)
         self._last_stamps[request] = stamp
         return str(stamp)

@@ -327,5 +327,55 @@ async def test_a_live_service_with_signed_requests(tmp_path: Path) -> None:
             assert (await gb.lock("live", "t1", "u1"))["status"] == "locked"
             assert (await gb.list_teams("live", limit=5))["teams"][0]["team_id"] == "t1"
             await raises("bad_signature", 401, unsigned.get_team("live", "t1"))
+        # The README's walk-through, as it is written there.
+        walk = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", readme_walk_through()],
+            env={**env, "GROUPBUY_URL": service.url, "GROUPBUY_KEY": ADMIN_KEY},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert walk.returncode == 0, walk.stderr
+        assert "carol holds a seat in team-1" in walk.stdout, walk.stdout
+        assert "team_full - next seat may free at" in walk.stdout, walk.stdout
+        assert "packet.sent" in walk.stdout, walk.stdout
     finally:
         assert service.stop() == 0, service.text()
+
+
+def readme_walk_through() -> str:
+    """The Python block of the README's walk-through with the client."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Walk-through with the Python client", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_repeats_of_one_request_take_the_next_seconds_and_old_stamps_are_forgotten() -> None:
+    now = [1_700_000_000.0]
+    stamps: list[str] = []
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        stamps.append(request.headers[TIMESTAMP_HEADER])
+        return httpx.Response(200, json={"user_id": "x", "balance_cents": 0})
+
+    transport = httpx.MockTransport(record)
+    async with GroupBuyClient(
+        BASE, SERVICE_KEY, sign=True, transport=transport, clock=lambda: now[0]
+    ) as gb:
+        for _ in range(3):
+            await gb.account("x")
+        await gb.account("y")
+        assert stamps == ["1700000000", "1700000001", "1700000002", "1700000000"]
+        # Within one second the stamps are not sifted again on every request (that cost
+        # grew with the number of requests made in the second).
+        tables = set()
+        for n in range(2000):
+            await gb.account(f"u{n}")
+            tables.add(id(gb._last_stamps))
+        assert len(tables) == 1
+        now[0] += 5
+        await gb.account("x")
+        assert stamps[-1] == "1700000005"
+        # Only the stamps that could still collide are kept: the one just made.
+        assert len(gb._last_stamps) == 1
