@@ -13,6 +13,7 @@ import hmac
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -30,6 +31,7 @@ from tests.support.http import (
     assert_problem,
     portal,
 )
+from tests.support.settings import settings_without_redis
 
 SKEW_S = 300
 _LAST_STAMP: dict[tuple[str, str, str, bytes], int] = {}
@@ -298,3 +300,13 @@ def test_with_signing_off_unsigned_keys_work_and_a_signature_present_is_checked(
     assert_ok(call(client, "GET", "/v1/events"), 200)
     tampered = call(client, "GET", "/v1/events?after=1", sign_as=("GET", "/v1/events", None))
     assert_problem(tampered, 401, "bad_signature")
+
+
+def test_with_redis_down_a_signed_request_is_a_503_not_a_500(tmp_path: Path) -> None:
+    """The replay check needs Redis: without it the answer says so (and nothing applies)."""
+    settings = settings_without_redis(tmp_path).replace("auth", signed_requests=True)
+    with TestClient(create_app(settings)) as client:
+        response = call(client, "GET", "/v1/events")
+        assert_problem(response, 503, "redis_unavailable")
+        wrong = call(client, "GET", "/v1/events", sign_as=("GET", "/v1/events?after=1", None))
+        assert_problem(wrong, 401, "bad_signature")  # refused before Redis is asked
