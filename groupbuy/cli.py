@@ -177,6 +177,11 @@ def _banner(settings: Settings, port: int, redis_line: str, generated: str | Non
         print(
             "  API keys: from config.toml / GROUPBUY_API_KEYS; send 'Authorization: Bearer <key>'"
         )
+    if settings.auth.signed_requests:
+        print(
+            "  signed requests: required of every key (X-Groupbuy-Timestamp, "
+            f"X-Groupbuy-Signature; +-{settings.auth.signature_skew_s} s)"
+        )
     sys.stdout.flush()
 
 

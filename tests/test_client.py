@@ -340,6 +340,7 @@ async def test_a_live_service_with_signed_requests(tmp_path: Path) -> None:
         assert "carol holds a seat in team-1" in walk.stdout, walk.stdout
         assert "team_full - next seat may free at" in walk.stdout, walk.stdout
         assert "packet.sent" in walk.stdout, walk.stdout
+        assert "signed requests: required of every key" in service.text()
     finally:
         assert service.stop() == 0, service.text()
 
