@@ -280,6 +280,11 @@ class GroupBuyClient:
     also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`
     replaces the network (e.g. `httpx.ASGITransport(app)` to call an app in-process).
     Use it as an async context manager, or call `aclose()`.
+
+    Two equal requests signed in one second would carry one signature (the server takes
+    the second for a replay), so a repeat is signed with the next second: a request
+    repeated many times a second runs ahead of the clock, and past the server's skew
+    (300 s) it is refused; vary such a request or space it out.
     """
 
     def __init__(
