@@ -269,6 +269,25 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
+# Tries of a signed request the server refused as a replay of an equal one.
+_REPLAY_RETRIES = 3
+
+
+def _refused_as_replay(response: httpx.Response) -> bool:
+    """True for 401 bad_signature with reason `replayed`."""
+    if response.status_code != 401:
+        return False
+    try:
+        problem = response.json()
+    except ValueError:
+        return False
+    return (
+        isinstance(problem, dict)
+        and problem.get("code") == "bad_signature"
+        and problem.get("reason") == "replayed"
+    )
+
+
 def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
@@ -282,9 +301,11 @@ class GroupBuyClient:
     Use it as an async context manager, or call `aclose()`.
 
     Two equal requests signed in one second would carry one signature (the server takes
-    the second for a replay), so a repeat is signed with the next second: a request
-    repeated many times a second runs ahead of the clock, and past the server's skew
-    (300 s) it is refused; vary such a request or space it out.
+    the second for a replay), so a repeat is signed with the next second, and a request
+    refused as a replay of an equal one (another client with the same key, same second)
+    is signed again and resent, up to 3 times. A request repeated many times a second
+    runs ahead of the clock, and past the server's skew (300 s) it is refused; vary such
+    a request or space it out.
     """
 
     def __init__(
@@ -546,9 +567,17 @@ class GroupBuyClient:
         request = self._http.build_request(
             method, path, content=content, params=params, headers=headers
         )
-        if authenticated and self._sign:
+        if not (authenticated and self._sign):
+            return await self._http.send(request)
+        for _ in range(_REPLAY_RETRIES):
             self._sign_request(request, content)
-        return await self._http.send(request)
+            response = await self._http.send(request)
+            if not _refused_as_replay(response):
+                return response
+            # An equal request signed in the same second by another client with this key
+            # was there first; nothing of this one was applied. Signed again, it carries a
+            # later timestamp (_timestamp moves on) and so another signature.
+        return response
 
     def _sign_request(self, request: httpx.Request, content: bytes) -> None:
         # httpx's raw_path is the path as sent and the query after '?' when there is one:

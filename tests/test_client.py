@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import time
 import typing
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -209,6 +210,26 @@ async def test_the_same_request_twice_in_a_second_is_answered_twice(clients: Cli
     second one's timestamp on so the server does not take it for a replay."""
     for _ in range(5):
         assert await clients.service.account("carol") == {"user_id": "carol", "balance_cents": 0}
+
+
+async def test_two_clients_sending_one_request_in_the_same_second_are_both_answered(
+    signed_clients: Clients,
+) -> None:
+    """Two processes of a backend with one key may ask the same thing in the same second:
+    the second signature is the first one again, refused as `replayed`; its client signs
+    again with a later timestamp and is answered."""
+    second = int(time.time())
+    transport = httpx.ASGITransport(app=signed_clients.app)
+    async with (
+        GroupBuyClient(
+            BASE, SERVICE_KEY, sign=True, transport=transport, clock=lambda: second
+        ) as a,
+        GroupBuyClient(
+            BASE, SERVICE_KEY, sign=True, transport=transport, clock=lambda: second
+        ) as b,
+    ):
+        for client in (a, b, a, b):
+            assert await client.account("dora") == {"user_id": "dora", "balance_cents": 0}
 
 
 async def test_a_client_that_does_not_sign_is_refused_where_signing_is_required(

@@ -77,19 +77,25 @@ class Authenticator:
         stamp, presented = headers.get(_TIMESTAMP, ""), headers.get(_SIGNATURE, "")
         if not stamp or not presented:
             raise errors.BadSignature(
-                f"signed requests carry {TIMESTAMP_HEADER} and {SIGNATURE_HEADER}"
+                f"signed requests carry {TIMESTAMP_HEADER} and {SIGNATURE_HEADER}",
+                reason="missing",
             )
         if not stamp.isascii() or not stamp.isdigit() or len(stamp) > _MAX_TIMESTAMP_DIGITS:
-            raise errors.BadSignature(f"{TIMESTAMP_HEADER} must be Unix seconds")
+            raise errors.BadSignature(
+                f"{TIMESTAMP_HEADER} must be Unix seconds", reason="malformed"
+            )
         if abs(self._clock() - int(stamp)) > self._skew_s:
             raise errors.BadSignature(
-                f"{TIMESTAMP_HEADER} is more than {self._skew_s} s from the server's clock"
+                f"{TIMESTAMP_HEADER} is more than {self._skew_s} s from the server's clock",
+                reason="stale",
             )
         scope = request.scope
         path = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
         target = target_of(path, scope.get("query_string") or b"")
         expected = signature(key.secret, request.method, target, stamp, body)
         if not hmac.compare_digest(presented.encode(), expected.encode()):
-            raise errors.BadSignature("the signature does not match the request")
+            raise errors.BadSignature("the signature does not match the request", reason="wrong")
         if not await self._seen.first_use(expected):
-            raise errors.BadSignature("this signature was used before (a replayed request)")
+            raise errors.BadSignature(
+                "this signature was used before (a replayed request)", reason="replayed"
+            )

@@ -59,7 +59,8 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
         found[errors.Unauthorized] = "no `Authorization: Bearer` key, or an unknown one"
         found[errors.BadSignature] = (
             "the request must be signed (`[auth] signed_requests`, or a `+signed` key) or "
-            "carries a signature, and it is missing, wrong, outside the clock skew or replayed"
+            "carries a signature, and it is missing, wrong, outside the clock skew or replayed; "
+            "`reason`: missing, malformed, stale, wrong or replayed"
         )
         if endpoint.role == "admin":
             found[errors.Forbidden] = "the key's role is `service`; this needs `admin`"

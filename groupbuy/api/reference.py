@@ -59,8 +59,12 @@ then `?` and the raw query string only when there is one, and `BODYHASH` the low
 hex SHA-256 of the body bytes (of the empty string when there is none). A missing or
 wrong signature, a timestamp more than `[auth] signature_skew_s` (300) seconds from the
 server's clock either way, or a signature seen before (a replay) answers 401
-`bad_signature`, with nothing applied. A request that carries the two headers is checked
-even when its key need not sign. `groupbuy.client.GroupBuyClient(..., sign=True)` signs.
+`bad_signature`, with nothing applied; its `reason` says which: `missing`, `malformed`
+(the timestamp is not Unix seconds), `stale`, `wrong` or `replayed`. A request that
+carries the two headers is checked even when its key need not sign. Two equal requests
+signed in the same second have the same signature: the second is refused as `replayed`,
+and signing it again with a later timestamp sends it (`groupbuy.client.GroupBuyClient(...,
+sign=True)` signs, and does that by itself).
 
 **Ids.** Every id, in a path or a body (`activity_id`, `team_id`, `user_id`,
 `order_id`, `packet_id`, a deposit's `reference`), matches `{ID_PATTERN}`.
