@@ -285,8 +285,9 @@ class Settings(_Section):
 ENV_ALIASES = {"GROUPBUY_API_KEYS": ("auth", "api_keys")}
 
 # GROUPBUY_* variables that are read elsewhere, not settings: the config file's path, the
-# key the start-up message suggests exporting for curl, the tests' own.
-NON_SETTING_VARIABLES = frozenset({"GROUPBUY_CONFIG", "GROUPBUY_KEY"})
+# key the start-up message suggests exporting for curl, the service URL the README's client
+# walk-through reads, the tests' own.
+NON_SETTING_VARIABLES = frozenset({"GROUPBUY_CONFIG", "GROUPBUY_KEY", "GROUPBUY_URL"})
 NON_SETTING_PREFIXES = ("GROUPBUY_TEST_",)
 
 # What a pydantic error type means, said in the words of a configuration file.
