@@ -110,7 +110,9 @@ async def main(url: str) -> None:
 
     def pre_call(i: int) -> Any:
         pid = f"pre{i % PACKETS}"
-        return lambda: scripts.call("packet_grab", keys.packet_keys(pid), [pid, 0, f"u{i}"])
+        return lambda: scripts.call(
+            "packet_grab", keys.packet_keys(pid), [pid, 0, f"u{i}", f"t{i}", 60_000]
+        )
 
     def draw_call(i: int) -> Any:
         tag = f"bench:{{q:{i % PACKETS}}}"

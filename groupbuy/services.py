@@ -31,7 +31,12 @@ from groupbuy.storage.durability import RedisNotDurable, check_durability
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.reachability import Reachability
-from groupbuy.storage.redis_client import auto_pipeline, connect_redis, describe
+from groupbuy.storage.redis_client import (
+    auto_pipeline,
+    connect_redis,
+    describe,
+    resend_window_ms,
+)
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -80,7 +85,9 @@ def build_services(
     limits = settings.redpackets
     writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
-    packets = RedPacketService(backends, limits, writer, acks)
+    packets = RedPacketService(
+        backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
+    )
     reconciler = Reconciler(redis, database, keys, clock=clock)
     jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis))
     return Services(

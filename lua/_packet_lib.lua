@@ -1,7 +1,7 @@
 -- _packet_lib: helpers shared by the packet_* scripts (after _common).
 -- Common KEYS of packet scripts (all under the hash tag {p:<packet_id>}):
 -- KEYS[1] packet hash  KEYS[2] shares list (amounts still to grab, in grab order)
--- KEYS[3] grabs hash (user -> "seq|amount_cents|grabbed_at_ms")  KEYS[4] outbox stream
+-- KEYS[3] grabs hash (user -> "seq|amount_cents|grabbed_at_ms|request token")  KEYS[4] outbox stream
 -- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
 -- KEYS[5] pending index (zset packet_id -> ms of the oldest record waiting in its outbox)
 -- KEYS[6] due index (zset packet_id -> expires_ms, active packets only)

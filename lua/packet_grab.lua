@@ -3,10 +3,13 @@
 -- requires: _common
 -- requires: _packet_lib
 -- KEYS[1..6] as _packet_lib
--- ARGV[1..2] as _packet_lib  ARGV[3] user_id
--- Returns {OK, amount_cents, remaining_count, seq, epoch, now_ms} grabbed (and recorded in
--- the outbox),
--- {ALREADY_GRABBED, amount_cents} the same amount as the first time,
+-- ARGV[1..2] as _packet_lib  ARGV[3] user_id  ARGV[4] request token (fresh for each grab
+-- request, stored with the grab)  ARGV[5] resend window in ms
+-- Returns {OK, amount_cents, remaining_count, seq, epoch, grabbed_at_ms} grabbed (and recorded
+-- in the outbox); the same answer again, nothing written, when the user's grab was taken by a
+-- call with this token less than the resend window ago (the client library resent a call
+-- whose reply it did not get: the first run's answer is the answer),
+-- {ALREADY_GRABBED, amount_cents} the same amount as the first time (another request),
 -- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
 -- {NOT_FOUND}.
 local now = now_ms(ARGV[2])
@@ -17,7 +20,13 @@ if not p then
 end
 local prior = redis.call('HGET', KEYS[3], user)
 if prior then
-  return {ALREADY_GRABBED, tonumber(split(prior)[2])}
+  local g = split(prior)  -- seq|amount|at_ms|token (groupbuy.redpacket.codec.Grab)
+  if g[4] == ARGV[4] and now - tonumber(g[3]) <= tonumber(ARGV[5]) then
+    local seq = tonumber(g[1])
+    -- remaining_count as the first run answered it: the shares left after grab number seq
+    return {OK, tonumber(g[2]), p.count - (seq - p.seq_gap), seq, tonumber(p.epoch), g[3]}
+  end
+  return {ALREADY_GRABBED, tonumber(g[2])}
 end
 if p.status == 'expired' then
   return {EXPIRED}
@@ -32,7 +41,7 @@ if not share then
 end
 local seq = p.count - p.remaining_count + 1 + p.seq_gap
 local left = p.remaining_count - 1
-redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now))
+redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. ARGV[4])
 redis.call('HSET', KEYS[1], 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
 redis.call('HINCRBY', KEYS[1], 'version', 1)

@@ -109,7 +109,7 @@ async def redis_benchmark_rows(
         await prepare_bench_packet(services, pid, n + n // 5)
         packet_keys = keys.packet_keys(pid)
         cmd = ["EVALSHA", grab_sha, str(len(packet_keys)), *packet_keys]
-        cmd += [pid, "0", "user:__rand_int__"]
+        cmd += [pid, "0", "user:__rand_int__", "token", "60000"]
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)
         winners = await redis.hlen(keys.packet_keys(pid)[2])
         rows.append(bench_row("grab", pipeline, n, result, winners))

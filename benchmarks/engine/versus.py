@@ -244,7 +244,17 @@ def fresh_grab_bench(
         sha = await services.redis.script_load(script_source("packet_grab"))
         await prepare_bench_packet(services, packet_id, n + n // 5)
         keys = services.keys.packet_keys(packet_id)
-        cmd = ["EVALSHA", sha, str(len(keys)), *keys, packet_id, "0", "user:__rand_int__"]
+        cmd = [
+            "EVALSHA",
+            sha,
+            str(len(keys)),
+            *keys,
+            packet_id,
+            "0",
+            "user:__rand_int__",
+            "token",
+            "60000",
+        ]
         result = await redis_benchmark(binary, port, n, 1, *cmd)
         winners = await services.redis.hlen(keys[2])
         left = int(await services.redis.hget(keys[0], "remaining_count"))

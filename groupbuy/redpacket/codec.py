@@ -37,25 +37,33 @@ def _int(text: str, value: str) -> int:
 
 
 class Grab(NamedTuple):
-    """A grab's value in the packet's grabs hash: ``seq|amount_cents|grabbed_at_ms``."""
+    """A grab's value in the packet's grabs hash: ``seq|amount_cents|grabbed_at_ms|token``.
+
+    `token` is the request token of the grab call that took the share ('' for a grab
+    rebuilt from SQL, and in values written before tokens existed, which have 3 fields):
+    a resent call with the same token answers `grabbed` again instead of `already_grabbed`.
+    """
 
     seq: int
     amount_cents: int
     at_ms: int
+    token: str = ""
 
 
-def grab_value(seq: int, amount_cents: int, at_ms: int) -> str:
-    """The grabs-hash value packet_grab writes for one grab."""
-    return FIELD.join((str(seq), str(amount_cents), str(at_ms)))
+def grab_value(seq: int, amount_cents: int, at_ms: int, token: str = "") -> str:
+    """The grabs-hash value packet_grab writes for one grab (packet_restore: no token)."""
+    if FIELD in token:
+        raise ValueError(f"grab token {token!r} contains {FIELD!r}")
+    return FIELD.join((str(seq), str(amount_cents), str(at_ms), token))
 
 
 def parse_grab(value: str) -> Grab:
-    """A grabs-hash value as packet_grab wrote it."""
+    """A grabs-hash value as packet_grab or packet_restore wrote it."""
     parts = value.split(FIELD)
-    if len(parts) != 3:
-        raise ValueError(f"grab value {value!r} does not have 3 '{FIELD}'-separated fields")
-    seq, amount_cents, at_ms = (_int(part, value) for part in parts)
-    return Grab(seq, amount_cents, at_ms)
+    if len(parts) not in (3, 4):
+        raise ValueError(f"grab value {value!r} does not have 3 or 4 '{FIELD}'-separated fields")
+    seq, amount_cents, at_ms = (_int(part, value) for part in parts[:3])
+    return Grab(seq, amount_cents, at_ms, parts[3] if len(parts) == 4 else "")
 
 
 # -- ledger business keys -------------------------------------------------------------

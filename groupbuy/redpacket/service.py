@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # The repair job's re-index page: SQL rows per run.
 REINDEX_PAGE = 5000
+# A grab request's token: 9 random bytes, 12 URL-safe characters stored with each grab.
+GRAB_TOKEN_BYTES = 9
 
 
 def _refuse(code: PacketCode, packet_id: str) -> NoReturn:
@@ -63,9 +65,11 @@ class RedPacketService(UsesBackends):
         limits: RedPacketSettings,
         writer: PacketRecordWriter,
         acks: AckJournal,
+        resend_window_ms: int = 60_000,
     ) -> None:
         super().__init__(backends)
         self._limits = limits
+        self._resend_window_ms = resend_window_ms
         self.writer = writer
         self.acks = acks
         self._reindex_after = ""  # where the repair job's next re-index page starts
@@ -281,13 +285,19 @@ class RedPacketService(UsesBackends):
 
     @counts_outcomes(GRAB_OUTCOMES, grab_outcome)
     async def grab(self, packet_id: str, user_id: str) -> dict[str, Any]:
-        """Take one share for the user; a repeat answers `already_grabbed` with the same amount."""
-        code, rest = await self._call("packet_grab", packet_id, user_id)
+        """Take one share for the user; a repeat answers `already_grabbed` with the same amount.
+
+        Each request carries a fresh token into the script, stored with the grab: when the
+        Redis client resends the call after a timeout and the first run did happen, the
+        resend finds its own token and answers `grabbed` as the first run did.
+        """
+        grab = (user_id, secrets.token_urlsafe(GRAB_TOKEN_BYTES), self._resend_window_ms)
+        code, rest = await self._call("packet_grab", packet_id, *grab)
         if code is PacketCode.NOT_FOUND:
             row = await self._recorded(packet_id)
             if not await self._bring_back(row):
                 return await self._grab_from_record(row, user_id)
-            code, rest = await self._call("packet_grab", packet_id, user_id)
+            code, rest = await self._call("packet_grab", packet_id, *grab)
             if code is PacketCode.NOT_FOUND:
                 raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
         if code is PacketCode.OK:

@@ -7,6 +7,7 @@ or the service's fallback where no server binary can run.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import fakeredis
@@ -20,6 +21,8 @@ from groupbuy.storage.pipelining import AutoPipeline
 
 # Resends after a dropped connection, for plain commands and coalesced script calls alike.
 RETRIES = 3
+# The longest pause between two attempts (seconds): the cap of the exponential backoff.
+BACKOFF_CAP_S = 0.5
 
 
 def connect_redis(settings: RedisSettings) -> Any:
@@ -36,7 +39,7 @@ def connect_redis(settings: RedisSettings) -> Any:
         health_check_interval=30,
         # Resend after a dropped connection (a Redis restart, a failover): every script
         # is idempotent, so a command that did run before the drop is not applied twice.
-        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), RETRIES),
+        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=BACKOFF_CAP_S), RETRIES),
         retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
     )
 
@@ -52,6 +55,16 @@ def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
         socket_timeout_s=None if settings.embedded else settings.socket_timeout_s,
         retries=RETRIES,
     )
+
+
+def resend_window_ms(settings: RedisSettings) -> int:
+    """How long after a call its resends can still arrive, with a margin of 2x: every attempt
+    waits up to the socket timeout and the pauses between them up to the backoff cap (at
+    least 10 s). A script that recognises a resend (packet_grab's request token) does so for
+    this long."""
+    attempts = RETRIES + 1
+    worst_s = attempts * settings.socket_timeout_s + RETRIES * BACKOFF_CAP_S
+    return max(10_000, math.ceil(2 * worst_s * 1000))
 
 
 def describe(settings: RedisSettings) -> str:

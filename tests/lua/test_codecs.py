@@ -167,7 +167,7 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
 
 async def _grab(services: Services, packet_id: str, user: str) -> list[Any]:
     keys = services.keys.packet_keys(packet_id)
-    args = [packet_id, services.clock.shift_ms, user]
+    args = [packet_id, services.clock.shift_ms, user, f"t-{user}_{packet_id}", 30_000]
     return list(await services.scripts.call("packet_grab", keys, args))
 
 
@@ -186,16 +186,16 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
 
     raw_grabs = await redis.hgetall(keys.packet_keys("pk-1_a")[2])
     grabs = {user: packet_codec.parse_grab(value) for user, value in raw_grabs.items()}
-    assert {user: (g.seq, g.amount_cents) for user, g in grabs.items()} == {
-        "u-1": (1, replies["u-1"]),
-        "u_2": (2, replies["u_2"]),
+    assert {user: (g.seq, g.amount_cents, g.token) for user, g in grabs.items()} == {
+        "u-1": (1, replies["u-1"], "t-u-1_pk-1_a"),
+        "u_2": (2, replies["u_2"], "t-u_2_pk-1_a"),
     }
     for user, value in raw_grabs.items():
         assert packet_codec.grab_value(*grabs[user]) == value
     records = await _stream(services, keys.packet_outbox("pk-1_a"))
     assert {
         r["user_id"]: (int(r["seq"]), int(r["amount_cents"]), int(r["at_ms"])) for r in records
-    } == {user: tuple(g) for user, g in grabs.items()}
+    } == {user: tuple(g)[:3] for user, g in grabs.items()}
 
     services.clock.advance(61)
     assert await packets.expire_due() == {"due": 1, "expired": 1}
@@ -203,7 +203,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "pk-1_a"))).all()
     assert {r.user_id: (r.seq, r.amount_cents, to_ms(r.grabbed_at)) for r in rows} == {
-        user: tuple(g) for user, g in grabs.items()
+        user: tuple(g)[:3] for user, g in grabs.items()
     }
 
     refunded = 300 - sum(replies.values())
@@ -304,9 +304,14 @@ def test_team_event_keys_round_trip(kind: str, aid: str, tid: str, user: str, at
         assert team_codec.parse_event_key(team_codec.team_event_key(*key)) == key
 
 
-@given(seq=st.integers(1, 10_000), amount=ms, at=ms)
-def test_grab_round_trips(seq: int, amount: int, at: int) -> None:
-    assert packet_codec.parse_grab(packet_codec.grab_value(seq, amount, at)) == (seq, amount, at)
+@given(seq=st.integers(1, 10_000), amount=ms, at=ms, token=st.one_of(st.just(""), ids))
+def test_grab_round_trips(seq: int, amount: int, at: int, token: str) -> None:
+    value = packet_codec.grab_value(seq, amount, at, token)
+    assert packet_codec.parse_grab(value) == (seq, amount, at, token)
+
+
+def test_a_grab_value_from_before_tokens_parses_with_no_token() -> None:
+    assert packet_codec.parse_grab("3|250|1700000000000") == (3, 250, 1700000000000, "")
 
 
 @given(packet_id=ids, user_id=ids, reference=ids)
@@ -360,7 +365,8 @@ def test_sql_expressions_build_the_python_keys(packet_id: str, user_id: str) -> 
         (team_codec.parse_member_list, "u1"),
         (team_codec.parse_event_key, "team.member_joined:a:t"),
         (team_codec.parse_event_key, "lock.expired:a:t:u:soon"),
-        (packet_codec.parse_grab, "1|2|3|4"),
+        (packet_codec.parse_grab, "1|2|3|t|5"),
+        (packet_codec.parse_grab, "1|2"),
         (packet_codec.parse_grab, "1|-2|3"),
         (packet_codec.parse_business_key, "grab:p1"),
         (packet_codec.parse_business_key, "bonus:p1"),

@@ -12,6 +12,7 @@ from groupbuy.storage.scripts import Scripts, script_source
 
 PID = "pk1"
 RETENTION_MS = 3_600_000
+WINDOW_MS = 30_000  # packet_grab's resend window
 
 
 class Harness:
@@ -22,6 +23,7 @@ class Harness:
         self.scripts = Scripts(redis)
         self.keys = Keys("t").packet_keys(PID)
         self.shift_ms = 0
+        self.tokens = 0
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()
@@ -31,6 +33,11 @@ class Harness:
         reply = await self.scripts.call(name, self.keys, [PID, self.shift_ms, *args])
         assert isinstance(reply, list), reply
         return reply
+
+    async def grab(self, user: str, token: str | None = None) -> list[Any]:
+        """packet_grab as the service calls it: a fresh request token unless one is given."""
+        self.tokens += 1
+        return await self.call("packet_grab", user, token or f"tok{self.tokens}", WINDOW_MS)
 
     async def create(self, shares: list[int], ttl_ms: int = 60_000) -> list[Any]:
         now = await self.now_ms()
@@ -78,15 +85,15 @@ async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
 
 
 async def test_grab_outcomes(h: Harness) -> None:
-    assert await h.call("packet_grab", "u1") == [PacketCode.NOT_FOUND]
+    assert await h.grab("u1") == [PacketCode.NOT_FOUND]
     await h.create([5, 3, 2])
     # {OK, amount, remaining, seq, epoch, now_ms}
-    assert (await h.call("packet_grab", "u1"))[:5] == [PacketCode.OK, 5, 2, 1, 0]
-    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 5]
-    assert (await h.call("packet_grab", "u2"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
-    assert (await h.call("packet_grab", "u3"))[:5] == [PacketCode.OK, 2, 0, 3, 0]
-    assert await h.call("packet_grab", "u4") == [PacketCode.SOLD_OUT]
-    assert await h.call("packet_grab", "u2") == [PacketCode.ALREADY_GRABBED, 3]
+    assert (await h.grab("u1"))[:5] == [PacketCode.OK, 5, 2, 1, 0]
+    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 5]
+    assert (await h.grab("u2"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+    assert (await h.grab("u3"))[:5] == [PacketCode.OK, 2, 0, 3, 0]
+    assert await h.grab("u4") == [PacketCode.SOLD_OUT]
+    assert await h.grab("u2") == [PacketCode.ALREADY_GRABBED, 3]
     records = await h.records()
     assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
     assert [(r["user_id"], r["amount_cents"], r["seq"]) for r in records[:3]] == [
@@ -99,15 +106,38 @@ async def test_grab_outcomes(h: Harness) -> None:
     assert await h.redis.pttl(h.keys[2]) > 0  # the grabs hash expires with the packet
 
 
+async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
+    await h.create([5, 3, 2], ttl_ms=600_000)
+    first = await h.grab("u1", token="req-A")
+    assert first[:5] == [PacketCode.OK, 5, 2, 1, 0]
+    # The same request token again (a resend of the same call): the same answer, nothing new.
+    assert await h.grab("u1", token="req-A") == first
+    # Another request of the same user is a repeat: already_grabbed with the same amount.
+    assert await h.grab("u1", token="req-B") == [PacketCode.ALREADY_GRABBED, 5]
+    assert (await h.grab("u2", token="req-C"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+    last = await h.grab("u3", token="req-D")
+    assert last[:5] == [PacketCode.OK, 2, 0, 3, 0]
+    # Resends after later grabs and after the sell-out still answer as their first run did.
+    assert await h.grab("u1", token="req-A") == first
+    assert await h.grab("u3", token="req-D") == last
+    records = await h.records()
+    assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
+    packet = await h.redis.hgetall(h.keys[0])
+    assert packet["version"] == "5"  # created, three grabs, sold out: no change by a resend
+    # Past the resend window the token no longer counts: a plain repeat.
+    h.shift_ms += WINDOW_MS + 1
+    assert await h.grab("u1", token="req-A") == [PacketCode.ALREADY_GRABBED, 5]
+
+
 async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=10_000)
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
     h.shift_ms += 10_000
     assert await h.call("packet_expire") == [PacketCode.OK, 5]
     assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
-    assert await h.call("packet_grab", "u2") == [PacketCode.EXPIRED]
-    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.grab("u2") == [PacketCode.EXPIRED]
+    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 5]
     refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
     assert len(refunds) == 1 and refunds[0]["refunded_cents"] == "5"
     assert not await h.redis.exists(h.keys[1])
@@ -116,14 +146,14 @@ async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
 async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) -> None:
     await h.create([4, 4], ttl_ms=1_000)
     h.shift_ms += 1_000
-    assert await h.call("packet_grab", "u1") == [PacketCode.EXPIRED]
+    assert await h.grab("u1") == [PacketCode.EXPIRED]
     assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
     assert [r["type"] for r in await h.records()] == ["packet.refunded"]
 
 
 async def test_sold_out_packets_never_refund(h: Harness) -> None:
     await h.create([1], ttl_ms=1_000)
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     h.shift_ms += 5_000
     assert await h.call("packet_expire") == [PacketCode.EXISTING, "sold_out"]
     assert "packet.refunded" not in [r["type"] for r in await h.records()]
@@ -132,7 +162,7 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
 async def test_read(h: Harness) -> None:
     assert await h.call("packet_read") == [PacketCode.NOT_FOUND]
     await h.create([2, 1])
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     _code, packet, grabs, now = await h.call("packet_read")
     assert dict(zip(packet[0::2], packet[1::2], strict=True))["remaining_count"] == "1"
     assert grabs[0] == "u1" and grabs[1].startswith("1|2|")
@@ -141,7 +171,7 @@ async def test_read(h: Harness) -> None:
 
 async def test_outbox_ack_with_the_group(h: Harness) -> None:
     await h.create([1, 1])
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     stream, pending = h.keys[3], h.keys[4]
     batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
     ids = [entry_id for entry_id, _ in batch[0][1]]
@@ -178,9 +208,9 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         "1",
     )
     assert packet["version"] == "100"
-    assert await h.call("packet_grab", "u1") == [PacketCode.ALREADY_GRABBED, 4]
-    assert (await h.call("packet_grab", "u4"))[:5] == [PacketCode.OK, 3, 1, 4, 1]
-    assert (await h.call("packet_grab", "u5"))[:5] == [PacketCode.OK, 1, 0, 5, 1]
+    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 4]
+    assert (await h.grab("u4"))[:5] == [PacketCode.OK, 3, 1, 4, 1]
+    assert (await h.grab("u5"))[:5] == [PacketCode.OK, 1, 0, 5, 1]
     records = await h.records()
     assert [(r["type"], r.get("seq"), r["epoch"]) for r in records] == [
         ("grab", "4", "1"),
@@ -195,19 +225,19 @@ async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) ->
     grabs = [("u1", "1|6|1000"), ("u2", "2|4|1001")]
     assert await _restore(h, grabs, []) == [PacketCode.OK, "sold_out"]
     assert [r["type"] for r in await h.records()] == ["packet.sold_out"]
-    assert await h.call("packet_grab", "u3") == [PacketCode.SOLD_OUT]
+    assert await h.grab("u3") == [PacketCode.SOLD_OUT]
     assert await h.redis.zscore(h.keys[5], PID) is None
 
 
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
     await h.create([1, 1])
     await h.redis.script_flush()
-    assert (await h.call("packet_grab", "u1"))[:3] == [PacketCode.OK, 1, 1]
+    assert (await h.grab("u1"))[:3] == [PacketCode.OK, 1, 1]
 
 
 async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harness) -> None:
     await h.create([1, 1])
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     keys = set(await h.redis.keys("*"))
     indexes = set(h.keys[4:])  # the documented exception (docs/architecture.md, for Cluster)
     assert indexes <= keys and len(keys - indexes) == 4
@@ -233,8 +263,8 @@ async def test_the_pending_index_lists_a_packet_while_records_wait(h: Harness) -
     stream, pending = h.keys[3], h.keys[4]
     await h.create([1, 1, 1])
     assert await h.redis.zscore(pending, PID) is None  # created: nothing waits yet
-    await h.call("packet_grab", "u1")
-    await h.call("packet_grab", "u2")
+    await h.grab("u1")
+    await h.grab("u2")
     first, second = [entry_id for entry_id, _ in await h.redis.xrange(stream)]
     assert await h.redis.zscore(pending, PID) == entry_ms(first)  # the oldest, not the newest
     keys = [stream, pending]
@@ -271,7 +301,7 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
 
 async def test_selling_out_leaves_the_due_index(h: Harness) -> None:
     await h.create([1, 1])
-    await h.call("packet_grab", "u1")
+    await h.grab("u1")
     assert await h.redis.zscore(h.keys[5], PID) is not None
-    await h.call("packet_grab", "u2")
+    await h.grab("u2")
     assert await h.redis.zscore(h.keys[5], PID) is None

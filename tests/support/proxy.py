@@ -12,7 +12,9 @@ from urllib.parse import urlparse
 @dataclass
 class FaultyProxy:
     """Forwards bytes both ways; `cut_after(n)` drops the next connection once n reply bytes
-    passed, `stall()` stops forwarding replies, `refuse()` closes every new connection."""
+    passed, `stall()` stops forwarding replies (`stall(False)` lets new replies through, while
+    a reply already held stays held until its connection closes), `refuse()` closes every new
+    connection."""
 
     upstream_host: str
     upstream_port: int
@@ -30,8 +32,11 @@ class FaultyProxy:
     def cut_after(self, reply_bytes: int) -> None:
         self._cut_after = reply_bytes
 
-    def stall(self) -> None:
-        self._stalled.set()
+    def stall(self, stalled: bool = True) -> None:
+        if stalled:
+            self._stalled.set()
+        else:
+            self._stalled.clear()
 
     def refuse(self, refusing: bool = True) -> None:
         self._refusing = refusing
