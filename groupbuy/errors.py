@@ -45,6 +45,10 @@ class Forbidden(GroupBuyError):
     status_code, code, title = 403, "forbidden", "This key's role may not call this endpoint"
 
 
+class UserBlocked(Forbidden):
+    code, title = "user_blocked", "An admin has blocked this user"
+
+
 class PayloadTooLarge(GroupBuyError):
     status_code, code, title = 413, "payload_too_large", "Request body too large"
 
@@ -115,6 +119,10 @@ class LockRequired(Conflict):
 
 class UserLimitReached(Conflict):
     code, title = "user_limit_reached", "The user has reached a limit of the activity"
+
+
+class LimitExceeded(Conflict):
+    code, title = "limit_exceeded", "The send would pass one of the sender's daily caps"
 
 
 class InsufficientFunds(Conflict):

@@ -17,6 +17,7 @@ from typing import Any
 from groupbuy import metrics
 from groupbuy.locks.records import project_team_records
 from groupbuy.locks.service import TeamService
+from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
@@ -58,6 +59,7 @@ class Services:
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
+    blocklist: BlocklistService
 
 
 def build_services(
@@ -89,7 +91,8 @@ def build_services(
         backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
-    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis))
+    blocklist = BlocklistService(backends)
+    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis, blocklist))
     return Services(
         settings,
         redis,
@@ -103,6 +106,7 @@ def build_services(
         reconciler,
         jobs,
         reachability,
+        blocklist=blocklist,
     )
 
 
@@ -141,6 +145,12 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         # Start anyway: /readyz loads them, and scripts load themselves on first use.
         if not services.reachability.failed(error):
             log.warning("could not load the Lua scripts at start-up", exc_info=True)
+    try:
+        await services.blocklist.sync()
+    except Exception as error:
+        # Start anyway: the repair job rebuilds Redis's copy of the blocked users.
+        if not services.reachability.failed(error):
+            log.warning("could not copy the blocked users into Redis at start-up", exc_info=True)
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()

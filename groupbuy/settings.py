@@ -233,6 +233,9 @@ class RedPacketSettings(_Section):
     expires_in_s: PacketLifetimeS = 86400
     retention_s: RetentionS = 604800
     reclaim_idle_s: Annotated[float, Field(ge=0.0, le=86400)] = 30.0
+    # Caps per sender and UTC day over every packet sent (0: no cap).
+    sender_daily_amount_cents: Annotated[int, Field(ge=0, le=10**15)] = 0
+    sender_daily_count: Annotated[int, Field(ge=0, le=10**9)] = 0
 
 
 class OutboxSettings(_Section):

@@ -5,6 +5,7 @@
 -- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
 -- KEYS[5] pending index (zset packet_id -> ms of the oldest record waiting in its outbox)
 -- KEYS[6] due index (zset packet_id -> expires_ms, active packets only)
+-- KEYS[7] blocked users hash (user_id -> why and when; read by packet_grab)
 -- Common ARGV: ARGV[1] packet_id  ARGV[2] clock shift in ms (0 in production)
 -- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
 -- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,
@@ -16,6 +17,7 @@
 
 -- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
 local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
+local USER_BLOCKED, LIMIT_EXCEEDED = 7, 8
 
 -- Append one record for SQL to the packet's outbox. The pending index lists the packet
 -- from its first waiting record (the entry id's ms) until outbox_ack leaves it empty.

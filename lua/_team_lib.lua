@@ -31,6 +31,7 @@
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
 local NO_LOCK, NO_TEAM_AVAILABLE, LOOK_FURTHER, USER_LIMIT_REACHED = 11, 12, 13, 14
+local USER_BLOCKED = 15
 
 -- The activity's keys by name, from KEYS[first..first + 6] (the order of Keys.activity_keys).
 local function activity_keys(first)

@@ -2,7 +2,7 @@
 -- packet_grab: one user takes the next share of a packet, at most once.
 -- requires: _common
 -- requires: _packet_lib
--- KEYS[1..6] as _packet_lib
+-- KEYS[1..7] as _packet_lib
 -- ARGV[1..2] as _packet_lib  ARGV[3] user_id  ARGV[4] request token (fresh for each grab
 -- request, stored with the grab)  ARGV[5] resend window in ms
 -- Returns {OK, amount_cents, remaining_count, seq, epoch, grabbed_at_ms} grabbed (and recorded
@@ -10,6 +10,7 @@
 -- call with this token less than the resend window ago (the client library resent a call
 -- whose reply it did not get: the first run's answer is the answer),
 -- {ALREADY_GRABBED, amount_cents} the same amount as the first time (another request),
+-- {USER_BLOCKED} an admin blocked the user (a grab taken before is still answered),
 -- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
 -- {NOT_FOUND}.
 local now = now_ms(ARGV[2])
@@ -27,6 +28,9 @@ if prior then
     return {OK, tonumber(g[2]), p.count - (seq - p.seq_gap), seq, tonumber(p.epoch), g[3]}
   end
   return {ALREADY_GRABBED, tonumber(g[2])}
+end
+if redis.call('HEXISTS', KEYS[7], user) == 1 then
+  return {USER_BLOCKED}
 end
 if p.status == 'expired' then
   return {EXPIRED}

@@ -3,13 +3,16 @@
 -- requires: _common
 -- requires: _team_lib
 -- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
+-- KEYS[12] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
 -- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: that
 -- earlier confirm completed the team, recorded as formed_by), where team... is the team
 -- after the call as team_read answers it,
 -- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
--- {TEAM_FAILED}, {TEAM_NOT_FOUND}, {USER_LIMIT_REACHED, limit, current, limit name}.
+-- {TEAM_FAILED}, {TEAM_NOT_FOUND}, {USER_LIMIT_REACHED, limit, current, limit name},
+-- {USER_BLOCKED} an admin blocked the user (the backend refunds, as for LOCK_REQUIRED; a
+-- repeat of a confirm that succeeded before the block still answers EXISTING).
 local now = now_ms(ARGV[3])
 local user = ARGV[4]
 local team = load_team(now)
@@ -23,6 +26,9 @@ if member then
     return {EXISTING, formed_by == user and 1 or 0, snapshot()}
   end
   return {ALREADY_MEMBER}
+end
+if redis.call('HEXISTS', KEYS[12], user) == 1 then
+  return {USER_BLOCKED}
 end
 if closed_code(team) then
   return {closed_code(team)}

@@ -8,6 +8,7 @@
 -- after time is applied where it is due (apply_time), so no call grows with the number of
 -- teams. A team the user is a member of is passed over.
 -- KEYS[1..8] as _team_pick  KEYS[9] user's current-lock key (as team_lock writes it)
+-- KEYS[10] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
 -- ARGV[1..8] as _team_pick  ARGV[9] user_id
 -- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
 -- team's after the lock, as team_lock answers it),
@@ -19,7 +20,8 @@
 -- are listed, or time was applied to only part of what is due: call again with that cursor
 -- as ARGV[7..8] ('' '': from the top),
 -- {USER_LIMIT_REACHED, limit, current, limit name} the user may not take a seat (as team_lock),
--- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity.
+-- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity,
+-- {USER_BLOCKED} an admin blocked the user (a live lock is still answered EXISTING).
 if redis.call('EXISTS', KEYS[8]) == 0 then
   return {ACTIVITY_NOT_FOUND}
 end
@@ -36,6 +38,9 @@ if current then
     return {EXISTING, held.id, int(at), int(at + held.lock_ttl_ms),
             tonumber(redis.call('HGET', held.hash, 'version'))}
   end
+end
+if redis.call('HEXISTS', KEYS[10], user) == 1 then
+  return {USER_BLOCKED}
 end
 
 local cut = apply_time(now, looks)

@@ -4,12 +4,14 @@
 -- requires: _team_lib
 -- KEYS[1..10] as _team_lib  KEYS[11] activity hash (team_size, lock_ttl_ms, team_deadline_ms,
 --         virtual_min, teams_per_user, open_per_leader)
+-- KEYS[12] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader order_id ('' for none)
 -- ARGV[6] retention_ms: how long the keys outlive the deadline
 -- Returns {OK, team...} opened, {EXISTING, team...} same leader and order already opened it
 -- (team...: the team now, after the lazy checks, as team_read answers it),
 -- {CONFLICT} the team id is taken with other parameters, {ACTIVITY_NOT_FOUND},
--- {USER_LIMIT_REACHED, limit, current, limit name} the leader is at a per-user limit.
+-- {USER_LIMIT_REACHED, limit, current, limit name} the leader is at a per-user limit,
+-- {USER_BLOCKED} an admin blocked the leader (who would be member 1).
 local now = now_ms(ARGV[3])
 local activity = redis.call('HMGET', KEYS[11], 'team_size', 'lock_ttl_ms', 'team_deadline_ms',
                             'virtual_min', 'teams_per_user', 'open_per_leader')
@@ -23,6 +25,9 @@ if existing[1] then
     return {EXISTING, snapshot()}
   end
   return {CONFLICT}
+end
+if redis.call('HEXISTS', KEYS[12], ARGV[4]) == 1 then
+  return {USER_BLOCKED}
 end
 
 local teams_limit = tonumber(activity[5] or '0')

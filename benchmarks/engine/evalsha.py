@@ -61,7 +61,9 @@ async def prepare_bench_team(services: Services, aid: str, tid: str) -> None:
         mapping={"team_size": 10**9, "lock_ttl_ms": 3_600_000, "team_deadline_ms": 86_400_000},
     )
     await services.scripts.call(
-        "team_open", [*keys.team_keys(aid, tid), keys.activity(aid)], [aid, tid, 0, "lead", "", 0]
+        "team_open",
+        [*keys.team_keys(aid, tid), keys.activity(aid), keys.blocked_users()],
+        [aid, tid, 0, "lead", "", 0],
     )
 
 
@@ -117,7 +119,7 @@ async def redis_benchmark_rows(
         aid, tid = f"rb{pipeline}", "t0"
         await prepare_bench_team(services, aid, tid)
         user_key = keys.user_lock(aid, "__rand_int__")
-        lock_keys = [*keys.team_keys(aid, tid), user_key]
+        lock_keys = [*keys.team_keys(aid, tid), user_key, keys.blocked_users()]
         cmd = ["EVALSHA", lock_sha, str(len(lock_keys)), *lock_keys]
         cmd += [aid, tid, "0", "user:__rand_int__", ""]
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)

@@ -254,3 +254,27 @@ class Packet(PacketSent):
         description="counts the packet's changes (sent, each grab, sold out, expiry); a "
         "body or event with a larger version is newer"
     )
+
+
+class BlockedUser(Answer):
+    """A user an admin blocked."""
+
+    user_id: Id
+    reason: str | None = Field(description="the admin's reason, or null")
+    blocked_at: Timestamp = Field(description="when the block began")
+
+
+class BlockedUsersPage(Answer):
+    """A page of the blocked users, in user id order."""
+
+    blocked_users: list[BlockedUser]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
+
+
+class Unblocked(Answer):
+    """Whether a block was lifted."""
+
+    user_id: Id
+    unblocked: bool = Field(description="false when the user was not blocked")

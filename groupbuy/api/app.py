@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from groupbuy.api import redpackets, system, teams
+from groupbuy.api import blocklist, redpackets, system, teams
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.endpoints import Endpoint, build_route
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
@@ -18,7 +18,12 @@ from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.signatures import SeenSignatures
 
-ENDPOINTS = [*system.ENDPOINTS, *teams.ENDPOINTS, *redpackets.ENDPOINTS]
+ENDPOINTS = [
+    *system.ENDPOINTS,
+    *teams.ENDPOINTS,
+    *redpackets.ENDPOINTS,
+    *blocklist.ENDPOINTS,
+]
 # The router tries routes in order (a regex each): the calls of a flash event go first.
 _HOT_CALLS = ("/grab", "/locks", "/members", "/locks/{user_id}")
 

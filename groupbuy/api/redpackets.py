@@ -115,7 +115,12 @@ ENDPOINTS = [
         answer=answers.PacketSent,
         problems={
             errors.InsufficientFunds: "the sender's balance is below `amount_cents`",
+            errors.LimitExceeded: "the send would pass one of the sender's caps for the UTC "
+            "day: `limit` names it (sender_daily_amount_cents or sender_daily_count), "
+            "`current` is what the sender sent today in its unit, `cap` the cap; nothing "
+            "is debited",
             errors.Conflict: "the packet_id exists with other parameters",
+            errors.UserBlocked: "an admin blocked the sender (`user_id`); nothing is debited",
         },
     ),
     Endpoint(
@@ -132,6 +137,8 @@ ENDPOINTS = [
         problems={
             errors.SoldOut: "every share has been grabbed (by others)",
             errors.Expired: "the packet's time is over; the rest went back to the sender",
+            errors.UserBlocked: "an admin blocked the user (`user_id`); a share the user "
+            "grabbed before the block is still answered `already_grabbed`",
             **_NO_PACKET,
         },
     ),

@@ -185,6 +185,7 @@ _OVER_LIMIT: Problems = {
     errors.UserLimitReached: "the user is at one of the activity's limits: `limit`, `current` "
     "and `limit_name` (teams_per_user or open_teams_per_leader)"
 }
+_BLOCKED: Problems = {errors.UserBlocked: "an admin blocked the user (`user_id`)"}
 _ENDED: Problems = {
     errors.TeamFormed: "the team is formed: it takes no more seats",
     errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
@@ -233,6 +234,7 @@ ENDPOINTS = [
         problems={
             errors.Conflict: "the team id exists with another leader or order",
             **_OVER_LIMIT,
+            **_BLOCKED,
             **_NO_ACTIVITY,
         },
     ),
@@ -270,6 +272,7 @@ ENDPOINTS = [
             "(a seat whose lock has expired counts as free); `next_unlock_at`: when the "
             "activity's earliest lock expires, or null. Open a new team instead",
             **_OVER_LIMIT,
+            **_BLOCKED,
             **_NO_ACTIVITY,
         },
     ),
@@ -301,6 +304,7 @@ ENDPOINTS = [
             "`earliest_locked_at`",
             errors.AlreadyMember: "the user is a member of this team",
             **_OVER_LIMIT,
+            **_BLOCKED,
             **_ENDED,
             errors.Conflict: "the user's lock in another team kept changing during the "
             "switch; retry",
@@ -334,6 +338,7 @@ ENDPOINTS = [
             errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
             errors.AlreadyMember: "the user joined this team with another order",
             **_OVER_LIMIT,
+            **_BLOCKED,
             **_ENDED,
             **_NO_TEAM,
         },

@@ -26,6 +26,7 @@ class TeamCode(IntEnum):
     NO_TEAM_AVAILABLE = 12
     LOOK_FURTHER = 13  # team_join: call again from the cursor it answered
     USER_LIMIT_REACHED = 14
+    USER_BLOCKED = 15
 
 
 _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
@@ -40,6 +41,7 @@ _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
     TeamCode.NO_LOCK: errors.NoLock,
     TeamCode.NO_TEAM_AVAILABLE: errors.NoTeamAvailable,
     TeamCode.USER_LIMIT_REACHED: errors.UserLimitReached,
+    TeamCode.USER_BLOCKED: errors.UserBlocked,
 }
 
 

@@ -184,7 +184,11 @@ class TeamService(UsesBackends):
     ) -> Outcome:
         """Open a team led by `leader_id` (member 1); a repeat with the same id returns it."""
         team_id = team_id or f"t{secrets.token_hex(8)}"
-        keys = [*self._keys.team_keys(activity_id, team_id), self._keys.activity(activity_id)]
+        keys = [
+            *self._keys.team_keys(activity_id, team_id),
+            self._keys.activity(activity_id),
+            self._keys.blocked_users(),
+        ]
         args = self._args(
             activity_id, team_id, leader_id, order_id or "", self._defaults.retention_s * 1000
         )
@@ -199,6 +203,8 @@ class TeamService(UsesBackends):
             raise_for(code, f"team {team_id!r} exists with another leader or order")
         if code is TeamCode.USER_LIMIT_REACHED:
             _refuse_over_limit(leader_id, rest)
+        if code is TeamCode.USER_BLOCKED:
+            _refuse_blocked(leader_id)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -350,6 +356,7 @@ class TeamService(UsesBackends):
         base_keys = [
             *self._keys.team_keys(activity_id, team_id),
             self._keys.user_lock(activity_id, user_id),
+            self._keys.blocked_users(),
         ]
         other = ""
         restored = False
@@ -394,6 +401,8 @@ class TeamService(UsesBackends):
             await self._raise_for_missing_team(activity_id, team_id)
         if code is TeamCode.USER_LIMIT_REACHED:
             _refuse_over_limit(user_id, rest)
+        if code is TeamCode.USER_BLOCKED:
+            _refuse_blocked(user_id)
         raise_for(code)
 
     # -- teams picked from the activity's open-seat index ------------------------------
@@ -403,7 +412,11 @@ class TeamService(UsesBackends):
         """Hold a free seat for the user in the open team of the activity closest to forming
         (most members + live locks, then the oldest); the user's live lock in the activity,
         wherever it is, is the answer instead (`existing`)."""
-        keys = [*self._keys.pick_keys(activity_id), self._keys.user_lock(activity_id, user_id)]
+        keys = [
+            *self._keys.pick_keys(activity_id),
+            self._keys.user_lock(activity_id, user_id),
+            self._keys.blocked_users(),
+        ]
         cursor: list[Any] = ["", ""]
         while True:
             # Each call looks at a bounded number of teams; a long way down the index (the
@@ -425,6 +438,8 @@ class TeamService(UsesBackends):
             )
         if code is TeamCode.USER_LIMIT_REACHED:
             _refuse_over_limit(user_id, rest)
+        if code is TeamCode.USER_BLOCKED:
+            _refuse_blocked(user_id)
         raise_for(code)
 
     async def list_open_teams(
@@ -485,6 +500,7 @@ class TeamService(UsesBackends):
         keys = [
             *self._keys.team_keys(activity_id, team_id),
             self._keys.user_lock(activity_id, user_id),
+            self._keys.blocked_users(),
         ]
         args = self._args(activity_id, team_id, user_id, order_id)
         code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
@@ -494,6 +510,8 @@ class TeamService(UsesBackends):
             await self._raise_for_missing_team(activity_id, team_id)
         if code is TeamCode.USER_LIMIT_REACHED:
             _refuse_over_limit(user_id, rest)
+        if code is TeamCode.USER_BLOCKED:
+            _refuse_blocked(user_id)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -703,6 +721,11 @@ def _refuse_over_limit(user_id: str, rest: list[Any]) -> NoReturn:
         current=current,
         limit_name=name,
     )
+
+
+def _refuse_blocked(user_id: str) -> NoReturn:
+    """403 user_blocked: an admin blocked the user (the script found them in the blocklist)."""
+    raise_for(TeamCode.USER_BLOCKED, f"user {user_id!r} is blocked", user_id=user_id)
 
 
 def _virtual_body(min_members: int | None) -> dict[str, int] | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from groupbuy import errors, metrics
 from groupbuy.locks.service import TeamService
+from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.service import RedPacketService
 from groupbuy.settings import Settings
@@ -40,6 +41,7 @@ def build_jobs(
     packets: RedPacketService,
     reconciler: Reconciler,
     redis: Any,
+    blocklist: BlocklistService,
 ) -> list[Job]:
     """Every job, built from the services it calls."""
     schedule = settings.scheduler
@@ -82,6 +84,7 @@ def build_jobs(
             # the slow safety net under the indexes the other jobs read: a page per run
             **await teams.reindex(restore_limit=schedule.restore_batch),
             **await packets.reindex(restore_limit=schedule.restore_batch),
+            **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
     return [

@@ -18,12 +18,16 @@ class PacketCode(IntEnum):
     SOLD_OUT = 4
     EXPIRED = 5
     NOT_DUE = 6
+    USER_BLOCKED = 7
+    LIMIT_EXCEEDED = 8
 
 
 _ERRORS: dict[PacketCode, type[errors.GroupBuyError]] = {
     PacketCode.NOT_FOUND: errors.PacketNotFound,
     PacketCode.SOLD_OUT: errors.SoldOut,
     PacketCode.EXPIRED: errors.Expired,
+    PacketCode.USER_BLOCKED: errors.UserBlocked,
+    PacketCode.LIMIT_EXCEEDED: errors.LimitExceeded,
 }
 
 

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 # The repair job's re-index page: SQL rows per run.
 REINDEX_PAGE = 5000
+# A UTC day in ms, and how long a sender's day counters outlive their day (a send that read
+# the clock just before midnight still finds them).
+DAY_MS = 86_400_000
+DAY_KEY_SLACK_MS = 3_600_000
 # A grab request's token: 9 random bytes, 12 URL-safe characters stored with each grab.
 GRAB_TOKEN_BYTES = 9
 
@@ -140,6 +144,75 @@ class RedPacketService(UsesBackends):
             "strategy": strategy,
             "expires_in_s": expires_in_s,
         }
+        counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
+        try:
+            created, row = await self._record_send(packet_id, wanted, now_ms)
+        except Exception:
+            if counted:  # refused (too little money) or failed: the send did not happen
+                await self._unadmit(sender_id, packet_id, now_ms)
+            raise
+        if counted and not created:  # a repeat: the first send was counted on its own day
+            await self._unadmit(sender_id, packet_id, now_ms)
+        if not created and any(getattr(row, k) != v for k, v in wanted.items()):
+            raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
+        if row.status == "pending":
+            try:
+                await self._make_live(row)
+            except redis.exceptions.OutOfMemoryError:
+                # Memory ran out between the probe and the packet: the client is told nothing
+                # was applied, so the debit and the packet's record go (a repeat starts over).
+                if created:
+                    await self._unsend(row)
+                    if counted:
+                        await self._unadmit(sender_id, packet_id, now_ms)
+                raise
+        return Outcome(self._sent_body(row), created)
+
+    async def _admit(self, sender_id: str, packet_id: str, amount_cents: int, now_ms: int) -> bool:
+        """The send's first step, in Redis before any money moves: a blocked sender is refused
+        (403) and the sender's daily caps are checked and counted atomically (409); True when
+        this call counted the send (take it back if the send then does not happen)."""
+        limits, day = self._limits, now_ms // DAY_MS
+        keys = [self._keys.blocked_users(), self._keys.sender_day(sender_id, day)]
+        args = [
+            sender_id,
+            packet_id,
+            amount_cents,
+            limits.sender_daily_count,
+            limits.sender_daily_amount_cents,
+            (day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
+        ]
+        code, rest = split_reply(await self._scripts.call("packet_admit", keys, args))
+        if code is PacketCode.OK:
+            return bool(int(rest[0]))
+        if code is PacketCode.USER_BLOCKED:
+            raise errors.UserBlocked(f"sender {sender_id!r} is blocked", user_id=sender_id)
+        if code is PacketCode.LIMIT_EXCEEDED:
+            async with self._db.sessions() as session:
+                if await session.get(PacketRow, packet_id) is not None:
+                    return False  # a repeat of a send counted on an earlier day: answer it
+            limit, current, cap = str(rest[0]), int(rest[1]), int(rest[2])
+            raise_for(
+                code,
+                f"sender {sender_id!r} has sent {current} of the {limit} cap ({cap}) today (UTC)",
+                limit=limit,
+                current=current,
+                cap=cap,
+            )
+        raise RuntimeError(f"packet_admit answered {code!r}")
+
+    async def _unadmit(self, sender_id: str, packet_id: str, now_ms: int) -> None:
+        """Take back what _admit counted for a send that did not happen."""
+        key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
+        await self._scripts.call("packet_unadmit", [key], [packet_id])
+
+    async def _record_send(
+        self, packet_id: str, wanted: dict[str, Any], now_ms: int
+    ) -> tuple[bool, PacketRow]:
+        """Record the packet and debit its sender in one SQL transaction: (created, the row);
+        created is False when the packet id was recorded before (nothing changed)."""
+        sender_id, amount_cents = wanted["sender_id"], wanted["amount_cents"]
+        expires_in_s = wanted["expires_in_s"]
         async with self._db.transaction() as session:
             created = await insert_ignore(
                 session,
@@ -175,18 +248,7 @@ class RedPacketService(UsesBackends):
                 )
             row = await session.get(PacketRow, packet_id, populate_existing=True)
         assert row is not None
-        if not created and any(getattr(row, k) != v for k, v in wanted.items()):
-            raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
-        if row.status == "pending":
-            try:
-                await self._make_live(row)
-            except redis.exceptions.OutOfMemoryError:
-                # Memory ran out between the probe and the packet: the client is told nothing
-                # was applied, so the debit and the packet's record go (a repeat starts over).
-                if created:
-                    await self._unsend(row)
-                raise
-        return Outcome(self._sent_body(row), created)
+        return created, row
 
     async def _unsend(self, row: PacketRow) -> None:
         """Take back a send whose packet Redis refused: its row, debit and event, in one
@@ -306,6 +368,8 @@ class RedPacketService(UsesBackends):
             return {"status": "grabbed", "amount_cents": amount, "remaining_count": left}
         if code is PacketCode.ALREADY_GRABBED:
             return {"status": "already_grabbed", "amount_cents": int(rest[0])}
+        if code is PacketCode.USER_BLOCKED:
+            raise errors.UserBlocked(f"user {user_id!r} is blocked", user_id=user_id)
         _refuse(code, packet_id)
 
     async def _bring_back(self, row: PacketRow) -> bool:

@@ -71,8 +71,9 @@ class Keys:
         return f"{self.prefix}:{{p:{packet_id}}}"
 
     def packet_keys(self, packet_id: str) -> list[str]:
-        """The KEYS[1..6] of every packet script: state hash, queued shares, grabs, outbox
-        (the packet's own, under its tag), then the pending and due indexes (global)."""
+        """The KEYS[1..7] of every packet script: state hash, queued shares, grabs, outbox
+        (the packet's own, under its tag), then the pending and due indexes and the blocked
+        users (global)."""
         tag = self._packet_tag(packet_id)
         return [
             f"{tag}:packet",
@@ -81,6 +82,7 @@ class Keys:
             f"{tag}:outbox",
             self.pending_packets(),
             self.due_packets(),
+            self.blocked_users(),
         ]
 
     def packet_restoring(self, packet_id: str) -> str:
@@ -143,6 +145,21 @@ class Keys:
     def seen_signature(self, signature: str) -> str:
         """Marks a request signature as used (SET NX, with a TTL): a replay finds it."""
         return f"{self.prefix}:sig:{signature}"
+
+    def blocked_users(self) -> str:
+        """Hash user_id -> 'blocked_at_ms|reason' of the users an admin blocked (SQL holds the
+        record; groupbuy.ops.blocklist). The scripts that let a user take a seat or money read
+        it in the same call, so it is passed in their KEYS. It is global, outside every hash
+        tag: under Redis Cluster those scripts' keys would span slots, so this key must then
+        be placed per slot (one copy under each activity's and packet's tag, or per slot,
+        written by every block and unblock) before cluster mode can work."""
+        return f"{self.prefix}:blocked_users"
+
+    def sender_day(self, sender_id: str, day: int) -> str:
+        """Hash of what a sender sent in one UTC day (day = ms since the epoch // 86,400,000):
+        packet_id -> amount_cents for each send counted, and the totals under '#count' and
+        '#amount' (an id never starts with '#'). Expires a little after the day ends."""
+        return f"{self.prefix}:{{s:{sender_id}}}:sent:{day}"
 
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""

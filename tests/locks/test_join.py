@@ -201,7 +201,9 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
         args = [aid, tid, services.clock.shift_ms, f"lead-{tid}", "", 86_400_000]
         async with gate:
             reply = await scripts.call(
-                "team_open", [*keys.team_keys(aid, tid), keys.activity(aid)], args
+                "team_open",
+                [*keys.team_keys(aid, tid), keys.activity(aid), keys.blocked_users()],
+                args,
             )
         assert int(reply[0]) == 0, reply
 

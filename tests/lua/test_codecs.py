@@ -65,6 +65,7 @@ class Teams:
             keys = [*keys, self.keys.activity(AID)]
         else:
             keys = [*keys, self.keys.user_lock(AID, user)]
+        keys.append(self.keys.blocked_users())
         args = [AID, team_id, self.s.clock.shift_ms, user, *rest]
         return list(await self.s.scripts.call(script, keys, args))
 

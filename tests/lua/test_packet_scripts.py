@@ -129,6 +129,20 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     assert await h.grab("u1", token="req-A") == [PacketCode.ALREADY_GRABBED, 5]
 
 
+async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
+    await h.create([5, 3, 2])
+    first = await h.grab("early", token="req-E")
+    await h.redis.hset(h.keys[6], mapping={"bad": "1|", "early": "1|"})
+    assert await h.grab("bad") == [PacketCode.USER_BLOCKED]
+    # What the user grabbed before the block is still answered, a resend too.
+    assert await h.grab("early") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.grab("early", token="req-E") == first
+    assert [r["type"] for r in await h.records()] == ["grab"]
+    assert await h.redis.llen(h.keys[1]) == 2
+    await h.redis.hdel(h.keys[6], "bad")
+    assert (await h.grab("bad"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+
+
 async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=10_000)
     await h.grab("u1")
@@ -239,7 +253,9 @@ async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harnes
     await h.create([1, 1])
     await h.grab("u1")
     keys = set(await h.redis.keys("*"))
-    indexes = set(h.keys[4:])  # the documented exception (docs/architecture.md, for Cluster)
+    # The documented exceptions (docs/architecture.md, for Cluster): the two indexes, and
+    # the blocked users hash, which exists once a user is blocked.
+    indexes = set(h.keys[4:6])
     assert indexes <= keys and len(keys - indexes) == 4
     assert {k[k.index("{") + 1 : k.index("}")] for k in keys - indexes} == {f"p:{PID}"}
 
@@ -248,10 +264,10 @@ def test_lua_codes_mirror_the_python_enum() -> None:
     import re
 
     source = script_source("packet_read")
-    codes = re.search(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE)
-    assert codes is not None, source
-    names, values = codes.groups()
-    lua = {n.strip(): int(v) for n, v in zip(names.split(","), values.split(","), strict=True)}
+    lua: dict[str, int] = {}
+    for names, values in re.findall(r"^local ([A-Z_, ]+) = ([\d, ]+)$", source, re.MULTILINE):
+        for name, value in zip(names.split(","), values.split(","), strict=True):
+            lua[name.strip()] = int(value)
     assert lua == {c.name: c.value for c in PacketCode}
 
 
@@ -305,3 +321,39 @@ async def test_selling_out_leaves_the_due_index(h: Harness) -> None:
     assert await h.redis.zscore(h.keys[5], PID) is not None
     await h.grab("u2")
     assert await h.redis.zscore(h.keys[5], PID) is None
+
+
+async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> None:
+    blocked, day = h.keys[6], "t:{s:snd}:sent:1"
+
+    async def admit(pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0) -> list[Any]:
+        reply = await h.scripts.call(
+            "packet_admit", [blocked, day], ["snd", pid, amount, count_cap, amount_cap, 10**13]
+        )
+        return list(reply)
+
+    assert await admit("a", 5, count_cap=0) == [PacketCode.OK, 0]  # no cap: nothing counted
+    assert not await h.redis.exists(day)
+    assert await admit("a", 5) == [PacketCode.OK, 1]
+    assert await admit("a", 5) == [PacketCode.OK, 0]  # the same packet id: counted once
+    assert await admit("b", 7) == [PacketCode.OK, 1]
+    assert await admit("c", 1) == [PacketCode.LIMIT_EXCEEDED, "sender_daily_count", "2", "2"]
+    assert await admit("c", 1, count_cap=0, amount_cap=12) == [
+        PacketCode.LIMIT_EXCEEDED,
+        "sender_daily_amount_cents",
+        "12",
+        "12",
+    ]
+    assert await h.redis.hgetall(day) == {"a": "5", "b": "7", "#count": "2", "#amount": "12"}
+    assert await h.redis.pexpiretime(day) == 10**13
+
+    unadmit = [PacketCode.OK, 1]
+    assert await h.scripts.call("packet_unadmit", [day], ["b"]) == unadmit
+    assert await h.scripts.call("packet_unadmit", [day], ["b"]) == [PacketCode.OK, 0]
+    assert await h.redis.hgetall(day) == {"a": "5", "#count": "1", "#amount": "5"}
+    assert await admit("c", 1) == [PacketCode.OK, 1]
+
+    await h.redis.hset(blocked, "snd", "1|")
+    assert await admit("d", 1) == [PacketCode.USER_BLOCKED]
+    await h.redis.script_flush()
+    assert await admit("d", 1) == [PacketCode.USER_BLOCKED]

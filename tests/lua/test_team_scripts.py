@@ -44,13 +44,13 @@ class Harness:
         return keys if user is None else [*keys, self.keys.user_lock(AID, user)]
 
     async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
-        keys = [*self._keys(tid), self.keys.activity(AID)]
+        keys = [*self._keys(tid), self.keys.activity(AID), self.keys.blocked_users()]
         return await self._call(
             "team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS]
         )
 
     async def lock(self, tid: str, user: str, other: str = "") -> list[Any]:
-        keys = self._keys(tid, user)
+        keys = [*self._keys(tid, user), self.keys.blocked_users()]
         if other:
             keys += [self.keys.team(AID, other), self.keys.team_locks(AID, other)]
         return await self._call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
@@ -62,7 +62,9 @@ class Harness:
 
     async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
         return await self._call(
-            "team_confirm", self._keys(tid, user), [AID, tid, self.shift_ms, user, order]
+            "team_confirm",
+            [*self._keys(tid, user), self.keys.blocked_users()],
+            [AID, tid, self.shift_ms, user, order],
         )
 
     def _pick_args(self, cursor: tuple[Any, str], candidates: int) -> list[Any]:
@@ -72,7 +74,11 @@ class Harness:
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> list[Any]:
-        keys = [*self.keys.pick_keys(AID), self.keys.user_lock(AID, user)]
+        keys = [
+            *self.keys.pick_keys(AID),
+            self.keys.user_lock(AID, user),
+            self.keys.blocked_users(),
+        ]
         return await self._call("team_join", keys, [*self._pick_args(cursor, candidates), user])
 
     async def page(
@@ -259,6 +265,30 @@ async def test_confirm_outcomes(h: Harness) -> None:
     ]
     assert records[-1]["members"] == "L|oL,u1|o1,u2|o2"
     assert not await h.redis.exists(h.keys.team_locks(AID, "t1"))
+
+
+async def test_a_blocked_user_is_refused_before_any_write(h: Harness) -> None:
+    await h.open("t1")
+    assert code(await h.lock("t1", "payer")) is TeamCode.OK
+    await h.redis.hset(h.keys.blocked_users(), mapping={"bad": "1|", "payer": "1|why"})
+    team_keys = h.keys.team_keys(AID, "t1")[:3]
+    before = [await h.redis.dump(key) for key in team_keys]
+    records = await h.record_types()
+
+    assert code(await h.lock("t1", "bad")) is TeamCode.USER_BLOCKED
+    assert code(await h.join("bad")) is TeamCode.USER_BLOCKED
+    assert code(await h.open("t2", leader="bad")) is TeamCode.USER_BLOCKED
+    assert code(await h.confirm("t1", "payer", "o1")) is TeamCode.USER_BLOCKED
+    # A lock held from before the block is still answered, unchanged.
+    assert code(await h.lock("t1", "payer")) is TeamCode.EXISTING
+    assert [await h.redis.dump(key) for key in team_keys] == before
+    assert await h.record_types() == records
+    assert not await h.redis.exists(h.keys.team(AID, "t2"))
+    assert not await h.redis.exists(h.keys.user_lock(AID, "bad"))
+
+    await h.redis.hdel(h.keys.blocked_users(), "bad", "payer")
+    assert code(await h.lock("t1", "bad")) is TeamCode.OK
+    assert code(await h.confirm("t1", "payer", "o1")) is TeamCode.OK
 
 
 async def test_confirm_after_lock_expired_is_refused(h: Harness) -> None:

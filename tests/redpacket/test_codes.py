@@ -14,6 +14,8 @@ from groupbuy.redpacket.codes import PacketCode, raise_for
         (PacketCode.NOT_FOUND, errors.PacketNotFound),
         (PacketCode.SOLD_OUT, errors.SoldOut),
         (PacketCode.EXPIRED, errors.Expired),
+        (PacketCode.USER_BLOCKED, errors.UserBlocked),
+        (PacketCode.LIMIT_EXCEEDED, errors.LimitExceeded),
     ],
 )
 def test_each_refusal_raises_its_error(code: PacketCode, error: type[Exception]) -> None:

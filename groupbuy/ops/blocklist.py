@@ -1,0 +1,119 @@
+"""Blocked users: an admin's list of user ids that may not take a seat or money.
+
+SQL holds the record (the `blocked_users` table); Redis holds a copy in one hash
+(`Keys.blocked_users`: user_id -> 'blocked_at_ms|reason') that the scripts of a seat lock,
+join, open, confirm, grab and send read in the same call as the operation, so a block
+takes effect atomically with them. A change writes SQL and Redis under one lock, and
+`sync` (at start and in the repair job) rebuilds the copy from SQL when it differs, e.g.
+after Redis lost its data.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, String, delete, func, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from groupbuy.storage.backends import UsesBackends
+from groupbuy.storage.db import Base
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+REASON_MAX = 500  # characters of an admin's note on a block
+# How long one change or rebuild may hold the lock, and how long a caller waits for it.
+LOCK_TIMEOUT_S = 30.0
+LOCK_WAIT_S = 10.0
+# Fields written per HSET when the copy is rebuilt.
+REBUILD_CHUNK = 1000
+
+
+class BlockedUserRow(Base):
+    """One blocked user: when the block began and the admin's reason."""
+
+    __tablename__ = "blocked_users"
+
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reason: Mapped[str | None] = mapped_column(String(REASON_MAX), nullable=True)
+    blocked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def redis_value(row: BlockedUserRow) -> str:
+    """The Redis copy's value for a blocked user (the scripts only test that the field exists)."""
+    return f"{to_ms(row.blocked_at)}|{row.reason or ''}"
+
+
+def _body(row: BlockedUserRow) -> dict[str, Any]:
+    return {
+        "user_id": row.user_id,
+        "reason": row.reason,
+        "blocked_at": iso_ms(to_ms(row.blocked_at)),
+    }
+
+
+class BlocklistService(UsesBackends):
+    """Block and unblock users, list them, and keep Redis's copy equal to SQL's record."""
+
+    def _lock(self) -> Any:
+        # Changes and rebuilds take turns, so a rebuild never writes back a list read
+        # before a change that landed meanwhile.
+        return self._redis.lock(
+            self._keys.lease("blocklist"), timeout=LOCK_TIMEOUT_S, blocking_timeout=LOCK_WAIT_S
+        )
+
+    async def block(self, user_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Block a user (again: the reason is replaced, the start of the block kept)."""
+        now_ms = await self._clock.now_ms(self._redis)
+        async with self._lock(), self._db.transaction() as session:
+            row = await session.get(BlockedUserRow, user_id, with_for_update=True)
+            if row is None:
+                row = BlockedUserRow(user_id=user_id, blocked_at=from_ms(now_ms))
+                session.add(row)
+            row.reason = reason
+            # Redis before the commit: if Redis fails, the SQL change rolls back too.
+            await self._redis.hset(self._keys.blocked_users(), user_id, redis_value(row))
+            body = _body(row)
+        return body
+
+    async def unblock(self, user_id: str) -> dict[str, Any]:
+        """Lift a user's block; `unblocked` is false when the user was not blocked."""
+        async with self._lock(), self._db.transaction() as session:
+            deleted = await session.execute(
+                delete(BlockedUserRow).where(BlockedUserRow.user_id == user_id)
+            )
+            await self._redis.hdel(self._keys.blocked_users(), user_id)
+        return {"user_id": user_id, "unblocked": bool(getattr(deleted, "rowcount", 0))}
+
+    async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+        """Blocked users in user id order after `cursor` (the last id of the previous page)."""
+        query = select(BlockedUserRow).order_by(BlockedUserRow.user_id).limit(limit + 1)
+        if cursor:
+            query = query.where(BlockedUserRow.user_id > cursor)
+        async with self._db.sessions() as session:
+            rows = list((await session.scalars(query)).all())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {
+            "blocked_users": [_body(row) for row in rows],
+            "next_cursor": rows[-1].user_id if more else None,
+        }
+
+    async def sync(self) -> dict[str, int]:
+        """Rebuild Redis's copy from SQL when the two differ in size (Redis lost data, or a
+        change reached only one of them); the repair job's part, also run at start."""
+        key = self._keys.blocked_users()
+        async with self._lock():
+            async with self._db.sessions() as session:
+                recorded = int(
+                    await session.scalar(select(func.count(BlockedUserRow.user_id))) or 0
+                )
+                if recorded == await self._redis.hlen(key):
+                    return {"blocked_users": recorded, "blocklist_rebuilt": 0}
+                rows = (await session.scalars(select(BlockedUserRow))).all()
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(key)
+            for start in range(0, len(rows), REBUILD_CHUNK):
+                chunk = rows[start : start + REBUILD_CHUNK]
+                pipe.hset(key, mapping={row.user_id: redis_value(row) for row in chunk})
+            await pipe.execute()
+        return {"blocked_users": len(rows), "blocklist_rebuilt": 1}
