@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from groupbuy.ops.reconcile import Reconciler
+from groupbuy.redpacket.codec import grab_value, parse_grab
 from groupbuy.services import Services
 
 
@@ -74,8 +75,10 @@ async def test_a_clean_system_has_no_mismatches(services: Services) -> None:
 
 async def _tamper_redis_grab(services: Services) -> None:
     grabs = services.keys.packet_keys("sold")[2]
-    seq, amount, at = (await services.redis.hget(grabs, "u1")).split("|")
-    await services.redis.hset(grabs, "u1", f"{seq}|{int(amount) + 1}|{at}")
+    grab = parse_grab(await services.redis.hget(grabs, "u1"))
+    await services.redis.hset(
+        grabs, "u1", grab_value(*grab._replace(amount_cents=grab.amount_cents + 1))
+    )
 
 
 async def _shift_refund(services: Services, packet_id: str, sender: str, cents: int) -> None:

@@ -181,6 +181,9 @@ class RedPacketService(UsesBackends):
             limits.sender_daily_count,
             limits.sender_daily_amount_cents,
             (day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
+            # A resent call (the reply was lost) finds its own count: still "counted by this
+            # send", so a send that then fails in SQL still takes it back.
+            secrets.token_urlsafe(GRAB_TOKEN_BYTES),
         ]
         code, rest = split_reply(await self._scripts.call("packet_admit", keys, args))
         if code is PacketCode.OK:

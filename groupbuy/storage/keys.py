@@ -157,8 +157,9 @@ class Keys:
 
     def sender_day(self, sender_id: str, day: int) -> str:
         """Hash of what a sender sent in one UTC day (day = ms since the epoch // 86,400,000):
-        packet_id -> amount_cents for each send counted, and the totals under '#count' and
-        '#amount' (an id never starts with '#'). Expires a little after the day ends."""
+        packet_id -> 'amount_cents|request token' for each send counted, and the totals under
+        '#count' and '#amount' (an id never starts with '#'). Expires a little after the day
+        ends."""
         return f"{self.prefix}:{{s:{sender_id}}}:sent:{day}"
 
     def lease(self, name: str) -> str:

@@ -326,16 +326,18 @@ async def test_selling_out_leaves_the_due_index(h: Harness) -> None:
 async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> None:
     blocked, day = h.keys[6], "t:{s:snd}:sent:1"
 
-    async def admit(pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0) -> list[Any]:
-        reply = await h.scripts.call(
-            "packet_admit", [blocked, day], ["snd", pid, amount, count_cap, amount_cap, 10**13]
-        )
-        return list(reply)
+    async def admit(
+        pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0, token: str = "other"
+    ) -> list[Any]:
+        args = ["snd", pid, amount, count_cap, amount_cap, 10**13, token]
+        return list(await h.scripts.call("packet_admit", [blocked, day], args))
 
     assert await admit("a", 5, count_cap=0) == [PacketCode.OK, 0]  # no cap: nothing counted
     assert not await h.redis.exists(day)
-    assert await admit("a", 5) == [PacketCode.OK, 1]
-    assert await admit("a", 5) == [PacketCode.OK, 0]  # the same packet id: counted once
+    assert await admit("a", 5, token="req-1") == [PacketCode.OK, 1]
+    # A resend of that call: counted by it; another request: counted once, not by this one.
+    assert await admit("a", 5, token="req-1") == [PacketCode.OK, 1]
+    assert await admit("a", 5) == [PacketCode.OK, 0]
     assert await admit("b", 7) == [PacketCode.OK, 1]
     assert await admit("c", 1) == [PacketCode.LIMIT_EXCEEDED, "sender_daily_count", "2", "2"]
     assert await admit("c", 1, count_cap=0, amount_cap=12) == [
@@ -344,13 +346,18 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
         "12",
         "12",
     ]
-    assert await h.redis.hgetall(day) == {"a": "5", "b": "7", "#count": "2", "#amount": "12"}
+    assert await h.redis.hgetall(day) == {
+        "a": "5|req-1",
+        "b": "7|other",
+        "#count": "2",
+        "#amount": "12",
+    }
     assert await h.redis.pexpiretime(day) == 10**13
 
     unadmit = [PacketCode.OK, 1]
     assert await h.scripts.call("packet_unadmit", [day], ["b"]) == unadmit
     assert await h.scripts.call("packet_unadmit", [day], ["b"]) == [PacketCode.OK, 0]
-    assert await h.redis.hgetall(day) == {"a": "5", "#count": "1", "#amount": "5"}
+    assert await h.redis.hgetall(day) == {"a": "5|req-1", "#count": "1", "#amount": "5"}
     assert await admit("c", 1) == [PacketCode.OK, 1]
 
     await h.redis.hset(blocked, "snd", "1|")

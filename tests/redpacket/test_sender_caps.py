@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -138,3 +139,27 @@ def test_limit_exceeded_over_http(client: TestClient) -> None:
     assert (body["limit"], body["current"], body["cap"]) == ("sender_daily_amount_cents", 900, 1000)
     assert assert_ok(client.get("/v1/accounts/s", headers=SERVICE), 200)["balance_cents"] == 4_100
     assert_ok(send(client, sender_id="s", amount_cents=900, count=3, packet_id="big"), 200)
+
+
+async def test_a_resent_admission_is_still_taken_back(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Redis client resends a call whose reply it lost: the resend must still know the
+    count is this send's, so a send that then fails in SQL takes it back."""
+    scripts, call = services.scripts, services.scripts.call
+
+    async def resending(name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        if name == "packet_admit":
+            await call(name, keys, args)  # the first run, whose reply never arrived
+        return await call(name, keys, args)
+
+    monkeypatch.setattr(scripts, "call", resending)
+    packets = services.packets
+    for i in range(DAILY_COUNT + 1):
+        with pytest.raises(errors.InsufficientFunds):
+            await packets.send("s", 10, 1, packet_id=f"broke{i}")
+    await packets.deposit("s", 100, "funds")
+    for i in range(DAILY_COUNT):
+        assert (await packets.send("s", 10, 1, packet_id=f"p{i}")).created
+    with pytest.raises(errors.LimitExceeded):
+        await packets.send("s", 10, 1, packet_id="over")
