@@ -11,9 +11,9 @@ after Redis lost its data.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import DateTime, String, delete, func, select
+from sqlalchemy import CursorResult, DateTime, String, delete, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.backends import UsesBackends
@@ -82,7 +82,7 @@ class BlocklistService(UsesBackends):
                 delete(BlockedUserRow).where(BlockedUserRow.user_id == user_id)
             )
             await self._redis.hdel(self._keys.blocked_users(), user_id)
-        return {"user_id": user_id, "unblocked": bool(getattr(deleted, "rowcount", 0))}
+        return {"user_id": user_id, "unblocked": bool(cast(CursorResult[Any], deleted).rowcount)}
 
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """Blocked users in user id order after `cursor` (the last id of the previous page)."""
