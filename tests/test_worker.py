@@ -59,3 +59,37 @@ async def test_worker_process_records_grabs(
             await worker.wait()
     assert worker.returncode == 0, output
     assert b"worker" in output
+
+
+async def test_a_worker_stopped_while_starting_exits_cleanly(
+    services: Services, tmp_path: Path
+) -> None:
+    """SIGTERM right after the start-up line (the service modules still importing) is a
+    clean stop, not a death by the signal."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "GROUPBUY_REDIS_URL": services.settings.redis.url,
+        "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
+    }
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "groupbuy.cli",
+        "worker",
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert worker.stdout is not None
+        first = await asyncio.wait_for(worker.stdout.readline(), 20)
+        assert b"worker: redis" in first, first
+        worker.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(worker.communicate(), 20)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    assert worker.returncode == 0, first + output
