@@ -124,7 +124,10 @@ class RedPacketService(UsesBackends):
         expires_in_s: int | None = None,
         strategy: str = "double_mean",
     ) -> Outcome:
-        """Debit the sender and create the packet; the same packet_id again returns it."""
+        """Debit the sender and create the packet; the same packet_id again returns it.
+
+        A blocked sender (403) and a send past the sender's daily caps (409) are refused by
+        the admission script before any money moves."""
         limits = self._limits
         if count > limits.max_count:
             raise errors.InvalidRequest(f"count may be at most {limits.max_count}")
