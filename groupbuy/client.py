@@ -220,6 +220,28 @@ class ReconcileReport(TypedDict):
     mismatches: list[dict[str, Any]]
 
 
+class BlockedUser(TypedDict):
+    """A user an admin blocked."""
+
+    user_id: str
+    reason: str | None
+    blocked_at: str
+
+
+class BlockedUsersPage(TypedDict):
+    """A page of the blocked users, in user id order; pass `next_cursor` as `cursor`."""
+
+    blocked_users: list[BlockedUser]
+    next_cursor: str | None
+
+
+class Unblocked(TypedDict):
+    """Whether a block was lifted (false when the user was not blocked)."""
+
+    user_id: str
+    unblocked: bool
+
+
 JobReport = dict[str, Any]
 """What a job run did: `job`, `duration_ms`, then fields of that job's own."""
 
@@ -514,6 +536,27 @@ class GroupBuyClient:
     async def reconcile_report(self) -> ReconcileReport:
         """GET /v1/admin/reconcile (admin): the last reconciliation report."""
         return cast(ReconcileReport, await self._json("GET", "/v1/admin/reconcile"))
+
+    async def block_user(self, user_id: str, reason: str | None = None) -> BlockedUser:
+        """PUT /v1/admin/blocked-users/{user_id} (admin): the user's seat locks, joins, grabs
+        and sends are refused with 403 user_blocked from now on."""
+        path = f"/v1/admin/blocked-users/{_segment(user_id)}"
+        body = _drop_none({"reason": reason})
+        return cast(BlockedUser, await self._json("PUT", path, body=body))
+
+    async def unblock_user(self, user_id: str) -> Unblocked:
+        """DELETE /v1/admin/blocked-users/{user_id} (admin): lift a block."""
+        path = f"/v1/admin/blocked-users/{_segment(user_id)}"
+        return cast(Unblocked, await self._json("DELETE", path))
+
+    async def blocked_users(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> BlockedUsersPage:
+        """GET /v1/admin/blocked-users (admin): a page of the blocked users."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        return cast(
+            BlockedUsersPage, await self._json("GET", "/v1/admin/blocked-users", params=params)
+        )
 
     # -- the wire ------------------------------------------------------------------------
 

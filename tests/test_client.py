@@ -205,6 +205,23 @@ async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     await raises("invalid_request", 422, gb.events(limit=0))
 
 
+async def test_blocked_users(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    await admin.deposit("mallory", 1000, "ref-m")
+    blocked = await admin.block_user("mallory", "chargebacks")
+    assert (blocked["user_id"], blocked["reason"]) == ("mallory", "chargebacks")
+    assert (await admin.block_user("zed"))["reason"] is None
+    await raises("forbidden", 403, gb.block_user("eve"))
+    await raises("user_blocked", 403, gb.send_packet("mallory", 100, 1))
+    first = await admin.blocked_users(limit=1)
+    assert [entry["user_id"] for entry in first["blocked_users"]] == ["mallory"]
+    rest = await admin.blocked_users(limit=1, cursor=first["next_cursor"])
+    assert [entry["user_id"] for entry in rest["blocked_users"]] == ["zed"]
+    assert await admin.unblock_user("mallory") == {"user_id": "mallory", "unblocked": True}
+    assert await admin.unblock_user("mallory") == {"user_id": "mallory", "unblocked": False}
+    assert (await gb.send_packet("mallory", 100, 1))["status"] == "active"
+
+
 async def test_the_same_request_twice_in_a_second_is_answered_twice(clients: Clients) -> None:
     """Equal requests signed in one second would share a signature; the client moves the
     second one's timestamp on so the server does not take it for a replay."""
@@ -303,6 +320,9 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.Event, answers.Event),
     (typed.EventsPage, answers.EventsPage),
     (typed.ReconcileReport, answers.ReconcileReport),
+    (typed.BlockedUser, answers.BlockedUser),
+    (typed.BlockedUsersPage, answers.BlockedUsersPage),
+    (typed.Unblocked, answers.Unblocked),
 ]
 
 
