@@ -137,6 +137,10 @@ class Expired(GroupBuyError):
     status_code, code, title = 410, "expired", "The packet has expired"
 
 
+class RateLimited(GroupBuyError):
+    status_code, code, title = 429, "rate_limited", "Too many requests; retry after a while"
+
+
 class Unavailable(GroupBuyError):
     status_code, code, title = 503, "unavailable", "A backing service is unavailable"
 

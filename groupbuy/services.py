@@ -31,6 +31,7 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.durability import RedisNotDurable, check_durability
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.redis_client import (
     auto_pipeline,
@@ -60,6 +61,7 @@ class Services:
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
     blocklist: BlocklistService
+    ratelimit: RateLimitService
 
 
 def build_services(
@@ -107,6 +109,7 @@ def build_services(
         jobs,
         reachability,
         blocklist=blocklist,
+        ratelimit=RateLimitService(settings.ratelimit, scripts, keys, clock),
     )
 
 

@@ -264,6 +264,47 @@ class SchedulerSettings(_Section):
     restore_batch: Annotated[int, Field(ge=1, le=100_000)] = 500
 
 
+RateQuota = Annotated[int, Field(ge=0, le=10_000_000)]
+"""Requests one rate limit lets through in its window, all at once at most (0: no limit)."""
+RateWindowS = Annotated[int, Field(ge=1, le=86400)]
+"""The window of a rate limit in seconds: its quota refills at quota / window per second."""
+
+RATE_CLASSES = ("seat", "grab", "send", "read")
+"""The route classes that have rate limits of their own (groupbuy/api/ratelimit.py)."""
+
+
+class RateLimitSettings(_Section):
+    """Rate limits per API key and per user id for each route class (seat operations, grabs,
+    sends, reads), as a token bucket of `quota` requests refilled over `window_s`."""
+
+    enabled: bool = True
+    # Per key: one key carries a whole flash sale, so these stay above what one process
+    # serves (docs/benchmarks.md: ~10k grabs/s over HTTP, ~24k joins/s at engine level).
+    seat_key_quota: RateQuota = 40_000
+    seat_key_window_s: RateWindowS = 1
+    grab_key_quota: RateQuota = 100_000
+    grab_key_window_s: RateWindowS = 1
+    send_key_quota: RateQuota = 10_000
+    send_key_window_s: RateWindowS = 1
+    read_key_quota: RateQuota = 40_000
+    read_key_window_s: RateWindowS = 1
+    # Per user: what a person tapping (and a backend retrying for them) needs, with a burst.
+    seat_user_quota: RateQuota = 20
+    seat_user_window_s: RateWindowS = 2
+    grab_user_quota: RateQuota = 20
+    grab_user_window_s: RateWindowS = 2
+    send_user_quota: RateQuota = 10
+    send_user_window_s: RateWindowS = 2
+    read_user_quota: RateQuota = 40
+    read_user_window_s: RateWindowS = 2
+
+    def limit(self, route_class: str, subject: str) -> tuple[int, int]:
+        """(quota, window_s) of one route class for `key` or `user`."""
+        quota: int = getattr(self, f"{route_class}_{subject}_quota")
+        window_s: int = getattr(self, f"{route_class}_{subject}_window_s")
+        return quota, window_s
+
+
 class Settings(_Section):
     """Every setting of the service, one frozen object."""
 
@@ -276,6 +317,7 @@ class Settings(_Section):
     redpackets: RedPacketSettings = RedPacketSettings()
     outbox: OutboxSettings = OutboxSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    ratelimit: RateLimitSettings = RateLimitSettings()
 
     def replace(self, section: str, **values: Any) -> Settings:
         """A copy with some values of one section changed (CLI flags, tests), checked again."""
@@ -420,6 +462,7 @@ __all__ = [
     "EmbeddedSettings",
     "LockTtlS",
     "PacketLifetimeS",
+    "RateLimitSettings",
     "Settings",
     "SettingsError",
     "ShareCount",

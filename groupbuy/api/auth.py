@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class Authenticator:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._keys = [(key, key.secret.encode()) for key in keys]
+        self._ids = {key: key_id(key.secret) for key in keys}
         self._signed_requests = signed_requests
         self._skew_s = skew_s
         self._seen = seen
@@ -62,6 +64,11 @@ class Authenticator:
         if needed == "admin" and key.role != "admin":
             raise errors.Forbidden()
         return key
+
+    def key_id(self, key: ApiKey) -> str:
+        """The name of `key` where its secret must not appear (the Redis keys of its rate
+        limits)."""
+        return self._ids[key]
 
     def must_check_signature(self, request: Request, key: ApiKey) -> bool:
         """True when the request has to carry a valid signature: signing is required of
@@ -99,3 +106,9 @@ class Authenticator:
             raise errors.BadSignature(
                 "this signature was used before (a replayed request)", reason="replayed"
             )
+
+
+def key_id(secret: str) -> str:
+    """A key's name for the places its secret must not appear: the first 16 hex digits of
+    the secret's SHA-256."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]

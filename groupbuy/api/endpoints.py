@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
+from groupbuy.api import ratelimit
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.jsonbody import (
     FastJSONResponse,
@@ -65,6 +66,10 @@ class Endpoint:
     # The problems this endpoint answers beyond the ones every endpoint of its kind does
     # (invalid_request, unauthorized, ...): each error class, and when it happens here.
     problems: Problems = field(default_factory=dict)
+    # The rate limits it counts against (groupbuy/api/ratelimit.py): its class, and the
+    # path parameter or body field naming the user it acts for. None: not limited.
+    rate_class: str | None = None
+    rate_user: str | None = None
 
 
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:
@@ -176,7 +181,14 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
         if endpoint.body is not None:
             check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)
-        return await endpoint.handler(request, **kwargs)
+        if endpoint.rate_class is None or key is None:
+            return await endpoint.handler(request, **kwargs)
+        user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
+        fields = await ratelimit.take(request, endpoint.rate_class, auth.key_id(key), user_id)
+        response = await endpoint.handler(request, **kwargs)
+        for name, value in fields:
+            response.headers[name] = value
+        return response
 
     run.__name__ = endpoint.handler.__name__
     return Route(endpoint.path, run, methods=[endpoint.method])

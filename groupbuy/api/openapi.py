@@ -72,6 +72,13 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
             found[errors.RedisOutOfMemory] = (
                 "Redis is over `maxmemory`: the call was refused before anything was applied"
             )
+    if endpoint.rate_class is not None:
+        found[errors.RateLimited] = (
+            f"over a `{endpoint.rate_class}` rate limit of the API key"
+            + (" or of the user" if endpoint.rate_user else "")
+            + " ([ratelimit]); `Retry-After` and `retry_after_s` say when to retry, "
+            "`limits` names the policies that refused"
+        )
     return found
 
 

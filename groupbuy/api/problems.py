@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from groupbuy import errors
 from groupbuy.api.jsonbody import FastJSONResponse
+from groupbuy.api.ratelimit import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.metrics import BACKEND_ERRORS
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,8 @@ it was read (nginx's "client closed request"); nothing is sent."""
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
     """An application/problem+json answer for an error."""
     headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
+    if isinstance(error, errors.RateLimited):
+        headers = {"Retry-After": str(error.extra["retry_after_s"])}
     return FastJSONResponse(
         error.to_problem(),
         status_code=error.status_code,
@@ -33,7 +36,15 @@ def problem_response(error: errors.GroupBuyError) -> JSONResponse:
 
 
 async def handle_error(request: Request, exc: Exception) -> Response:
-    """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500."""
+    """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500;
+    with the RateLimit fields when the request was counted against a rate limit."""
+    response = _answer(request, exc)
+    for name, value in request.scope.get(RATELIMIT_FIELDS, ()):
+        response.headers[name] = value
+    return response
+
+
+def _answer(request: Request, exc: Exception) -> Response:
     if isinstance(exc, errors.GroupBuyError):
         return problem_response(exc)
     if isinstance(exc, ClientDisconnect):

@@ -92,6 +92,21 @@ deposit reference). Repeating a create with the same id and the same parameters
 answers 200 with the original result and changes nothing; the same id with other
 parameters is 409 `conflict`.
 
+**Rate limits.** Each business endpoint belongs to a class (seat operations, grabs,
+sends, reads) and counts against its API key's limit of that class and, when it
+names a user (in the path or the body), that user's limit of the class under that
+key (`[ratelimit]` in `config.toml`; generous and on by default). Admin endpoints
+are not limited. A counted answer carries the fields of the IETF draft "RateLimit
+header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-09), one policy per
+limit that applied, e.g.
+`RateLimit-Policy: "grab-key";q=100000;w=1, "grab-user";q=20;w=2` (at most `q`
+requests at once, refilled over `w` seconds) and
+`RateLimit: "grab-key";r=99999;t=1, "grab-user";r=19;t=1` (`r` requests could
+follow now; the limit is whole again in `t` seconds). Over a limit the answer is
+429 `rate_limited` with `Retry-After` (whole seconds, at least 1), `retry_after_s`
+and `limits` (the policies that refused), and nothing is done: try again later.
+A request a limit refuses costs none of its other limits anything.
+
 **Problems.** Every error is `application/problem+json` (RFC 9457):
 
 ```json

@@ -124,6 +124,7 @@ ENDPOINTS = [
         "/v1/events",
         list_events,
         "Events after an id, in id order",
+        rate_class="read",
         query=EventsQuery,
         tag="events",
         responses={200: "Up to `limit` events with ids above `after`; none when caught up"},

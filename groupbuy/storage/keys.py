@@ -162,6 +162,17 @@ class Keys:
         ends."""
         return f"{self.prefix}:{{s:{sender_id}}}:sent:{day}"
 
+    def rate_buckets(self, key_id: str, route_class: str, user_id: str | None) -> list[str]:
+        """The token buckets one request takes from: its API key's for the route class, then
+        its user's (when the route names one). Both share the key's hash tag so one script
+        call checks them together in Redis Cluster; a key's users then sit in its slot,
+        which its own bucket, hit by every request of the key, makes hot anyway. Each
+        bucket expires once full again (lua/ratelimit_take.lua)."""
+        tag = f"{self.prefix}:{{rl:{key_id}}}:{route_class}"
+        if user_id is None:
+            return [f"{tag}:key"]
+        return [f"{tag}:key", f"{tag}:user:{user_id}"]
+
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"

@@ -9,6 +9,14 @@ from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
 
 API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
+# Rate limits stay on (every HTTP test goes through the check and its headers, and the
+# per-key defaults never bite), but tests poll one user at machine speed (a balance every
+# 20 ms until a credit lands): per user, far above the defaults meant for people.
+# tests/test_http_ratelimit.py sets its own limits.
+TEST_RATE_LIMITS = {
+    f"GROUPBUY_RATELIMIT_{route_class.upper()}_USER_QUOTA": "1000000"
+    for route_class in ("seat", "grab", "send", "read")
+}
 
 
 def settings_for(tmp_path: Path, redis_url: str) -> Settings:
@@ -20,6 +28,7 @@ def settings_for(tmp_path: Path, redis_url: str) -> Settings:
             "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
+            **TEST_RATE_LIMITS,
         },
     )
 

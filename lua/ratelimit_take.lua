@@ -1,0 +1,56 @@
+#!lua flags=allow-oom
+-- ratelimit_take: take one request from every bucket given (an API key's, a user's), or from
+-- none of them, atomically (GCRA: a token bucket kept as one "theoretical arrival time").
+-- KEYS[1] the API key's bucket of a route class  KEYS[2] (optional) the user's bucket; each
+--         holds its theoretical arrival time in µs of Redis's clock, PX = until the bucket is
+--         full again (an idle bucket leaves nothing behind). Both share one hash tag.
+-- allow-oom: over maxmemory the buckets still count (their keys are small and expire), so
+-- reads go on answering and a refused write answers 503 from its own script, not from here.
+-- ARGV[1] shift_ms (tests move time)  then per bucket i: ARGV[2i] quota  ARGV[2i+1] window_us
+--   (quota requests at once at most, refilled at quota per window)
+-- Returns {code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}, per bucket in KEYS
+-- order: code 0 TAKEN (from every bucket), 1 LIMITED (from none: a request the user's
+-- bucket refuses costs the key's bucket nothing); remaining: requests that could follow at
+-- once; reset_s: whole seconds until the bucket is full again; wait_us: how long until this
+-- bucket would take one more (0: it would now).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1]) * 1000
+
+local limited = false
+local tats, replies = {}, {}
+for i = 1, #KEYS do
+  local quota = tonumber(ARGV[2 * i])
+  local window = tonumber(ARGV[2 * i + 1])
+  local interval = window / quota
+  local tat = tonumber(redis.call('GET', KEYS[i]) or 0)
+  if tat < now then
+    tat = now
+  end
+  local next_tat = tat + interval
+  -- one more fits when the bucket, after it, holds at most `window` of debt
+  local wait = next_tat - window - now
+  if wait > 0 then
+    limited = true
+    replies[i] = {0, math.ceil((tat - now) / 1000000), math.ceil(wait)}
+  else
+    tats[i] = next_tat
+    replies[i] = {math.floor((window - (next_tat - now)) / interval + 1e-9),
+                  math.ceil((next_tat - now) / 1000000), 0, tat}
+  end
+end
+
+local reply = {limited and 1 or 0}
+for i = 1, #KEYS do
+  if not limited then
+    redis.call('SET', KEYS[i], string.format('%.1f', tats[i]),
+               'PX', math.ceil((tats[i] - now) / 1000) + 1)
+  elseif replies[i][3] == 0 then
+    -- this bucket would have taken it, but nothing is taken: it keeps what it had
+    replies[i][1] = replies[i][1] + 1
+    replies[i][2] = math.ceil((replies[i][4] - now) / 1000000)
+  end
+  for j = 1, 3 do
+    reply[#reply + 1] = replies[i][j]
+  end
+end
+return reply
