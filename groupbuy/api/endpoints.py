@@ -186,8 +186,7 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
         user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
         fields = await ratelimit.take(request, endpoint.rate_class, auth.key_id(key), user_id)
         response = await endpoint.handler(request, **kwargs)
-        for name, value in fields:
-            response.headers[name] = value
+        response.raw_headers.extend(fields)
         return response
 
     run.__name__ = endpoint.handler.__name__

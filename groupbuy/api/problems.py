@@ -39,8 +39,7 @@ async def handle_error(request: Request, exc: Exception) -> Response:
     """Every failure as problem+json: ours as they are, backing services as 503, bugs as 500;
     with the RateLimit fields when the request was counted against a rate limit."""
     response = _answer(request, exc)
-    for name, value in request.scope.get(RATELIMIT_FIELDS, ()):
-        response.headers[name] = value
+    response.raw_headers.extend(request.scope.get(RATELIMIT_FIELDS, ()))
     return response
 
 

@@ -22,23 +22,38 @@ and nothing behind the route runs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from starlette.requests import Request
 
 from groupbuy import errors
-from groupbuy.storage.ratelimit import RateDecision, RateLimitService
+from groupbuy.storage.ratelimit import RateDecision, RateLimitService, RatePlan
 
 SCOPE_KEY = "groupbuy.ratelimit"
 """Where a request's RateLimit header fields wait in its ASGI scope, for the error handler
 (problems.handle_error) to add them to an error answer too."""
 
+RawFields = list[tuple[bytes, bytes]]
 
-def header_fields(decision: RateDecision) -> list[tuple[str, str]]:
-    """The RateLimit-Policy and RateLimit fields of one decision."""
-    policy = ", ".join(f'"{b.name}";q={b.quota};w={b.window_s}' for b in decision.buckets)
-    state = ", ".join(f'"{b.name}";r={b.remaining};t={b.reset_s}' for b in decision.buckets)
-    return [("RateLimit-Policy", policy), ("RateLimit", state)]
+
+@functools.lru_cache(maxsize=64)
+def _formats(plan: RatePlan) -> tuple[bytes, str]:
+    """A plan's RateLimit-Policy value, and the RateLimit value with room for r and t."""
+    policy = ", ".join(
+        f'"{name}";q={quota};w={window_s}'
+        for name, quota, window_s in zip(plan.names, plan.quotas, plan.windows_s, strict=True)
+    )
+    state = ", ".join(f'"{name}";r={{}};t={{}}' for name in plan.names)
+    return policy.encode("latin-1"), state
+
+
+def header_fields(decision: RateDecision) -> RawFields:
+    """The RateLimit-Policy and RateLimit fields of one decision (as raw ASGI headers)."""
+    policy, state = _formats(decision.plan)
+    r = decision.reply
+    values = (r[1], r[2]) if len(r) == 4 else (r[1], r[2], r[4], r[5])
+    return [(b"ratelimit-policy", policy), (b"ratelimit", state.format(*values).encode("latin-1"))]
 
 
 def user_of(request: Request, field: str | None, body: Any) -> str | None:
@@ -51,9 +66,7 @@ def user_of(request: Request, field: str | None, body: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def take(
-    request: Request, route_class: str, key_id: str, user_id: str | None
-) -> list[tuple[str, str]]:
+async def take(request: Request, route_class: str, key_id: str, user_id: str | None) -> RawFields:
     """Take the request from its buckets; the header fields to answer with (none when rate
     limits are off). Raises RateLimited (429) when a bucket refuses."""
     service: RateLimitService = request.app.state.services.ratelimit
@@ -64,10 +77,10 @@ async def take(
     request.scope[SCOPE_KEY] = fields
     if not decision.allowed:
         retry_after_s = decision.retry_after_s
-        names = ", ".join(b.name for b in decision.limiting)
+        names = [b.name for b in decision.limiting]
         raise errors.RateLimited(
-            f"over the rate limit ({names}); retry in {retry_after_s} s",
+            f"over the rate limit ({', '.join(names)}); retry in {retry_after_s} s",
             retry_after_s=retry_after_s,
-            limits=[b.name for b in decision.limiting],
+            limits=names,
         )
     return fields

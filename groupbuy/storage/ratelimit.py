@@ -35,11 +35,27 @@ class RateCode(IntEnum):
     LIMITED = 1
 
 
+_CODES = frozenset(int(code) for code in RateCode)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, cheap as a cache key
+class RatePlan:
+    """The limits one request of a route class takes from, in the script's KEYS order."""
+
+    route_class: str
+    names: tuple[str, ...]  # "<class>-<subject>", e.g. "grab-user": the policies' names
+    quotas: tuple[int, ...]
+    windows_s: tuple[int, ...]
+    by_key: bool  # the API key's bucket comes first
+    by_user: bool
+    args: tuple[int, ...]  # ARGV after the clock's shift: quota, window_us per bucket
+
+
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One limit that applied to a request, and where it stands after it."""
 
-    name: str  # "<class>-<subject>", e.g. "grab-user": the policy's name in the headers
+    name: str
     quota: int
     window_s: int
     remaining: int  # requests that could follow at once
@@ -47,12 +63,26 @@ class Bucket:
     wait_s: float  # until it would take one more request (0: it would now)
 
 
-@dataclass(frozen=True, slots=True)
 class RateDecision:
-    """Whether a request may go ahead, and every bucket it was checked against."""
+    """Whether a request may go ahead, with the script's reply for every bucket it was
+    checked against (read into Buckets only when asked: the hot path formats the reply)."""
 
-    allowed: bool
-    buckets: tuple[Bucket, ...]
+    __slots__ = ("allowed", "plan", "reply")
+
+    def __init__(self, allowed: bool, plan: RatePlan, reply: list[Any]) -> None:
+        self.allowed = allowed
+        self.plan = plan
+        self.reply = reply  # [code, remaining, reset_s, wait_us] + 3 more per further bucket
+
+    @property
+    def buckets(self) -> tuple[Bucket, ...]:
+        """Every bucket the request was checked against, in the plan's order."""
+        plan, r = self.plan, self.reply
+        return tuple(
+            Bucket(name, plan.quotas[i], plan.windows_s[i], int(r[1 + 3 * i]),
+                   int(r[2 + 3 * i]), int(r[3 + 3 * i]) / 1_000_000)
+            for i, name in enumerate(plan.names)
+        )  # fmt: skip
 
     @property
     def retry_after_s(self) -> int:
@@ -77,34 +107,29 @@ class RateLimitService:
         self._clock = clock
         self.enabled = settings.enabled
         self._reachable = True  # to log once when Redis stops answering, once when it is back
-        # (name, quota, window_us) per class and subject; a quota of 0 is no limit.
-        self._limits: dict[tuple[str, str], tuple[str, int, int]] = {}
+        # What a request of each class takes from, without and with a user; None: nothing
+        # (every quota that applies is 0, no limit).
+        self._plans: dict[tuple[str, bool], RatePlan | None] = {}
         for route_class in RATE_CLASSES:
-            for subject in SUBJECTS:
-                quota, window_s = settings.limit(route_class, subject)
-                if quota:
-                    name = f"{route_class}-{subject}"
-                    self._limits[route_class, subject] = (name, quota, window_s * 1_000_000)
+            for with_user in (False, True):
+                self._plans[route_class, with_user] = _plan(settings, route_class, with_user)
 
     async def take(self, route_class: str, key_id: str, user_id: str | None) -> RateDecision | None:
         """Take one request of `route_class` from the key's bucket and the user's (when the
         route names a user), in one script call; None when no limit applies."""
         if not self.enabled:
             return None
-        if route_class not in RATE_CLASSES:
-            raise ValueError(f"unknown route class {route_class!r}")
-        key_limit = self._limits.get((route_class, "key"))
-        user_limit = self._limits.get((route_class, "user")) if user_id is not None else None
-        limits = [limit for limit in (key_limit, user_limit) if limit is not None]
-        if not limits:
-            return None
-        every_key = self._keys.rate_buckets(key_id, route_class, user_id)
-        keys = [k for k, limit in zip(every_key, (key_limit, user_limit), strict=False) if limit]
-        args: list[Any] = [self._clock.shift_ms]
-        for _name, quota, window_us in limits:
-            args += [quota, window_us]
         try:
-            reply = await self._scripts.call(SCRIPT, keys, args)
+            plan = self._plans[route_class, user_id is not None]
+        except KeyError:
+            raise ValueError(f"unknown route class {route_class!r}") from None
+        if plan is None:
+            return None
+        keys = self._keys.rate_buckets(key_id, route_class, user_id if plan.by_user else None)
+        if not plan.by_key:
+            del keys[0]
+        try:
+            reply = await self._scripts.call(SCRIPT, keys, [self._clock.shift_ms, *plan.args])
         except RETRIED as error:
             # Open, not shut: the operation answers 503 itself when it needs Redis, and a
             # route that does not (the events feed, from SQL) keeps serving.
@@ -115,16 +140,27 @@ class RateLimitService:
         if not self._reachable:
             log.warning("rate limits applied again: Redis answers")
             self._reachable = True
-        code = RateCode(int(reply[0]))  # ValueError on an unknown code: a bug
-        buckets = tuple(
-            Bucket(
-                name,
-                quota,
-                window_us // 1_000_000,
-                int(reply[1 + 3 * i]),
-                int(reply[2 + 3 * i]),
-                int(reply[3 + 3 * i]) / 1_000_000,
-            )
-            for i, (name, quota, window_us) in enumerate(limits)
-        )
-        return RateDecision(code is RateCode.TAKEN, buckets)
+        code = reply[0]
+        if code not in _CODES:
+            raise RuntimeError(f"{SCRIPT} answered an unknown code: {reply!r}")
+        return RateDecision(code == RateCode.TAKEN, plan, reply)
+
+
+def _plan(settings: RateLimitSettings, route_class: str, with_user: bool) -> RatePlan | None:
+    subjects = [
+        subject
+        for subject in SUBJECTS
+        if (subject == "key" or with_user) and settings.limit(route_class, subject)[0]
+    ]
+    if not subjects:
+        return None
+    limits = [settings.limit(route_class, subject) for subject in subjects]
+    return RatePlan(
+        route_class,
+        tuple(f"{route_class}-{subject}" for subject in subjects),
+        tuple(quota for quota, _window_s in limits),
+        tuple(window_s for _quota, window_s in limits),
+        "key" in subjects,
+        "user" in subjects,
+        tuple(n for quota, window_s in limits for n in (quota, window_s * 1_000_000)),
+    )
