@@ -22,7 +22,8 @@ from typing import Any
 
 from benchmarks.engine import run_engine
 from benchmarks.http_join import run_join_http
-from benchmarks.http_level import run_http
+from benchmarks.http_level import FULL, QUICK, run_http
+from benchmarks.http_ratelimit import run_ratelimit_http
 from groupbuy.testing.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -77,6 +78,8 @@ INTERLEAVED = (
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
     "http_grab_embedded_vs_redis_1",
+    "http_grab_ratelimit_on_vs_off",
+    "http_grab_ratelimit_cpu_on_vs_off",
     "granian_vs_uvicorn_1",
     "granian_vs_uvicorn_2",
 )
@@ -285,6 +288,7 @@ def main() -> None:
             print("== HTTP level")
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))
+            rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(
