@@ -45,7 +45,7 @@ async def test_a_full_bucket_takes_its_quota_at_once_then_refuses(b: Buckets) ->
     # A refusal says how long until one more fits: one refill interval (10 s / 5) at most.
     wait_us = answers[-1][3]
     assert 0 < wait_us <= 2 * SECOND_US
-    assert answers[-1][2] == 10  # the bucket is full again in 10 s
+    assert 9 <= answers[-1][2] <= 10  # full again in 10 s, less the time the calls took
 
 
 async def test_the_bucket_refills_at_quota_per_window(b: Buckets) -> None:
