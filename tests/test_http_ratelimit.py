@@ -279,3 +279,18 @@ async def test_200_concurrent_grabs_against_a_limit_of_50_let_exactly_50_through
         "71",
         "72",
     }
+
+
+def test_the_openapi_document_declares_the_fields_of_limited_endpoints() -> None:
+    from groupbuy.api.openapi import build_openapi
+
+    document = build_openapi(ENDPOINTS)
+    for endpoint in ENDPOINTS:
+        responses = document["paths"][endpoint.path][endpoint.method.lower()]["responses"]
+        if endpoint.rate_class is None:
+            assert "429" not in responses, endpoint.path
+            assert all("headers" not in r for r in responses.values()), endpoint.path
+            continue
+        assert responses["429"]["headers"]["Retry-After"]["required"] is True
+        for response in responses.values():
+            assert {"RateLimit-Policy", "RateLimit"} <= set(response["headers"]), endpoint.path

@@ -35,6 +35,27 @@ _PROBLEM = {
 }
 
 
+# The fields of a rate-limited endpoint's answers (groupbuy/api/ratelimit.py); absent
+# when [ratelimit] is off.
+_RATE_FIELDS = {
+    "RateLimit-Policy": {
+        "description": 'the limits this request counted against, e.g. `"grab-key";q=100000;'
+        'w=1, "grab-user";q=20;w=2` (draft-ietf-httpapi-ratelimit-headers-09)',
+        "schema": {"type": "string"},
+    },
+    "RateLimit": {
+        "description": 'where those limits stand, e.g. `"grab-key";r=99999;t=1, '
+        '"grab-user";r=19;t=1`: `r` requests could follow now, full again in `t` seconds',
+        "schema": {"type": "string"},
+    },
+}
+_RETRY_AFTER = {
+    "description": "whole seconds until the request would be let through",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1},
+}
+
+
 def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]:
     """The problems every endpoint of this kind may answer, whatever it does."""
     found: dict[type[errors.GroupBuyError], str] = {}
@@ -142,6 +163,11 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         if str(status) in responses:
             raise ValueError(f"{endpoint.path}: status {status} is both an answer and a problem")
         responses[str(status)] = _problem_response(status, listed)
+    if endpoint.rate_class is not None:
+        for answered, response in responses.items():
+            response["headers"] = dict(_RATE_FIELDS)
+            if answered == "429":
+                response["headers"]["Retry-After"] = _RETRY_AFTER
     operation: dict[str, Any] = {
         "summary": endpoint.summary,
         "operationId": endpoint.handler.__name__,
