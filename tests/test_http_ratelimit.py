@@ -294,3 +294,20 @@ def test_the_openapi_document_declares_the_fields_of_limited_endpoints() -> None
         assert responses["429"]["headers"]["Retry-After"]["required"] is True
         for response in responses.values():
             assert {"RateLimit-Policy", "RateLimit"} <= set(response["headers"]), endpoint.path
+
+
+def test_while_redis_is_down_requests_are_not_limited(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.support.settings import settings_without_redis
+
+    settings = limited(settings_without_redis(tmp_path), read_key_quota=1)
+    with TestClient(create_app(settings)) as client, caplog.at_level("WARNING"):
+        for _ in range(2):  # the events feed is served from SQL: it keeps answering
+            events = client.get("/v1/events", headers=SERVICE)
+            assert_ok(events, 200)
+            assert "ratelimit" not in events.headers
+        # What needs Redis answers 503 itself, not 429 and not 500.
+        assert_problem(grab(client, "p1", "u1"), 503, "redis_unavailable")
+    said = [r.getMessage() for r in caplog.records if r.name == "groupbuy.storage.ratelimit"]
+    assert len(said) == 1 and said[0].startswith("rate limits not applied"), said
