@@ -1,11 +1,11 @@
-#!lua flags=allow-oom
+#!lua
 -- ratelimit_take: take one request from every bucket given (an API key's, a user's), or from
 -- none of them, atomically (GCRA: a token bucket kept as one "theoretical arrival time").
 -- KEYS[1] the API key's bucket of a route class  KEYS[2] (optional) the user's bucket; each
 --         holds its theoretical arrival time in µs of Redis's clock, PX = until the bucket is
 --         full again (an idle bucket leaves nothing behind). Both share one hash tag.
--- allow-oom: over maxmemory the buckets still count (their keys are small and expire), so
--- reads go on answering and a refused write answers 503 from its own script, not from here.
+-- No flags: over maxmemory Redis refuses it before it runs, and the service then lets the
+-- request through unlimited (reads go on answering; a write is refused by its own script).
 -- ARGV[1] shift_ms (tests move time)  then per bucket i: ARGV[2i] quota  ARGV[2i+1] window_us
 --   (quota requests at once at most, refilled at quota per window)
 -- Returns {code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}, per bucket in KEYS

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+import redis.exceptions
+
 from groupbuy.settings import RATE_CLASSES, RateLimitSettings
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
@@ -23,6 +25,8 @@ from groupbuy.storage.pipelining import RETRIED
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
+# What lets a request through unlimited: Redis unreachable or stalled, or over maxmemory.
+UNAVAILABLE = (*RETRIED, redis.exceptions.OutOfMemoryError)
 
 SCRIPT = "ratelimit_take"
 SUBJECTS = ("key", "user")
@@ -130,15 +134,17 @@ class RateLimitService:
             del keys[0]
         try:
             reply = await self._scripts.call(SCRIPT, keys, [self._clock.shift_ms, *plan.args])
-        except RETRIED as error:
-            # Open, not shut: the operation answers 503 itself when it needs Redis, and a
-            # route that does not (the events feed, from SQL) keeps serving.
+        except UNAVAILABLE as error:
+            # Open, not shut: the operation answers 503 itself when it needs Redis (or is
+            # refused over maxmemory by its own script), and what does not need it (the
+            # events feed, from SQL; reads over maxmemory) keeps serving. Redis's state is
+            # logged once by storage/reachability.py; this says what it means for limits.
             if self._reachable:
-                log.warning("rate limits not applied while Redis does not answer: %s", error)
+                log.info("rate limits not applied while Redis refuses them: %s", error)
             self._reachable = False
             return None
         if not self._reachable:
-            log.warning("rate limits applied again: Redis answers")
+            log.info("rate limits applied again")
             self._reachable = True
         code = reply[0]
         if code not in _CODES:

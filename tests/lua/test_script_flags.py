@@ -29,6 +29,7 @@ REFUSED_OVER_MAXMEMORY = {
     "packet_create",
     "packet_grab",
     "packet_restore",
+    "ratelimit_take",
     "team_confirm",
     "team_join",
     "team_lock",
