@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from groupbuy.api.endpoints import Id
 
@@ -59,15 +59,6 @@ class EventsPage(Answer):
     next_after: int = Field(description="the `after` of the next page")
 
 
-class JobReport(Answer):
-    """What a job run did; the fields after `duration_ms` depend on the job."""
-
-    model_config = ConfigDict(extra="allow")
-
-    job: str
-    duration_ms: float
-
-
 class ReconcileReport(Answer):
     """A reconciliation run: what it checked and every mismatch found twice."""
 
@@ -81,6 +72,58 @@ class ReconcileReport(Answer):
     pending_records: int = Field(description="records still in outbox streams (not compared)")
     mismatch_count: int
     mismatches: list[dict[str, Any]] = Field(description="the first 1000, each with its `kind`")
+
+
+class _JobRun(Answer):
+    """What every job report starts with."""
+
+    duration_ms: float = Field(description="how long the run took")
+
+
+class TeamSweepReport(_JobRun):
+    """A run of sweep_locks (expired seat locks) or expire_teams (passed deadlines)."""
+
+    job: Literal["sweep_locks", "expire_teams"]
+    activities: int = Field(description="activities whose due index was read")
+    teams: int = Field(description="teams the run looked at")
+    locks_expired: int
+    teams_failed: int = Field(description="teams this run ended as failed")
+    teams_formed_virtually: int = Field(description="teams this run formed by virtual completion")
+
+
+class ExpirePacketsReport(_JobRun):
+    """A run of expire_packets."""
+
+    job: Literal["expire_packets"]
+    due: int = Field(description="packets whose time was over")
+    expired: int = Field(description="packets this run expired (and refunded)")
+
+
+class FlushRecordsReport(_JobRun):
+    """A run of flush_records, the write-behind from Redis to SQL."""
+
+    job: Literal["flush_records"]
+    team_records: int = Field(description="team records written to SQL")
+    packet_records: int = Field(description="packet records written to SQL")
+    rounds: int = Field(description="back-to-back rounds (another when one took an interval)")
+    backlog: int = Field(description="records still waiting in Redis afterwards")
+    lag_s: float = Field(description="age of the oldest waiting record, in seconds")
+
+
+class RepairReport(_JobRun):
+    """A run of repair."""
+
+    job: Literal["repair"]
+    pending: int = Field(description="sends whose Redis step had not happened")
+    made_live: int = Field(description="of those, packets created in Redis now")
+    refunded: int = Field(description="of those, packets already over: refunded")
+    teams_released: int = Field(description="ended teams removed from Redis (recorded in SQL)")
+    activities_released: int = Field(description="activities with no live team left in Redis")
+    activities_reindexed: int
+    teams_restored: int = Field(description="live teams rebuilt in Redis from SQL")
+    packets_released: int = Field(description="ended packets removed from Redis")
+    packets_reindexed: int
+    packets_restored: int = Field(description="live packets rebuilt in Redis from SQL")
 
 
 class VirtualCompletionRule(Answer):
@@ -278,3 +321,36 @@ class Unblocked(Answer):
 
     user_id: Id
     unblocked: bool = Field(description="false when the user was not blocked")
+
+
+class ReconcileRunReport(ReconcileReport):
+    """A run of reconcile: its stored report (as GET /v1/admin/reconcile answers it)."""
+
+    job: Literal["reconcile"]
+    duration_ms: float = Field(description="how long the run took")
+
+
+class JobReport(
+    RootModel[
+        Annotated[
+            TeamSweepReport
+            | ExpirePacketsReport
+            | FlushRecordsReport
+            | RepairReport
+            | ReconcileRunReport,
+            Field(discriminator="job"),
+        ]
+    ]
+):
+    """What a job run did: the report of the job named by `job`."""
+
+
+class OpenApiDocument(Answer):
+    """An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    openapi: str = Field(pattern=r"^3\.1\.\d+$")
+    info: dict[str, Any]
+    paths: dict[str, dict[str, Any]]
+    components: dict[str, Any]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from groupbuy.api import blocklist, redpackets, system, teams
 from groupbuy.api.auth import Authenticator
-from groupbuy.api.endpoints import Endpoint, build_route
+from groupbuy.api.endpoints import Endpoint, build_route, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
@@ -32,6 +33,11 @@ def _route_order(endpoint: Endpoint) -> int:
     return 0 if endpoint.method != "GET" and endpoint.path.endswith(_HOT_CALLS) else 1
 
 
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    """The OpenAPI document an app made with these settings serves (its request limits)."""
+    return build_openapi(configured(ENDPOINTS, settings))
+
+
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
     """The ASGI application; its lifespan starts and stops the services (services.running)."""
     services = services or build_services(settings)
@@ -49,10 +55,11 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         signed_requests=signing.signed_requests,
         skew_s=signing.signature_skew_s,
     )
+    endpoints = configured(ENDPOINTS, settings)  # request limits from the settings
     app = Starlette(
         routes=[
             build_route(e, auth, settings.server.max_body_bytes)
-            for e in sorted(ENDPOINTS, key=_route_order)
+            for e in sorted(endpoints, key=_route_order)
         ],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
@@ -64,5 +71,5 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     )
     app.router.redirect_slashes = False  # a trailing '/' is an empty id, not another route
     app.state.services = services
-    app.state.openapi = build_openapi(ENDPOINTS)
+    app.state.openapi = build_openapi(endpoints)
     return app

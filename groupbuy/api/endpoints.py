@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from starlette.requests import Request
@@ -22,6 +23,7 @@ from groupbuy.api.jsonbody import (
     may_have_duplicate_keys,
 )
 from groupbuy.outcome import Outcome
+from groupbuy.settings import Settings
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -31,15 +33,29 @@ Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
 
 class StrictBody(BaseModel):
-    """Base of request bodies: no unknown fields, no type coercion ("3" is not 3)."""
+    """Base of request bodies: no unknown fields, no type coercion ("3" is not 3, and an
+    integer is written as one: 1.0 and 1e3 are refused, though JSON Schema counts them as
+    integers; the OpenAPI document says so in its 422 answers)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
+
+    @classmethod
+    def for_settings(cls, _settings: Settings) -> type[Self]:
+        """This body as the running configuration bounds it; the same model unless a body
+        has configured limits (it then returns a subclass with those bounds on its fields,
+        so validation and the OpenAPI document both follow the settings)."""
+        return cls
 
 
 class LaxQuery(BaseModel):
     """Base of query-string models: values arrive as text, unknown parameters are refused."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def for_settings(cls, _settings: Settings) -> type[Self]:
+        """As StrictBody.for_settings."""
+        return cls
 
 
 Handler = Callable[..., Awaitable[Response]]
@@ -70,6 +86,27 @@ class Endpoint:
     # path parameter or body field naming the user it acts for. None: not limited.
     rate_class: str | None = None
     rate_user: str | None = None
+    # JSON schemas of path parameters that are not ids (each still matches ID_PATTERN).
+    path_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def configured(self, settings: Settings) -> Endpoint:
+        """This endpoint with its body and query models bounded by the running settings."""
+        return dataclasses.replace(
+            self,
+            body=None if self.body is None else _for_settings(self.body, settings),
+            query=None if self.query is None else _for_settings(self.query, settings),
+        )
+
+
+def _for_settings(model: type[BaseModel], settings: Settings) -> type[BaseModel]:
+    if issubclass(model, StrictBody | LaxQuery):
+        return model.for_settings(settings)
+    return model
+
+
+def configured(endpoints: Iterable[Endpoint], settings: Settings) -> list[Endpoint]:
+    """The endpoints as one app serves them: routes and OpenAPI document alike."""
+    return [endpoint.configured(settings) for endpoint in endpoints]
 
 
 def json_response(body: Any, status_code: int = 200) -> JSONResponse:

@@ -72,6 +72,12 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
         found[errors.InvalidRequest] = (
             f"{' or '.join(checked)} is malformed, unknown, missing or out of range; "
             "`errors` lists each `field` and `message`"
+            + (
+                "; an integer is written without fraction or exponent (`1.0` and `1e3` are "
+                "refused, though JSON Schema counts them as integers)"
+                if endpoint.body is not None and _has_integer(_inlined(endpoint.body))
+                else ""
+            )
         )
     if endpoint.body is not None:
         found[errors.PayloadTooLarge] = "the body is over `[server] max_body_bytes`"
@@ -103,6 +109,14 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
     return found
 
 
+def _has_integer(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return schema.get("type") == "integer" or any(_has_integer(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_integer(v) for v in schema)
+    return False
+
+
 def _param(name: str, where: str, required: bool, schema: dict[str, Any]) -> dict[str, Any]:
     param = {"name": name, "in": where, "required": required, "schema": schema}
     if "description" in schema:
@@ -112,7 +126,12 @@ def _param(name: str, where: str, required: bool, schema: dict[str, Any]) -> dic
 
 def _parameters(endpoint: Endpoint) -> list[dict[str, Any]]:
     params = [
-        _param(name, "path", True, {"type": "string", "pattern": ID_PATTERN})
+        _param(
+            name,
+            "path",
+            True,
+            {"type": "string", "pattern": ID_PATTERN, **endpoint.path_params.get(name, {})},
+        )
         for name in re.findall(r"{(\w+)}", endpoint.path)
     ]
     if endpoint.query is not None:
@@ -151,7 +170,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         elif endpoint.answer is not None:
             schema = {"$ref": _REF.format(model=endpoint.answer.__name__)}
         else:
-            schema = {"type": "object"}
+            raise ValueError(f"{endpoint.method} {endpoint.path}: a JSON answer needs its model")
         responses[str(status)] = {
             "description": text,
             "content": {endpoint.media_type: {"schema": schema}},

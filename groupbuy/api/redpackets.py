@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Self
 
+from pydantic import Field, create_model
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,7 +19,7 @@ from groupbuy.api.endpoints import (
     json_response,
 )
 from groupbuy.redpacket.service import RedPacketService
-from groupbuy.settings import AmountCents, PacketLifetimeS, ShareCount
+from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
 
 
 class Deposit(StrictBody):
@@ -29,7 +30,7 @@ class Deposit(StrictBody):
 
 
 class PacketSend(StrictBody):
-    """Body of POST /v1/redpackets (count and amount limits also come from the config)."""
+    """Body of POST /v1/redpackets (`count` and `amount_cents` within the configured limits)."""
 
     sender_id: Id
     amount_cents: AmountCents
@@ -37,6 +38,23 @@ class PacketSend(StrictBody):
     packet_id: Id | None = None
     expires_in_s: PacketLifetimeS | None = None
     strategy: Literal["double_mean", "equal"] = "double_mean"
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> type[Self]:
+        """`count` and `amount_cents` bounded by `[redpackets] max_count` and
+        `max_amount_cents` (`amount_cents` >= `count` is checked by the service)."""
+        limits = settings.redpackets
+        return create_model(
+            cls.__name__,
+            __base__=cls,
+            __doc__=cls.__doc__,
+            __module__=cls.__module__,
+            amount_cents=(
+                Annotated[int, Field(ge=1, le=limits.max_amount_cents)],
+                Field(description="at least `count` (1 cent per share)"),
+            ),
+            count=Annotated[int, Field(ge=1, le=limits.max_count)],
+        )
 
 
 class Grab(StrictBody):

@@ -74,6 +74,10 @@ empty segment, a trailing `/` or an encoded `/`.
 **Money and time.** Amounts are integer cents. Durations in requests are integer
 seconds (names end in `_s`). Timestamps in answers are ISO-8601 UTC with
 milliseconds, e.g. `2026-11-21T17:42:51.123Z`, all read from Redis's clock.
+An integer in a request is written as one: `1.0` or `1e3` is 422, although JSON
+Schema counts them as the integers 1 and 1000 (the document cannot say otherwise; its
+422 answers say it in words). A decimal text read as a number can no longer be told
+exact (`1.0000000000000001` reads as 1.0), and money is never a float.
 
 **Requests.** A body is one JSON object, validated strictly: an unknown field, a
 missing required one, a wrong type (`"3"` is not `3`), an out-of-range number or a
@@ -86,6 +90,10 @@ parameter may only say `utf-8`); any other type, or a body with no type, is 415
 application/json'` or use `curl --json`). A call that takes no body needs no type. A
 body larger than `[server] max_body_bytes` (64 KiB by default) is 413
 `payload_too_large`.
+
+**Limits.** The bounds below are those of the default configuration; where a setting
+sets one (`[redpackets] max_count` and `max_amount_cents` for a packet's `count` and
+`amount_cents`), a server's `GET /openapi.json` shows the configured value.
 
 **Idempotent creates.** Creates take client-chosen ids (activity, team, packet,
 deposit reference). Repeating a create with the same id and the same parameters
@@ -161,8 +169,9 @@ def render_type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         name = _ref_name(schema["$ref"])
         return f"[{name}](#{_anchor(name)})"
-    if "anyOf" in schema:
-        return " or ".join(render_type(option) for option in schema["anyOf"])
+    for union in ("anyOf", "oneOf"):
+        if union in schema:
+            return " or ".join(render_type(option) for option in schema[union])
     if "const" in schema:
         return f"`{json.dumps(schema['const'])}`"
     if "enum" in schema:
@@ -345,16 +354,21 @@ def render_markdown(openapi: dict[str, Any]) -> str:
     ]
     for name, schema in openapi["components"]["schemas"].items():
         lines += [f"### {name}", "", schema.get("description", ""), ""]
-        lines += [*_fields_table(schema, with_rules=False), ""]
+        if "oneOf" in schema:
+            by = schema.get("discriminator", {}).get("propertyName")
+            lines += [f"One of {render_type(schema)}" + (f", by `{by}`." if by else "."), ""]
+        else:
+            lines += [*_fields_table(schema, with_rules=False), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def current_reference() -> str:
-    """The reference of the API as the code defines it now."""
-    from groupbuy.api.app import ENDPOINTS
-    from groupbuy.api.openapi import build_openapi
+    """The reference of the API as the code defines it now, with the default settings (a
+    server's /openapi.json shows its configured limits)."""
+    from groupbuy.api.app import openapi_document
+    from groupbuy.settings import Settings
 
-    return render_markdown(build_openapi(ENDPOINTS))
+    return render_markdown(openapi_document(Settings()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from groupbuy import errors, metrics
 from groupbuy.api import answers
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
+from groupbuy.ops.jobs import JOBS
 from groupbuy.storage.events import read_events
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ ENDPOINTS = [
         "This OpenAPI document",
         role=None,
         responses={200: "The OpenAPI 3.1 document of the API"},
+        answer=answers.OpenApiDocument,
     ),
     Endpoint(
         "GET",
@@ -140,6 +142,12 @@ ENDPOINTS = [
         responses={200: "The job ran; its report"},
         answer=answers.JobReport,
         problems={errors.NotFound: "no job has this name (the detail lists the jobs)"},
+        path_params={
+            "name": {
+                "enum": list(JOBS),
+                "description": "; ".join(f"`{name}`: {what}" for name, what in JOBS.items()),
+            }
+        },
     ),
     Endpoint(
         "GET",

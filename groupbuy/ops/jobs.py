@@ -24,6 +24,18 @@ Report = dict[str, Any]
 # Most back-to-back write-behind rounds in one flush_records run.
 _FLUSH_ROUNDS = 10
 
+JOBS: dict[str, str] = {
+    "sweep_locks": "expire the seat locks that are due",
+    "expire_teams": "end the teams whose deadline passed (failed, or formed virtually)",
+    "expire_packets": "expire the packets whose time is over and refund their rest",
+    "flush_records": "write what Redis decided to SQL (the write-behind)",
+    "repair": "finish half-done sends, release ended teams and packets from Redis, "
+    "rebuild lost index entries",
+    "reconcile": "compare Redis, the grab rows and the ledger; store the report",
+}
+"""Every job by name, in the order they are scheduled: what it does. The names are those of
+POST /v1/admin/jobs/{name}/run (the API lists them from here)."""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -87,14 +99,17 @@ def build_jobs(
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
-    return [
-        Job("sweep_locks", schedule.sweep_interval_s, sweep_locks),
-        Job("expire_teams", schedule.sweep_interval_s, expire_teams),
-        Job("expire_packets", schedule.expire_packets_interval_s, packets.expire_due),
-        Job("flush_records", flush_interval_s, flush_records),
-        Job("repair", schedule.repair_interval_s, repair),
-        Job("reconcile", schedule.reconcile_interval_s, reconciler.run),
-    ]
+    built: dict[str, tuple[float, Callable[[], Awaitable[Report]]]] = {
+        "sweep_locks": (schedule.sweep_interval_s, sweep_locks),
+        "expire_teams": (schedule.sweep_interval_s, expire_teams),
+        "expire_packets": (schedule.expire_packets_interval_s, packets.expire_due),
+        "flush_records": (flush_interval_s, flush_records),
+        "repair": (schedule.repair_interval_s, repair),
+        "reconcile": (schedule.reconcile_interval_s, reconciler.run),
+    }
+    if built.keys() != JOBS.keys():
+        raise RuntimeError(f"jobs built {sorted(built)} are not the jobs listed {sorted(JOBS)}")
+    return [Job(name, *built[name]) for name in JOBS]
 
 
 class JobRunner:
