@@ -186,3 +186,18 @@ def test_every_job_answers_its_documented_report(tmp_path: Path) -> None:
             report = answers.JobReport.model_validate(response.json()).root
             assert report.job == name
         assert_problem(client.post("/v1/admin/jobs/nope/run", headers=ADMIN), 404, "not_found")
+
+
+def test_a_405_allows_exactly_the_documented_methods_of_its_path(tmp_path: Path) -> None:
+    with TestClient(create_app(_settings(tmp_path))) as client:
+        doc = client.get("/openapi.json").json()
+        for path, methods in doc["paths"].items():
+            documented = {method.upper() for method in methods}
+            if "GET" in documented:
+                documented.add("HEAD")  # Starlette answers HEAD wherever GET is
+            url = path.replace("{name}", "repair").replace("{", "").replace("}", "")
+            for method in {"GET", "POST", "PUT", "PATCH", "DELETE"} - documented:
+                response = client.request(method, url, headers=ADMIN)
+                assert_problem(response, 405, "method_not_allowed")
+                allowed = {m.strip() for m in response.headers["allow"].split(",")}
+                assert allowed == documented, (method, path)

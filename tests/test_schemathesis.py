@@ -22,11 +22,14 @@ import pytest
 import redis
 import schemathesis
 from schemathesis.checks import (
+    allow_header_conformance,
     content_type_conformance,
+    ignored_auth,
     negative_data_rejection,
     not_a_server_error,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
 )
 from schemathesis.config import SchemathesisConfig
 from schemathesis.python import asgi
@@ -49,6 +52,9 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
     negative_data_rejection,
+    unsupported_method,  # a method a path lacks: 405, with `Allow`
+    allow_header_conformance,  # ... which lists exactly the path's documented methods
+    ignored_auth,  # an operation that needs a key refuses a request without one
 ]
 
 _tally: Counter[str] = Counter()

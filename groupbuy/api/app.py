@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 
 from groupbuy.api import blocklist, redpackets, system, teams
 from groupbuy.api.auth import Authenticator
-from groupbuy.api.endpoints import Endpoint, build_route, configured
+from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
@@ -57,10 +57,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     )
     endpoints = configured(ENDPOINTS, settings)  # request limits from the settings
     app = Starlette(
-        routes=[
-            build_route(e, auth, settings.server.max_body_bytes)
-            for e in sorted(endpoints, key=_route_order)
-        ],
+        routes=build_routes(
+            sorted(endpoints, key=_route_order), auth, settings.server.max_body_bytes
+        ),
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
         middleware=[

@@ -228,3 +228,26 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
 
     run.__name__ = endpoint.handler.__name__
     return Route(endpoint.path, run, methods=[endpoint.method])
+
+
+def build_routes(
+    endpoints: Iterable[Endpoint], auth: Authenticator, max_body_bytes: int
+) -> list[Route]:
+    """The routes of the endpoints, in their order: one route per path, so a 405 names every
+    method of the path in `Allow` (the router answers a wrong method with the first route
+    whose path matched, which for a path of two routes named only its own method)."""
+    by_path: dict[str, list[Route]] = {}
+    for endpoint in endpoints:
+        by_path.setdefault(endpoint.path, []).append(build_route(endpoint, auth, max_body_bytes))
+    return [routes[0] if len(routes) == 1 else _one_route(routes) for routes in by_path.values()]
+
+
+def _one_route(routes: list[Route]) -> Route:
+    by_method = {method: route.endpoint for route in routes for method in route.methods or ()}
+
+    async def dispatch(request: Request) -> Response:
+        response: Response = await by_method[request.method](request)
+        return response
+
+    dispatch.__name__ = "_or_".join(route.name for route in routes)
+    return Route(routes[0].path, dispatch, methods=list(by_method))
