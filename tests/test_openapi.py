@@ -201,3 +201,16 @@ def test_a_405_allows_exactly_the_documented_methods_of_its_path(tmp_path: Path)
                 assert_problem(response, 405, "method_not_allowed")
                 allowed = {m.strip() for m in response.headers["allow"].split(",")}
                 assert allowed == documented, (method, path)
+
+
+def test_an_operation_with_a_body_documents_what_any_body_may_be_refused_with() -> None:
+    doc = openapi_document(Settings())
+    with_body = 0
+    for path, method, operation in _operations(doc):
+        statuses = set(operation["responses"])
+        if "requestBody" in operation:
+            with_body += 1
+            assert {"408", "413", "415", "422"} <= statuses, (path, method)
+        else:
+            assert not {"408", "413", "415"} & statuses, (path, method)
+    assert with_body >= 8

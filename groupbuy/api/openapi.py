@@ -82,6 +82,10 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
     if endpoint.body is not None:
         found[errors.PayloadTooLarge] = "the body is over `[server] max_body_bytes`"
         found[errors.UnsupportedMediaType] = "the body is not sent as `application/json`"
+        found[errors.RequestTimeout] = (
+            "the body did not arrive within `[server] body_timeout_s` of the headers "
+            "(nothing is applied; the connection is closed)"
+        )
     if endpoint.role is not None:
         found[errors.Unauthorized] = "no `Authorization: Bearer` key, or an unknown one"
         found[errors.BadSignature] = (
