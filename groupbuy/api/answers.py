@@ -124,6 +124,10 @@ class RepairReport(_JobRun):
     packets_released: int = Field(description="ended packets removed from Redis")
     packets_reindexed: int
     packets_restored: int = Field(description="live packets rebuilt in Redis from SQL")
+    blocked_users: int = Field(description="users on the admin blocklist (SQL's count)")
+    blocklist_rebuilt: int = Field(
+        description="1 when Redis's copy of the blocklist differed from SQL and was rebuilt"
+    )
 
 
 class VirtualCompletionRule(Answer):
