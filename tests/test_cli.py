@@ -18,7 +18,7 @@ import pytest
 from groupbuy.cli import _check_database, main
 from groupbuy.settings import SettingsError, load_settings
 from groupbuy.testing.servers import free_port
-from tests.support.service import service_environment
+from tests.support.service import run_groupbuy, service_environment
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["worker", "--help"]])
@@ -84,18 +84,6 @@ def test_a_bad_variable_is_named_in_the_one_line(
 # -- start-up: the "listening" line only once the service listens -------------------------
 
 
-def run_cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a `groupbuy` command to its end (one that does not start, here)."""
-    return subprocess.run(
-        [sys.executable, "-m", "groupbuy.cli", *args],
-        env=env,
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def fakeredis_environment(directory: Path, **variables: str) -> dict[str, str]:
     return service_environment(directory, GROUPBUY_EMBEDDED_ENGINE="fakeredis", **variables)
 
@@ -105,7 +93,7 @@ def test_a_port_in_use_is_one_line_and_no_listening(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_cli(tmp_path, fakeredis_environment(tmp_path), "serve", "--port", str(port))
+        done = run_groupbuy(tmp_path, fakeredis_environment(tmp_path), "serve", "--port", str(port))
     assert done.returncode == 1, done
     assert "listening" not in done.stdout
     assert done.stderr.splitlines()[-1] == f"groupbuy: port {port} on 127.0.0.1 is in use"
@@ -117,7 +105,7 @@ def test_no_listening_line_when_the_app_cannot_start(tmp_path: Path) -> None:
     env = fakeredis_environment(
         tmp_path, GROUPBUY_DATABASE_URL="sqlite+aiosqlite:////nonexistent-dir/x/groupbuy.db"
     )
-    done = run_cli(tmp_path, env, "serve", "--port", "0")
+    done = run_groupbuy(tmp_path, env, "serve", "--port", "0")
     assert done.returncode == 3, done
     assert "listening" not in done.stdout, done.stdout
     assert (
@@ -132,7 +120,7 @@ def test_no_listening_line_when_workers_cannot_start(tmp_path: Path, real_redis_
         GROUPBUY_REDIS_URL=real_redis_url,
         GROUPBUY_DATABASE_URL="sqlite+aiosqlite:////nonexistent-dir/x/groupbuy.db",
     )
-    done = run_cli(tmp_path, env, "serve", "--port", "0", "--workers", "2")
+    done = run_groupbuy(tmp_path, env, "serve", "--port", "0", "--workers", "2")
     assert done.returncode == 3, done
     assert "listening" not in done.stdout, done.stdout
     assert (

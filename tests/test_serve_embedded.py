@@ -26,6 +26,7 @@ from tests.support.money import assert_money_conserved
 from tests.support.service import (
     Service,
     is_running,
+    run_groupbuy,
     service_environment,
     start_service,
     wait_gone,
@@ -48,18 +49,6 @@ def get(service: Service, path: str) -> Any:
     answer = httpx.get(f"{service.url}{path}", headers=SERVICE, timeout=30)
     assert answer.status_code == 200, (path, answer.status_code, answer.text)
     return answer.json()
-
-
-def cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a `groupbuy` command to its end (one that refuses to start, here)."""
-    return subprocess.run(
-        [sys.executable, "-m", "groupbuy.cli", *args],
-        env=env,
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def send_packet(service: Service, packet_id: str, cents: int, shares: int) -> None:
@@ -280,11 +269,11 @@ def test_several_workers_share_the_embedded_engine(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_service_per_data_dir_and_the_worker_attaches_to_its_engine(tmp_path: Path) -> None:
     env = service_environment(tmp_path)
-    alone = cli(tmp_path, env, "worker")
+    alone = run_groupbuy(tmp_path, env, "worker")
     assert alone.returncode == 2 and "start `groupbuy serve`" in alone.stderr, alone
     service = start_service(tmp_path, env=env)
     try:
-        second = cli(tmp_path, env, "serve", "--port", "0")
+        second = run_groupbuy(tmp_path, env, "serve", "--port", "0")
         assert second.returncode == 2, second
         assert str(tmp_path / "data") in second.stderr
         assert f"PID {service.process.pid}" in second.stderr
@@ -316,7 +305,7 @@ def test_one_service_per_data_dir_and_the_worker_attaches_to_its_engine(tmp_path
 
 def test_the_fakeredis_engine_warns_and_refuses_several_workers(tmp_path: Path) -> None:
     env = service_environment(tmp_path, GROUPBUY_EMBEDDED_ENGINE="fakeredis")
-    refused = cli(tmp_path, env, "serve", "--workers", "2", "--port", "0")
+    refused = run_groupbuy(tmp_path, env, "serve", "--workers", "2", "--port", "0")
     assert refused.returncode == 2, refused
     assert "in-process fakeredis" in refused.stderr and "not durable" in refused.stderr
     assert "several workers need a Redis server" in refused.stderr

@@ -19,6 +19,28 @@ from tests.support.money import count
 pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
 
 
+async def start_worker(
+    services: Services, directory: Path, **extra_env: str
+) -> asyncio.subprocess.Process:
+    """`groupbuy worker` on the test's Redis and SQL, its output (both streams) piped."""
+    env = {
+        **os.environ,
+        "GROUPBUY_REDIS_URL": services.settings.redis.url,
+        "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
+        **extra_env,
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "groupbuy.cli",
+        "worker",
+        env=env,
+        cwd=directory,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+
+
 async def test_worker_process_records_grabs(
     services: Services, tmp_path: Path, sent_packet_via_services: SendPacketViaServices
 ) -> None:
@@ -28,22 +50,7 @@ async def test_worker_process_records_grabs(
         await packets.grab("pk", f"u{i}")
     assert await packets.writer.backlog() == 7
 
-    env = {
-        **os.environ,
-        "GROUPBUY_REDIS_URL": services.settings.redis.url,
-        "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
-        "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.1",
-    }
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "groupbuy.cli",
-        "worker",
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    worker = await start_worker(services, tmp_path, GROUPBUY_OUTBOX_FLUSH_INTERVAL_S="0.1")
     try:
         deadline = time.monotonic() + 20
         # polling SQL is the point: the worker is another process
@@ -66,22 +73,7 @@ async def test_a_worker_stopped_while_starting_exits_cleanly(
 ) -> None:
     """SIGTERM right after the start-up line (the service modules still importing) is a
     clean stop, not a death by the signal."""
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "GROUPBUY_REDIS_URL": services.settings.redis.url,
-        "GROUPBUY_DATABASE_URL": services.settings.database.effective_url,
-    }
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "groupbuy.cli",
-        "worker",
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    worker = await start_worker(services, tmp_path, PYTHONUNBUFFERED="1")
     try:
         assert worker.stdout is not None
         first = await asyncio.wait_for(worker.stdout.readline(), 20)

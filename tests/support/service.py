@@ -116,3 +116,17 @@ def wait_gone(pid: int, timeout_s: float = 10) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def run_groupbuy(
+    directory: Path, env: dict[str, str], *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run a `groupbuy` command to its end (one that refuses to start, or stops by itself)."""
+    return subprocess.run(
+        [sys.executable, "-m", "groupbuy.cli", *args],
+        env=env,
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
