@@ -80,6 +80,11 @@ RESTORED = Counter(
     "Live teams and packets rebuilt in Redis from SQL after Redis lost them, by kind.",
     ["kind"],
 )
+DEAD_LETTERS = Counter(
+    "groupbuy_dead_letters_total",
+    "Outbox records SQL could not apply, moved to the dead letters, by stream (packets|teams).",
+    ["stream"],
+)
 BACKEND_ERRORS = Counter(
     "groupbuy_backend_errors_total",
     "Requests answered 503 because a backing service failed, by backend (redis|database).",

@@ -28,6 +28,7 @@ from groupbuy.settings import Settings
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
+from groupbuy.storage.deadletters import DeadLetters
 from groupbuy.storage.durability import RedisNotDurable, check_durability
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
@@ -62,6 +63,7 @@ class Services:
     reachability: Reachability  # logs each change of Redis's reachability once
     blocklist: BlocklistService
     ratelimit: RateLimitService
+    dead_letters: DeadLetters
 
 
 def build_services(
@@ -75,6 +77,7 @@ def build_services(
     clock = RedisClock()
     reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
+    dead_letters = DeadLetters(backends)
     outbox = OutboxWriter(
         redis,
         scripts,
@@ -84,6 +87,7 @@ def build_services(
         index=keys.pending_activities(),
         stream_of=keys.outbox,
         reachability=reachability,
+        dead_letters=dead_letters,
     )
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
@@ -110,6 +114,7 @@ def build_services(
         reachability,
         blocklist=blocklist,
         ratelimit=RateLimitService(settings.ratelimit, scripts, keys, clock),
+        dead_letters=dead_letters,
     )
 
 

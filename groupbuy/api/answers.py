@@ -130,6 +130,30 @@ class RepairReport(_JobRun):
     )
 
 
+class DeadLetter(Answer):
+    """An outbox record SQL could not apply, kept instead of dropped."""
+
+    id: int = Field(description="the dead letter's id (pages follow it)")
+    stream: Literal["packets", "teams"] = Field(
+        description="which write-behind held it: a packet's grabs and endings, or an "
+        "activity's team records"
+    )
+    owner_id: str = Field(description="the packet id or activity id whose outbox held it")
+    entry_id: str = Field(description="its id in that Redis stream")
+    fields: dict[str, str] = Field(description="the record as the script wrote it")
+    error: str = Field(description="why SQL could not apply it")
+    dead_at: Timestamp = Field(description="when it was moved to the dead letters")
+
+
+class DeadLettersPage(Answer):
+    """A page of dead letters, oldest first."""
+
+    dead_letters: list[DeadLetter]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
+
+
 class VirtualCompletionRule(Answer):
     """An activity's virtual completion (模拟成团)."""
 

@@ -24,6 +24,17 @@ class EventsQuery(LaxQuery):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class DeadLettersQuery(LaxQuery):
+    """Query of GET /v1/admin/dead-letters."""
+
+    limit: int = Field(default=100, ge=1, le=1000, description="dead letters per page")
+    cursor: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,18}$",
+        description="the `next_cursor` of the previous page; absent for the first page",
+    )
+
+
 async def healthz(_request: Request) -> Response:
     return json_response({"status": "ok"})
 
@@ -82,6 +93,11 @@ async def last_reconcile(request: Request) -> Response:
     if report is None:
         raise errors.NotFound("no reconciliation has run yet; POST /v1/admin/jobs/reconcile/run")
     return json_response(report)
+
+
+async def list_dead_letters(request: Request, query: DeadLettersQuery) -> Response:
+    dead_letters = request.app.state.services.dead_letters
+    return json_response(await dead_letters.page(query.limit, query.cursor))
 
 
 ENDPOINTS = [
@@ -159,5 +175,16 @@ ENDPOINTS = [
         responses={200: "The newest stored report"},
         answer=answers.ReconcileReport,
         problems={errors.NotFound: "no reconciliation has run yet"},
+    ),
+    Endpoint(
+        "GET",
+        "/v1/admin/dead-letters",
+        list_dead_letters,
+        "Write-behind records SQL could not apply, kept with their error, oldest first",
+        query=DeadLettersQuery,
+        role="admin",
+        tag="admin",
+        responses={200: "Up to `limit` dead letters after `cursor`; `next_cursor` null at the end"},
+        answer=answers.DeadLettersPage,
     ),
 ]

@@ -6,6 +6,9 @@ dies midway leaves its batch pending: it is read again by the same consumer afte
 failed commit, or taken over (XAUTOCLAIM) by another writer once it has been idle for
 `reclaim_idle_s`. Unique keys (grab per packet and user, ledger business keys) turn a
 second application into a no-op, so "at least once" delivery records exactly once.
+A record SQL can never apply (a poison record) is isolated by splitting its batch and
+moved to the dead letters (groupbuy/storage/deadletters.py); the rest of the batch is
+applied, and a transient failure (SQL down or locked) leaves the whole batch pending.
 
 The writer finds its work through the pending index, which the packet scripts keep in
 the same call as the XADD (a packet is listed from its first waiting record until
@@ -30,6 +33,7 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.outbox import ROUND_STREAMS, flush_each
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,7 @@ class PacketRecordWriter(UsesBackends):
         consumer: str | None = None,
     ) -> None:
         super().__init__(backends)
+        self._dead = DeadLetters(backends)
         self._batch_size = batch_size
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -75,14 +80,31 @@ class PacketRecordWriter(UsesBackends):
                 return applied
             if not entries:
                 return applied
-            async with self._db.transaction() as session:
-                await apply_packet_records(session, [fields for _entry_id, fields in entries])
-                status = await session.scalar(
-                    select(PacketRow.status).where(PacketRow.packet_id == packet_id)
-                )
+            status: str | None = None
+
+            async def apply(batch: Entries) -> None:
+                nonlocal status
+                async with self._db.transaction() as session:
+                    await apply_packet_records(session, [fields for _entry_id, fields in batch])
+                    status = await session.scalar(
+                        select(PacketRow.status).where(PacketRow.packet_id == packet_id)
+                    )
+
+            poisoned = await apply_isolating(entries, apply)
+            if poisoned:
+                # Out of the stream (into the dead letters) before the rest is acknowledged,
+                # and the status read again: the last sub-batch may have been the poison.
+                keys = self._keys.packet_keys(packet_id)
+                await self._dead.bury("packets", packet_id, stream, keys[4], GROUP, poisoned)
+                async with self._db.sessions() as session:
+                    status = await session.scalar(
+                        select(PacketRow.status).where(PacketRow.packet_id == packet_id)
+                    )
+            dead = {p.entry_id for p in poisoned}
             ended = status in _ENDED  # nothing can be added to the stream after its ending
-            left = await self.ack(packet_id, [entry_id for entry_id, _ in entries], ended)
-            applied += len(entries)
+            done = [entry_id for entry_id, _ in entries if entry_id not in dead]
+            left = await self.ack(packet_id, done, ended)
+            applied += len(done)
             if ended and left == 0:
                 await self._mark_done_if_ended(packet_id)
                 return applied

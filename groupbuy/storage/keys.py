@@ -118,6 +118,11 @@ class Keys:
         """Sorted set packet_id -> ms of the oldest record waiting in its outbox stream."""
         return f"{self.prefix}:pending:packets"
 
+    def dead_letters(self) -> str:
+        """Stream of the newest outbox records SQL could not apply (capped; the SQL table
+        dead_letters keeps every one)."""
+        return f"{self.prefix}:dead_letters"
+
     def due_locks(self) -> str:
         """Sorted set activity_id -> at most the earliest score of its lock index (when a
         lock of it expires first); what sweep_locks reads."""

@@ -5,7 +5,9 @@ Every record carries its own identity (a business key), so inserting it twice is
 no-op. That is why the writer needs no consumer group: it reads the stream from the
 start, applies a batch in one SQL transaction, and only after the commit deletes the
 batch from the stream. A writer that dies midway leaves the entries in place and the
-next flush (of any process) applies them again harmlessly.
+next flush (of any process) applies them again harmlessly. A record that can never be
+applied goes to the dead letters (groupbuy/storage/deadletters.py) without holding up
+the rest of its batch.
 
 The scripts also list each stream that has records waiting in a pending index (a sorted
 set, member -> ms of its oldest record), and `outbox_ack` takes it out once the stream
@@ -23,6 +25,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.storage.db import Database
+from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.events import Event, record_events
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
@@ -52,6 +55,7 @@ class OutboxWriter:
         batch_size: int,
         index: str,
         stream_of: Callable[[str], str],
+        dead_letters: DeadLetters,
         reachability: Reachability | None = None,
     ) -> None:
         self._redis = redis
@@ -62,6 +66,7 @@ class OutboxWriter:
         self._batch_size = batch_size
         self._index = index
         self._stream_of = stream_of
+        self._dead = dead_letters
         # Per stream: the flush running now, and the one queued to start after it.
         self._current: dict[str, asyncio.Task[int]] = {}
         self._queued: dict[str, asyncio.Task[int]] = {}
@@ -118,11 +123,18 @@ class OutboxWriter:
             entries = await self._redis.xrange(stream, "-", "+", count=self._batch_size)
             if not entries:
                 return applied
-            async with self._db.transaction() as session:
-                events = await self._project(session, [fields for _id, fields in entries])
-                await record_events(session, events)
-            await self.ack(member, [entry_id for entry_id, _ in entries])
-            applied += len(entries)
+
+            async def apply(batch: list[tuple[str, dict[str, str]]]) -> None:
+                async with self._db.transaction() as session:
+                    events = await self._project(session, [fields for _id, fields in batch])
+                    await record_events(session, events)
+
+            poisoned = await apply_isolating(entries, apply)
+            if poisoned:  # out of the stream (into the dead letters) before the rest is acked
+                await self._dead.bury("teams", member, stream, self._index, "", poisoned)
+            dead = {p.entry_id for p in poisoned}
+            await self.ack(member, [entry_id for entry_id, _ in entries if entry_id not in dead])
+            applied += len(entries) - len(poisoned)
 
     async def ack(self, member: str, ids: list[str]) -> int:
         """Delete recorded entries and set the stream's pending-index entry from what is

@@ -364,3 +364,35 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
     assert await admit("d", 1) == [PacketCode.USER_BLOCKED]
     await h.redis.script_flush()
     assert await admit("d", 1) == [PacketCode.USER_BLOCKED]
+
+
+async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harness) -> None:
+    await h.create([1, 1, 1])
+    await h.call("packet_grab", "u1")
+    await h.call("packet_grab", "u2")
+    stream, pending, dead = h.keys[3], h.keys[4], Keys("t").dead_letters()
+    batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
+    (first, fields), (second, _) = batch[0][1]
+    args = ["writers", PID, "packets", "100"]
+    await h.redis.script_flush()  # loaded again on first use
+    assert await h.scripts.call("outbox_bury", [stream, pending, dead], [*args, first, "7"]) == [
+        1,
+        1,
+    ]
+    ((_letter_id, letter),) = await h.redis.xrange(dead)
+    assert letter == {
+        "stream": "packets",
+        "owner_id": PID,
+        "entry_id": first,
+        "dead_letter_id": "7",
+        **{f"field.{name}": value for name, value in fields.items()},
+    }
+    assert [entry_id for entry_id, _ in await h.redis.xrange(stream)] == [second]
+    assert (await h.redis.xpending(stream, "writers"))["pending"] == 1  # only the other one
+    assert await h.redis.zscore(pending, PID) == int(second.split("-")[0])  # scored by what is left
+    # Again (a writer that died after the move): nothing more is moved or counted.
+    assert await h.scripts.call("outbox_bury", [stream, pending, dead], [*args, first, "7"]) == [
+        0,
+        1,
+    ]
+    assert await h.redis.xlen(dead) == 1

@@ -4,7 +4,8 @@ Each process journals the grabs it acknowledged (groupbuy/redpacket/acks.py) and
 write-behind drops a journal row once the grab row is in. A row still there is either on
 its way (its packet's outbox stream has records waiting) or lost: Redis lost the packet
 before its record was written, and the packet was rebuilt from SQL without it (the ack
-belongs to an epoch the packet has left), or its stream is empty with no grab row.
+belongs to an epoch the packet has left), or its stream is empty with no grab row. A grab
+whose record SQL refused is not lost: it is named with its dead letter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy import and_, delete, exists, select
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
 from groupbuy.storage.db import Database
+from groupbuy.storage.deadletters import DeadLetterRow
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
@@ -38,11 +40,20 @@ async def unrecorded_acks(redis: Any, database: Database, keys: Keys, limit: int
     async with database.sessions() as session:
         rows = (
             await session.execute(
-                select(_Ack, PacketEpochRow.epoch, GrabRow.amount_cents)
+                select(_Ack, PacketEpochRow.epoch, GrabRow.amount_cents, DeadLetterRow.id)
                 .outerjoin(PacketEpochRow, PacketEpochRow.packet_id == _Ack.packet_id)
                 .outerjoin(
                     GrabRow,
                     and_(GrabRow.packet_id == _Ack.packet_id, GrabRow.user_id == _Ack.user_id),
+                )
+                .outerjoin(
+                    DeadLetterRow,
+                    and_(
+                        DeadLetterRow.stream == "packets",
+                        DeadLetterRow.owner_id == _Ack.packet_id,
+                        DeadLetterRow.record_type == "grab",
+                        DeadLetterRow.user_id == _Ack.user_id,
+                    ),
                 )
                 .order_by(_Ack.packet_id, _Ack.seq)
                 .limit(limit)
@@ -50,17 +61,27 @@ async def unrecorded_acks(redis: Any, database: Database, keys: Keys, limit: int
         ).all()
     if not rows:
         return []
-    packet_ids = sorted({ack.packet_id for ack, _epoch, _cents in rows})
+    packet_ids = sorted({ack.packet_id for ack, *_ in rows})
     async with redis.pipeline(transaction=False) as pipe:
         for packet_id in packet_ids:
             pipe.xlen(keys.packet_outbox(packet_id))
         waiting = dict(zip(packet_ids, await pipe.execute(), strict=True))
     found: list[Mismatch] = []
-    for ack, epoch, recorded_cents in rows:
+    for ack, epoch, recorded_cents, dead_letter_id in rows:
         left_behind = ack.epoch < (epoch or 0)
         if not left_behind and waiting[ack.packet_id]:
             continue  # its record may still be on its way
         mismatch = Findings(packet_id=ack.packet_id, user_id=ack.user_id)
+        if dead_letter_id is not None and not left_behind:
+            mismatch.add(
+                "grab_dead_lettered",
+                amount_cents=ack.amount_cents,
+                seq=ack.seq,
+                acknowledged_at=iso_ms(to_ms(ack.acked_at)),
+                dead_letter_id=dead_letter_id,
+            )
+            found += mismatch
+            continue
         mismatch.add(
             "grab_acknowledged_unrecorded",
             amount_cents=ack.amount_cents,

@@ -28,6 +28,7 @@ from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.db import Database
+from groupbuy.storage.deadletters import DeadLetterRow
 from groupbuy.storage.keys import Keys
 
 T = TypeVar("T")
@@ -98,6 +99,7 @@ class PacketChecks(_Checks):
                     )
                 )
                 details = await _grab_details(session, detailed)
+                dead = await _dead_grabs(session, detailed)
             for pid in chunk:
                 result.pending += live[pid].pending
                 record = records.get(pid)
@@ -106,7 +108,9 @@ class PacketChecks(_Checks):
                 result.checked += 1
                 result.users.add(record["sender_id"])
                 result.mismatches += rules.packet_sql(record, details.get(pid, {}))
-                result.mismatches += rules.packet_redis(record, live[pid], details.get(pid, {}))
+                result.mismatches += rules.packet_redis(
+                    record, live[pid], details.get(pid, {}), dead.get(pid)
+                )
         return result
 
     async def _snapshots(self, chunk: Sequence[str]) -> dict[str, Live]:
@@ -317,3 +321,20 @@ async def _grab_details(session: Any, packet_ids: Sequence[str]) -> dict[str, Gr
         for packet_id, user_id, cents, credit_user, credit_cents in rows:
             details.setdefault(packet_id, {})[user_id] = (int(cents), credit_user, credit_cents)
     return details
+
+
+async def _dead_grabs(session: Any, packet_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Grab records SQL refused, kept as dead letters: packet -> user -> dead letter id."""
+    dead: dict[str, dict[str, int]] = {}
+    for chunk in chunks(packet_ids):
+        rows = await session.execute(
+            select(DeadLetterRow.owner_id, DeadLetterRow.user_id, DeadLetterRow.id).where(
+                DeadLetterRow.stream == "packets",
+                DeadLetterRow.record_type == "grab",
+                DeadLetterRow.owner_id.in_(chunk),
+            )
+        )
+        for packet_id, user_id, row_id in rows:
+            if user_id is not None:
+                dead.setdefault(packet_id, {})[user_id] = int(row_id)
+    return dead

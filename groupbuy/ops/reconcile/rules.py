@@ -33,9 +33,13 @@ KINDS = {
     "redis_status": "the status differs between Redis and SQL",
     "redis_refund": "the refunded amount differs between Redis and SQL",
     "redis_grab_missing_in_sql": "a grab in Redis without a grab row",
+    "redis_grab_dead_lettered": "a grab in Redis without a grab row because SQL refused its "
+    "record: it is kept in the dead letters (dead_letter_id)",
     "sql_grab_missing_in_redis": "a grab row unknown to Redis",
     "grab_acknowledged_unrecorded": "answered `grabbed`, but Redis lost the grab before SQL had "
     "it (recorded_cents: what the user holds now, if they grabbed again after the rebuild)",
+    "grab_dead_lettered": "answered `grabbed`, but SQL refused the grab's record: it is kept "
+    "in the dead letters (dead_letter_id) for an operator",
     "redis_grab_amount": "a grab's amount differs between Redis and SQL",
     # a team (SPEC §4.1), then Redis against SQL once the activity's outbox is empty
     "team_overfull": "more member rows than seats",
@@ -127,8 +131,11 @@ def packet_sql(p: dict[str, Any], grabs: GrabDetails) -> Findings:
     return found
 
 
-def packet_redis(p: dict[str, Any], live: Live, grabs: GrabDetails) -> Findings:
-    """Redis's own arithmetic; then Redis against SQL, unless records are still waiting."""
+def packet_redis(
+    p: dict[str, Any], live: Live, grabs: GrabDetails, dead: dict[str, int] | None = None
+) -> Findings:
+    """Redis's own arithmetic; then Redis against SQL, unless records are still waiting
+    (`dead`: user -> dead letter id of the packet's grab records SQL refused)."""
     found = Findings(packet_id=p["packet_id"])
     f = live.fields
     if not f:
@@ -164,6 +171,14 @@ def packet_redis(p: dict[str, Any], live: Live, grabs: GrabDetails) -> Findings:
     sql = {user: cents for user, (cents, _user, _cents) in grabs.items()}
     for user_id in sorted(live.entries.keys() | sql.keys()):
         redis_cents, sql_cents = live.entries.get(user_id), sql.get(user_id)
+        if user_id not in sql and dead and user_id in dead:
+            found.add(
+                "redis_grab_dead_lettered",
+                user_id=user_id,
+                redis_cents=redis_cents,
+                dead_letter_id=dead[user_id],
+            )
+            continue
         if user_id not in sql:
             kind = "redis_grab_missing_in_sql"
         elif user_id not in live.entries:

@@ -1,0 +1,225 @@
+"""Dead letters: outbox records SQL can never apply, kept apart instead of blocking the rest.
+
+A write-behind batch that fails is split in halves, each applied in its own transaction,
+down to the single record that fails on its own (a poison record: malformed fields, an
+unknown type, a value the SQL insert refuses). That record is written to the SQL table
+`dead_letters` (durable, never pruned) and only then moved, atomically, from its outbox
+to the dead-letter stream (`lua/outbox_bury.lua`); every other record of the batch is
+applied. A failure that says nothing about the record itself (SQL down or locked, a
+lost connection, Redis away) is transient: it is raised as before and the batch waits,
+whole, for the next round, so a backlog drains once SQL is back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Mapped, mapped_column
+
+from groupbuy import metrics
+from groupbuy.storage.backends import Backends
+from groupbuy.storage.db import Base, dialect_insert
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+StreamKind = Literal["packets", "teams"]
+Entries = list[tuple[str, dict[str, str]]]
+
+# The dead-letter stream in Redis keeps about this many of the newest letters (XADD MAXLEN
+# ~): a window for redis-cli and stream readers. The SQL table keeps every one.
+STREAM_CAP = 10_000
+# The longest error text kept (a driver's message can quote a whole statement).
+_ERROR_CHARS = 2000
+
+# Errors a record brings on itself: the same record fails the same way every time.
+_POISON_ERRORS: tuple[type[BaseException], ...] = (
+    KeyError,
+    ValueError,
+    TypeError,
+    IndexError,
+    OverflowError,
+    sa_exc.IntegrityError,
+    sa_exc.DataError,
+)
+
+
+class DeadLetterRow(Base):
+    """One outbox record SQL could not apply: where it was, what it held, and why."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (UniqueConstraint("stream", "owner_id", "entry_id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    stream: Mapped[str] = mapped_column(String(16))
+    owner_id: Mapped[str] = mapped_column(String(64))
+    entry_id: Mapped[str] = mapped_column(String(64))
+    record_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(String(300), nullable=True, index=True)
+    fields: Mapped[str] = mapped_column(Text)
+    error: Mapped[str] = mapped_column(Text)
+    dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+@dataclass(frozen=True)
+class Poison:
+    """A record that failed on its own, with the error it raised."""
+
+    entry_id: str
+    fields: dict[str, str]
+    error: str
+
+
+def is_poison(exc: BaseException) -> bool:
+    """Whether an error is the record's own fault (dead-letter it) rather than transient
+    (SQL down or locked, a lost connection: retry the batch later)."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        # OperationalError, InterfaceError and the like: the database, not the record.
+        return isinstance(exc, (sa_exc.IntegrityError, sa_exc.DataError)) and not (
+            exc.connection_invalidated
+        )
+    if isinstance(exc, sa_exc.StatementError):  # a bind parameter's conversion failed
+        return exc.orig is not None and is_poison(exc.orig)
+    return isinstance(exc, _POISON_ERRORS)
+
+
+def describe(exc: BaseException) -> str:
+    """The error text kept with a dead letter: its type and message, bounded."""
+    return f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+
+
+async def apply_isolating(
+    entries: Entries, apply: Callable[[Entries], Awaitable[None]]
+) -> list[Poison]:
+    """Apply `entries` with `apply` (one transaction per call); when that fails with a
+    poison error, apply each half on its own, down to the single records that fail alone.
+
+    Returns those records; every other entry has been applied (in stream order). A
+    transient error propagates at once: what was applied stays applied (records are
+    idempotent), the rest is read again next round.
+    """
+    try:
+        await apply(entries)
+    except Exception as exc:
+        if not is_poison(exc):
+            raise
+        if len(entries) == 1:
+            entry_id, fields = entries[0]
+            return [Poison(entry_id, fields, describe(exc))]
+    else:
+        return []
+    middle = len(entries) // 2
+    poisoned = await apply_isolating(entries[:middle], apply)
+    return poisoned + await apply_isolating(entries[middle:], apply)
+
+
+class DeadLetters:
+    """Writes dead letters (SQL row first, then the atomic move in Redis) and reads them."""
+
+    def __init__(self, backends: Backends) -> None:
+        self._redis = backends.redis
+        self._scripts = backends.scripts
+        self._db = backends.database
+        self._keys = backends.keys
+        self._clock = backends.clock
+
+    async def bury(
+        self,
+        kind: StreamKind,
+        owner_id: str,
+        stream: str,
+        index: str,
+        group: str,
+        poisoned: list[Poison],
+    ) -> int:
+        """Keep these records as dead letters and take them out of their outbox; returns
+        how many entries are left in the outbox."""
+        ids: list[str] = []
+        dead_at = from_ms(await self._clock.now_ms(self._redis))
+        async with self._db.transaction() as session:
+            await session.execute(
+                dialect_insert(session, DeadLetterRow.__table__).on_conflict_do_nothing(),
+                [_row(kind, owner_id, p, dead_at) for p in poisoned],
+            )
+            rows = await session.execute(
+                select(DeadLetterRow.entry_id, DeadLetterRow.id).where(
+                    DeadLetterRow.stream == kind,
+                    DeadLetterRow.owner_id == owner_id,
+                    DeadLetterRow.entry_id.in_([p.entry_id for p in poisoned]),
+                )
+            )
+            row_ids = {entry_id: row_id for entry_id, row_id in rows}
+        for p in poisoned:
+            ids += [p.entry_id, str(row_ids[p.entry_id])]
+        buried, left = await self._scripts.call(
+            "outbox_bury",
+            [stream, index, self._keys.dead_letters()],
+            [group, owner_id, kind, str(STREAM_CAP), *ids],
+        )
+        # Counted when the entry leaves its outbox: a retry after a crash between the SQL
+        # row and this move finds the row already there and counts the move once.
+        metrics.DEAD_LETTERS.labels(stream=kind).inc(int(buried))
+        for p in poisoned:
+            log.error(
+                "outbox record %s of %s %s could not be applied and was moved to the dead "
+                "letters: %s",
+                p.entry_id,
+                kind,
+                owner_id,
+                p.error,
+            )
+        return int(left)
+
+    async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+        """Dead letters oldest first, after `cursor` (the `next_cursor` of the page before):
+        `{"dead_letters": [...], "next_cursor"}`."""
+        after = int(cursor) if cursor else 0
+        async with self._db.sessions() as session:
+            rows = (
+                await session.scalars(
+                    select(DeadLetterRow)
+                    .where(DeadLetterRow.id > after)
+                    .order_by(DeadLetterRow.id)
+                    .limit(limit + 1)
+                )
+            ).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {
+            "dead_letters": [_answer(row) for row in rows],
+            "next_cursor": str(rows[-1].id) if more else None,
+        }
+
+
+def _row(kind: StreamKind, owner_id: str, p: Poison, dead_at: datetime) -> dict[str, Any]:
+    return {
+        "stream": kind,
+        "owner_id": owner_id,
+        "entry_id": p.entry_id,
+        "record_type": p.fields.get("type", "")[:64] or None,
+        "user_id": p.fields.get("user_id", "")[:300] or None,
+        "fields": json.dumps(p.fields, separators=(",", ":"), sort_keys=True),
+        "error": p.error,
+        "dead_at": dead_at,
+    }
+
+
+def _answer(row: DeadLetterRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "stream": row.stream,
+        "owner_id": row.owner_id,
+        "entry_id": row.entry_id,
+        "fields": json.loads(row.fields),
+        "error": row.error,
+        "dead_at": iso_ms(to_ms(row.dead_at)),
+    }

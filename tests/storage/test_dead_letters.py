@@ -1,0 +1,209 @@
+"""Poison records of the write-behind go to the dead letters, never dropped, never blocking.
+
+A record SQL can never apply (malformed fields, an unknown type, a value the insert
+refuses) used to fail its whole batch on every round, forever, and stop the round for
+every stream after it. Now its batch is split until the record stands alone; it is kept
+(SQL row + dead-letter stream) before it leaves its outbox, and everything else is applied.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy.exc
+from sqlalchemy import select
+
+from groupbuy import metrics
+from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
+from groupbuy.services import Services
+from groupbuy.storage.deadletters import DeadLetterRow, Poison, apply_isolating, is_poison
+from tests.support.money import assert_money_conserved, count
+
+
+def dead_letters_counted(stream: str) -> float:
+    return float(metrics.DEAD_LETTERS.labels(stream=stream)._value.get())
+
+
+async def grab_some(services: Services, users: list[str], shares: int = 10) -> dict[str, int]:
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    await packets.send("sender", 1000, shares, packet_id="pk")
+    return {user: (await packets.grab("pk", user))["amount_cents"] for user in users}
+
+
+async def poison(services: Services, stream: str, **fields: str) -> str:
+    entry_id = await services.redis.xadd(stream, fields)
+    return str(entry_id)
+
+
+async def test_a_poison_grab_record_is_dead_lettered_and_the_rest_applied(
+    services: Services,
+) -> None:
+    stream = services.keys.packet_outbox("pk")
+    won = await grab_some(services, ["u0", "u1", "u2"])
+    bad = await poison(
+        services, stream, type="grab", packet_id="pk", user_id="ghost", seq="9", amount_cents="x"
+    )
+    won |= {user: (await services.packets.grab("pk", user))["amount_cents"] for user in ["u3"]}
+    before = dead_letters_counted("packets")
+
+    applied = await services.packets.writer.drain("pk")
+
+    assert applied == len(won)  # the four real grabs; the poison is not "applied"
+    assert await count(services, GrabRow) == 4
+    assert await count(services, LedgerEntryRow, kind="grab_credit") == 4
+    for user, cents in won.items():
+        assert (await services.packets.account(user))["balance_cents"] == cents
+    await assert_money_conserved(services)
+    assert await services.redis.xlen(stream) == 0  # out of the outbox ...
+    async with services.database.sessions() as session:
+        rows = (await session.scalars(select(DeadLetterRow))).all()
+    assert [(r.stream, r.owner_id, r.entry_id, r.record_type) for r in rows] == [
+        ("packets", "pk", bad, "grab")
+    ]  # ... and kept, with its fields and its error
+    assert json.loads(rows[0].fields)["amount_cents"] == "x"
+    assert rows[0].error.startswith("ValueError: invalid literal for int()")
+    letters = await services.redis.xrange(services.keys.dead_letters())
+    assert len(letters) == 1
+    assert letters[0][1]["entry_id"] == bad
+    assert letters[0][1]["field.amount_cents"] == "x"
+    assert letters[0][1]["dead_letter_id"] == str(rows[0].id)
+    assert dead_letters_counted("packets") == before + 1
+    assert not await services.redis.zscore(services.keys.pending_packets(), "pk")
+
+
+async def test_a_value_sql_refuses_is_dead_lettered(services: Services) -> None:
+    stream = services.keys.packet_outbox("pk")
+    await grab_some(services, ["u0"])
+    fields = {"type": "grab", "packet_id": "pk", "user_id": "huge", "seq": "2"}
+    await poison(services, stream, **fields, amount_cents=str(2**70), at_ms="1")
+    await grab_some_more(services, ["u1", "u2"])
+
+    assert await services.packets.writer.drain("pk") == 3
+    async with services.database.sessions() as session:
+        (row,) = (await session.scalars(select(DeadLetterRow))).all()
+    assert row.user_id == "huge" and "int" in row.error.lower(), row.error
+    assert await count(services, GrabRow) == 3
+    await assert_money_conserved(services)
+
+
+async def grab_some_more(services: Services, users: list[str]) -> dict[str, int]:
+    return {user: (await services.packets.grab("pk", user))["amount_cents"] for user in users}
+
+
+async def test_a_transient_sql_failure_dead_letters_nothing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    won = await grab_some(services, ["u0", "u1", "u2"])
+    writer = services.packets.writer
+    real = writer._db.transaction
+
+    def locked() -> Any:
+        raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(writer._db, "transaction", locked)
+    for _ in range(2):
+        with pytest.raises(sqlalchemy.exc.OperationalError):
+            await writer.drain("pk")
+    monkeypatch.setattr(writer._db, "transaction", real)
+    assert await count(services, DeadLetterRow) == 0
+    assert await writer.backlog() == 3  # waiting whole, not split into dead letters
+    assert await writer.drain("pk") == 3
+    assert await count(services, GrabRow) == len(won)
+    await assert_money_conserved(services)
+
+
+async def test_a_dead_lettered_real_grab_is_named_by_reconciliation(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import groupbuy.redpacket.records as records
+
+    won = await grab_some(services, ["u0", "u1", "u2"])
+    real_row = records._grab_row
+
+    def refuse_u1(f: dict[str, str]) -> dict[str, object]:
+        if f["user_id"] == "u1":
+            raise ValueError("stands for a value SQL refuses")
+        return real_row(f)
+
+    monkeypatch.setattr(records, "_grab_row", refuse_u1)
+    await services.packets.acks.flush()
+    assert await services.packets.writer.drain("pk") == 2
+    report = await services.reconciler.run()
+    kinds = {(m["kind"], m.get("user_id")) for m in report["mismatches"]}
+    assert ("redis_grab_dead_lettered", "u1") in kinds, report
+    assert ("grab_dead_lettered", "u1") in kinds, report
+    assert not {k for k, _ in kinds} & {"redis_grab_missing_in_sql", "grab_acknowledged_unrecorded"}
+    assert (await services.packets.account("u0"))["balance_cents"] == won["u0"]
+
+
+async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
+    services: Services,
+) -> None:
+    teams = services.teams
+    await teams.create_activity("a1", team_size=3)
+    await teams.create_activity("a2", team_size=3)
+    await teams.open_team("a1", "L1", team_id="t1")
+    before = dead_letters_counted("teams")
+    fields = {"type": "team.renamed", "activity_id": "a1", "team_id": "t1", "at_ms": "1"}
+    bad = await poison(services, services.keys.outbox("a1"), **fields)
+    await teams.open_team("a1", "L2", team_id="t2")
+    await teams.open_team("a2", "L3", team_id="t3")
+
+    await services.outbox.flush_pending()
+
+    async with services.database.sessions() as session:
+        recorded = set((await session.execute(select(TeamRow.activity_id, TeamRow.team_id))).all())
+        (row,) = (await session.scalars(select(DeadLetterRow))).all()
+    assert recorded == {("a1", "t1"), ("a1", "t2"), ("a2", "t3")}
+    assert await count(services, MemberRow) == 3
+    assert (row.stream, row.owner_id, row.entry_id) == ("teams", "a1", bad)
+    assert row.error == "ValueError: unknown team record type 'team.renamed'"
+    assert dead_letters_counted("teams") == before + 1
+    assert await services.outbox.pending() == []
+
+
+async def test_the_admin_view_pages_dead_letters_oldest_first(services: Services) -> None:
+    stream = services.keys.packet_outbox("pk")
+    await grab_some(services, ["u0"])
+    ids = [await poison(services, stream, type="nonsense", packet_id="pk") for _ in range(5)]
+    await services.packets.writer.drain("pk")
+    first = await services.dead_letters.page(limit=2)
+    second = await services.dead_letters.page(limit=2, cursor=first["next_cursor"])
+    third = await services.dead_letters.page(limit=2, cursor=second["next_cursor"])
+    listed = [d["entry_id"] for page in (first, second, third) for d in page["dead_letters"]]
+    assert listed == ids
+    assert third["next_cursor"] is None
+    letter = first["dead_letters"][0]
+    assert letter["fields"] == {"type": "nonsense", "packet_id": "pk"}
+    assert letter["stream"] == "packets" and letter["owner_id"] == "pk"
+    assert letter["error"].startswith("KeyError") or letter["error"].startswith("ValueError")
+
+
+async def test_isolation_applies_everything_but_the_poison_in_order() -> None:
+    applied: list[str] = []
+
+    async def apply(batch: list[tuple[str, dict[str, str]]]) -> None:
+        if any(fields.get("bad") for _id, fields in batch):
+            raise ValueError("bad record")
+        applied.extend(entry_id for entry_id, _ in batch)
+
+    entries = [(str(i), {"bad": "1"} if i in (3, 6) else {}) for i in range(9)]
+    poisoned = await apply_isolating(entries, apply)
+    assert [p.entry_id for p in poisoned] == ["3", "6"]
+    assert applied == ["0", "1", "2", "4", "5", "7", "8"]
+    assert all(isinstance(p, Poison) and p.error == "ValueError: bad record" for p in poisoned)
+
+
+def test_transient_errors_are_not_poison() -> None:
+    locked = sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+    refused = sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("NOT NULL constraint"))
+    assert not is_poison(locked)
+    assert not is_poison(ConnectionRefusedError())
+    assert not is_poison(TimeoutError())
+    assert is_poison(refused)
+    assert is_poison(KeyError("seq"))
+    assert is_poison(OverflowError("Python int too large to convert to SQLite INTEGER"))
