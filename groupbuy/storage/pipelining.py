@@ -38,6 +38,10 @@ from groupbuy.metrics import REDIS_BATCH_CALLS
 
 # What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
 RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# How many times one call loads its script again on NOSCRIPT. More than once: an operator's
+# SCRIPT FLUSH can land between the reload and the resend (a fault test flushes every 100 ms
+# under load and saw it); a bound still, so a server that never keeps scripts fails the call.
+MAX_RELOADS = 5
 
 
 @dataclass(slots=True)
@@ -50,7 +54,7 @@ class ScriptCall:
     args: list[Any]
     reply: asyncio.Future[Any]
     failures: int = 0
-    reloaded: bool = field(default=False)
+    reloads: int = field(default=0)
 
     def command(self) -> tuple[Any, ...]:
         return ("EVALSHA", self.sha, len(self.keys), *self.keys, *self.args)
@@ -190,19 +194,22 @@ class AutoPipeline:
         return missing
 
     async def _reload(self, connection: Any, missing: list[ScriptCall]) -> None:
-        """Load the scripts Redis forgot and queue their calls again (once per call)."""
+        """Load the scripts Redis forgot and queue their calls again (up to MAX_RELOADS
+        times per call)."""
         for source in {call.source for call in missing}:
             await connection.send_command("SCRIPT", "LOAD", source, check_health=False)
             await connection.read_response()
         for call in missing:
             if call.reply.done():
                 continue
-            if call.reloaded:
+            if call.reloads >= MAX_RELOADS:
                 call.reply.set_exception(
-                    redis.exceptions.NoScriptError("script missing again right after loading it")
+                    redis.exceptions.NoScriptError(
+                        f"script missing again after loading it {MAX_RELOADS} times"
+                    )
                 )
                 continue
-            call.reloaded = True
+            call.reloads += 1
             self._queue.appendleft(call)
 
     async def _retry_later(self, calls: list[ScriptCall], error: Exception) -> None:

@@ -152,6 +152,46 @@ async def test_noscript_in_the_middle_of_a_batch_is_loaded_and_sent_again(
     assert await redis_client.script_exists(harness.script.sha) == [True]
 
 
+async def test_a_script_flushed_again_between_reload_and_resend_is_loaded_again(
+    redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SCRIPT FLUSH that lands right after the pipeline reloaded a script: the call is
+    loaded and sent again instead of failing (it used to raise NoScriptError: a 500)."""
+    harness = Harness(redis_client)
+    real_reload = AutoPipeline._reload
+    flushed_after_reload = 0
+
+    async def reload_then_flush(self: AutoPipeline, connection: Any, missing: list[Any]) -> None:
+        nonlocal flushed_after_reload
+        await real_reload(self, connection, missing)
+        if flushed_after_reload < 3:  # an operator's flush, before the call goes out again
+            flushed_after_reload += 1
+            await connection.send_command("SCRIPT", "FLUSH", check_health=False)
+            await connection.read_response()
+
+    monkeypatch.setattr(AutoPipeline, "_reload", reload_then_flush)
+    assert await harness.apply("u1") == [0, "u1"]
+    assert flushed_after_reload == 3
+    assert await harness.applied() == ["u1"]
+
+
+async def test_a_server_that_never_keeps_the_script_fails_the_call(
+    redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = Harness(redis_client)
+    real_reload = AutoPipeline._reload
+
+    async def reload_then_flush(self: AutoPipeline, connection: Any, missing: list[Any]) -> None:
+        await real_reload(self, connection, missing)
+        await connection.send_command("SCRIPT", "FLUSH", check_health=False)
+        await connection.read_response()
+
+    monkeypatch.setattr(AutoPipeline, "_reload", reload_then_flush)
+    with pytest.raises(redis.exceptions.NoScriptError, match="5 times"):
+        await harness.apply("u1")
+    assert await harness.applied() == []
+
+
 async def test_cancelled_callers_do_not_disturb_the_rest(redis_client: Any) -> None:
     harness = Harness(redis_client, max_batch=4, max_in_flight=1)
     await redis_client.script_load(APPLY_ONCE)
