@@ -30,6 +30,7 @@ from groupbuy import metrics
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.app import create_app
 from groupbuy.api.problems import handle_error
+from groupbuy.services import Services
 from groupbuy.settings import Settings
 from tests.support.fixtures import OpenTeam
 from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, app_services, portal
@@ -289,6 +290,28 @@ def test_backend_errors_count_database_failures() -> None:
 
 
 # -- write-behind gauges and jobs ---------------------------------------------------------
+
+
+async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQL locked or down: the flush fails every round, and the gauges an operator watches
+    must still show the records piling up (they were left at their last good value)."""
+    packets = services.packets
+    await packets.deposit("sender", 1000, "funds")
+    await packets.send("sender", 100, 5, packet_id="p1")
+    metrics.WRITEBACK_BACKLOG.set(0)
+    for user in ("u1", "u2", "u3"):
+        await packets.grab("p1", user)
+
+    def locked() -> Any:
+        raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(services.database, "transaction", locked)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        await services.jobs.run("flush_records")
+    assert metrics.WRITEBACK_BACKLOG._value.get() == 3
+    assert metrics.WRITEBACK_LAG._value.get() >= 0
 
 
 def test_update_writeback_reports_the_backlog_and_zero_after_draining(

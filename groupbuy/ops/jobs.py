@@ -7,6 +7,7 @@ keys. The scheduler's lease only saves the duplicated work.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -71,14 +72,21 @@ def build_jobs(
         # what arrived meanwhile would wait a whole extra interval: go again at once
         # instead, for a few rounds at most (an idle round costs one read of each index).
         team_records = packet_records = rounds = 0
-        while True:
-            began = time.monotonic()
-            team_records += await teams.record_pending()
-            packet_records += await packets.record_pending()
-            rounds += 1
-            busy = time.monotonic() - began >= flush_interval_s
-            if not busy or rounds >= _FLUSH_ROUNDS:
-                break
+        try:
+            while True:
+                began = time.monotonic()
+                team_records += await teams.record_pending()
+                packet_records += await packets.record_pending()
+                rounds += 1
+                busy = time.monotonic() - began >= flush_interval_s
+                if not busy or rounds >= _FLUSH_ROUNDS:
+                    break
+        except Exception:
+            # SQL down or locked: the backlog grows, and the gauges must show it while the
+            # flush keeps failing (the round's own error is the one to raise).
+            with contextlib.suppress(Exception):
+                await metrics.update_writeback(packets.writer, redis)
+            raise
         writeback = await metrics.update_writeback(packets.writer, redis)  # sets the gauges
         return {
             "team_records": team_records,
