@@ -12,8 +12,9 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
-from groupbuy.testing.servers import RedisProcess, free_port, server_binary, start_redis
+from groupbuy.testing.servers import server_binary
 from tests.support.fixtures import SendPacketViaServices
+from tests.support.storm import RedisUnderTest
 
 pytestmark = [
     pytest.mark.real,
@@ -22,42 +23,26 @@ pytestmark = [
     ),
 ]
 
-PERSIST = ("--appendonly", "yes", "--appendfsync", "always")
-
-
-class Restartable:
-    """A server with AOF `appendfsync always` that can crash and come back on its data."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        self.data = tmp_path / "redis-data"
-        self.data.mkdir()
-        self.server: RedisProcess = start_redis(*PERSIST, port=self.port, directory=self.data)
-
-    def crash_and_restart(self) -> None:
-        """Kill -9 (nothing is flushed on the way out), then start again on the same data."""
-        self.server.process.kill()
-        self.server.process.wait()
-        self.server = start_redis(*PERSIST, port=self.port, directory=self.data)
-
 
 @pytest.fixture
-async def redis_server(tmp_path: Path) -> AsyncIterator[Restartable]:
-    restartable = Restartable(tmp_path)
+async def redis_server(tmp_path: Path) -> AsyncIterator[RedisUnderTest]:
+    """A server with AOF `appendfsync always` that can crash and come back on its data
+    (the fault matrix's, tests/faults/)."""
+    server = RedisUnderTest(tmp_path / "redis-data")
     try:
-        yield restartable
+        yield server
     finally:
-        restartable.server.stop()
+        server.stop()
 
 
 @pytest.fixture
-async def services(redis_server: Restartable, tmp_path: Path) -> AsyncIterator[Services]:
+async def services(redis_server: RedisUnderTest, tmp_path: Path) -> AsyncIterator[Services]:
     """The services with the production Redis client (its retry policy included)."""
     settings = load_settings(
         None,
         {
             "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/db",
-            "GROUPBUY_REDIS_URL": redis_server.server.url,
+            "GROUPBUY_REDIS_URL": redis_server.url,
         },
     )
     database = Database(settings.database.effective_url)
@@ -72,12 +57,13 @@ async def services(redis_server: Restartable, tmp_path: Path) -> AsyncIterator[S
 
 
 async def test_locks_work_after_a_redis_restart(
-    redis_server: Restartable, services: Services
+    redis_server: RedisUnderTest, services: Services
 ) -> None:
     await services.teams.create_activity("a1")
     await services.teams.open_team("a1", "L", team_id="t1")
     assert (await services.teams.lock("a1", "t1", "u1")).created
-    redis_server.crash_and_restart()  # the scripts cache is gone; the AOF keeps the data
+    redis_server.kill()
+    redis_server.restart()  # the scripts cache is gone; the AOF keeps the data
     assert not await services.scripts.loaded()
     assert (await services.teams.lock("a1", "t1", "u2")).created
     team = await services.teams.get_team("a1", "t1")
@@ -85,13 +71,16 @@ async def test_locks_work_after_a_redis_restart(
 
 
 async def test_grabs_survive_a_redis_restart_before_they_are_recorded(
-    redis_server: Restartable, services: Services, sent_packet_via_services: SendPacketViaServices
+    redis_server: RedisUnderTest,
+    services: Services,
+    sent_packet_via_services: SendPacketViaServices,
 ) -> None:
     """SPEC §4.5: with appendfsync always, every answered grab ends up in SQL after a crash."""
     packets = services.packets
     await sent_packet_via_services(100, 10, funds=100)
     won = {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
-    redis_server.crash_and_restart()
+    redis_server.kill()
+    redis_server.restart()
     assert await packets.writer.drain_all() == 6
     for user, amount in won.items():
         assert (await packets.account(user))["balance_cents"] == amount
