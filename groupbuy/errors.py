@@ -129,6 +129,10 @@ class InsufficientFunds(Conflict):
     code, title = "insufficient_funds", "The sender's balance is lower than the packet's amount"
 
 
+class ReplayFailed(Conflict):
+    code, title = "replay_failed", "The dead letter's record still cannot be applied"
+
+
 class SoldOut(Conflict):
     code, title = "sold_out", "Every share of the packet has been grabbed"
 

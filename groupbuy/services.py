@@ -91,7 +91,9 @@ def build_services(
     )
     teams = TeamService(backends, settings.teams, outbox)
     limits = settings.redpackets
-    writer = PacketRecordWriter(backends, settings.outbox.batch_size, limits.reclaim_idle_s)
+    writer = PacketRecordWriter(
+        backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
+    )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
     packets = RedPacketService(
         backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)

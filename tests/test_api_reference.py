@@ -180,6 +180,9 @@ def test_every_answer_has_its_documented_shape(client: TestClient) -> None:
     assert call("GET", "/v1/admin/dead-letters?limit=5", 200, headers=ADMIN)["dead_letters"] == []
     call("GET", "/v1/admin/dead-letters?cursor=x", 422, headers=ADMIN)
     call("GET", "/v1/admin/dead-letters", 403)
+    call("POST", "/v1/admin/dead-letters/1/replay", 404, headers=ADMIN)
+    call("POST", "/v1/admin/dead-letters/x/replay", 404, headers=ADMIN)
+    call("POST", "/v1/admin/dead-letters/1/replay", 403)
     call("POST", "/v1/admin/jobs/nope/run", 404, headers=ADMIN)
     page = call("GET", "/v1/events?after=0&limit=1000", 200)
     assert {"team.opened", "team.formed", "packet.sent"} <= {e["type"] for e in page["events"]}

@@ -143,6 +143,9 @@ class DeadLetter(Answer):
     fields: dict[str, str] = Field(description="the record as the script wrote it")
     error: str = Field(description="why SQL could not apply it")
     dead_at: Timestamp = Field(description="when it was moved to the dead letters")
+    replayed_at: Timestamp | None = Field(
+        description="when an operator replayed it into SQL (POST .../replay); null until then"
+    )
 
 
 class DeadLettersPage(Answer):

@@ -100,6 +100,14 @@ async def list_dead_letters(request: Request, query: DeadLettersQuery) -> Respon
     return json_response(await dead_letters.page(query.limit, query.cursor))
 
 
+async def replay_dead_letter(request: Request) -> Response:
+    raw = request.path_params["dead_letter_id"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise errors.NotFound(f"no dead letter has the id {raw}")
+    dead_letters = request.app.state.services.dead_letters
+    return json_response(await dead_letters.replay(int(raw)))
+
+
 ENDPOINTS = [
     Endpoint(
         "GET",
@@ -186,5 +194,19 @@ ENDPOINTS = [
         tag="admin",
         responses={200: "Up to `limit` dead letters after `cursor`; `next_cursor` null at the end"},
         answer=answers.DeadLettersPage,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/admin/dead-letters/{dead_letter_id}/replay",
+        replay_dead_letter,
+        "Apply a dead letter's record to SQL now that its cause is fixed (idempotent)",
+        role="admin",
+        tag="admin",
+        responses={200: "Applied (or applied before): the dead letter, with `replayed_at`"},
+        answer=answers.DeadLetter,
+        problems={
+            errors.NotFound: "no dead letter has this id",
+            errors.ReplayFailed: "the record still cannot be applied; `error` says why",
+        },
     ),
 ]

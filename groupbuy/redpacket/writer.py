@@ -57,9 +57,11 @@ class PacketRecordWriter(UsesBackends):
         batch_size: int,
         reclaim_idle_s: float,
         consumer: str | None = None,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         super().__init__(backends)
-        self._dead = DeadLetters(backends)
+        self._dead = dead_letters or DeadLetters(backends)
+        self._dead.register("packets", apply_packet_records)
         self._batch_size = batch_size
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

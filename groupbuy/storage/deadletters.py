@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint, select
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy import metrics
+from groupbuy import errors, metrics
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.db import Base, dialect_insert
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 StreamKind = Literal["packets", "teams"]
 Entries = list[tuple[str, dict[str, str]]]
+# How a stream's records are applied to SQL inside a session (what its writer does).
+Applier = Callable[[AsyncSession, list[dict[str, str]]], Awaitable[None]]
 
 # The dead-letter stream in Redis keeps about this many of the newest letters (XADD MAXLEN
 # ~): a window for redis-cli and stream readers. The SQL table keeps every one.
@@ -68,6 +71,8 @@ class DeadLetterRow(Base):
     fields: Mapped[str] = mapped_column(Text)
     error: Mapped[str] = mapped_column(Text)
     dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Set once an operator replayed it and SQL took it (the row stays, as the record).
+    replayed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,12 @@ class DeadLetters:
         self._db = backends.database
         self._keys = backends.keys
         self._clock = backends.clock
+        self._appliers: dict[str, Applier] = {}
+
+    def register(self, kind: StreamKind, apply: Applier) -> None:
+        """How records of this stream are applied (each writer registers its own), so that
+        a dead letter can be replayed once its cause is fixed."""
+        self._appliers[kind] = apply
 
     async def bury(
         self,
@@ -179,6 +190,38 @@ class DeadLetters:
             )
         return int(left)
 
+    async def replay(self, dead_letter_id: int) -> dict[str, Any]:
+        """Apply a dead letter's record to SQL now, as its writer would have (records are
+        idempotent: replaying twice changes nothing), and note when; the row stays.
+        NotFound for an unknown id; ReplayFailed (nothing applied) when it fails again."""
+        async with self._db.sessions() as session:
+            row = await session.get(DeadLetterRow, dead_letter_id)
+        if row is None:
+            raise errors.NotFound(f"no dead letter has the id {dead_letter_id}")
+        fields = json.loads(row.fields)
+        replayed_at = from_ms(await self._clock.now_ms(self._redis))
+        try:
+            async with self._db.transaction() as session:
+                await self._appliers[row.stream](session, [fields])
+                stored = await session.get(DeadLetterRow, dead_letter_id)
+                assert stored is not None
+                stored.replayed_at = stored.replayed_at or replayed_at
+                row = stored
+        except Exception as exc:
+            if not is_poison(exc):
+                raise  # SQL down or locked: a 503, try again later
+            raise errors.ReplayFailed(
+                f"the record still cannot be applied: {describe(exc)}", error=describe(exc)
+            ) from exc
+        log.warning(
+            "dead letter %d (%s %s, entry %s) replayed into SQL",
+            row.id,
+            row.stream,
+            row.owner_id,
+            row.entry_id,
+        )
+        return _answer(row)
+
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """Dead letters oldest first, after `cursor` (the `next_cursor` of the page before):
         `{"dead_letters": [...], "next_cursor"}`."""
@@ -222,4 +265,5 @@ def _answer(row: DeadLetterRow) -> dict[str, Any]:
         "fields": json.loads(row.fields),
         "error": row.error,
         "dead_at": iso_ms(to_ms(row.dead_at)),
+        "replayed_at": None if row.replayed_at is None else iso_ms(to_ms(row.replayed_at)),
     }

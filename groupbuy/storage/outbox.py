@@ -67,6 +67,7 @@ class OutboxWriter:
         self._index = index
         self._stream_of = stream_of
         self._dead = dead_letters
+        dead_letters.register("teams", self._apply)
         # Per stream: the flush running now, and the one queued to start after it.
         self._current: dict[str, asyncio.Task[int]] = {}
         self._queued: dict[str, asyncio.Task[int]] = {}
@@ -126,8 +127,7 @@ class OutboxWriter:
 
             async def apply(batch: list[tuple[str, dict[str, str]]]) -> None:
                 async with self._db.transaction() as session:
-                    events = await self._project(session, [fields for _id, fields in batch])
-                    await record_events(session, events)
+                    await self._apply(session, [fields for _id, fields in batch])
 
             poisoned = await apply_isolating(entries, apply)
             if poisoned:  # out of the stream (into the dead letters) before the rest is acked
@@ -135,6 +135,10 @@ class OutboxWriter:
             dead = {p.entry_id for p in poisoned}
             await self.ack(member, [entry_id for entry_id, _ in entries if entry_id not in dead])
             applied += len(entries) - len(poisoned)
+
+    async def _apply(self, session: AsyncSession, records: list[dict[str, str]]) -> None:
+        """Project records into rows and record their events, in the caller's transaction."""
+        await record_events(session, await self._project(session, records))
 
     async def ack(self, member: str, ids: list[str]) -> int:
         """Delete recorded entries and set the stream's pending-index entry from what is

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy.exc
 from sqlalchemy import select
 
-from groupbuy import metrics
+from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.services import Services
@@ -138,6 +138,44 @@ async def test_a_dead_lettered_real_grab_is_named_by_reconciliation(
     assert ("grab_dead_lettered", "u1") in kinds, report
     assert not {k for k, _ in kinds} & {"redis_grab_missing_in_sql", "grab_acknowledged_unrecorded"}
     assert (await services.packets.account("u0"))["balance_cents"] == won["u0"]
+
+
+async def test_a_dead_letter_is_replayed_once_its_cause_is_fixed(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import groupbuy.redpacket.records as records
+
+    won = await grab_some(services, ["u0", "u1"], shares=2)  # sold out
+    real_row = records._grab_row
+
+    def refuse_u1(f: dict[str, str]) -> dict[str, object]:
+        if f["user_id"] == "u1":
+            raise ValueError("stands for a defect of this writer version")
+        return real_row(f)
+
+    monkeypatch.setattr(records, "_grab_row", refuse_u1)
+    await services.packets.acks.flush()
+    await services.packets.writer.drain("pk")
+    page = await services.dead_letters.page(limit=10)
+    (letter,) = page["dead_letters"]
+    assert letter["replayed_at"] is None
+    with pytest.raises(errors.ReplayFailed, match="defect of this writer version"):
+        await services.dead_letters.replay(letter["id"])  # not fixed yet: nothing applied
+    assert await count(services, GrabRow) == 1
+
+    monkeypatch.undo()  # the fixed writer is deployed
+    replayed = await services.dead_letters.replay(letter["id"])
+    assert replayed["replayed_at"] is not None and replayed["entry_id"] == letter["entry_id"]
+    assert await services.dead_letters.replay(letter["id"]) == replayed  # idempotent
+    assert await count(services, GrabRow) == 2
+    assert await count(services, LedgerEntryRow, kind="grab_credit") == 2
+    assert (await services.packets.account("u1"))["balance_cents"] == won["u1"]
+    await assert_money_conserved(services)  # sold out: the grabs sum to the amount again
+    report = await services.reconciler.run()
+    assert report["mismatch_count"] == 0, report
+    assert (await services.dead_letters.page(limit=10))["dead_letters"] == [replayed]
+    with pytest.raises(errors.NotFound):
+        await services.dead_letters.replay(letter["id"] + 1)
 
 
 async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
