@@ -53,6 +53,8 @@ _POISON_ERRORS: tuple[type[BaseException], ...] = (
     sa_exc.DataError,
 )
 
+_POISON_SQLSTATE_CLASSES = ("22", "23")
+
 
 class DeadLetterRow(Base):
     """One outbox record SQL could not apply: where it was, what it held, and why."""
@@ -88,13 +90,32 @@ def is_poison(exc: BaseException) -> bool:
     """Whether an error is the record's own fault (dead-letter it) rather than transient
     (SQL down or locked, a lost connection: retry the batch later)."""
     if isinstance(exc, sa_exc.DBAPIError):
-        # OperationalError, InterfaceError and the like: the database, not the record.
-        return isinstance(exc, (sa_exc.IntegrityError, sa_exc.DataError)) and not (
-            exc.connection_invalidated
+        if exc.connection_invalidated or isinstance(
+            exc, (sa_exc.OperationalError, sa_exc.InterfaceError)
+        ):
+            return False  # the database or the connection, not the record
+        if isinstance(exc, (sa_exc.IntegrityError, sa_exc.DataError)):
+            return True
+        # asyncpg's errors arrive as a plain DBAPIError: one refusing a parameter before
+        # sending it ("invalid input for query argument") is a ValueError, and the server's
+        # carry their SQLSTATE (class 22: data exception, 23: integrity constraint).
+        return any(
+            isinstance(cause, _POISON_ERRORS)
+            or str(getattr(cause, "sqlstate", "") or "")[:2] in _POISON_SQLSTATE_CLASSES
+            for cause in _causes(exc.orig)
         )
     if isinstance(exc, sa_exc.StatementError):  # a bind parameter's conversion failed
         return exc.orig is not None and is_poison(exc.orig)
     return isinstance(exc, _POISON_ERRORS)
+
+
+def _causes(exc: BaseException | None) -> list[BaseException]:
+    """An exception and the chain of exceptions it was raised from."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__
+    return chain
 
 
 def describe(exc: BaseException) -> str:

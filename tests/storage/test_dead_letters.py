@@ -245,3 +245,31 @@ def test_transient_errors_are_not_poison() -> None:
     assert is_poison(refused)
     assert is_poison(KeyError("seq"))
     assert is_poison(OverflowError("Python int too large to convert to SQLite INTEGER"))
+
+
+class DriverError(Exception):
+    """What asyncpg's errors look like to SQLAlchemy: a plain DBAPIError around them."""
+
+    def __init__(self, sqlstate: str | None = None) -> None:
+        super().__init__("driver error")
+        self.sqlstate = sqlstate
+
+
+def wrapped(orig: BaseException) -> sqlalchemy.exc.DBAPIError:
+    return sqlalchemy.exc.DBAPIError("INSERT", {}, orig)
+
+
+def test_driver_errors_are_judged_by_their_cause_and_sqlstate() -> None:
+    """On PostgreSQL (asyncpg) a refused value arrives as a plain DBAPIError: an argument
+    the driver cannot encode (raised from a ValueError), or the server's data exception
+    (SQLSTATE class 22) or constraint violation (23); a lost connection (08) is not poison."""
+    encode = DriverError()
+    encode.__cause__ = ValueError("invalid input for query argument $4 (value out of int64 range)")
+    assert is_poison(wrapped(encode))
+    assert is_poison(wrapped(DriverError("22001")))  # value too long for type varchar(64)
+    assert is_poison(wrapped(DriverError("23502")))  # not-null violation
+    assert not is_poison(wrapped(DriverError("08006")))  # connection failure
+    assert not is_poison(wrapped(DriverError()))
+    lost = wrapped(DriverError("22001"))
+    lost.connection_invalidated = True
+    assert not is_poison(lost)
