@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- outbox_bury: move outbox entries that SQL can never apply (poison records) to the
 -- dead-letter stream, then forget them in their outbox like outbox_ack does, all in one
 -- atomic call: an entry leaves its outbox only once its dead letter exists.

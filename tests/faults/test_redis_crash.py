@@ -6,10 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.support.storm import (
-    ReadinessNotRestored,
     RedisUnderTest,
     Storm,
     check_after_storm,
@@ -18,12 +15,6 @@ from tests.support.storm import (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ReadinessNotRestored,
-    reason="not yet built: /readyz reports the scripts Redis forgot as not loaded instead of "
-    "loading them again, so it stays 503 after the fault",
-)
 async def test_kill_9_mid_storm_and_restart(redis_server: RedisUnderTest, tmp_path: Path) -> None:
     async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
         storm = Storm(client)

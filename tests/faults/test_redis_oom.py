@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from tests.support.storm import (
     OutOfMemoryNotRefused,
     RedisUnderTest,
@@ -18,13 +16,6 @@ from tests.support.storm import (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OutOfMemoryNotRefused,
-    reason="not yet built: a call over maxmemory answers 500 internal_error instead of 503 "
-    "redis_out_of_memory (the scripts do not declare their flags, so Redis refuses their "
-    "first write midway instead of the whole call up front)",
-)
 async def test_out_of_memory_mid_storm(redis_server: RedisUnderTest, tmp_path: Path) -> None:
     admin = redis_server.client()
     async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):

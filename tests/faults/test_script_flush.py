@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from tests.support.storm import (
-    ReadinessNotRestored,
     RedisUnderTest,
     Storm,
     check_after_storm,
@@ -17,12 +14,6 @@ from tests.support.storm import (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ReadinessNotRestored,
-    reason="not yet built: /readyz reports the scripts Redis forgot as not loaded instead of "
-    "loading them again, so it stays 503 after the fault",
-)
 async def test_script_flush_repeatedly_mid_storm(
     redis_server: RedisUnderTest, tmp_path: Path
 ) -> None:
