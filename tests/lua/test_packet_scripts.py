@@ -368,8 +368,8 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
 
 async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harness) -> None:
     await h.create([1, 1, 1])
-    await h.call("packet_grab", "u1")
-    await h.call("packet_grab", "u2")
+    await h.grab("u1")
+    await h.grab("u2")
     stream, pending, dead = h.keys[3], h.keys[4], Keys("t").dead_letters()
     batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
     (first, fields), (second, _) = batch[0][1]
