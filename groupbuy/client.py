@@ -242,6 +242,26 @@ class Unblocked(TypedDict):
     unblocked: bool
 
 
+class DeadLetter(TypedDict):
+    """An outbox record SQL could not apply, kept instead of dropped."""
+
+    id: int
+    stream: str
+    owner_id: str
+    entry_id: str
+    fields: dict[str, str]
+    error: str
+    dead_at: str
+    replayed_at: str | None
+
+
+class DeadLettersPage(TypedDict):
+    """A page of dead letters, oldest first; pass `next_cursor` as `cursor`."""
+
+    dead_letters: list[DeadLetter]
+    next_cursor: str | None
+
+
 JobReport = dict[str, Any]
 """What a job run did: `job`, `duration_ms`, then fields of that job's own."""
 
@@ -557,6 +577,21 @@ class GroupBuyClient:
         return cast(
             BlockedUsersPage, await self._json("GET", "/v1/admin/blocked-users", params=params)
         )
+
+    async def dead_letters(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> DeadLettersPage:
+        """GET /v1/admin/dead-letters (admin): records the write-behind could not apply."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        return cast(
+            DeadLettersPage, await self._json("GET", "/v1/admin/dead-letters", params=params)
+        )
+
+    async def replay_dead_letter(self, dead_letter_id: int) -> DeadLetter:
+        """POST /v1/admin/dead-letters/{id}/replay (admin): apply a dead letter once its cause
+        is fixed (409 replay_failed while it still fails)."""
+        path = f"/v1/admin/dead-letters/{int(dead_letter_id)}/replay"
+        return cast(DeadLetter, await self._json("POST", path))
 
     # -- the wire ------------------------------------------------------------------------
 

@@ -222,6 +222,29 @@ async def test_blocked_users(clients: Clients) -> None:
     assert (await gb.send_packet("mallory", 100, 1))["status"] == "active"
 
 
+async def test_dead_letters(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    await admin.deposit("alice", 1000, "ref-d")
+    await gb.send_packet("alice", 300, 3, packet_id="pk-d")
+    await gb.grab("pk-d", "bob")  # the packet now has records waiting for the writer
+    services = clients.app.state.services
+    entry_id = await services.redis.xadd(
+        services.keys.packet_outbox("pk-d"), {"type": "nonsense", "packet_id": "pk-d"}
+    )
+    await admin.run_job("flush_records")
+    await raises("forbidden", 403, gb.dead_letters())
+    page = await admin.dead_letters(limit=10)
+    [letter] = page["dead_letters"]
+    assert (letter["entry_id"], letter["owner_id"], letter["replayed_at"]) == (
+        str(entry_id),
+        "pk-d",
+        None,
+    )
+    assert page["next_cursor"] is None
+    await raises("replay_failed", 409, admin.replay_dead_letter(letter["id"]))
+    await raises("not_found", 404, admin.replay_dead_letter(letter["id"] + 1))
+
+
 async def test_the_same_request_twice_in_a_second_is_answered_twice(clients: Clients) -> None:
     """Equal requests signed in one second would share a signature; the client moves the
     second one's timestamp on so the server does not take it for a replay."""
@@ -323,6 +346,8 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.BlockedUser, answers.BlockedUser),
     (typed.BlockedUsersPage, answers.BlockedUsersPage),
     (typed.Unblocked, answers.Unblocked),
+    (typed.DeadLetter, answers.DeadLetter),
+    (typed.DeadLettersPage, answers.DeadLettersPage),
 ]
 
 
