@@ -16,15 +16,24 @@ the same call as the XADD (a packet is listed from its first waiting record unti
 packets listed, never the idle ones. An entry that is lost anyway (a partial loss of
 Redis data, streams written before the index existed) is put back by `reindex`, which the
 repair job runs over SQL's unrecorded packets a page at a time.
+
+Within one writer, drains of one packet run one at a time (the flush job's, an expiry's,
+an operator's): a drain that starts while another holds a batch it has read but not yet
+committed waits for it, so the records waiting when a drain began are in SQL when it returns
+(unless another process's writer holds them, or they went to the dead letters). Side by
+side, the later drain could find nothing left to read (the batch delivered to the other)
+and return while those records were still on their way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.exceptions
@@ -65,9 +74,32 @@ class PacketRecordWriter(UsesBackends):
         self._batch_size = batch_size
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        # Per packet: the lock its drains take turns on, and how many drains want it.
+        self._draining: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def _one_drain_at_a_time(self, packet_id: str) -> AsyncIterator[None]:
+        lock, users = self._draining.get(packet_id, (asyncio.Lock(), 0))
+        self._draining[packet_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._draining[packet_id]
+            if users == 1:
+                del self._draining[packet_id]
+            else:
+                self._draining[packet_id] = (lock, users - 1)
 
     async def drain(self, packet_id: str) -> int:
-        """Record every entry of one packet's stream now; returns how many were applied."""
+        """Record every entry of one packet's stream now; returns how many were applied.
+
+        A drain of the same packet already running in this writer is waited for first: the
+        batch it holds is this consumer's, delivered and not yet committed."""
+        async with self._one_drain_at_a_time(packet_id):
+            return await self._drain(packet_id)
+
+    async def _drain(self, packet_id: str) -> int:
         stream = self._keys.packet_outbox(packet_id)
         applied = 0
         while True:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
 from groupbuy.storage.backends import Backends
@@ -109,6 +110,57 @@ async def test_a_writer_retries_its_own_pending_batch(
             await writer.drain("pk")
         assert await writer.backlog() == 2
     assert await writer.drain("pk") == 2  # back up: the same consumer re-reads its pending batch
+    await assert_recorded_once(services, won)
+
+
+async def test_a_drain_waits_for_the_batch_another_drain_of_the_packet_holds(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush job and a caller draining the same packet in one process: the caller's
+    drain returns only once every record that was waiting is in SQL, even when the flush
+    took delivery of the batch between the caller's reads of the stream."""
+    won = await grabbed_packet(services, users=3)
+    writer = services.packets.writer
+    real_xreadgroup, real_xautoclaim = services.redis.xreadgroup, services.redis.xautoclaim
+    readers: list[asyncio.Task[Any] | None] = []
+    caller_between_reads, caller_go_on = asyncio.Event(), asyncio.Event()
+    flush_holds_batch, flush_go_on = asyncio.Event(), asyncio.Event()
+    drains: dict[str, asyncio.Task[int]] = {}  # "caller" and "flush", once started
+
+    async def xreadgroup(*args: Any, **kwargs: Any) -> Any:
+        readers.append(asyncio.current_task())
+        return await real_xreadgroup(*args, **kwargs)
+
+    async def xautoclaim(*args: Any, **kwargs: Any) -> Any:
+        if asyncio.current_task() is drains.get("caller"):  # it read its own pending entries: none
+            caller_between_reads.set()
+            await caller_go_on.wait()
+        return await real_xautoclaim(*args, **kwargs)
+
+    async def apply(session: Any, records: list[dict[str, str]]) -> None:
+        if asyncio.current_task() is drains.get("flush"):  # delivered to it, not committed yet
+            flush_holds_batch.set()
+            await flush_go_on.wait()
+        await apply_packet_records(session, records)
+
+    monkeypatch.setattr(services.redis, "xreadgroup", xreadgroup)
+    monkeypatch.setattr(services.redis, "xautoclaim", xautoclaim)
+    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", apply)
+    caller = drains["caller"] = asyncio.create_task(writer.drain("pk"))
+    await caller_between_reads.wait()
+    flush = drains["flush"] = asyncio.create_task(writer.drain("pk"))
+    try:
+        await asyncio.sleep(0)  # the flush's first step: a read of the stream, or a wait
+        if flush in readers:  # it read: let it take the new entries and start applying them
+            await flush_holds_batch.wait()
+        caller_go_on.set()
+        await caller
+        assert await count(services, GrabRow) == len(won), "the caller returned too early"
+    finally:
+        caller_go_on.set()
+        flush_go_on.set()
+        await asyncio.wait([caller, flush])
+    assert (caller.result(), flush.result()) == (3, 0)
     await assert_recorded_once(services, won)
 
 
