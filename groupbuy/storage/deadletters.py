@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy import errors, metrics
-from groupbuy.storage.backends import Backends
+from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import Base, dialect_insert
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
@@ -148,15 +148,11 @@ async def apply_isolating(
     return poisoned + await apply_isolating(entries[middle:], apply)
 
 
-class DeadLetters:
+class DeadLetters(UsesBackends):
     """Writes dead letters (SQL row first, then the atomic move in Redis) and reads them."""
 
     def __init__(self, backends: Backends) -> None:
-        self._redis = backends.redis
-        self._scripts = backends.scripts
-        self._db = backends.database
-        self._keys = backends.keys
-        self._clock = backends.clock
+        super().__init__(backends)
         self._appliers: dict[str, Applier] = {}
 
     def register(self, kind: StreamKind, apply: Applier) -> None:

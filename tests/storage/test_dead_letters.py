@@ -34,6 +34,20 @@ async def grab_some(services: Services, users: list[str], shares: int = 10) -> d
     return {user: (await packets.grab("pk", user))["amount_cents"] for user in users}
 
 
+def refuse_grab_rows_of(user_id: str, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+    """Make the grab records of one user fail as poison (a ValueError) in the writer."""
+    import groupbuy.redpacket.records as records
+
+    real_row = records._grab_row
+
+    def refuse(f: dict[str, str]) -> dict[str, object]:
+        if f["user_id"] == user_id:
+            raise ValueError(error)
+        return real_row(f)
+
+    monkeypatch.setattr(records, "_grab_row", refuse)
+
+
 async def poison(services: Services, stream: str, **fields: str) -> str:
     entry_id = await services.redis.xadd(stream, fields)
     return str(entry_id)
@@ -119,17 +133,8 @@ async def test_a_transient_sql_failure_dead_letters_nothing(
 async def test_a_dead_lettered_real_grab_is_named_by_reconciliation(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import groupbuy.redpacket.records as records
-
     won = await grab_some(services, ["u0", "u1", "u2"])
-    real_row = records._grab_row
-
-    def refuse_u1(f: dict[str, str]) -> dict[str, object]:
-        if f["user_id"] == "u1":
-            raise ValueError("stands for a value SQL refuses")
-        return real_row(f)
-
-    monkeypatch.setattr(records, "_grab_row", refuse_u1)
+    refuse_grab_rows_of("u1", monkeypatch, "stands for a value SQL refuses")
     await services.packets.acks.flush()
     assert await services.packets.writer.drain("pk") == 2
     report = await services.reconciler.run()
@@ -143,17 +148,8 @@ async def test_a_dead_lettered_real_grab_is_named_by_reconciliation(
 async def test_a_dead_letter_is_replayed_once_its_cause_is_fixed(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import groupbuy.redpacket.records as records
-
     won = await grab_some(services, ["u0", "u1"], shares=2)  # sold out
-    real_row = records._grab_row
-
-    def refuse_u1(f: dict[str, str]) -> dict[str, object]:
-        if f["user_id"] == "u1":
-            raise ValueError("stands for a defect of this writer version")
-        return real_row(f)
-
-    monkeypatch.setattr(records, "_grab_row", refuse_u1)
+    refuse_grab_rows_of("u1", monkeypatch, "stands for a defect of this writer version")
     await services.packets.acks.flush()
     await services.packets.writer.drain("pk")
     page = await services.dead_letters.page(limit=10)
