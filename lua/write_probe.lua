@@ -1,7 +1,7 @@
 #!lua
 -- write_probe: change nothing, only learn whether Redis takes writes now. Over maxmemory Redis
 -- refuses a script that may write (no allow-oom, no no-writes flag) before it runs, with the
--- OOM error: a caller that must change SQL before its own script (a send's debit) asks first.
+-- OOM error: a caller that must change SQL before its own script (an activity's row) asks first.
 -- KEYS[1] a key of the slot the following write goes to (not read; routes the call)
 -- Returns {0}.
 return {0}

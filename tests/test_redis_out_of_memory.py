@@ -132,7 +132,7 @@ def test_writes_are_refused_whole_and_reads_answer(server: RedisProcess, tmp_pat
 async def test_a_send_refused_after_its_debit_is_taken_back(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Memory running out between the probe and the packet: debit, row and event go."""
+    """Memory running out between the admission and the packet: debit, row and event go."""
     packets = services.packets
     await packets.deposit("alice", 5_000, "d1")
     call = services.scripts.call

@@ -137,8 +137,6 @@ class RedPacketService(UsesBackends):
             raise errors.InvalidRequest("amount_cents must be at least count (1 cent per share)")
         packet_id = packet_id or f"p{secrets.token_hex(8)}"
         expires_in_s = expires_in_s or limits.expires_in_s
-        # Over maxmemory Redis would refuse the packet after the debit: learn it first.
-        await self._scripts.call("write_probe", self._keys.packet_keys(packet_id)[:1], [])
         now_ms = await self._clock.now_ms(self._redis)
         wanted = {
             "sender_id": sender_id,
@@ -147,6 +145,8 @@ class RedPacketService(UsesBackends):
             "strategy": strategy,
             "expires_in_s": expires_in_s,
         }
+        # The admission is a write script: over maxmemory Redis refuses it up front, so a
+        # send Redis could not take is refused before the debit.
         counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
         try:
             created, row = await self._record_send(packet_id, wanted, now_ms)
@@ -162,7 +162,7 @@ class RedPacketService(UsesBackends):
             try:
                 await self._make_live(row)
             except redis.exceptions.OutOfMemoryError:
-                # Memory ran out between the probe and the packet: the client is told nothing
+                # Memory ran out between the admission and the packet: the client is told nothing
                 # was applied, so the debit and the packet's record go (a repeat starts over).
                 if created:
                     await self._unsend(row)
