@@ -201,10 +201,7 @@ class TeamService(UsesBackends):
             code, rest = split_reply(await self._scripts.call("team_open", keys, args))
         if code is TeamCode.CONFLICT:
             raise_for(code, f"team {team_id!r} exists with another leader or order")
-        if code is TeamCode.USER_LIMIT_REACHED:
-            _refuse_over_limit(leader_id, rest)
-        if code is TeamCode.USER_BLOCKED:
-            _refuse_blocked(leader_id)
+        _refuse_for_user(code, leader_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -399,10 +396,7 @@ class TeamService(UsesBackends):
             )
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
-        if code is TeamCode.USER_LIMIT_REACHED:
-            _refuse_over_limit(user_id, rest)
-        if code is TeamCode.USER_BLOCKED:
-            _refuse_blocked(user_id)
+        _refuse_for_user(code, user_id, rest)
         raise_for(code)
 
     # -- teams picked from the activity's open-seat index ------------------------------
@@ -436,10 +430,7 @@ class TeamService(UsesBackends):
                 f"no open team of activity {activity_id!r} has a free seat for {user_id!r}",
                 next_unlock_at=iso_ms(optional_int(rest[0])),
             )
-        if code is TeamCode.USER_LIMIT_REACHED:
-            _refuse_over_limit(user_id, rest)
-        if code is TeamCode.USER_BLOCKED:
-            _refuse_blocked(user_id)
+        _refuse_for_user(code, user_id, rest)
         raise_for(code)
 
     async def list_open_teams(
@@ -508,10 +499,7 @@ class TeamService(UsesBackends):
             code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
-        if code is TeamCode.USER_LIMIT_REACHED:
-            _refuse_over_limit(user_id, rest)
-        if code is TeamCode.USER_BLOCKED:
-            _refuse_blocked(user_id)
+        _refuse_for_user(code, user_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
         await self._outbox.flush_quietly(activity_id)
@@ -721,6 +709,15 @@ def _refuse_over_limit(user_id: str, rest: list[Any]) -> NoReturn:
         current=current,
         limit_name=name,
     )
+
+
+def _refuse_for_user(code: TeamCode, user_id: str, rest: list[Any]) -> None:
+    """Raise for the refusals that concern the user rather than the team (one of the
+    activity's limits reached, a blocked user); return for any other code."""
+    if code is TeamCode.USER_LIMIT_REACHED:
+        _refuse_over_limit(user_id, rest)
+    if code is TeamCode.USER_BLOCKED:
+        _refuse_blocked(user_id)
 
 
 def _refuse_blocked(user_id: str) -> NoReturn:
