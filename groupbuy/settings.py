@@ -96,6 +96,16 @@ class RedisSettings(_Section):
     # Refuse to start when Redis would lose acknowledged money on a crash or by eviction
     # (appendonly, appendfsync, maxmemory-policy); false: warn and start.
     strict: bool = False
+    # Redis Cluster: `url` names any node; keys spread over the shards by their hash tags.
+    cluster: bool = False
+    # Sentinel: "host:port,host:port,..." of the Sentinels watching the primary named
+    # `sentinel_service`; the client follows whichever server they name as primary.
+    sentinel: str = ""
+    sentinel_service: Annotated[str, Field(min_length=1, pattern=r"^[^ ,]+$")] = "groupbuy"
+    # Before answering, every mutating call waits until this many replicas hold its writes
+    # (WAIT), so a failover loses nothing a client was told; 0: answer at once.
+    wait_replicas: Annotated[int, Field(ge=0, le=16)] = 0
+    wait_timeout_s: Annotated[float, Field(gt=0, le=60)] = 1.0
 
     @field_validator("url")
     @classmethod
