@@ -243,7 +243,7 @@ async def credit_latency(
                 break
             await asyncio.sleep(0.02)
         sender = f"flash-sender-{run}"
-        await services.packets.deposit(sender, packets * shares * 100, f"credit-{run}")
+        await services.packets.deposit(sender, FLASH_PACKETS * shares * 100, f"credit-{run}")
         rng = random.Random(7)
         for p in range(FLASH_PACKETS):
             packet_id = f"credit-{run}-{p}"

@@ -159,11 +159,14 @@ async def warm_up(services: Services) -> None:
     await asyncio.gather(*(services.redis.ping() for _ in range(CONCURRENCY * 2)))
 
 
-async def open_services(redis_url: str, database_url: str, auto_pipeline: bool = True) -> Services:
-    """The production wiring on the given Redis and SQLite file, tables created, scripts
-    loaded; script calls coalesced ([redis] auto_pipeline, the default) or not."""
+async def open_services(
+    redis_url: str, database_url: str, auto_pipeline: bool = True, **redis: Any
+) -> Services:
+    """The production wiring on the given Redis and database, tables created, scripts
+    loaded; script calls coalesced ([redis] auto_pipeline, the default) or not; `redis`:
+    other [redis] settings (e.g. cluster=True)."""
     settings = Settings().replace(
-        "redis", url=redis_url, max_connections=512, auto_pipeline=auto_pipeline
+        "redis", url=redis_url, max_connections=512, auto_pipeline=auto_pipeline, **redis
     )
     settings = settings.replace("database", url=database_url)
     database = Database(database_url)
