@@ -132,13 +132,14 @@ async def _check_redis(settings: Settings) -> None:
     an unreachable Redis is left to the services' start, which reports it."""
     import redis.exceptions
 
-    from groupbuy.storage.durability import check_durability
+    from groupbuy.storage.durability import check_durability, check_replicas
     from groupbuy.storage.redis_client import connect_redis
 
     client = connect_redis(settings.redis)
     try:
         with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             await check_durability(client, describe(settings.redis), settings.redis.strict)
+            await check_replicas(client, settings.redis)
     finally:
         await client.aclose()
 

@@ -157,6 +157,14 @@ class RedisOutOfMemory(Unavailable):
     code, title = "redis_out_of_memory", "Redis is over its memory limit; nothing was applied"
 
 
+class RedisReplicationTimeout(Unavailable):
+    code, title = (
+        "redis_replication_timeout",
+        "Fewer replicas than [redis] wait_replicas confirmed the write in time; it is applied "
+        "on the primary, and a retry answers the same",
+    )
+
+
 class DatabaseUnavailable(Unavailable):
     code, title = "database_unavailable", "The database is unreachable; retry later"
 

@@ -29,7 +29,7 @@ from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
-from groupbuy.storage.durability import RedisNotDurable, check_durability
+from groupbuy.storage.durability import RedisNotDurable, check_durability, check_replicas
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.ratelimit import RateLimitService
@@ -38,6 +38,7 @@ from groupbuy.storage.redis_client import (
     auto_pipeline,
     connect_redis,
     describe,
+    replica_wait,
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
@@ -72,7 +73,9 @@ def build_services(
     """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
     redis = redis if redis is not None else connect_redis(settings.redis)
     database = database or Database(settings.database.effective_url)
-    scripts = Scripts(redis, auto_pipeline(redis, settings.redis))
+    scripts = Scripts(
+        redis, auto_pipeline(redis, settings.redis), wait=replica_wait(settings.redis)
+    )
     keys = Keys(settings.redis.key_prefix)
     clock = RedisClock()
     reachability = Reachability(describe(settings.redis))
@@ -141,6 +144,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await check_durability(
             services.redis, services.reachability.where, services.settings.redis.strict
         )
+        await check_replicas(services.redis, services.settings.redis)
     except RedisNotDurable:
         await services.database.dispose()
         await services.redis.aclose()

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from groupbuy.signing import SIGNED_SUFFIX
 
@@ -117,12 +124,41 @@ class RedisSettings(_Section):
             )
         return url
 
+    @field_validator("sentinel")
+    @classmethod
+    def _sentinel_addresses(cls, sentinel: str) -> str:
+        for address in filter(None, (part.strip() for part in sentinel.split(","))):
+            host, _colon, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"must list the Sentinels as host:port,host:port, got {address!r} in "
+                    f"{sentinel!r}"
+                )
+        return sentinel
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> RedisSettings:
+        if self.sentinel and self.cluster:
+            raise ValueError("sentinel and cluster = true exclude each other: choose one")
+        if self.wait_replicas and self.embedded:
+            raise ValueError(
+                "wait_replicas needs a Redis with replicas (set url or sentinel); the embedded "
+                "engine has none"
+            )
+        return self
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """The Sentinels to ask for the primary, as (host, port) pairs (none: no Sentinel)."""
+        pairs = filter(None, (part.strip() for part in self.sentinel.split(",")))
+        return [(host, int(port)) for host, _colon, port in (p.rpartition(":") for p in pairs)]
+
     @property
     def embedded(self) -> bool:
-        """True when no URL is set: `groupbuy serve` runs its own engine ([embedded]) and hands
-        its socket URL on; a client built from these settings as they are is an in-process
-        fakeredis (the tests' backend)."""
-        return not self.url
+        """True when neither a URL nor Sentinels are set: `groupbuy serve` runs its own engine
+        ([embedded]) and hands its socket URL on; a client built from these settings as they
+        are is an in-process fakeredis (the tests' backend)."""
+        return not self.url and not self.sentinel
 
 
 class EmbeddedSettings(_Section):
@@ -419,6 +455,8 @@ def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) 
         return f"unknown key(s) in [{location[0]}]: {location[1]}"
     where = f"[{location[0]}] {'.'.join(location[1:])}" if location else source
     if len(location) == 1:
+        if error["type"] == "value_error":  # a rule over several keys of the section
+            return f"[{location[0]}]: {str(error['msg']).removeprefix('Value error, ')}"
         return f"[{location[0]}] must be a table"
     expected = _EXPECTED.get(error["type"])
     detail = str(error["msg"]).removeprefix("Value error, ")

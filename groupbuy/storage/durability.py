@@ -15,9 +15,10 @@ import logging
 from typing import Any
 
 import fakeredis
+import redis.asyncio as aioredis
 import redis.exceptions
 
-from groupbuy.settings import SettingsError
+from groupbuy.settings import RedisSettings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -82,4 +83,42 @@ async def check_durability(client: Any, where: str, strict: bool) -> list[str]:
         )
     for risk in found:
         log.warning("redis at %s: %s", where, risk)
+    return found
+
+
+async def check_replicas(client: Any, settings: RedisSettings) -> list[str]:
+    """Under Sentinel, check every replica the Sentinels know as the primary is checked (a
+    failover makes one of them the primary); with `wait_replicas`, warn when the primary has
+    fewer replicas connected than every write will wait for. Returns what was found."""
+    found: list[str] = []
+    if settings.sentinel:
+        addresses = await client.sentinels.discover_replicas(settings.sentinel_service)
+        options = client.connection_pool.connection_kwargs
+        for host, port in addresses:
+            replica = aioredis.Redis(
+                host=host,
+                port=port,
+                username=options.get("username"),
+                password=options.get("password"),
+                socket_timeout=options.get("socket_timeout"),
+                socket_connect_timeout=options.get("socket_connect_timeout"),
+                decode_responses=True,
+            )
+            where = f"{host}:{port} (a replica of {settings.sentinel_service!r})"
+            try:
+                found += await check_durability(replica, where, settings.strict)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+                log.warning("redis at %s: cannot check it (%s)", where, error)
+            finally:
+                await replica.aclose()
+    if settings.wait_replicas:
+        connected = int((await client.info("replication")).get("connected_slaves", 0))
+        if connected < settings.wait_replicas:
+            shortfall = (
+                f"[redis] wait_replicas = {settings.wait_replicas} but the primary has "
+                f"{connected} replica(s) connected: writes answer 503 redis_replication_timeout "
+                "until enough replicas are back"
+            )
+            log.warning("redis: %s", shortfall)
+            found.append(shortfall)
     return found

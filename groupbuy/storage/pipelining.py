@@ -17,8 +17,16 @@ to the configured retries, then fail with the same ConnectionError/TimeoutError 
 raises (the API maps both to 503). Resending is safe because every script is
 idempotent: a call that did run before the drop answers the same on the second run.
 
+With `wait` set (`[redis] wait_replicas`), a batch carrying a call that asked for it ends
+with one `WAIT n timeout` on the same connection, which covers every write of the batch;
+those calls are answered only after it, and fail with RedisReplicationTimeout when fewer
+than n replicas confirmed in time (their writes stay applied on the primary).
+
 One `AutoPipeline` talks to one server (one connection pool). A Redis Cluster client
 needs one per node, with calls routed by their keys' slot, so a batch never mixes nodes.
+With Sentinel the pool is redis-py's SentinelConnectionPool: each new connection goes to
+the primary the Sentinels name, and a dropped connection or a READONLY answer from a
+demoted primary fails the batch's connection, so the resend finds the new primary.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from hiredis import pack_command
 from redis.asyncio.connection import ConnectionPool
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
 
+from groupbuy.errors import RedisReplicationTimeout
 from groupbuy.metrics import REDIS_BATCH_CALLS
 
 # What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
@@ -42,6 +51,29 @@ RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 # SCRIPT FLUSH can land between the reload and the resend (a fault test flushes every 100 ms
 # under load and saw it); a bound still, so a server that never keeps scripts fails the call.
 MAX_RELOADS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """WAIT after a write: how many replicas must hold it, and how long to wait for them."""
+
+    replicas: int
+    timeout_s: float
+
+    def command(self) -> tuple[Any, ...]:
+        return ("WAIT", self.replicas, max(1, math.ceil(self.timeout_s * 1000)))
+
+    def failure(self, acknowledged: int) -> RedisReplicationTimeout | None:
+        """The error for calls whose WAIT answered `acknowledged`, or None when enough."""
+        if acknowledged >= self.replicas:
+            return None
+        return RedisReplicationTimeout(
+            f"{acknowledged} of the {self.replicas} replicas [redis] wait_replicas asks for "
+            f"confirmed the write within {self.timeout_s} s; it is applied on the primary and "
+            "a retry answers the same",
+            replicas_acknowledged=acknowledged,
+            replicas_wanted=self.replicas,
+        )
 
 
 @dataclass(slots=True)
@@ -53,6 +85,7 @@ class ScriptCall:
     keys: list[str]
     args: list[Any]
     reply: asyncio.Future[Any]
+    wait: bool = False  # answer only once the replicas confirmed its writes (WAIT)
     failures: int = 0
     reloads: int = field(default=0)
 
@@ -72,8 +105,10 @@ class AutoPipeline:
         socket_timeout_s: float | None,
         retries: int = 3,
         backoff: AbstractBackoff | None = None,
+        wait: ReplicaWait | None = None,
     ) -> None:
         self._pool = pool
+        self._wait = wait
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
         self._timeout = socket_timeout_s
@@ -88,10 +123,13 @@ class AutoPipeline:
         self.calls = 0
         self.largest_batch = 0
 
-    async def evalsha(self, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
-        """Run one script by sha (loading its source on NOSCRIPT) in the next batch."""
+    async def evalsha(
+        self, sha: str, source: str, keys: list[str], args: list[Any], wait: bool = False
+    ) -> Any:
+        """Run one script by sha (loading its source on NOSCRIPT) in the next batch; with
+        `wait` (and a ReplicaWait given), answer once the replicas hold its writes."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(ScriptCall(sha, source, keys, args, reply))
+        self._queue.append(ScriptCall(sha, source, keys, args, reply, wait and bool(self._wait)))
         self._kick()
         return await reply
 
@@ -166,12 +204,21 @@ class AutoPipeline:
         self.largest_batch = max(self.largest_batch, len(batch))
         REDIS_BATCH_CALLS.observe(len(batch))
         # hiredis packs in C, ~8x faster than the pure-Python packer redis-py uses.
-        packed = b"".join([pack_command(call.command()) for call in batch])
+        commands = [call.command() for call in batch]
+        wait = self._wait if any(call.wait for call in batch) else None
+        timeout = self._timeout
+        if wait is not None:
+            # One WAIT after the batch's scripts covers every write they made on this
+            # connection; the batch may take that much longer to answer.
+            commands.append(wait.command())
+            timeout = None if timeout is None else timeout + wait.timeout_s
+        packed = b"".join([pack_command(command) for command in commands])
         missing: list[ScriptCall] = []
+        held: list[tuple[ScriptCall, Any]] = []  # replies kept until the WAIT has answered
         # One timeout for the batch's replies instead of one per reply (math.inf turns off
         # the per-read timeout): a stalled server still fails the batch after the timeout.
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(timeout):
                 await connection.send_packed_command(packed, check_health=False)
                 for call in batch:
                     try:
@@ -181,17 +228,33 @@ class AutoPipeline:
                         continue
                     except redis.exceptions.ResponseError as error:
                         reply = error
-                    if call.reply.done():  # its caller was cancelled: read and drop the reply
-                        continue
-                    if isinstance(reply, redis.exceptions.ResponseError):
-                        call.reply.set_exception(reply)
+                    if wait is None:
+                        _answer(call, reply)
                     else:
-                        call.reply.set_result(reply)
+                        held.append((call, reply))
+                if wait is not None:
+                    await self._answer_after_wait(connection, wait, held)
         except TimeoutError:
-            raise redis.exceptions.TimeoutError(
-                f"no reply from Redis within {self._timeout} s"
-            ) from None
+            raise redis.exceptions.TimeoutError(f"no reply from Redis within {timeout} s") from None
         return missing
+
+    @staticmethod
+    async def _answer_after_wait(
+        connection: Any, wait: ReplicaWait, held: list[tuple[ScriptCall, Any]]
+    ) -> None:
+        """Read the WAIT's answer, then answer the batch: a call that asked to wait fails
+        with RedisReplicationTimeout when too few replicas confirmed."""
+        try:
+            acknowledged = int(await connection.read_response(timeout=math.inf))
+            refused: Exception | None = None
+        except redis.exceptions.ResponseError as error:  # WAIT itself refused
+            acknowledged, refused = 0, error
+        for call, reply in held:
+            if call.wait and not isinstance(reply, redis.exceptions.ResponseError):
+                failure = refused or wait.failure(acknowledged)
+                if failure is not None:
+                    reply = failure
+            _answer(call, reply)
 
     async def _reload(self, connection: Any, missing: list[ScriptCall]) -> None:
         """Load the scripts Redis forgot and queue their calls again (up to MAX_RELOADS
@@ -233,3 +296,13 @@ class AutoPipeline:
         """Wait for the batches in flight (callers still get their replies)."""
         if self._senders:
             await asyncio.gather(*self._senders, return_exceptions=True)
+
+
+def _answer(call: ScriptCall, reply: Any) -> None:
+    """Hand a reply (or an error) to its caller, unless the caller was cancelled."""
+    if call.reply.done():  # its caller was cancelled: the reply is dropped
+        return
+    if isinstance(reply, Exception):
+        call.reply.set_exception(reply)
+    else:
+        call.reply.set_result(reply)

@@ -3,6 +3,11 @@
 `groupbuy serve` with no URL runs the embedded engine (storage/embedded.py) and hands its
 socket URL here; an empty URL reaching this module means fakeredis: the tests' backend,
 or the service's fallback where no server binary can run.
+
+With `[redis] sentinel`, the client is redis-py's Sentinel `master_for(sentinel_service)`:
+its pool asks the Sentinels for the primary each time it opens a connection, so after a
+failover the resends of the calls that failed (a dropped connection, READONLY from the
+demoted primary) reach the promoted replica, with no restart.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import fakeredis
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
-from groupbuy.storage.pipelining import AutoPipeline
+from groupbuy.storage.pipelining import AutoPipeline, ReplicaWait
 
 # Resends after a dropped connection, for plain commands and coalesced script calls alike.
 RETRIES = 3
@@ -30,18 +36,54 @@ def connect_redis(settings: RedisSettings) -> Any:
     if settings.embedded:
         server = fakeredis.FakeServer(version=(7, 0))
         return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
-    return aioredis.Redis.from_url(
-        settings.url,
-        decode_responses=True,
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.socket_timeout_s,
-        max_connections=settings.max_connections,
-        health_check_interval=30,
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "max_connections": settings.max_connections,
+        "health_check_interval": 30,
         # Resend after a dropped connection (a Redis restart, a failover): every script
         # is idempotent, so a command that did run before the drop is not applied twice.
-        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=BACKOFF_CAP_S), RETRIES),
-        retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
-    )
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=BACKOFF_CAP_S), RETRIES),
+        "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+    }
+    if settings.sentinel:
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            settings.sentinel_addresses,
+            sentinel_kwargs={
+                "socket_timeout": settings.socket_timeout_s,
+                "socket_connect_timeout": settings.socket_timeout_s,
+                "decode_responses": True,
+            },
+        )
+        return sentinel.master_for(
+            settings.sentinel_service, redis_class=SentinelPrimary, **options
+        )
+    return aioredis.Redis.from_url(settings.url, **options)
+
+
+class SentinelPrimary(aioredis.Redis):
+    """The client of the primary a Sentinel set names; closing it closes the connections to
+    the Sentinels too (redis-py leaves those to whoever made the Sentinel object)."""
+
+    @property
+    def sentinels(self) -> Sentinel:
+        """The Sentinels this client asks for the primary (and the replicas)."""
+        manager: Sentinel = self.connection_pool.sentinel_manager  # type: ignore[attr-defined]
+        return manager
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            await self.sentinels.aclose()
+
+
+def replica_wait(settings: RedisSettings) -> ReplicaWait | None:
+    """What every mutating script call waits for (`[redis] wait_replicas`), or None."""
+    if not settings.wait_replicas:
+        return None
+    return ReplicaWait(settings.wait_replicas, settings.wait_timeout_s)
 
 
 def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
@@ -54,6 +96,7 @@ def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
         max_in_flight=settings.pipeline_max_in_flight,
         socket_timeout_s=None if settings.embedded else settings.socket_timeout_s,
         retries=RETRIES,
+        wait=replica_wait(settings),
     )
 
 
@@ -71,4 +114,6 @@ def describe(settings: RedisSettings) -> str:
     """Where Redis is, for start-up messages (no credentials)."""
     if settings.embedded:
         return "in-process fakeredis (not durable, one process)"
+    if settings.sentinel:
+        return f"the primary of {settings.sentinel_service!r} (Sentinels {settings.sentinel})"
     return settings.url.split("@")[-1]

@@ -21,11 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import redis.exceptions
 
-from groupbuy.storage.pipelining import AutoPipeline
+from groupbuy.storage.pipelining import MAX_RELOADS, AutoPipeline, ReplicaWait
 
 _REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
 SHEBANG = "#!lua"
+# Scripts that may write but whose writes a failover may lose without breaking anything a
+# client was told, so they never wait for replicas: rate-limit counters (a lost count lets
+# a few more requests through), the scheduler's lease (another process takes it over; the
+# jobs are idempotent) and the write probe (it writes nothing; it only lacks the flag so
+# that Redis checks memory first).
+UNREPLICATED = frozenset({"ratelimit_take", "lease_hold", "lease_release", "write_probe"})
 
 
 def lua_dir() -> Path:
@@ -59,6 +66,12 @@ def script_flags(name: str) -> frozenset[str]:
     return frozenset(flag for flag in declared.strip().split(",") if flag)
 
 
+def waits_for_replicas(name: str) -> bool:
+    """Whether a call of this script waits for the replicas under `[redis] wait_replicas`:
+    every script that may write (no `no-writes` flag), but those in UNREPLICATED."""
+    return "no-writes" not in script_flags(name) and name not in UNREPLICATED
+
+
 def script_names() -> list[str]:
     """Every runnable script (files starting with '_' are libraries)."""
     return sorted(p.stem for p in lua_dir().glob("*.lua") if not p.name.startswith("_"))
@@ -66,15 +79,23 @@ def script_names() -> list[str]:
 
 class Scripts:
     """Every script registered on one Redis client; calls go through `pipeline` when given
-    (coalesced round trips), else one EVALSHA each."""
+    (coalesced round trips), else one EVALSHA each. With `wait`, each call of a script that
+    may write is followed by WAIT on the same connection before its answer is used."""
 
     def __init__(
-        self, redis: Any, pipeline: AutoPipeline | None = None, flags: bool | None = None
+        self,
+        redis: Any,
+        pipeline: AutoPipeline | None = None,
+        flags: bool | None = None,
+        wait: ReplicaWait | None = None,
     ) -> None:
         """`flags`: send each script with its shebang line; by default unless `redis` is a
-        fakeredis client (which refuses it). Both call paths use these sources and shas."""
+        fakeredis client (which refuses it). Both call paths use these sources and shas.
+        `wait`: the replicas to wait for (the pipeline, when given, must carry the same)."""
         self._redis = redis
         self._pipeline = pipeline
+        self._wait = wait
+        self._waited = frozenset(name for name in script_names() if waits_for_replicas(name))
         if flags is None:
             flags = not isinstance(redis, fakeredis.FakeAsyncRedis)
         self._scripts = {
@@ -110,11 +131,40 @@ class Scripts:
         """Run a script by EVALSHA (loading it again if Redis forgot it); every script
         answers a table, `{code, ...}`."""
         script = self._scripts[name]
+        wait = self._wait is not None and name in self._waited
         if self._pipeline is not None:
-            reply: list[Any] = await self._pipeline.evalsha(script.sha, script.script, keys, args)
+            reply: list[Any] = await self._pipeline.evalsha(
+                script.sha, script.script, keys, args, wait=wait
+            )
+        elif wait:
+            reply = await self._call_and_wait(script, keys, args)
         else:
             reply = await script(keys=keys, args=args)
         return reply
+
+    async def _call_and_wait(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA then WAIT in one non-transactional pipeline: one connection, so the WAIT
+        covers the script's writes (a resend after a dropped connection sends both again)."""
+        assert self._wait is not None
+        for _ in range(MAX_RELOADS + 1):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.execute_command(*self._wait.command())
+                reply, acknowledged = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                await self._redis.script_load(script.script)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acknowledged, Exception):
+                raise acknowledged
+            failure = self._wait.failure(int(acknowledged))
+            if failure is not None:
+                raise failure
+            return reply
+        raise redis.exceptions.NoScriptError(
+            f"script missing again after loading it {MAX_RELOADS} times"
+        )
 
     async def aclose(self) -> None:
         """Let the batches in flight finish (before the Redis client closes)."""
