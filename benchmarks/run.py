@@ -1,7 +1,8 @@
 """The benchmark: engine level, HTTP level and the baselines, side by side in one run.
 
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
-service and a bare Starlette app), runs every scenario, stops everything, and writes
+service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
+replica: benchmarks/replica_wait.py), runs every scenario, stops everything, and writes
 docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
 docs/benchmarks-latency.png. Usage:
 
@@ -24,6 +25,7 @@ from benchmarks.engine import run_engine
 from benchmarks.http_join import run_join_http
 from benchmarks.http_level import FULL, QUICK, run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
+from benchmarks.replica_wait import run_replica_wait
 from groupbuy.testing.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -74,6 +76,9 @@ INTERLEAVED = (
     "engine_lock_pipeline",
     "engine_lock_off_vs_seed",
     "engine_grab_vs_redis_benchmark",
+    "engine_grab_wait_replicas",
+    "engine_lock_wait_replicas",
+    "engine_lone_grab_wait_replicas",
     "http_grab_vs_bare_1",
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
@@ -285,6 +290,8 @@ def main() -> None:
             database = f"sqlite+aiosqlite:///{workdir}/engine.db"
             print(f"== engine level (redis {server.url})")
             rows += asyncio.run(run_engine(server.url, database, args.quick))
+            print("== engine level on a primary + replica: what wait_replicas = 1 costs")
+            rows += asyncio.run(run_replica_wait(database, args.quick))
             print("== HTTP level")
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))

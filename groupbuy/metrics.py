@@ -85,6 +85,11 @@ DEAD_LETTERS = Counter(
     "Outbox records SQL could not apply, moved to the dead letters, by stream (packets|teams).",
     ["stream"],
 )
+REPLICATION_TIMEOUTS = Counter(
+    "groupbuy_redis_replication_timeouts_total",
+    "Script calls failed with redis_replication_timeout: fewer replicas than [redis] "
+    "wait_replicas confirmed their writes within wait_timeout_s (applied on the primary).",
+)
 BACKEND_ERRORS = Counter(
     "groupbuy_backend_errors_total",
     "Requests answered 503 because a backing service failed, by backend (redis|database).",

@@ -135,8 +135,13 @@ request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (wi
 `Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`
 when a backing service does not answer. A call that would write to Redis while Redis is
 over its `maxmemory` answers 503 `redis_out_of_memory` with nothing applied (no debit, no
-seat, no grab); reads still answer. A 500 `internal_error` is a bug. Every answer
-carries `X-Request-Id` (the caller's, when it is a sane token, else a new one).
+seat, no grab); reads still answer. With `[redis] wait_replicas = n` set, a call whose
+Redis writes fewer than n replicas confirmed within `[redis] wait_timeout_s` answers 503
+`redis_replication_timeout` (with `replicas_acknowledged` and `replicas_wanted`): the
+write is applied on the primary but could be lost by a failover, and a retry answers the
+same (`already_grabbed` with the same amount, `existing` for a seat) once the replicas
+have it. A 500 `internal_error` is a bug. Every answer carries `X-Request-Id` (the
+caller's, when it is a sane token, else a new one).
 
 **Slow and oversized requests.** A request's line and headers must arrive within
 `[server] header_timeout_s` (10 s by default) of the connection, or of their first byte

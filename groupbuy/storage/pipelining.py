@@ -43,7 +43,7 @@ from redis.asyncio.connection import ConnectionPool
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
 
 from groupbuy.errors import RedisReplicationTimeout
-from groupbuy.metrics import REDIS_BATCH_CALLS
+from groupbuy.metrics import REDIS_BATCH_CALLS, REPLICATION_TIMEOUTS
 
 # What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
 RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -67,6 +67,7 @@ class ReplicaWait:
         """The error for calls whose WAIT answered `acknowledged`, or None when enough."""
         if acknowledged >= self.replicas:
             return None
+        REPLICATION_TIMEOUTS.inc()
         return RedisReplicationTimeout(
             f"{acknowledged} of the {self.replicas} replicas [redis] wait_replicas asks for "
             f"confirmed the write within {self.timeout_s} s; it is applied on the primary and "

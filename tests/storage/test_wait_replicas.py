@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from groupbuy import errors
+from groupbuy import errors, metrics
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.pipelining import AutoPipeline, ReplicaWait
@@ -132,10 +132,12 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
     with replicated.replica_client() as replica:
         assert replica.hexists(grabs_key, "u1")  # there before the answer left
 
+    timeouts = metrics.REPLICATION_TIMEOUTS._value.get()
     replicated.pause_replica()
     try:
         with pytest.raises(errors.RedisReplicationTimeout) as refused:
             await packets.grab("pk", "u2")
+        assert metrics.REPLICATION_TIMEOUTS._value.get() == timeouts + 1
         assert refused.value.status_code == 503
         assert refused.value.extra == {"replicas_acknowledged": 0, "replicas_wanted": 1}
         with replicated.primary_client() as primary:
