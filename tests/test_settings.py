@@ -313,3 +313,39 @@ def test_a_redis_url_without_its_scheme_is_refused_with_the_expected_form(
 @pytest.mark.parametrize("url", ["redis://h:1/0", "rediss://u:p@h:1/2", "unix:///run/r.sock"])
 def test_redis_urls_with_a_scheme_are_taken(url: str) -> None:
     assert load_settings(None, {"GROUPBUY_REDIS_URL": url}).redis.url == url
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        (
+            {"GROUPBUY_REDIS_SENTINEL": "10.0.0.1:26379,10.0.0.2"},
+            "GROUPBUY_REDIS_SENTINEL: [redis] sentinel: must list the Sentinels as "
+            "host:port,host:port, got '10.0.0.2' in '10.0.0.1:26379,10.0.0.2'",
+        ),
+        (
+            {"GROUPBUY_REDIS_SENTINEL": "h:1", "GROUPBUY_REDIS_CLUSTER": "true"},
+            "[redis]: sentinel and cluster = true exclude each other: choose one",
+        ),
+        (
+            {"GROUPBUY_REDIS_WAIT_REPLICAS": "1"},
+            "[redis]: wait_replicas needs a Redis with replicas (set url or sentinel); the "
+            "embedded engine has none",
+        ),
+    ],
+)
+def test_sentinel_and_wait_replicas_settings_that_cannot_work_are_refused_in_one_line(
+    variables: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(None, variables)
+    assert str(refused.value) == message
+
+
+def test_sentinels_alone_select_a_real_redis_rather_than_the_embedded_engine() -> None:
+    settings = load_settings(
+        None, {"GROUPBUY_REDIS_SENTINEL": "s1:26379, s2:26380", "GROUPBUY_REDIS_WAIT_REPLICAS": "1"}
+    )
+    assert not settings.redis.embedded
+    assert settings.redis.sentinel_addresses == [("s1", 26379), ("s2", 26380)]
+    assert settings.redis.wait_replicas == 1
