@@ -37,15 +37,14 @@ from benchmarks.engine.common import (
     close_services,
     grade_grabs,
     groupbuy_grab,
+    open_services,
     say,
 )
 from benchmarks.engine.flash_grab import run_grabs
 from benchmarks.engine.versus import CALLERS, SEATS, _idle, _row, grab_engine, lock_engine
 from benchmarks.interleave import Trial, comparison, run_async
 from benchmarks.measure import Row, gather_limited
-from groupbuy.services import Services, build_services, settle_heap
-from groupbuy.settings import Settings
-from groupbuy.storage.db import Database
+from groupbuy.services import Services
 from groupbuy.testing.servers import RedisProcess, start_redis
 
 WAIT = "groupbuy, wait_replicas 1"
@@ -82,16 +81,11 @@ def start_pair() -> tuple[RedisProcess, RedisProcess]:
 
 
 async def _services(url: str, database_url: str, prefix: str, wait_replicas: int) -> Services:
-    settings = Settings().replace(
-        "redis", url=url, max_connections=512, key_prefix=prefix, wait_replicas=wait_replicas
+    """The production wiring on the primary, under its own key prefix, connections open."""
+    services = await open_services(
+        url, database_url, key_prefix=prefix, wait_replicas=wait_replicas
     )
-    settings = settings.replace("database", url=database_url)
-    database = Database(database_url)
-    await database.create_all()
-    services = build_services(settings, database=database)
-    await services.scripts.load()
     await gather_limited([services.redis.ping for _ in range(CALLERS * 2)], limit=CALLERS)
-    settle_heap()
     return services
 
 
