@@ -94,14 +94,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def create_schema(url: str) -> None:
-    """Create the tables first: two workers racing create_all on a fresh SQLite file can
-    fail one worker's start-up ("table events already exists"), and the server then stops."""
+    """Migrate the schema first, as `groupbuy db upgrade` does (granian's workers start the
+    app without `groupbuy serve`'s parent, which would upgrade the SQLite file once)."""
+    from groupbuy.migrations import upgrade
     from groupbuy.storage.db import Database
 
     async def create() -> None:
         database = Database(url)
         try:
-            await database.create_all()
+            await upgrade(database)
         finally:
             await database.dispose()
 

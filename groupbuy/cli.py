@@ -12,9 +12,10 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from groupbuy import __version__
 from groupbuy.api import ACCESS_LOGGER
@@ -25,6 +26,9 @@ from groupbuy.storage.redis_client import describe
 
 if TYPE_CHECKING:
     from groupbuy.api.server import HeadLimits
+    from groupbuy.storage.db import Database
+
+T = TypeVar("T")
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -111,6 +115,11 @@ def serve(args: argparse.Namespace) -> int:
             print(f"groupbuy: {exc}", file=sys.stderr)
             return 2
         stack.callback(sock.close)
+        # The schema before any worker starts: SQLite upgrades here, once; PostgreSQL must
+        # already be at this version's revision (`groupbuy db upgrade`).
+        status = _prepare_schema(settings)
+        if status:
+            return status
         try:
             settings, redis_line = _redis_for_serve(settings, stack)
         except (SettingsError, EngineError, OSError) as exc:
@@ -161,6 +170,64 @@ def _check_database(settings: Settings) -> None:
         )
 
 
+def _prepare_schema(settings: Settings) -> int:
+    """Bring the schema to this version's revision (SQLite) or check it is there: 0, or the
+    exit status after a one-line message (2: the schema is not current; 3: the database
+    could not be reached or the upgrade failed)."""
+    from groupbuy import migrations
+    from groupbuy.storage.db import Database
+
+    async def prepare() -> None:
+        database = Database(settings.database.effective_url)
+        try:
+            await migrations.prepare(database)
+        finally:
+            await database.dispose()
+
+    try:
+        _run_on_database(prepare)
+    except migrations.SchemaNotCurrent as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # unreachable, refused, a failed migration: one line, no trace
+        print(
+            f"groupbuy: the service did not start: {_database_failure(settings, exc)}",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def _run_on_database(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """asyncio.run(work()), letting SQLite's connection threads end before the loop closes
+    when it fails: aiosqlite stops the thread of a connection that could not open without
+    waiting for it, and the thread then answers a closed loop (a traceback on stderr)."""
+
+    async def run() -> T:
+        try:
+            return await work()
+        except BaseException:
+            await asyncio.to_thread(_join_sqlite_threads)
+            raise
+
+    return asyncio.run(run())
+
+
+def _join_sqlite_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name.endswith("(_connection_worker_thread)"):
+            thread.join(timeout=2)
+
+
+def _database_failure(settings: Settings, exc: BaseException) -> str:
+    """One line about a database operation that failed: where, and the driver's reason."""
+    from groupbuy.storage.db import shown_url
+
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = reason[0] if reason else type(exc).__name__
+    return f"database {shown_url(settings.database.effective_url)}: {first}"
+
+
 def _banner(settings: Settings, port: int, redis_line: str, generated: str | None) -> None:
     """The start-up message: printed once the service really listens."""
     from groupbuy.storage.db import shown_url
@@ -187,7 +254,10 @@ def _banner(settings: Settings, port: int, redis_line: str, generated: str | Non
 
 
 def _run_server(
-    settings: Settings, sock: socket.socket, redis_line: str, generated: str | None
+    settings: Settings,
+    sock: socket.socket,
+    redis_line: str,
+    generated: str | None,
 ) -> int:
     """Serve with uvicorn (one worker or several) on the bound socket; the start-up message
     comes once the app has started and listens. Non-zero when it never did."""
@@ -315,6 +385,96 @@ async def _work(settings: Settings) -> None:
         await stop.wait()
 
 
+def db(args: argparse.Namespace) -> int:
+    """`groupbuy db upgrade|downgrade|current|history|revision`: the schema's migrations."""
+    from groupbuy import migrations
+
+    if args.db_command == "history":
+        for revision in reversed(migrations.history()):
+            head = " (head)" if revision.revision == migrations.head() else ""
+            print(
+                f"{revision.down_revision or '<base>'} -> {revision.revision}{head}: "
+                f"{revision.summary}"
+            )
+        return 0
+    try:
+        settings = load_settings(args.config)
+        _check_database(settings)
+    except (SettingsError, OSError) as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_on_database(lambda: _db(args, settings))
+    except migrations.SchemaNotCurrent as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # unreachable, refused, a failed migration: one line, no trace
+        print(f"groupbuy: {_database_failure(settings, exc)}", file=sys.stderr)
+        return 1
+
+
+async def _db(args: argparse.Namespace, settings: Settings) -> int:
+    from groupbuy import migrations
+    from groupbuy.storage.db import Database, shown_url
+
+    where = shown_url(settings.database.effective_url)
+    database = Database(settings.database.effective_url)
+    try:
+        if args.db_command == "current":
+            found = await migrations.state(database)
+            problem = found.problem()
+            shown = found.revision or "none"
+            if problem is None:
+                print(f"{shown} (head): {where}")
+                return 0
+            print(f"{shown}: {where}: {problem}")
+            return 1 if args.check else 0
+        if args.db_command == "upgrade":
+            moved = await migrations.upgrade(database, args.revision)
+        elif args.db_command == "downgrade":
+            moved = await migrations.downgrade(database, args.revision)
+        else:
+            return await _new_revision(args, database)
+    finally:
+        await database.dispose()
+    if moved.adopted:
+        print(
+            f"database {where}: tables made before migrations, checked and stamped "
+            f"{migrations.BASELINE}; now at {moved.after}"
+        )
+    elif moved.before == moved.after:
+        print(f"database {where}: already at {moved.after or 'base'}")
+    else:
+        print(
+            f"database {where}: {args.db_command}d from {moved.before or 'base'} "
+            f"to {moved.after or 'base'}"
+        )
+    return 0
+
+
+async def _new_revision(args: argparse.Namespace, database: Database) -> int:
+    """Write a new revision file into the package (for developers), compared with the
+    database when --autogenerate (which must then be at head)."""
+    from alembic import command
+
+    from groupbuy import migrations
+
+    def write(connection: Any) -> Any:
+        config = migrations.alembic_config()
+        config.attributes["connection"] = connection
+        return command.revision(
+            config,
+            message=args.message,
+            autogenerate=args.autogenerate,
+            rev_id=migrations.next_revision_id(),
+        )
+
+    async with database.engine.begin() as connection:
+        script = await connection.run_sync(write)
+    print(f"wrote {script.path}")
+    return 0
+
+
 def app_from_environment() -> object:
     """An app built from config.toml and GROUPBUY_* (for multi-worker uvicorn)."""
     from groupbuy.api.app import create_app
@@ -327,6 +487,7 @@ def app_from_environment() -> object:
 def _configure_logging(settings: Settings) -> None:
     """Log INFO and up to stderr; with access_log_json each access line is bare JSON."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)  # no-op once configured
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its set-up chatter at INFO
     access = logging.getLogger(ACCESS_LOGGER)
     if not access.handlers:
         # One line per request: written in batches, not one system call each.
@@ -362,7 +523,11 @@ _SERVE_EPILOG = (
                               what --host, --port and --workers set
     GROUPBUY_SERVER_HEADER_TIMEOUT_S, GROUPBUY_SERVER_BODY_TIMEOUT_S
                               slow clients are cut off after these
-exit status: 0 after a signal, 2 for a configuration error, 1 when the port is in use.
+  On PostgreSQL the database must be at this version's schema revision (run
+  `groupbuy db upgrade` first); the SQLite default upgrades itself at start.
+exit status: 0 after a signal, 2 for a configuration error (the database schema not at
+this version's revision included), 1 when the port is in use, 3 when the service did not
+start (the database could not be reached, or a worker failed to start; the reason is above).
 """
 )
 _WORKER_HELP = (
@@ -374,9 +539,62 @@ _WORKER_EPILOG = (
     _CONFIGURATION_HELP
     + """  With no GROUPBUY_REDIS_URL the worker attaches to the engine a running
   `groupbuy serve` keeps in the same GROUPBUY_EMBEDDED_DATA_DIR.
-exit status: 0 after a signal, 2 for a configuration error.
+exit status: 0 after a signal, 2 for a configuration error (the database schema not at
+this version's revision included).
 """
 )
+_DB_HELP = (
+    "The schema's migrations, shipped inside the package (Alembic): upgrade the database "
+    "named by GROUPBUY_DATABASE_URL / [database] url, or say where it stands. Run "
+    "`groupbuy db upgrade` before starting a new version on PostgreSQL."
+)
+_DB_EPILOG = (
+    _CONFIGURATION_HELP
+    + """  A database made by versions before migrations (tables, no alembic_version) is
+  checked against revision 0001 and stamped with it by `upgrade`.
+exit status: 0 on success, 1 when the database cannot be reached or a migration failed
+(`current --check`: also when the schema is not at this version's revision), 2 for a
+configuration error or a schema that cannot be adopted.
+"""
+)
+
+
+def _add_db_parser(commands: Any) -> None:
+    """`groupbuy db ...` and its subcommands."""
+    schema = commands.add_parser(
+        "db",
+        help="the database schema's migrations (upgrade, current, history)",
+        description=_DB_HELP,
+        epilog=_DB_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    config_help = "path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
+    schema.set_defaults(func=db)
+    steps = schema.add_subparsers(dest="db_command", required=True)
+    up = steps.add_parser("upgrade", help="apply the migrations up to REVISION (default: head)")
+    up.add_argument("revision", nargs="?", default="head", help="target revision (default head)")
+    down = steps.add_parser(
+        "downgrade", help="undo the migrations down to REVISION ('base': no tables at all)"
+    )
+    down.add_argument("revision", help="target revision, or base")
+    now = steps.add_parser("current", help="the database's revision, and whether it is current")
+    now.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless the schema is at this version's revision",
+    )
+    steps.add_parser("history", help="the revisions this version ships, newest first")
+    new = steps.add_parser(
+        "revision", help="write a new revision file into the package (for developers)"
+    )
+    new.add_argument("-m", "--message", required=True, help="what the revision changes")
+    new.add_argument(
+        "--autogenerate",
+        action="store_true",
+        help="fill it with the differences between the models and the database (at head)",
+    )
+    for step in (up, down, now, new):
+        step.add_argument("--config", help=config_help)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -414,8 +632,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
     )
     work.set_defaults(func=worker)
+    _add_db_parser(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
+    # Alembic says at INFO how it sets itself up each time; the commands say the outcome.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     return int(args.func(args))
 
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy import metrics
+from groupbuy import metrics, migrations
 from groupbuy.locks.records import project_team_records
 from groupbuy.locks.service import TeamService
 from groupbuy.ops.blocklist import BlocklistService
@@ -136,10 +136,17 @@ def build_scheduler(services: Services) -> Scheduler:
 
 @contextlib.asynccontextmanager
 async def running(services: Services, scheduler: bool = True) -> AsyncIterator[Services]:
-    """Start the services (tables, the Redis durability check, scripts, the scheduler when
-    `scheduler` and enabled), yield them, and stop everything in reverse order, whatever
-    happened inside. RedisNotDurable when `[redis] strict` and Redis could lose writes."""
-    await services.database.create_all()
+    """Start the services (the schema, the Redis durability check, scripts, the scheduler
+    when `scheduler` and enabled), yield them, and stop everything in reverse order,
+    whatever happened inside. SchemaNotCurrent when the database is not at this version's
+    revision (SQLite upgrades itself instead); RedisNotDurable when `[redis] strict` and
+    Redis could lose writes."""
+    try:
+        await migrations.prepare(services.database)
+    except BaseException:  # not started: nothing else will close them
+        await services.database.dispose()
+        await services.redis.aclose()
+        raise
     try:
         await check_durability(
             services.redis, services.reachability.where, services.settings.redis.strict

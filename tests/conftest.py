@@ -85,10 +85,10 @@ def settings(tmp_path: Path, redis_url: str) -> Settings:
 
 @pytest.fixture
 async def services(settings: Settings, redis_client: Any) -> AsyncIterator[Services]:
-    """The wired services on this test's loop (no HTTP), tables created and scripts loaded."""
+    """The wired services on this test's loop (no HTTP), on the settings' database (made at
+    the head revision by tests.support.schema) with the scripts loaded."""
     database = Database(settings.database.effective_url)
     built = build_services(settings, redis=redis_client, database=database)
-    await database.create_all()
     await built.scripts.load()
     try:
         yield built

@@ -14,6 +14,7 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.testing.servers import server_binary
 from tests.support.fixtures import SendPacketViaServices
+from tests.support.schema import database_with_schema
 from tests.support.storm import RedisUnderTest
 
 pytestmark = [
@@ -41,12 +42,11 @@ async def services(redis_server: RedisUnderTest, tmp_path: Path) -> AsyncIterato
     settings = load_settings(
         None,
         {
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/db",
+            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
             "GROUPBUY_REDIS_URL": redis_server.url,
         },
     )
     database = Database(settings.database.effective_url)
-    await database.create_all()
     built = build_services(settings, redis=connect_redis(settings.redis), database=database)
     await built.scripts.load()
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.measure import CONCURRENCY, Row, percentile, result_row
-from groupbuy import errors
+from groupbuy import errors, migrations
 from groupbuy.services import Services, build_services, settle_heap
 from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
@@ -162,7 +162,7 @@ async def warm_up(services: Services) -> None:
 async def open_services(
     redis_url: str, database_url: str, auto_pipeline: bool = True, **redis: Any
 ) -> Services:
-    """The production wiring on the given Redis and database, tables created, scripts
+    """The production wiring on the given Redis and database, the schema migrated, scripts
     loaded; script calls coalesced ([redis] auto_pipeline, the default) or not; `redis`:
     other [redis] settings (e.g. cluster=True)."""
     settings = Settings().replace(
@@ -170,7 +170,7 @@ async def open_services(
     )
     settings = settings.replace("database", url=database_url)
     database = Database(database_url)
-    await database.create_all()
+    await migrations.upgrade(database)
     services = build_services(settings, redis=connect_redis(settings.redis), database=database)
     await services.scripts.load()
     settle_heap()  # as the service does at the end of its start-up

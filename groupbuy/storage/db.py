@@ -47,7 +47,7 @@ class Base(DeclarativeBase):
 
 
 class Database:
-    """An async engine plus a session factory; `create_all` makes the tables."""
+    """An async engine plus a session factory (the tables come from groupbuy.migrations)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -64,19 +64,6 @@ class Database:
         # hands the lock over at once (the p99 of a confirm behind the write-behind fell
         # from over a second to milliseconds). Other processes still meet the busy handler.
         self._writers = asyncio.Lock() if self.is_sqlite else None
-
-    async def create_all(self) -> None:
-        """Create the missing tables of every model imported so far (the composition root
-        imports them all)."""
-        try:
-            async with self.engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
-        except (exc.OperationalError, exc.ProgrammingError):
-            # Several workers starting on a new database race between "does the table
-            # exist" and "create it"; the loser finds every table made on a second look.
-            await asyncio.sleep(0.2)
-            async with self.engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

@@ -43,6 +43,7 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import iso_ms
 from tests.support.redis import make_async_redis
+from tests.support.schema import database_with_schema
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class _Stack:
         settings = load_settings(
             None,
             {
-                "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{self._tmp / 'groupbuy.db'}",
+                "GROUPBUY_DATABASE_URL": database_with_schema(self._tmp),
                 "GROUPBUY_REDIS_URL": "",
             },
         )
@@ -112,7 +113,6 @@ class _Stack:
         self._exit.enter_context(_frozen_redis_clock(self.start_ms / 1000, lambda: clock.shift_ms))
         self._exit.callback(lambda: self.run(self.redis.aclose()))
         self._exit.callback(lambda: self.run(self.database.dispose()))
-        self.run(self.database.create_all())
         self.run(self.services.scripts.load())
 
     def run(self, coro: Awaitable[T]) -> T:

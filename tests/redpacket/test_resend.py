@@ -21,6 +21,7 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from tests.support.proxy import FaultyProxy, faulty_proxy
+from tests.support.schema import database_with_schema
 from tests.support.settings import API_KEYS
 
 pytestmark = [pytest.mark.real]
@@ -42,7 +43,7 @@ async def behind_proxy(
             None,
             {
                 "GROUPBUY_API_KEYS": API_KEYS,
-                "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
+                "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
                 "GROUPBUY_REDIS_URL": proxy.url,
                 "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
                 "GROUPBUY_REDIS_AUTO_PIPELINE": str(request.param == "auto_pipeline").lower(),
@@ -50,7 +51,6 @@ async def behind_proxy(
         )
         database = Database(settings.database.effective_url)
         services = build_services(settings, database=database)
-        await database.create_all()
         await services.scripts.load()
         try:
             yield services, proxy, direct

@@ -1,4 +1,5 @@
-"""Settings the tests run with: known API keys, a SQLite file of their own, a chosen Redis."""
+"""Settings the tests run with: known API keys, a database of their own (at the head
+revision), a chosen Redis."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from groupbuy.settings import Settings, load_settings
 from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
+from tests.support.schema import database_with_schema
 
 API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
 # Rate limits stay on (every HTTP test goes through the check and its headers, and the
@@ -25,7 +27,7 @@ def settings_for(tmp_path: Path, redis_url: str) -> Settings:
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
+            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
             **TEST_RATE_LIMITS,
@@ -39,7 +41,7 @@ def settings_without_redis(tmp_path: Path) -> Settings:
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
+            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path, name="db"),
             "GROUPBUY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
             "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": "0.2",
         },
