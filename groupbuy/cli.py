@@ -132,7 +132,7 @@ def serve(args: argparse.Namespace) -> int:
             except SettingsError as exc:
                 print(f"groupbuy: {exc}", file=sys.stderr)
                 return 2
-        return _run_server(settings, sock, redis_line, generated)
+        return _run_server(settings, sock, redis_line, generated, args.config)
     return 0  # stopped by a signal before the server ran
 
 
@@ -258,6 +258,7 @@ def _run_server(
     sock: socket.socket,
     redis_line: str,
     generated: str | None,
+    config_path: str | None = None,
 ) -> int:
     """Serve with uvicorn (one worker or several) on the bound socket; the start-up message
     comes once the app has started and listens. Non-zero when it never did."""
@@ -280,6 +281,8 @@ def _run_server(
         os.environ["GROUPBUY_SERVER_WORKERS"] = str(settings.server.workers)
         os.environ["GROUPBUY_REDIS_URL"] = settings.redis.url
         os.environ["GROUPBUY_API_KEYS"] = ",".join(settings.auth.api_keys)
+        if config_path:  # --config: the workers read the same file, not $GROUPBUY_CONFIG's
+            os.environ["GROUPBUY_CONFIG"] = os.path.abspath(config_path)
         with multiprocess_dir(needed=True):
             run_workers(
                 "groupbuy.cli:app_from_environment",

@@ -410,3 +410,42 @@ def test_serve_with_workers_refuses_an_empty_postgres_then_starts_every_time(
         service = start_service(tmp_path, "--workers", "2", env=env)
         wait_listening(service)
         assert service.stop() == 0, service.text()
+
+
+@pytest.mark.real
+def test_serve_with_workers_upgrades_a_create_all_sqlite_once_in_the_parent(
+    tmp_path: Path, real_redis_url: str
+) -> None:
+    """The database named by --config, made the old way: the parent checks, stamps and
+    upgrades it before the workers start, and the workers use that same file."""
+    legacy = tmp_path / "old.db"
+    url = f"sqlite+aiosqlite:///{legacy}"
+
+    async def make() -> None:
+        database = Database(url)
+        try:
+            await make_legacy(database)
+        finally:
+            await database.dispose()
+
+    asyncio.run(make())
+    config = tmp_path / "groupbuy.toml"
+    config.write_text(f'[database]\nurl = "{url}"\n')
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = service_environment(workdir, GROUPBUY_REDIS_URL=real_redis_url)
+    del env["GROUPBUY_DATABASE_URL"]
+    service = start_service(workdir, "--workers", "2", "--config", str(config), env=env)
+    wait_listening(service)
+    assert service.stop() == 0, service.text()
+    assert service.text().count("database schema upgraded from base to") == 1, service.text()
+    assert not (workdir / "groupbuy.db").exists()  # the workers did not open another one
+
+    async def revision() -> str | None:
+        database = Database(url)
+        try:
+            return (await migrations.state(database)).revision
+        finally:
+            await database.dispose()
+
+    assert asyncio.run(revision()) == migrations.head()
