@@ -274,6 +274,7 @@ def _run_server(
         _banner(settings, port, redis_line, generated)
 
     limits = HeadLimits.of(settings.server)
+    workers_started = True
     if settings.server.workers > 1:
         # Each worker process builds its own app from the environment: hand it what this
         # process decided (the engine's socket, a generated key). The workers share their
@@ -284,7 +285,7 @@ def _run_server(
         if config_path:  # --config: the workers read the same file, not $GROUPBUY_CONFIG's
             os.environ["GROUPBUY_CONFIG"] = os.path.abspath(config_path)
         with multiprocess_dir(needed=True):
-            run_workers(
+            workers_started = run_workers(
                 "groupbuy.cli:app_from_environment",
                 settings.server.host,
                 port,
@@ -306,6 +307,13 @@ def _run_server(
     if not listening:
         print("groupbuy: the service did not start (the error is above)", file=sys.stderr)
         return 3
+    if not workers_started:
+        print(
+            "groupbuy: a worker that replaced one that died could not start (the error is "
+            "above): the service stopped",
+            file=sys.stderr,
+        )
+        return 3
     return 0
 
 
@@ -318,10 +326,11 @@ def run_workers(
     head_limits: HeadLimits | None = None,
     sock: socket.socket | None = None,
     on_listening: Callable[[], None] | None = None,
-) -> None:
+) -> bool:
     """What uvicorn.run does for several workers, on one shared socket with TCP_NODELAY
     (groupbuy.api.server.bind), with our limits on request heads; `on_listening` runs once
-    every worker has started its app and serves."""
+    every worker has started its app and serves. False when a worker failed to start (at
+    first, or replacing one that died), which stopped them all."""
     from groupbuy.api.server import AnnouncingMultiprocess, HeadLimits, ServerConfig, bind
     from groupbuy.settings import ServerSettings
 
@@ -334,7 +343,9 @@ def run_workers(
         workers=workers,
         log_level="warning",
     )
-    AnnouncingMultiprocess(config, [sock or bind(host, port)], on_listening).run()
+    supervisor = AnnouncingMultiprocess(config, [sock or bind(host, port)], on_listening)
+    supervisor.run()
+    return not supervisor.failed_start
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from tests.support.service import (
     run_groupbuy,
     service_environment,
     start_service,
+    wait_gone,
 )
 from tests.support.settings import settings_for
 
@@ -449,3 +451,62 @@ def test_serve_with_workers_upgrades_a_create_all_sqlite_once_in_the_parent(
             await database.dispose()
 
     assert asyncio.run(revision()) == migrations.head()
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The uvicorn workers of a `groupbuy serve --workers N` (not multiprocessing's helper)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in command:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_a_replacement_worker_that_cannot_start_stops_the_service_non_zero(
+    tmp_path: Path, postgres: PostgresProcess, real_redis_url: str
+) -> None:
+    """A worker dies while a newer version has upgraded the schema: its replacement refuses
+    to start, and the service stops with status 3 instead of starting it again for ever."""
+    url = postgres.create_database(f"replace_{next(_names)}")
+    env = service_environment(
+        tmp_path, GROUPBUY_REDIS_URL=real_redis_url, GROUPBUY_DATABASE_URL=url
+    )
+    assert run_groupbuy(tmp_path, env, "db", "upgrade").returncode == 0
+    service = start_service(tmp_path, "--workers", "2", env=env)
+    try:
+        wait_listening(service)
+        workers = worker_pids(service.process.pid)
+        assert len(workers) == 2, workers
+
+        async def newer() -> None:
+            database = Database(url)
+            try:
+                async with database.engine.begin() as connection:
+                    await connection.execute(
+                        text("UPDATE alembic_version SET version_num = '9999'")
+                    )
+            finally:
+                await database.dispose()
+
+        asyncio.run(newer())
+        os.kill(workers[0], signal.SIGKILL)
+        status = service.process.wait(timeout=60)
+    finally:
+        service.stop()
+    text_out = service.text()
+    assert status == 3, text_out
+    assert "the database schema is at 9999, which this version does not know" in text_out
+    assert text_out.rstrip().splitlines()[-1] == (
+        "groupbuy: a worker that replaced one that died could not start (the error is above): "
+        "the service stopped"
+    )
+    assert all(wait_gone(pid) for pid in workers)

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 from uvicorn.supervisors.multiprocess import Multiprocess
@@ -266,8 +267,9 @@ class AnnouncingServer(uvicorn.Server):
 
 class AnnouncingMultiprocess(Multiprocess):
     """uvicorn's supervisor of `--workers N` that calls `on_listening` once every worker has
-    started its app and serves, and stops them all when one fails to start (the parent
-    then reports it)."""
+    started its app and serves, and stops them all when one fails to start, at first or
+    when it replaces one that died (`failed_start` then says so, and the parent reports
+    it)."""
 
     # Longest wait for the workers' start (each connects to Redis and the database).
     startup_timeout_s = 60.0
@@ -280,6 +282,7 @@ class AnnouncingMultiprocess(Multiprocess):
     ) -> None:
         super().__init__(config, sockets)
         self._on_listening = on_listening
+        self.failed_start = False
 
     def init_processes(self) -> None:
         super().init_processes()
@@ -289,10 +292,18 @@ class AnnouncingMultiprocess(Multiprocess):
             if self.signal_queue or self.should_exit.is_set():
                 return  # stopping: the main loop handles the signal
             if time.monotonic() > deadline or not all(p.process.is_alive() for p in waiting):
-                self.should_exit.set()  # a worker died starting, or hangs: stop them all
+                self.failed_start = True  # a worker died starting, or hangs: stop them all
+                self.should_exit.set()
                 return
             waiting = [p for p in waiting if not p.is_ready(timeout=0.5)]
             if waiting:
                 time.sleep(0.05)
         if self._on_listening is not None:
             self._on_listening()
+
+    def keep_subprocess_alive(self) -> None:
+        super().keep_subprocess_alive()
+        # uvicorn stops every worker when one that replaced a dead one fails to start (exit
+        # status STARTUP_FAILURE), as quietly as after a signal: the parent then exited 0.
+        if self.should_exit.is_set() and any(p.exitcode == STARTUP_FAILURE for p in self.processes):
+            self.failed_start = True
