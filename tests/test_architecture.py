@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, int]] = [
     ("groupbuy.testing", 6),
     ("groupbuy.api", 5),
     ("groupbuy.services", 4),
+    ("groupbuy.migrations", 4),  # the schema of every model, below the composition root
     ("groupbuy.ops", 3),
     ("groupbuy.locks", 2),
     ("groupbuy.redpacket", 2),
