@@ -437,6 +437,7 @@ def test_serve_with_workers_refuses_an_empty_postgres_then_starts_every_time(
 
 
 @pytest.mark.real
+@pytest.mark.slow
 def test_serve_with_workers_upgrades_a_create_all_sqlite_once_in_the_parent(
     tmp_path: Path, real_redis_url: str
 ) -> None:
