@@ -12,7 +12,7 @@ from groupbuy import errors, metrics
 from groupbuy.api import answers
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
 from groupbuy.ops.jobs import JOBS
-from groupbuy.storage.events import read_events
+from groupbuy.storage.events import read_feed
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,8 @@ async def prometheus_metrics(_request: Request) -> Response:
 
 
 async def list_events(request: Request, query: EventsQuery) -> Response:
-    async with request.app.state.services.database.sessions() as session:
-        page = await read_events(session, query.after, query.limit)
-    return json_response(page)
+    database = request.app.state.services.database
+    return json_response(await read_feed(database, query.after, query.limit))
 
 
 async def run_job(request: Request) -> Response:

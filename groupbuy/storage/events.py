@@ -1,24 +1,61 @@
-"""The durable events feed: one SQL row per thing that happened, read in id order."""
+"""The durable events feed: one SQL row per thing that happened, read in feed-position order.
+
+A row's `id` is taken when it is inserted; on PostgreSQL, transactions take ids in one order
+and commit in another, so a reader that has passed id N could later find a row with an id
+below N commit and never see it. The feed therefore serves `position`, given after commit by
+one sequencer at a time to the committed rows that have none (`assign_positions`), each
+above every position given before: no later commit can land below a cursor a reader holds.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import BigInteger, DateTime, Integer, String, Text, select
+from sqlalchemy import (
+    BigInteger,
+    CursorResult,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, aliased, mapped_column
 
-from groupbuy.storage.db import Base, dialect_insert, insert_ignore
+from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+# Most rows one sequencer transaction positions: bounds a feed read behind a large backlog
+# (the next read positions the rest).
+POSITION_BATCH = 5000
+# The PostgreSQL advisory lock that lets one sequencer run at a time, across every process
+# ("gbev" in ASCII; advisory locks are keyed by a number only).
+SEQUENCER_LOCK = 0x67626576
 
 
 class EventRow(Base):
-    """One event; `dedup_key` names the fact so that recording it twice is a no-op."""
+    """One event; `dedup_key` names the fact so that recording it twice is a no-op;
+    `position` is its place in the feed, null until the sequencer gives it one."""
 
     __tablename__ = "events"
+    __table_args__ = (
+        Index("uq_events_position", "position", unique=True),
+        # The rows waiting for a position, and only those: finding none is one index probe.
+        Index(
+            "ix_events_unpositioned",
+            "id",
+            postgresql_where=text("position IS NULL"),
+            sqlite_where=text("position IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
@@ -27,6 +64,7 @@ class EventRow(Base):
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     dedup_key: Mapped[str] = mapped_column(String(300), unique=True)
     data: Mapped[str] = mapped_column(Text)
+    position: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
 
 
 @dataclass(frozen=True)
@@ -61,15 +99,74 @@ async def record_events(session: AsyncSession, events: list[Event]) -> None:
         await session.execute(statement, [_row(e) for e in events])
 
 
+async def assign_positions(database: Database, limit: int = POSITION_BATCH) -> int:
+    """Give feed positions to up to `limit` committed events that have none, in id order,
+    above the highest position given so far; returns how many it gave.
+
+    One sequencer at a time (PostgreSQL: an advisory lock held to the commit; SQLite: its
+    single writer), and the highest position is read under that exclusion, after the
+    previous sequencer's commit: a position once seen is never given again, nor one below
+    it. Rows still uncommitted are invisible here and get their positions on a later run.
+    """
+    async with database.sessions() as session:
+        waiting = await session.scalar(
+            select(EventRow.id).where(EventRow.position.is_(None)).limit(1)
+        )
+    if waiting is None:
+        return 0
+    async with database.transaction() as session:
+        if not database.is_sqlite:
+            await session.execute(select(func.pg_advisory_xact_lock(SEQUENCER_LOCK)))
+        # One statement: on SQLite it takes the write lock before it reads, so the highest
+        # position it reads cannot change under it (another process's sequencer waits).
+        given = aliased(EventRow)
+        top = select(func.coalesce(func.max(given.position), 0)).scalar_subquery()
+        unpositioned = aliased(EventRow)
+        numbered = (
+            select(
+                unpositioned.id.label("id"),
+                (top + func.row_number().over(order_by=unpositioned.id)).label("position"),
+            )
+            .where(unpositioned.position.is_(None))
+            .order_by(unpositioned.id)
+            .limit(limit)
+            .subquery()
+        )
+        result = await session.execute(
+            update(EventRow)
+            .where(EventRow.id == numbered.c.id)
+            .values(position=numbered.c.position)
+            .execution_options(synchronize_session=False)
+        )
+        return int(cast(CursorResult[Any], result).rowcount)
+
+
 async def read_events(session: AsyncSession, after: int, limit: int) -> dict[str, Any]:
-    """The feed page after id `after`: `{"events": [...], "next_after": id}`."""
+    """The feed page after position `after` (rows positioned so far):
+    `{"events": [...], "next_after": position}`; an event's `id` is its position."""
     rows = (
         await session.scalars(
-            select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+            select(EventRow)
+            .where(EventRow.position > after)
+            .order_by(EventRow.position)
+            .limit(limit)
         )
     ).all()
     events = [
-        {"id": row.id, "type": row.type, "at": iso_ms(to_ms(row.at)), "data": json.loads(row.data)}
+        {
+            "id": row.position,
+            "type": row.type,
+            "at": iso_ms(to_ms(row.at)),
+            "data": json.loads(row.data),
+        }
         for row in rows
     ]
-    return {"events": events, "next_after": rows[-1].id if rows else after}
+    return {"events": events, "next_after": events[-1]["id"] if events else after}
+
+
+async def read_feed(database: Database, after: int, limit: int) -> dict[str, Any]:
+    """The page GET /v1/events serves: positions given to everything committed so far, then
+    the page after `after` (so an event committed before the call is on it or a later one)."""
+    await assign_positions(database)
+    async with database.sessions() as session:
+        return await read_events(session, after, limit)

@@ -43,7 +43,7 @@ from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
-from groupbuy.storage.events import EventRow
+from groupbuy.storage.events import EventRow, assign_positions
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
@@ -125,12 +125,16 @@ class Reconciler:
                 from_ms(to_ms(newest.started_at)), newest.ledger_watermark, newest.event_watermark
             )
         )
+        # Events are scanned by feed position, not id: an event that commits after this read
+        # with an id below the watermark would be passed over by the next run; positions
+        # are only given after commit, above every one given before.
+        await assign_positions(self._db)
         async with self._db.sessions() as session:
             ledger_id, event_id = (
                 await session.execute(
                     select(
                         select(func.coalesce(func.max(LedgerEntryRow.id), 0)).scalar_subquery(),
-                        select(func.coalesce(func.max(EventRow.id), 0)).scalar_subquery(),
+                        select(func.coalesce(func.max(EventRow.position), 0)).scalar_subquery(),
                     )
                 )
             ).one()
@@ -238,21 +242,21 @@ class Reconciler:
             async with self._db.sessions() as session:
                 page = (
                     await session.execute(
-                        select(EventRow.id, EventRow.dedup_key)
+                        select(EventRow.position, EventRow.dedup_key)
                         .where(
-                            EventRow.id > after,
-                            EventRow.id <= upto,
+                            EventRow.position > after,
+                            EventRow.position <= upto,
                             EventRow.type.in_(_SCANNED_EVENTS),
                         )
-                        .order_by(EventRow.id)
+                        .order_by(EventRow.position)
                         .limit(_PAGE)
                     )
                 ).all()
             if not page:
                 return
-            for _id, key in page:
+            for _position, key in page:
                 _touch_by_event(key, touched)
-            after = page[-1][0]
+            after = page[-1][0] or after  # never null: the query wants position > after
 
     async def _scan_ledger(self, after: int, upto: int, touched: _Touched) -> None:
         """New entries touch their packets and accounts; new credits must have a grab row."""
