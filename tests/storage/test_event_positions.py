@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
 
 from groupbuy import migrations
+from groupbuy.redpacket.codec import packet_event_key
+from groupbuy.redpacket.models import PacketRow
+from groupbuy.services import build_services
+from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import (
     SEQUENCER_LOCK,
@@ -20,10 +25,13 @@ from groupbuy.storage.events import (
     EventRow,
     assign_positions,
     read_feed,
+    record_event,
     record_events,
 )
 from groupbuy.testing.postgres import PostgresProcess
 from tests.support.feed import DATABASES, database_url, postgres_cluster
+from tests.support.redis import make_async_redis
+from tests.support.settings import API_KEYS
 
 _keys = itertools.count(1)
 
@@ -179,3 +187,55 @@ async def test_the_unpositioned_index_is_partial(database: Database) -> None:
             sql = "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_events_unpositioned'"
         definition = await session.scalar(text(sql))
     assert definition is not None and "position IS NULL" in definition.replace('"', "")
+
+
+@pytest.mark.real
+async def test_reconciliation_scans_an_event_that_committed_late(
+    postgres: PostgresProcess, tmp_path: Path
+) -> None:
+    """PostgreSQL: reconciliation checks what the events since its last run name. An event
+    that commits after a run, with an id below the newest one that run saw, is still
+    scanned by the next (with an id watermark it was passed over, and its packet, not
+    otherwise touched since, went unchecked)."""
+    url = postgres.create_database("reconcile_late")
+    settings = load_settings(None, {"GROUPBUY_API_KEYS": API_KEYS, "GROUPBUY_DATABASE_URL": url})
+    database = Database(url)
+    redis = make_async_redis("")
+    services = build_services(settings, redis=redis, database=database)
+    await migrations.upgrade(database)
+    await services.scripts.load()
+    try:
+        long_ago = datetime(2020, 1, 1, tzinfo=UTC)
+        async with database.transaction() as session:
+            session.add(
+                PacketRow(
+                    packet_id="late",
+                    sender_id="s",
+                    amount_cents=100,
+                    count=1,
+                    strategy="equal",
+                    expires_in_s=60,
+                    status="sold_out",
+                    created_at=long_ago,
+                    expires_at=long_ago,
+                    sold_out_at=long_ago,
+                    refunded_cents=0,
+                    records_done=True,
+                    redis_cleared=True,
+                )
+            )
+        assert (await services.reconciler.run())["packets_checked"] == 1  # the first: all
+        late = database.sessions()
+        await late.begin()
+        kind = "packet.sold_out"
+        await record_event(late, Event(kind, 1_000, packet_event_key(kind, "late"), {}))
+        async with database.transaction() as session:  # a later id, committed first
+            other = packet_event_key("packet.sent", "other")
+            await record_event(session, Event("packet.sent", 1_000, other, {}))
+        assert (await services.reconciler.run())["packets_checked"] == 0
+        await late.commit()
+        await late.close()
+        assert (await services.reconciler.run())["packets_checked"] == 1
+    finally:
+        await database.dispose()
+        await redis.aclose()
