@@ -41,7 +41,11 @@ class Readiness(Answer):
 class Event(Answer):
     """One recorded event."""
 
-    id: int = Field(description="increasing; pass the last one seen as `after`")
+    id: int = Field(
+        description="increasing, given once the event is committed (an event that commits "
+        "later gets a higher id, never one below a cursor already passed); pass the last "
+        "one seen as `after`"
+    )
     type: str = Field(description="e.g. team.opened, team.formed, lock.expired, packet.refunded")
     at: Timestamp = Field(description="when it took effect")
     data: dict[str, Any] = Field(

@@ -148,7 +148,7 @@ ENDPOINTS = [
         "GET",
         "/v1/events",
         list_events,
-        "Events after an id, in id order",
+        "Events after an id, in id order (ids are given after commit: none lands below a cursor)",
         rate_class="read",
         query=EventsQuery,
         tag="events",
