@@ -103,7 +103,7 @@ async def _sender(storm: Storm, sender: str) -> None:
         packet_id = storm.name("p")
         # Two shares: the grabbers sell many out; the rest expire and are refunded.
         body = {"sender_id": sender, "packet_id": packet_id, "amount_cents": 200, "count": 2}
-        response = await storm.call("send", "POST", "/v1/redpackets", {**body, "expires_in_s": 1})
+        response = await storm.call("send", "POST", "/v1/redpackets", {**body, "expires_in_s": 2})
         if response.status_code == 201:
             storm.packets.append(packet_id)
 
@@ -125,7 +125,7 @@ async def _organiser(storm: Storm) -> None:
             "activity",
             "POST",
             "/v1/activities",
-            {"activity_id": activity_id, "team_size": 3, "lock_ttl_s": 1, "team_deadline_s": 2},
+            {"activity_id": activity_id, "team_size": 3, "lock_ttl_s": 1, "team_deadline_s": 3},
             admin=True,
         )
         storm.activities.append(activity_id)
@@ -194,7 +194,7 @@ class Pager:
 async def _settle(storm: Storm, pagers: list[Pager]) -> None:
     """After the writers: let every lock, team and packet expire, run the jobs until the
     write-behind is drained, then page to the end."""
-    await asyncio.sleep(2.5)  # the last team deadlines (2 s) and packet lifetimes (1 s)
+    await asyncio.sleep(3.5)  # past the last team deadlines (3 s) and packet lifetimes (2 s)
     for _ in range(3):
         for job in JOBS:
             response = await storm.call(job, "POST", f"/v1/admin/jobs/{job}/run", admin=True)
