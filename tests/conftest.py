@@ -1,4 +1,8 @@
-"""Fixtures: the same tests run on fakeredis (with Lua) and on a real redis-server.
+"""Fixtures: the same tests run on fakeredis (with Lua) and on a real redis-server, and those
+that touch SQL on SQLite and on PostgreSQL.
+
+PostgreSQL runs with the real Redis only: the combinations are fake+sqlite, real+sqlite and
+real+postgresql (fake+postgresql would add the suite's time and no Redis it has not seen).
 
 The set-up fixtures built on these (a funded user, a sent packet, an open team) live in
 tests/support/fixtures.py, registered here for every test.
@@ -6,6 +10,7 @@ tests/support/fixtures.py, registered here for every test.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,9 +22,11 @@ from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
-from groupbuy.settings import Settings
+from groupbuy.settings import DatabaseSettings, Settings
 from groupbuy.storage.db import Database
+from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import start_redis
+from tests.support.database import TestDatabases, sqlite_with_schema
 from tests.support.redis import make_async_redis
 from tests.support.settings import settings_for
 
@@ -56,6 +63,73 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def test_databases() -> Iterator[TestDatabases]:
+    """A PostgreSQL server for the tests' databases: GROUPBUY_TEST_DATABASE_URL (one you run;
+    the tests create and drop databases of their own on it), or a throwaway cluster started
+    here. Without PostgreSQL the tests on it skip, except in CI (`CI` set), where it is an
+    error."""
+    if importlib.util.find_spec("asyncpg") is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("the tests need asyncpg: pip install -e '.[test,postgres]'")
+        pytest.skip("asyncpg is not installed: pip install -e '.[test,postgres]'")
+    server = None
+    given = os.environ.get("GROUPBUY_TEST_DATABASE_URL", "")
+    if given:
+        # postgresql:// and postgres:// are read as the service reads them (asyncpg)
+        url = DatabaseSettings(url=given).effective_url
+    else:
+        try:
+            server = start_postgres()
+        except FileNotFoundError:
+            if os.environ.get("CI"):
+                raise
+            pytest.skip(
+                "PostgreSQL is not installed (apt-get install postgresql, or point "
+                "GROUPBUY_TEST_DATABASE_URL at a server you run)"
+            )
+        url = server.url()
+    databases = TestDatabases(url)
+    try:
+        databases.start()
+        yield databases
+        databases.stop()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest) -> str:
+    """Which SQL database the test runs on: 'sqlite' (a file) or 'postgresql'."""
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(database: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """The URL of this test's database at the head revision: a new SQLite file, or the
+    tests' PostgreSQL database emptied for this test (tests/support/database.py)."""
+    if database == "sqlite":
+        return sqlite_with_schema(tmp_path)
+    databases: TestDatabases = request.getfixturevalue("test_databases")
+    return databases.shared_empty()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out PostgreSQL on fakeredis (see the module's docstring)."""
+    kept, left_out = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        chosen = params.params if params is not None else {}
+        if chosen.get("backend") == "fake" and chosen.get("database") == "postgresql":
+            left_out.append(item)
+        else:
+            kept.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 @pytest.fixture
 def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
     """'' for a fresh embedded fakeredis, or the real server's URL, emptied for this test."""
@@ -78,9 +152,9 @@ async def redis_client(redis_url: str) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str) -> Settings:
-    """Settings for one test: its own SQLite file, the backend's Redis, known keys."""
-    return settings_for(tmp_path, redis_url)
+def settings(redis_url: str, database_url: str) -> Settings:
+    """Settings for one test: its own database, the backend's Redis, known keys."""
+    return settings_for(redis_url, database_url)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 from groupbuy.api.app import create_app
 from groupbuy.api.server import AnnouncingServer, HeadLimits, ServerConfig, bind
 from groupbuy.settings import Settings
+from tests.support.database import sqlite_url
 from tests.support.http import ADMIN_KEY
 from tests.support.settings import settings_for
 
@@ -31,7 +32,7 @@ BODY_TIMEOUT_S = 0.6
 
 @pytest.fixture
 def edge_settings(tmp_path: Path) -> Settings:
-    settings = settings_for(tmp_path, "")  # fakeredis: the edges do not depend on Redis
+    settings = settings_for("", sqlite_url(tmp_path))  # the edges are HTTP's, not Redis's or SQL's
     settings = settings.replace("scheduler", enabled=False)
     return settings.replace(
         "server",

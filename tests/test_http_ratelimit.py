@@ -47,12 +47,12 @@ def limited(settings: Settings, **values: Any) -> Settings:
 
 
 @pytest.fixture
-def make_client(tmp_path: Path, redis_url: str) -> Iterator[Any]:
+def make_client(redis_url: str, database_url: str) -> Iterator[Any]:
     """A client factory whose apps have these [ratelimit] values; closed after the test."""
     opened: list[TestClient] = []
 
     def make(**values: Any) -> TestClient:
-        settings = limited(settings_for(tmp_path, redis_url), **values)
+        settings = limited(settings_for(redis_url, database_url), **values)
         client = TestClient(create_app(settings)).__enter__()
         opened.append(client)
         return client
@@ -207,8 +207,8 @@ def test_admin_and_operations_routes_are_not_limited(make_client: Any) -> None:
         assert client.post("/v1/admin/jobs/sweep_locks/run", headers=ADMIN).status_code == 200
 
 
-def test_disabled_means_no_fields_and_no_refusal(tmp_path: Path, redis_url: str) -> None:
-    settings = limited(settings_for(tmp_path, redis_url), read_key_quota=1).replace(
+def test_disabled_means_no_fields_and_no_refusal(redis_url: str, database_url: str) -> None:
+    settings = limited(settings_for(redis_url, database_url), read_key_quota=1).replace(
         "ratelimit", enabled=False
     )
     with TestClient(create_app(settings)) as client:

@@ -1,5 +1,7 @@
 """GET /openapi.json describes the server that serves it: every route, the configured limits,
-the real answer shapes, the job names of the registry."""
+the real answer shapes, the job names of the registry.
+
+On fakeredis and a SQLite file: the document depends on neither Redis nor the database."""
 
 from __future__ import annotations
 

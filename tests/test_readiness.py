@@ -29,12 +29,14 @@ def test_readyz_loads_the_scripts_redis_forgot(client: TestClient) -> None:
 @pytest.mark.skipif(
     server_binary() is None and not os.environ.get("CI"), reason="needs a server binary"
 )
-def test_readyz_is_ready_on_the_first_call_after_a_redis_restart(tmp_path: Path) -> None:
+def test_readyz_is_ready_on_the_first_call_after_a_redis_restart(
+    tmp_path: Path, database_url: str
+) -> None:
     port, data = free_port(), tmp_path / "redis"
     data.mkdir()
     server = start_redis(port=port, directory=data)
     try:
-        settings = settings_for(tmp_path, server.url).replace("scheduler", enabled=False)
+        settings = settings_for(server.url, database_url).replace("scheduler", enabled=False)
         with TestClient(create_app(settings)) as client:
             assert_ok(client.get("/readyz"), 200)
             server.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,8 +60,8 @@ def redis_state(server: RedisProcess) -> dict[str, Any]:
         return state
 
 
-def test_writes_are_refused_whole_and_reads_answer(server: RedisProcess, tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, server.url).replace("scheduler", enabled=False)
+def test_writes_are_refused_whole_and_reads_answer(server: RedisProcess, database_url: str) -> None:
+    settings = settings_for(server.url, database_url).replace("scheduler", enabled=False)
     with serving(create_app(settings)) as port:
         api = KeptAlive(port, ADMIN)
         assert (

@@ -31,12 +31,12 @@ def redis_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 @pytest.mark.slow
 @needs_server
 async def test_an_outage_is_one_line_down_and_one_line_back(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     port, data = free_port(), tmp_path / "redis"
     data.mkdir()
     server = start_redis(port=port, directory=data)
-    settings = settings_for(tmp_path, server.url).replace(
+    settings = settings_for(server.url, database_url).replace(
         "scheduler",
         lease_ttl_s=0.3,
         sweep_interval_s=0.05,

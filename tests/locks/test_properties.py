@@ -9,6 +9,10 @@ checks the activity's open-seat index against a recomputation from the teams' ow
 Redis's clock is frozen for the whole run (see `_frozen_redis_clock`): the scripts'
 time then moves only through `RedisClock.advance`, so whether a lock has expired is
 decided by the drawn steps, never by how fast the machine running the test is.
+
+Each run has a new fakeredis and a new SQLite file: its subject is the scripts' decisions,
+and PostgreSQL runs with the real Redis only (tests/conftest.py), where the seat races
+(tests/locks/test_concurrency.py, test_join.py) check the same guarantees on it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +24,9 @@ DAY_S = 86_400
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str) -> Settings:
+def settings(redis_url: str, database_url: str) -> Settings:
     """The tests' settings with both caps set (the `services` and `client` fixtures use it)."""
-    base = settings_for(tmp_path, redis_url)
+    base = settings_for(redis_url, database_url)
     caps = {"sender_daily_count": DAILY_COUNT, "sender_daily_amount_cents": DAILY_AMOUNT}
     return base.model_copy(update={"redpackets": base.redpackets.model_copy(update=caps)})
 

@@ -1,4 +1,7 @@
-"""The start-up check of Redis persistence and eviction (SPEC §5): warn, or refuse when strict."""
+"""The start-up check of Redis persistence and eviction (SPEC §5): warn, or refuse when strict.
+
+The database is a SQLite file: what is checked is Redis's configuration, which no SQL
+database changes."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from groupbuy.services import build_services, running
 from groupbuy.storage.durability import RedisNotDurable, check_durability, risks
 from groupbuy.storage.embedded import EmbeddedEngine
 from groupbuy.testing.servers import RedisProcess, server_binary, start_redis
+from tests.support.database import sqlite_url
 from tests.support.redis import make_async_redis
 from tests.support.settings import settings_for
 
@@ -60,7 +64,7 @@ def durability_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord
 async def test_a_lossy_redis_is_warned_about_setting_by_setting(
     lossy: RedisProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = settings_for(tmp_path, lossy.url).replace("scheduler", enabled=False)
+    settings = settings_for(lossy.url, sqlite_url(tmp_path)).replace("scheduler", enabled=False)
     async with running(build_services(settings)) as services:
         assert await services.redis.ping()  # started: a warning does not refuse
     lines = durability_lines(caplog)
@@ -73,7 +77,7 @@ async def test_a_lossy_redis_is_warned_about_setting_by_setting(
 @pytest.mark.real
 @needs_server
 async def test_strict_refuses_a_lossy_redis(lossy: RedisProcess, tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, lossy.url).replace("redis", strict=True)
+    settings = settings_for(lossy.url, sqlite_url(tmp_path)).replace("redis", strict=True)
     with pytest.raises(RedisNotDurable) as refused:
         async with running(build_services(settings)):
             pytest.fail("started on a Redis that can lose acknowledged writes")

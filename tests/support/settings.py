@@ -21,13 +21,14 @@ TEST_RATE_LIMITS = {
 }
 
 
-def settings_for(tmp_path: Path, redis_url: str) -> Settings:
-    """Settings for one test: its own SQLite file, this Redis ('' for fakeredis), known keys."""
+def settings_for(redis_url: str, database_url: str) -> Settings:
+    """Settings for one test: this Redis ('' for fakeredis), this database (the `database_url`
+    fixture's, or tests.support.database.sqlite_url), known keys."""
     return load_settings(
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
+            "GROUPBUY_DATABASE_URL": database_url,
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
             **TEST_RATE_LIMITS,
