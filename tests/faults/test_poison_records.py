@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from groupbuy import metrics
@@ -34,10 +33,10 @@ def counted(stream: str) -> float:
     return float(metrics.DEAD_LETTERS.labels(stream=stream)._value.get())
 
 
-async def test_poison_records_mid_storm(redis_server: RedisUnderTest, tmp_path: Path) -> None:
+async def test_poison_records_mid_storm(redis_server: RedisUnderTest, database_url: str) -> None:
     admin = redis_server.client()
     before = {stream: counted(stream) for stream in ("packets", "teams")}
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+    async with running_app(storm_settings(redis_server.url, database_url)) as (app, client):
         keys = services_of(app).keys
         storm = Storm(client)
         await storm.prepare()

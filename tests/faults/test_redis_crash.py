@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 from tests.support.storm import (
     RedisUnderTest,
@@ -15,8 +14,10 @@ from tests.support.storm import (
 )
 
 
-async def test_kill_9_mid_storm_and_restart(redis_server: RedisUnderTest, tmp_path: Path) -> None:
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+async def test_kill_9_mid_storm_and_restart(
+    redis_server: RedisUnderTest, database_url: str
+) -> None:
+    async with running_app(storm_settings(redis_server.url, database_url)) as (app, client):
         storm = Storm(client)
         await storm.prepare()
         storm.start()

@@ -4,7 +4,6 @@ redis_out_of_memory with nothing applied, and everything works again once memory
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from tests.support.storm import (
     OutOfMemoryNotRefused,
@@ -16,9 +15,9 @@ from tests.support.storm import (
 )
 
 
-async def test_out_of_memory_mid_storm(redis_server: RedisUnderTest, tmp_path: Path) -> None:
+async def test_out_of_memory_mid_storm(redis_server: RedisUnderTest, database_url: str) -> None:
     admin = redis_server.client()
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+    async with running_app(storm_settings(redis_server.url, database_url)) as (app, client):
         storm = Storm(client)
         await storm.prepare()
         storm.start()

@@ -4,7 +4,6 @@ one that answers 503 until Redis runs again."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -19,9 +18,9 @@ from tests.support.storm import (
 
 @pytest.mark.parametrize("stopped_s", [1, pytest.param(8, marks=pytest.mark.slow)])
 async def test_sigstop_mid_storm(
-    redis_server: RedisUnderTest, tmp_path: Path, stopped_s: int
+    redis_server: RedisUnderTest, database_url: str, stopped_s: int
 ) -> None:
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+    async with running_app(storm_settings(redis_server.url, database_url)) as (app, client):
         storm = Storm(client)
         await storm.prepare()
         storm.start()

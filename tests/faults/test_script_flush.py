@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from tests.support.storm import (
     RedisUnderTest,
@@ -15,10 +14,10 @@ from tests.support.storm import (
 
 
 async def test_script_flush_repeatedly_mid_storm(
-    redis_server: RedisUnderTest, tmp_path: Path
+    redis_server: RedisUnderTest, database_url: str
 ) -> None:
     admin = redis_server.client()
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+    async with running_app(storm_settings(redis_server.url, database_url)) as (app, client):
         storm = Storm(client)
         await storm.prepare()
         storm.start()

@@ -1,5 +1,7 @@
 """SQL locked for 40 s mid-storm (an exclusive SQLite write lock held by another
-connection): grabs go on answering from Redis, the write-behind backs up, then drains."""
+connection): grabs go on answering from Redis, the write-behind backs up, then drains.
+
+SQLite only: the fault is SQLite's file lock."""
 
 from __future__ import annotations
 
@@ -10,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.database import sqlite_file, sqlite_url
 from tests.support.storm import (
     RedisUnderTest,
     Storm,
     check_after_storm,
-    database_file,
     running_app,
     services_of,
     storm_settings,
@@ -39,12 +41,13 @@ async def exclusive_lock(path: Path) -> sqlite3.Connection:
 
 @pytest.mark.slow
 async def test_sql_locked_40_s_mid_storm(redis_server: RedisUnderTest, tmp_path: Path) -> None:
-    async with running_app(storm_settings(tmp_path, redis_server.url)) as (app, client):
+    settings = storm_settings(redis_server.url, sqlite_url(tmp_path))
+    async with running_app(settings) as (app, client):
         storm = Storm(client, rate=100)
         await storm.prepare()
         storm.start()
         await storm.wait_calls(200)
-        locker = await exclusive_lock(database_file(tmp_path))
+        locker = await exclusive_lock(sqlite_file(tmp_path))
         locked_at, grabbed_before = time.monotonic(), len(storm.grabs)
         await asyncio.sleep(LOCKED_S / 2)
         waiting_mid_lock = await services_of(app).packets.writer.backlog()

@@ -3,7 +3,6 @@ mid-storm: another consumer takes the batch over and applies it again harmlessly
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +24,12 @@ class Killed(Exception):
 
 
 async def test_writer_killed_between_commit_and_ack(
-    redis_server: RedisUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisUnderTest, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A dead consumer's batch is taken over once it has been idle this long.
-    settings = storm_settings(tmp_path, redis_server.url, GROUPBUY_REDPACKETS_RECLAIM_IDLE_S="1")
+    settings = storm_settings(
+        redis_server.url, database_url, GROUPBUY_REDPACKETS_RECLAIM_IDLE_S="1"
+    )
     async with running_app(settings) as (app, client):
         services = services_of(app)
         writer = services.packets.writer

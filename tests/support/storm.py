@@ -86,25 +86,20 @@ class RedisUnderTest:
         self.server.stop()
 
 
-def storm_settings(tmp_path: Path, redis_url: str, **more: str) -> Settings:
-    """The service as deployed, on this Redis and a SQLite file, with short Redis timeouts
+def storm_settings(redis_url: str, database_url: str, **more: str) -> Settings:
+    """The service as deployed, on this Redis and this database, with short Redis timeouts
     (`more`: further GROUPBUY_* variables)."""
     return load_settings(
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{database_file(tmp_path)}",
+            "GROUPBUY_DATABASE_URL": database_url,
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.1",
             **more,
         },
     )
-
-
-def database_file(tmp_path: Path) -> Path:
-    """The SQLite file of a storm's service."""
-    return tmp_path / "groupbuy.db"
 
 
 class ReadinessNotRestored(AssertionError):
