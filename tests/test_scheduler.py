@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
@@ -19,7 +19,8 @@ from groupbuy.ops.jobs import Job, JobRunner
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.services import Services, build_scheduler
 from groupbuy.settings import Settings
-from tests.support.http import ADMIN, SERVICE, app_services
+from groupbuy.storage.events import EventRow
+from tests.support.http import ADMIN, SERVICE, app_services, portal
 
 
 async def test_the_lease_has_one_holder(services: Services) -> None:
@@ -63,13 +64,15 @@ def two_instances(fast_settings: Settings) -> Iterator[tuple[TestClient, TestCli
         yield one, two
 
 
-def _events(settings: Settings, kind: str) -> list[dict[str, Any]]:
-    url = settings.database.effective_url.replace("sqlite+aiosqlite", "sqlite")
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT data FROM events WHERE type = :t"), {"t": kind}).all()
-    engine.dispose()
-    return [json.loads(row[0]) for row in rows]
+def _events(client: TestClient, kind: str) -> list[dict[str, Any]]:
+    """The recorded events of this type, read through the app's database (either one)."""
+
+    async def read() -> list[dict[str, Any]]:
+        async with app_services(client).database.sessions() as session:
+            rows = await session.scalars(select(EventRow.data).where(EventRow.type == kind))
+            return [json.loads(row) for row in rows]
+
+    return portal(client).call(read)
 
 
 def _wait_for(check: Any, seconds: float = 10.0) -> None:
@@ -116,15 +119,15 @@ def test_two_schedulers_do_every_expiry_once(
 
     _wait_for(
         lambda: (
-            len(_events(fast_settings, "packet.refunded")) == 3
-            and len(_events(fast_settings, "team.failed")) == 4
-            and len(_events(fast_settings, "lock.expired")) == 4
+            len(_events(one, "packet.refunded")) == 3
+            and len(_events(one, "team.failed")) == 4
+            and len(_events(one, "lock.expired")) == 4
         )
     )
     time.sleep(0.5)  # more job runs on both instances change nothing
-    assert len(_events(fast_settings, "packet.refunded")) == 3
-    assert len(_events(fast_settings, "team.failed")) == 4
-    assert len(_events(fast_settings, "lock.expired")) == 4
+    assert len(_events(one, "packet.refunded")) == 3
+    assert len(_events(one, "team.failed")) == 4
+    assert len(_events(one, "lock.expired")) == 4
     balance = one.get("/v1/accounts/s", headers=SERVICE).json()["balance_cents"]
     grabbed = sum(
         one.get(f"/v1/redpackets/pk{p}", headers=SERVICE).json()["grabs"][0]["amount_cents"]
