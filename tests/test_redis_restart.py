@@ -14,7 +14,6 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.testing.servers import server_binary
 from tests.support.fixtures import SendPacketViaServices
-from tests.support.schema import database_with_schema
 from tests.support.storm import RedisUnderTest
 
 pytestmark = [
@@ -37,12 +36,12 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisUnderTest]:
 
 
 @pytest.fixture
-async def services(redis_server: RedisUnderTest, tmp_path: Path) -> AsyncIterator[Services]:
+async def services(redis_server: RedisUnderTest, database_url: str) -> AsyncIterator[Services]:
     """The services with the production Redis client (its retry policy included)."""
     settings = load_settings(
         None,
         {
-            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
+            "GROUPBUY_DATABASE_URL": database_url,
             "GROUPBUY_REDIS_URL": redis_server.url,
         },
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -21,7 +20,6 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from tests.support.proxy import FaultyProxy, faulty_proxy
-from tests.support.schema import database_with_schema
 from tests.support.settings import API_KEYS
 
 pytestmark = [pytest.mark.real]
@@ -32,7 +30,7 @@ SOCKET_TIMEOUT_S = 0.5
 
 @pytest.fixture(params=["auto_pipeline", "plain"])
 async def behind_proxy(
-    request: pytest.FixtureRequest, real_redis_url: str, tmp_path: Path
+    request: pytest.FixtureRequest, real_redis_url: str, database_url: str
 ) -> AsyncIterator[tuple[Services, FaultyProxy, aioredis.Redis]]:
     """The services as production wires them (their own Redis client, retries and, unless
     `plain`, the coalescing layer), talking to the real server through a proxy."""
@@ -43,7 +41,7 @@ async def behind_proxy(
             None,
             {
                 "GROUPBUY_API_KEYS": API_KEYS,
-                "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
+                "GROUPBUY_DATABASE_URL": database_url,
                 "GROUPBUY_REDIS_URL": proxy.url,
                 "GROUPBUY_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
                 "GROUPBUY_REDIS_AUTO_PIPELINE": str(request.param == "auto_pipeline").lower(),
