@@ -101,10 +101,11 @@ async def test_flash_grab_race(
     assert balances["sender"] == 0
     assert entry_count == SHARES + 2  # deposit, packet debit, one credit per grab
     assert (await packets.get("flash"))["status"] == "sold_out"
+    sql = "PostgreSQL" if not services.database.is_sqlite else "SQLite"
     with capsys.disabled():
         print(
             f"\n[figures] grab race: {REQUESTS} grabs ({REQUESTS - USERS} double taps) by "
             f"{CONCURRENCY} concurrent clients: {REQUESTS / grab_seconds:,.0f} grabs/s on the real "
-            f"redis-server; write-behind: {recorded} records into SQLite in {write_seconds:.2f}s "
+            f"redis-server; write-behind: {recorded} records into {sql} in {write_seconds:.2f}s "
             f"= {recorded / write_seconds:,.0f} rows/s (grab row + ledger credit each)"
         )
