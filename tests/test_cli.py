@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import signal
@@ -14,11 +15,16 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+from sqlalchemy import select
 
 from groupbuy.cli import _check_database, main
+from groupbuy.redpacket.models import AccountRow, GrabRow
 from groupbuy.settings import SettingsError, load_settings
+from groupbuy.storage.db import Database
 from groupbuy.testing.servers import free_port
-from tests.support.service import run_groupbuy, service_environment
+from tests.support.http import ADMIN, SERVICE
+from tests.support.service import run_groupbuy, service_environment, start_service
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["worker", "--help"]])
@@ -154,6 +160,50 @@ def test_the_listening_line_comes_when_requests_are_answered(tmp_path: Path) -> 
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     assert process.returncode == 0, output.read_text()
+
+
+@pytest.mark.real
+def test_serve_records_into_the_database_and_stops_cleanly(
+    tmp_path: Path, real_redis_url: str, database_url: str
+) -> None:
+    """`groupbuy serve` on a real Redis and this database: a grab it answered is a grab row
+    and a credited balance in SQL once the write-behind has run, and SIGTERM stops it with 0."""
+    with redis.Redis.from_url(real_redis_url) as admin:
+        admin.flushall()
+    env = service_environment(
+        tmp_path, GROUPBUY_REDIS_URL=real_redis_url, GROUPBUY_DATABASE_URL=database_url
+    )
+    service = start_service(tmp_path, env=env)
+    try:
+        with httpx.Client(base_url=service.url, timeout=10) as http:
+            deposit = {"amount_cents": 1_000, "reference": "funds"}
+            answer = http.post("/v1/accounts/alice/deposits", json=deposit, headers=ADMIN)
+            assert answer.status_code == 201, answer.text
+            packet = {"sender_id": "alice", "amount_cents": 1_000, "count": 4, "packet_id": "p"}
+            assert http.post("/v1/redpackets", json=packet, headers=SERVICE).status_code == 201
+            grab = http.post("/v1/redpackets/p/grab", json={"user_id": "u1"}, headers=SERVICE)
+            assert grab.status_code == 200 and grab.json()["status"] == "grabbed", grab.text
+            flushed = http.post("/v1/admin/jobs/flush_records/run", headers=ADMIN)
+            assert flushed.status_code == 200 and flushed.json()["backlog"] == 0, flushed.text
+    finally:
+        assert service.stop() == 0, service.text()
+
+    async def recorded() -> tuple[list[tuple[str, int]], int]:
+        database = Database(database_url)
+        try:
+            async with database.sessions() as session:
+                grabs = (await session.execute(select(GrabRow.user_id, GrabRow.amount_cents))).all()
+                balance = await session.scalar(
+                    select(AccountRow.balance_cents).where(AccountRow.user_id == "u1")
+                )
+            return [(str(user), int(cents)) for user, cents in grabs], int(balance or 0)
+        finally:
+            await database.dispose()
+
+    grabs, balance = asyncio.run(recorded())
+    amount = grab.json()["amount_cents"]
+    assert grabs == [("u1", amount)]
+    assert balance == amount
 
 
 def test_a_missing_database_driver_names_the_extra(
