@@ -38,13 +38,18 @@ async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> 
     for user_id, amount_cents in inserted:
         deltas[user_id] += amount_cents
     if deltas:
+        # In user order: the upsert locks account rows one by one, and two batches that
+        # took the same users in different orders would deadlock on PostgreSQL.
+        rows = [
+            {"user_id": user_id, "balance_cents": deltas[user_id]} for user_id in sorted(deltas)
+        ]
         upsert = dialect_insert(session, AccountRow.__table__)
         await session.execute(
             upsert.on_conflict_do_update(
                 index_elements=[AccountRow.user_id],
                 set_={"balance_cents": AccountRow.balance_cents + upsert.excluded.balance_cents},
             ),
-            [{"user_id": user_id, "balance_cents": delta} for user_id, delta in deltas.items()],
+            rows,
         )
     return len(inserted)
 
