@@ -5,8 +5,10 @@ examples of its coverage phase (boundaries, missing and wrong-typed fields, bad 
 Hypothesis-generated requests, positive and negative. Every answer is checked against the
 document: no 5xx, a documented status, content type and body shape, and every invalid input
 refused with a 4xx. The app runs with packet limits other than the defaults, so the
-document's bounds are the configured ones; on fakeredis, then on a real server. Seeded
-and derandomized: the same requests every run.
+document's bounds are the configured ones; on fakeredis and a SQLite file, then on a real
+server and PostgreSQL (the pairs of tests/conftest.py less fake+postgresql and real+sqlite:
+each Redis and each database is fuzzed once, and the run stays within the suite's time).
+Seeded and derandomized: the same requests every run.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import hypothesis
@@ -36,6 +37,7 @@ from schemathesis.python import asgi
 
 from groupbuy.api.app import create_app, openapi_document
 from groupbuy.settings import Settings, load_settings
+from tests.support.database import sqlite_url
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
 from tests.support.settings import API_KEYS
 
@@ -63,12 +65,12 @@ _started: list[float] = []
 _backend: list[str] = []
 
 
-def _settings(database: Path, redis_url: str = "") -> Settings:
+def _settings(database_url: str, redis_url: str = "") -> Settings:
     return load_settings(
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
+            "GROUPBUY_DATABASE_URL": database_url,
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_SCHEDULER_ENABLED": "false",  # jobs run when the fuzzer calls them
             # limits other than the defaults: the document must carry these, the server
@@ -107,24 +109,37 @@ _CONFIG = SchemathesisConfig.from_dict(
 )
 # The document of an app with these settings (the database file is not part of it); a test
 # in tests/test_openapi.py checks it is what the app serves.
-schema = schemathesis.openapi.from_dict(openapi_document(_settings(Path("-"))), config=_CONFIG)
+schema = schemathesis.openapi.from_dict(
+    openapi_document(_settings("sqlite+aiosqlite:///-")), config=_CONFIG
+)
 schema.app = _APP
 
 
 @pytest.fixture(
-    scope="module", autouse=True, params=["fake", pytest.param("real", marks=pytest.mark.real)]
+    scope="module",
+    autouse=True,
+    params=[
+        "fake-sqlite",
+        pytest.param("real-postgresql", marks=[pytest.mark.real, pytest.mark.postgres]),
+    ],
 )
 def _app_under_test(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """The app on fakeredis, then on a real server (each run its own database and tally)."""
-    redis_url = ""
-    if request.param == "real":
+    """The app on fakeredis and SQLite, then on a real server and PostgreSQL (each run its
+    own database and tally)."""
+    redis_url, databases, database_name = "", None, ""
+    if request.param == "real-postgresql":
         redis_url = str(request.getfixturevalue("real_redis_url"))
         with redis.Redis.from_url(redis_url) as sync_client:
             sync_client.flushall()
             sync_client.script_flush()
-    _APP.app = create_app(_settings(tmp_path_factory.mktemp("fuzz") / "groupbuy.db", redis_url))
+        databases = request.getfixturevalue("test_databases")
+        database_name = databases.create()
+        database_url = databases.url(database_name)
+    else:
+        database_url = sqlite_url(tmp_path_factory.mktemp("fuzz"))
+    _APP.app = create_app(_settings(database_url, redis_url))
     _tally.clear()
     _operations.clear()
     _started[:] = [time.monotonic()]
@@ -133,6 +148,8 @@ def _app_under_test(
         yield
     finally:
         asgi.shutdown_lifespans()  # the app's lifespan, which schemathesis started
+        if databases is not None:
+            databases.drop(database_name)
 
 
 @schema.parametrize()
