@@ -76,6 +76,17 @@ def test_admins_block_unblock_and_list_users(client: TestClient) -> None:
     assert page["next_cursor"] is None
 
 
+def test_a_reason_is_kept_as_written_but_nul_is_refused(client: TestClient) -> None:
+    """Any text survives SQL (accents, CJK, emoji, tabs and newlines); U+0000, which
+    PostgreSQL's text types cannot hold, is a 422 on every database, nothing blocked."""
+    reason = "Rückbuchung 退款 🚫\tline one\nline two"
+    assert block(client, "u1", reason=reason)["reason"] == reason
+    assert blocked_page(client)["blocked_users"][0]["reason"] == reason  # read from SQL
+    refused = client.put("/v1/admin/blocked-users/u2", json={"reason": "a\u0000b"}, headers=ADMIN)
+    assert_problem(refused, 422, "invalid_request")
+    assert [e["user_id"] for e in blocked_page(client)["blocked_users"]] == ["u1"]
+
+
 def test_the_blocklist_is_for_admins_only(client: TestClient) -> None:
     paths: list[tuple[str, str, dict[str, Any] | None]] = [
         ("PUT", "/v1/admin/blocked-users/u1", {}),

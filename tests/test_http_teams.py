@@ -181,6 +181,21 @@ def test_create_activity_201_repeat_200_other_params_409(client: TestClient) -> 
     assert assert_ok(client.get("/v1/activities/act-1", headers=SERVICE), 200) == created
 
 
+def test_an_activity_name_is_any_text_but_nul(client: TestClient) -> None:
+    """A name is kept as written (accents, CJK, emoji, a tab); U+0000, which PostgreSQL's
+    text types cannot hold, is a 422 on every database and no activity is made."""
+    name = "Café 限时团购 🎉\tday 1"
+    created = assert_ok(
+        client.post("/v1/activities", json={"activity_id": "a1", "name": name}, headers=ADMIN), 201
+    )
+    assert created["name"] == name
+    refused = client.post(
+        "/v1/activities", json={"activity_id": "a2", "name": "flash\u0000sale"}, headers=ADMIN
+    )
+    assert_problem(refused, 422, "invalid_request")
+    assert_problem(client.get("/v1/activities/a2", headers=SERVICE), 404)
+
+
 def test_create_activity_defaults(client: TestClient) -> None:
     created = make_activity(client, "defaults")
     assert created["team_size"] == 3

@@ -7,7 +7,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy.api import answers
-from groupbuy.api.endpoints import ID_PATTERN, Endpoint, LaxQuery, StrictBody, json_response
+from groupbuy.api.endpoints import (
+    ID_PATTERN,
+    TEXT_PATTERN,
+    Endpoint,
+    LaxQuery,
+    StrictBody,
+    json_response,
+)
 from groupbuy.ops.blocklist import REASON_MAX, BlocklistService
 
 
@@ -15,7 +22,10 @@ class BlockBody(StrictBody):
     """Body of PUT /v1/admin/blocked-users/{user_id}."""
 
     reason: str | None = Field(
-        default=None, max_length=REASON_MAX, description="why, for the admins who read the list"
+        default=None,
+        max_length=REASON_MAX,
+        pattern=TEXT_PATTERN,
+        description="why, for the admins who read the list (any text but U+0000)",
     )
 
 

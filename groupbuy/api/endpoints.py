@@ -31,6 +31,10 @@ _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 """Every identifier of the API: 1-64 letters, digits, '_' or '-' (safe inside Redis keys)."""
 
+# Free text the service keeps in SQL (an activity's name, a block's reason): any character
+# but U+0000, which PostgreSQL's text types cannot hold; refused alike on every database.
+TEXT_PATTERN = r"^[^\u0000]*$"
+
 
 class StrictBody(BaseModel):
     """Base of request bodies: no unknown fields, no type coercion ("3" is not 3, and an

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from groupbuy import errors
 from groupbuy.api import answers
 from groupbuy.api.endpoints import (
+    TEXT_PATTERN,
     Endpoint,
     Id,
     LaxQuery,
@@ -45,7 +46,9 @@ class ActivityCreate(StrictBody):
     """Body of POST /v1/activities (omitted numbers take the configured defaults)."""
 
     activity_id: Id
-    name: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(
+        default=None, max_length=200, pattern=TEXT_PATTERN, description="any text but U+0000"
+    )
     team_size: TeamSize | None = None
     lock_ttl_s: LockTtlS | None = None
     team_deadline_s: TeamDeadlineS | None = None
