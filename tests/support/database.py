@@ -27,6 +27,9 @@ from tests.support.schema import database_with_schema
 
 T = TypeVar("T")
 
+# The session time zone of the tests' PostgreSQL databases (UTC+13:45 in its summer).
+SESSION_TIMEZONE = "Pacific/Chatham"
+
 
 async def create_schema(database: Database) -> None:
     """Give an empty database the service's schema: the shipped migrations, as
@@ -120,7 +123,16 @@ class TestDatabases:
 
     def _create(self, name: str) -> None:
         _run(self._execute(None, [f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)']))
-        _run(self._execute(None, [f'CREATE DATABASE "{name}"']))
+        # Sessions in a zone far from UTC: a timestamp handled as local time anywhere shows.
+        _run(
+            self._execute(
+                None,
+                [
+                    f'CREATE DATABASE "{name}"',
+                    f"ALTER DATABASE \"{name}\" SET timezone TO '{SESSION_TIMEZONE}'",
+                ],
+            )
+        )
 
         async def schema() -> None:
             database = Database(self.url(name))
