@@ -1,6 +1,9 @@
 """`groupbuy serve` on the embedded default (no Redis URL), as a real process: it runs its own
 engine, keeps every acknowledged grab across kill -9 and a restart, starts a dead engine
-again, shares it between workers, and holds its data directory against a second service."""
+again, shares it between workers, and holds its data directory against a second service.
+
+On SQLite only: the embedded default is a SQLite file (`groupbuy.db`) beside the engine's
+data, and that default is what these tests start."""
 
 from __future__ import annotations
 

@@ -37,7 +37,8 @@ def settings_for(redis_url: str, database_url: str) -> Settings:
 
 
 def settings_without_redis(tmp_path: Path) -> Settings:
-    """Settings whose Redis URL points at a closed loopback port (Redis is down)."""
+    """Settings whose Redis URL points at a closed loopback port (Redis is down), on a SQLite
+    file: what these tests check is the answer when Redis is away, which no database changes."""
     return load_settings(
         None,
         {
