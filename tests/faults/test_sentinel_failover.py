@@ -8,6 +8,9 @@ The loss test makes the replica miss a stretch of writes on purpose: the primary
 replica's reconnection (its replication user is turned off and its link killed) while grabs
 are answered, then dies; without that, which writes a kill -9 catches unreplicated on
 loopback is a matter of microseconds.
+
+The SQL side is a SQLite file: the subject is Redis's replication and failover, the
+write-behind into each database is the other fault tests' (tests/faults/).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import redis.exceptions
 from groupbuy import errors
 from groupbuy.services import Services, build_services, running
 from groupbuy.testing.sentinel import SentinelSet, start_sentinel_set
+from tests.support.database import sqlite_url
 from tests.support.money import assert_money_conserved
 from tests.support.storm import (
     PERSIST,
@@ -52,8 +56,8 @@ async def test_kill_9_of_the_primary_mid_storm_loses_nothing_with_wait_replicas_
     watched: SentinelSet, tmp_path: Path
 ) -> None:
     settings = storm_settings(
-        tmp_path,
         "",
+        sqlite_url(tmp_path),
         GROUPBUY_REDIS_SENTINEL=watched.sentinel_setting,
         GROUPBUY_REDIS_WAIT_REPLICAS="1",
         GROUPBUY_REDIS_WAIT_TIMEOUT_S=WAIT_TIMEOUT_S,
@@ -122,8 +126,8 @@ async def _grabs_across_a_failover(
     then kill -9 of the primary, grabs on the promoted replica, and a reconciliation.
     Returns what reconciliation names lost (user -> kind, cents told) and the answers."""
     settings = storm_settings(
-        tmp_path,
         "",
+        sqlite_url(tmp_path),
         GROUPBUY_REDIS_SENTINEL=watched.sentinel_setting,
         GROUPBUY_REDIS_WAIT_REPLICAS=str(wait_replicas),
         GROUPBUY_REDIS_WAIT_TIMEOUT_S=WAIT_TIMEOUT_S,

@@ -10,7 +10,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -86,8 +85,8 @@ def replicated() -> Iterator[Replicated]:
         primary.stop()
 
 
-def wait_settings(tmp_path: Path, pair: Replicated, coalesced: bool) -> Settings:
-    base = settings_for(tmp_path, pair.primary.url)
+def wait_settings(database_url: str, pair: Replicated, coalesced: bool) -> Settings:
+    base = settings_for(pair.primary.url, database_url)
     redis_settings = base.redis.model_copy(
         update={
             "wait_replicas": 1,
@@ -101,10 +100,10 @@ def wait_settings(tmp_path: Path, pair: Replicated, coalesced: bool) -> Settings
 
 @pytest.fixture(params=[True, False], ids=["coalesced", "one-evalsha-each"])
 async def services(
-    request: pytest.FixtureRequest, tmp_path: Path, replicated: Replicated
+    request: pytest.FixtureRequest, database_url: str, replicated: Replicated
 ) -> AsyncIterator[Services]:
     async with running(
-        build_services(wait_settings(tmp_path, replicated, request.param)), scheduler=False
+        build_services(wait_settings(database_url, replicated, request.param)), scheduler=False
     ) as started:
         yield started
 
@@ -162,9 +161,9 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
 @pytest.mark.real
 @needs_server
 async def test_the_api_answers_503_redis_replication_timeout_and_the_retry_the_same(
-    tmp_path: Path, replicated: Replicated
+    database_url: str, replicated: Replicated
 ) -> None:
-    settings = wait_settings(tmp_path, replicated, coalesced=True)
+    settings = wait_settings(database_url, replicated, coalesced=True)
     async with running_app(settings) as (_app, client):
         deposit = {"amount_cents": 1_000, "reference": "funds"}
         assert (
