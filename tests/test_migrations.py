@@ -225,7 +225,7 @@ async def test_a_create_all_database_that_differs_is_refused_untouched(
 
 async def start(empty: Empty, tmp_path: Path) -> None:
     """Start and stop the services on this database (fakeredis)."""
-    settings = settings_for(tmp_path, "").replace("database", url=empty.url)
+    settings = settings_for("", empty.url)
     services = build_services(settings)
     async with running(services, scheduler=False):
         pass
