@@ -42,6 +42,7 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.slots import SlotDirectory
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def build_services(
     scripts = Scripts(
         redis, auto_pipeline(redis, settings.redis), wait=replica_wait(settings.redis)
     )
-    keys = Keys(settings.redis.key_prefix)
+    keys = Keys(settings.redis.key_prefix, cluster=settings.redis.cluster)
     clock = RedisClock()
     reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
@@ -87,8 +88,10 @@ def build_services(
         database,
         project_team_records,
         settings.outbox.batch_size,
-        index=keys.pending_activities(),
+        index_of=lambda activity_id: keys.pending_activities(keys.activity_slot(activity_id)),
+        index_in=keys.pending_activities,
         stream_of=keys.outbox,
+        slots=SlotDirectory(redis, keys),
         reachability=reachability,
         dead_letters=dead_letters,
     )

@@ -2,10 +2,12 @@
 -- Common KEYS of packet scripts (all under the hash tag {p:<packet_id>}):
 -- KEYS[1] packet hash  KEYS[2] shares list (amounts still to grab, in grab order)
 -- KEYS[3] grabs hash (user -> "seq|amount_cents|grabbed_at_ms|request token")  KEYS[4] outbox stream
--- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
+-- Indexes of waiting work: one each on one Redis server, those of the packet's slot in Redis
+-- Cluster (groupbuy.storage.keys, docs/architecture.md "Indexes of waiting work"):
 -- KEYS[5] pending index (zset packet_id -> ms of the oldest record waiting in its outbox)
 -- KEYS[6] due index (zset packet_id -> expires_ms, active packets only)
--- KEYS[7] blocked users hash (user_id -> why and when; read by packet_grab)
+-- KEYS[7] blocked users hash (user_id -> when, and why; read by packet_grab; the copy of the
+-- packet's slot in Redis Cluster)
 -- Common ARGV: ARGV[1] packet_id  ARGV[2] clock shift in ms (0 in production)
 -- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
 -- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,

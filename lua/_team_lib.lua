@@ -8,7 +8,8 @@
 -- KEYS[5] activity's lock index (zset team_id -> when its earliest lock expires, ms)
 -- KEYS[6] activity's deadline index (zset team_id -> deadline ms, open teams only)
 -- The two indexes let the sweeps find due teams without scanning the keyspace.
--- Global indexes (no hash tag; docs/architecture.md says how they map in Redis Cluster):
+-- Indexes of waiting work: one each on one Redis server, those of the activity's slot in
+-- Redis Cluster (groupbuy.storage.keys, docs/architecture.md "Indexes of waiting work"):
 -- KEYS[7] pending index (zset activity_id -> ms of the oldest record waiting in its outbox)
 -- KEYS[8] lock-due index (zset activity_id -> at most the lowest score of its KEYS[5])
 -- KEYS[9] deadline-due index (zset activity_id -> at most the lowest score of its KEYS[6])

@@ -3,7 +3,8 @@
 -- dead-letter stream, then forget them in their outbox like outbox_ack does, all in one
 -- atomic call: an entry leaves its outbox only once its dead letter exists.
 -- KEYS[1] outbox stream  KEYS[2] pending index (zset member -> ms of the oldest entry)
--- KEYS[3] dead-letter stream (global, capped: the SQL table dead_letters keeps them all)
+-- KEYS[3] dead-letter stream (capped: the SQL table dead_letters keeps them all; the one of
+--         the outbox's slot in Redis Cluster)
 -- ARGV[1] consumer group that read the entries, or '' when read without one
 -- ARGV[2] the stream's member in the pending index (activity_id or packet_id)
 -- ARGV[3] the outbox's kind (packets|teams)  ARGV[4] approximate cap of the dead-letter stream

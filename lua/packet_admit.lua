@@ -5,7 +5,8 @@
 -- requires: _common
 -- requires: _packet_lib
 -- (_packet_lib for its code numbers only: this script has KEYS of its own.)
--- KEYS[1] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
+-- KEYS[1] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
+--         sender's slot, see Keys.blocked_users)
 -- KEYS[2] the sender's hash for this UTC day (Keys.sender_day: packet_id ->
 --         "amount_cents|request token" of each send counted, and the totals under '#count'
 --         and '#amount')

@@ -3,7 +3,8 @@
 -- requires: _common
 -- requires: _team_lib
 -- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
--- KEYS[12] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
+-- KEYS[12] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
+--         activity's slot, see Keys.blocked_users)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] order_id
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
 -- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: that

@@ -8,7 +8,8 @@
 -- after time is applied where it is due (apply_time), so no call grows with the number of
 -- teams. A team the user is a member of is passed over.
 -- KEYS[1..8] as _team_pick  KEYS[9] user's current-lock key (as team_lock writes it)
--- KEYS[10] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
+-- KEYS[10] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
+--         activity's slot, see Keys.blocked_users)
 -- ARGV[1..8] as _team_pick  ARGV[9] user_id
 -- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
 -- team's after the lock, as team_lock answers it),

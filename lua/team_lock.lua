@@ -4,7 +4,8 @@
 -- requires: _team_lib
 -- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
 --         ("team_id|locked_at_ms|expires_at_ms|team_deadline_ms", PX = lock ttl)
--- KEYS[12] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
+-- KEYS[12] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
+--         activity's slot, see Keys.blocked_users)
 -- KEYS[13] hash and KEYS[14] locks zset of the team the caller believes the user holds a lock
 --          in (only when ARGV[5] names it)
 -- ARGV[1..3] as _team_lib  ARGV[4] user_id  ARGV[5] that other team's id, or ''

@@ -4,7 +4,8 @@
 -- requires: _team_lib
 -- KEYS[1..10] as _team_lib  KEYS[11] activity hash (team_size, lock_ttl_ms, team_deadline_ms,
 --         virtual_min, teams_per_user, open_per_leader)
--- KEYS[12] blocked users hash (user_id -> why and when; global, see Keys.blocked_users)
+-- KEYS[12] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
+--         activity's slot, see Keys.blocked_users)
 -- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader order_id ('' for none)
 -- ARGV[6] retention_ms: how long the keys outlive the deadline
 -- Returns {OK, team...} opened, {EXISTING, team...} same leader and order already opened it

@@ -30,7 +30,7 @@ from tests.support.database import TestDatabases, sqlite_with_schema
 from tests.support.redis import make_async_redis
 from tests.support.settings import settings_for
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.cluster"]
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,7 @@ async def prepare_bench_team(services: Services, aid: str, tid: str) -> None:
     )
     await services.scripts.call(
         "team_open",
-        [*keys.team_keys(aid, tid), keys.activity(aid), keys.blocked_users()],
+        [*keys.team_keys(aid, tid), keys.activity(aid), keys.activity_blocklist(aid)],
         [aid, tid, 0, "lead", "", 0],
     )
 
@@ -119,7 +119,7 @@ async def redis_benchmark_rows(
         aid, tid = f"rb{pipeline}", "t0"
         await prepare_bench_team(services, aid, tid)
         user_key = keys.user_lock(aid, "__rand_int__")
-        lock_keys = [*keys.team_keys(aid, tid), user_key, keys.blocked_users()]
+        lock_keys = [*keys.team_keys(aid, tid), user_key, keys.activity_blocklist(aid)]
         cmd = ["EVALSHA", lock_sha, str(len(lock_keys)), *lock_keys]
         cmd += [aid, tid, "0", "user:__rand_int__", ""]
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)

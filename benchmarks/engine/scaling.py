@@ -50,7 +50,11 @@ async def create_teams_pipelined(services: Services, aid: str, count: int) -> li
     async def batch(start: int) -> None:
         pipe = services.redis.pipeline(transaction=False)
         for tid in ids[start : start + BATCH]:
-            team_keys = [*keys.team_keys(aid, tid), keys.activity(aid), keys.blocked_users()]
+            team_keys = [
+                *keys.team_keys(aid, tid),
+                keys.activity(aid),
+                keys.activity_blocklist(aid),
+            ]
             pipe.evalsha(sha, len(team_keys), *team_keys, aid, tid, 0, f"lead-{tid}", "", 60_000)
         await pipe.execute()
 

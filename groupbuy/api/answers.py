@@ -130,7 +130,8 @@ class RepairReport(_JobRun):
     packets_restored: int = Field(description="live packets rebuilt in Redis from SQL")
     blocked_users: int = Field(description="users on the admin blocklist (SQL's count)")
     blocklist_rebuilt: int = Field(
-        description="1 when Redis's copy of the blocklist differed from SQL and was rebuilt"
+        description="Redis's copies of the blocklist that differed from SQL and were rebuilt "
+        "(one on one Redis server; in Redis Cluster also one per slot in use)"
     )
 
 

@@ -34,6 +34,7 @@ from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import optional_int, reply_dict
+from groupbuy.storage.slots import due_in
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,9 @@ class TeamService(UsesBackends):
     async def _put_activity(self, row: ActivityRow) -> None:
         # What team_open needs of an activity, in Redis; rewriting it is harmless. It is a
         # copy of SQL's row that expires: an open that misses it puts it back from SQL.
+        # Its slot is in the directory first (Redis Cluster), with its copy of the blocked
+        # users, before any team of it can be written there.
+        await self._slots.join(self._keys.activity_slot(row.activity_id))
         key = self._keys.activity(row.activity_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hset(
@@ -187,7 +191,7 @@ class TeamService(UsesBackends):
         keys = [
             *self._keys.team_keys(activity_id, team_id),
             self._keys.activity(activity_id),
-            self._keys.blocked_users(),
+            self._keys.activity_blocklist(activity_id),
         ]
         args = self._args(
             activity_id, team_id, leader_id, order_id or "", self._defaults.retention_s * 1000
@@ -353,7 +357,7 @@ class TeamService(UsesBackends):
         base_keys = [
             *self._keys.team_keys(activity_id, team_id),
             self._keys.user_lock(activity_id, user_id),
-            self._keys.blocked_users(),
+            self._keys.activity_blocklist(activity_id),
         ]
         other = ""
         restored = False
@@ -409,7 +413,7 @@ class TeamService(UsesBackends):
         keys = [
             *self._keys.pick_keys(activity_id),
             self._keys.user_lock(activity_id, user_id),
-            self._keys.blocked_users(),
+            self._keys.activity_blocklist(activity_id),
         ]
         cursor: list[Any] = ["", ""]
         while True:
@@ -491,7 +495,7 @@ class TeamService(UsesBackends):
         keys = [
             *self._keys.team_keys(activity_id, team_id),
             self._keys.user_lock(activity_id, user_id),
-            self._keys.blocked_users(),
+            self._keys.activity_blocklist(activity_id),
         ]
         args = self._args(activity_id, team_id, user_id, order_id)
         code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
@@ -544,13 +548,13 @@ class TeamService(UsesBackends):
 
     async def _sweep(self, index: str, batch: int, max_batches: int = 50) -> dict[str, int]:
         """Apply expiry to the teams an index says are due: `lock_due` (expired locks) or
-        `deadlines` (teams past their deadline fail). The global due index names the
-        activities that may have a due team; each one's own index names the teams. One
-        short script per team, read in bounded batches, so no script runs long; safe to
-        run anywhere, any number of times."""
-        team_index, due_index = {
-            "lock_due": (self._keys.lock_index, self._keys.due_locks()),
-            "deadlines": (self._keys.deadline_index, self._keys.due_deadlines()),
+        `deadlines` (teams past their deadline fail). The due index (one per slot in use in
+        Redis Cluster) names the activities that may have a due team; each one's own index
+        names the teams. One short script per team, read in bounded batches, so no script
+        runs long; safe to run anywhere, any number of times."""
+        team_index, due_index_in = {
+            "lock_due": (self._keys.lock_index, self._keys.due_locks),
+            "deadlines": (self._keys.deadline_index, self._keys.due_deadlines),
         }[index]
         now_ms = await self._clock.now_ms(self._redis)
         report = {
@@ -561,24 +565,39 @@ class TeamService(UsesBackends):
             "teams_formed_virtually": 0,
         }
         seen: set[str] = set()
+        # Each slot's due index is read in batches until it lists nothing new; the slots
+        # still being read are read together, one pipeline per round.
+        slots = await self._slots.in_use()
         for _ in range(max_batches):
-            due = await self._redis.zrangebyscore(due_index, "-inf", now_ms, start=0, num=batch)
-            fresh = [activity_id for activity_id in due if activity_id not in seen]
-            for activity_id in fresh:
-                seen.add(activity_id)
-                report["activities"] += 1
-                touched = await self._sweep_activity(
-                    activity_id, team_index(activity_id), index, now_ms, batch, max_batches, report
-                )
-                # Its entry becomes its earliest due team again (or goes): after the sweep,
-                # so a team indexed meanwhile is never hidden behind a later score.
-                await self._scripts.call(
-                    "activity_reindex", [team_index(activity_id), due_index], [activity_id]
-                )
-                if touched:
-                    await self._outbox.flush_quietly(activity_id)
-            if len(due) < batch or not fresh:
+            due_indexes = [due_index_in(slot) for slot in slots]
+            listed = await due_in(self._redis, due_indexes, now_ms, batch)
+            more: list[int | None] = []
+            for slot, due_index, due in zip(slots, due_indexes, listed, strict=True):
+                fresh = [activity_id for activity_id in due if activity_id not in seen]
+                for activity_id in fresh:
+                    seen.add(activity_id)
+                    report["activities"] += 1
+                    touched = await self._sweep_activity(
+                        activity_id,
+                        team_index(activity_id),
+                        index,
+                        now_ms,
+                        batch,
+                        max_batches,
+                        report,
+                    )
+                    # Its entry becomes its earliest due team again (or goes): after the
+                    # sweep, so a team indexed meanwhile is never hidden behind a later score.
+                    await self._scripts.call(
+                        "activity_reindex", [team_index(activity_id), due_index], [activity_id]
+                    )
+                    if touched:
+                        await self._outbox.flush_quietly(activity_id)
+                if len(due) == batch and fresh:
+                    more.append(slot)
+            if not more:
                 break
+            slots = more
         return report
 
     async def _sweep_activity(
@@ -665,12 +684,15 @@ class TeamService(UsesBackends):
                 ).all()
             )
         keys = self._keys
+        # A slot the directory lost (Redis lost data) is listed again, so the jobs read it.
+        await self._slots.join(*(keys.activity_slot(activity_id) for activity_id in ids))
         calls: list[Callable[[], Awaitable[Any]]] = []
         for activity_id in ids:
             calls.append(partial(self._outbox.ack, activity_id, []))
+            slot = keys.activity_slot(activity_id)
             for team_index, due_index in (
-                (keys.lock_index(activity_id), keys.due_locks()),
-                (keys.deadline_index(activity_id), keys.due_deadlines()),
+                (keys.lock_index(activity_id), keys.due_locks(slot)),
+                (keys.deadline_index(activity_id), keys.due_deadlines(slot)),
             ):
                 calls.append(
                     partial(

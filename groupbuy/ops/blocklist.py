@@ -3,9 +3,11 @@
 SQL holds the record (the `blocked_users` table); Redis holds a copy in one hash
 (`Keys.blocked_users`: user_id -> 'blocked_at_ms|reason') that the scripts of a seat lock,
 join, open, confirm, grab and send read in the same call as the operation, so a block
-takes effect atomically with them. A change writes SQL and Redis under one lock, and
-`sync` (at start and in the repair job) rebuilds the copy from SQL when it differs, e.g.
-after Redis lost its data.
+takes effect atomically with them. In Redis Cluster those scripts read the copy of their
+own slot instead (user_id -> 'blocked_at_ms'), one per slot in use: a change writes the
+hash and then every slot's copy (groupbuy/storage/slots.py). A change writes SQL and Redis
+under one lock, and `sync` (at start and in the repair job) rebuilds each copy from SQL
+when it differs, e.g. after Redis lost its data.
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
+from groupbuy.storage.slots import copy_value, each_slot
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 REASON_MAX = 500  # characters of an admin's note on a block
-# How long one change or rebuild may hold the lock, and how long a caller waits for it.
-LOCK_TIMEOUT_S = 30.0
-LOCK_WAIT_S = 10.0
 # Fields written per HSET when the copy is rebuilt.
 REBUILD_CHUNK = 1000
 
@@ -43,6 +43,11 @@ def redis_value(row: BlockedUserRow) -> str:
     return f"{to_ms(row.blocked_at)}|{row.reason or ''}"
 
 
+def _copy_of(row: BlockedUserRow) -> str:
+    """A slot's copy's value for a blocked user (Redis Cluster)."""
+    return copy_value(redis_value(row))
+
+
 def _body(row: BlockedUserRow) -> dict[str, Any]:
     return {
         "user_id": row.user_id,
@@ -55,11 +60,20 @@ class BlocklistService(UsesBackends):
     """Block and unblock users, list them, and keep Redis's copy equal to SQL's record."""
 
     def _lock(self) -> Any:
-        # Changes and rebuilds take turns, so a rebuild never writes back a list read
-        # before a change that landed meanwhile.
-        return self._redis.lock(
-            self._keys.lease("blocklist"), timeout=LOCK_TIMEOUT_S, blocking_timeout=LOCK_WAIT_S
-        )
+        # Changes, rebuilds and slots joining the directory take turns, so none of them
+        # writes back a list read before a change that landed meanwhile.
+        return self._slots.blocklist_lock()
+
+    async def _slot_copies(self) -> list[str]:
+        """The per-slot copies of the hash (Redis Cluster), one per slot in use; none on one
+        Redis server."""
+        if not self._keys.cluster:
+            return []
+        return [self._keys.blocked_users(slot) for slot in await self._slots.in_use()]
+
+    async def _on_each(self, keys: list[str], write: Any) -> None:
+        """Apply `write(pipe, key)` to every key, pipelined."""
+        await each_slot(self._redis, keys, write)
 
     async def block(self, user_id: str, reason: str | None = None) -> dict[str, Any]:
         """Block a user (again: the reason is replaced, the start of the block kept)."""
@@ -71,7 +85,12 @@ class BlocklistService(UsesBackends):
                 session.add(row)
             row.reason = reason
             # Redis before the commit: if Redis fails, the SQL change rolls back too.
-            await self._redis.hset(self._keys.blocked_users(), user_id, redis_value(row))
+            value = redis_value(row)
+            await self._redis.hset(self._keys.blocked_users(), user_id, value)
+            await self._on_each(
+                await self._slot_copies(),
+                lambda pipe, key: pipe.hset(key, user_id, copy_value(value)),
+            )
             body = _body(row)
         return body
 
@@ -82,6 +101,9 @@ class BlocklistService(UsesBackends):
                 delete(BlockedUserRow).where(BlockedUserRow.user_id == user_id)
             )
             await self._redis.hdel(self._keys.blocked_users(), user_id)
+            await self._on_each(
+                await self._slot_copies(), lambda pipe, key: pipe.hdel(key, user_id)
+            )
         return {"user_id": user_id, "unblocked": bool(cast(CursorResult[Any], deleted).rowcount)}
 
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
@@ -99,21 +121,29 @@ class BlocklistService(UsesBackends):
         }
 
     async def sync(self) -> dict[str, int]:
-        """Rebuild Redis's copy from SQL when the two differ in size (Redis lost data, or a
-        change reached only one of them); the repair job's part, also run at start."""
+        """Rebuild Redis's copies from SQL where they differ in size (Redis lost data, or a
+        change reached only some of them): the hash, and in Redis Cluster each slot's copy;
+        the repair job's part, also run at start. `blocklist_rebuilt` counts the copies
+        rewritten."""
         key = self._keys.blocked_users()
         async with self._lock():
+            copies = [key, *await self._slot_copies()]
             async with self._db.sessions() as session:
                 recorded = int(
                     await session.scalar(select(func.count(BlockedUserRow.user_id))) or 0
                 )
-                if recorded == await self._redis.hlen(key):
+                sizes = await each_slot(self._redis, copies, lambda pipe, k: pipe.hlen(k))
+                stale = [k for k, size in zip(copies, sizes, strict=True) if size != recorded]
+                if not stale:
                     return {"blocked_users": recorded, "blocklist_rebuilt": 0}
                 rows = (await session.scalars(select(BlockedUserRow))).all()
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(key)
-            for start in range(0, len(rows), REBUILD_CHUNK):
-                chunk = rows[start : start + REBUILD_CHUNK]
-                pipe.hset(key, mapping={row.user_id: redis_value(row) for row in chunk})
-            await pipe.execute()
-        return {"blocked_users": len(rows), "blocklist_rebuilt": 1}
+            for copy in stale:
+                # One MULTI per copy: the scripts of its slot see the old list or the new one.
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.delete(copy)
+                for start in range(0, len(rows), REBUILD_CHUNK):
+                    chunk = rows[start : start + REBUILD_CHUNK]
+                    value = redis_value if copy == key else _copy_of
+                    pipe.hset(copy, mapping={row.user_id: value(row) for row in chunk})
+                await pipe.execute()
+        return {"blocked_users": len(rows), "blocklist_rebuilt": len(stale)}

@@ -36,6 +36,7 @@ from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import reply_dict
+from groupbuy.storage.slots import due_in
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,10 @@ class RedPacketService(UsesBackends):
             "strategy": strategy,
             "expires_in_s": expires_in_s,
         }
+        # The sender's and the packet's slots are in the directory (Redis Cluster), each with
+        # its copy of the blocked users, before the admission reads one and the packet is
+        # written to the other.
+        await self._slots.join(self._keys.sender_slot(sender_id), self._keys.packet_slot(packet_id))
         # The admission is a write script: over maxmemory Redis refuses it up front, so a
         # send Redis could not take is refused before the debit.
         counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
@@ -160,7 +165,7 @@ class RedPacketService(UsesBackends):
             raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
         if row.status == "pending":
             try:
-                await self._make_live(row)
+                await self._make_live(row, joined=True)
             except redis.exceptions.OutOfMemoryError:
                 # Memory ran out between the admission and the packet: the client is told nothing
                 # was applied, so the debit and the packet's record go (a repeat starts over).
@@ -176,7 +181,10 @@ class RedPacketService(UsesBackends):
         (403) and the sender's daily caps are checked and counted atomically (409); True when
         this call counted the send (take it back if the send then does not happen)."""
         limits, day = self._limits, now_ms // DAY_MS
-        keys = [self._keys.blocked_users(), self._keys.sender_day(sender_id, day)]
+        keys = [
+            self._keys.blocked_users(self._keys.sender_slot(sender_id)),
+            self._keys.sender_day(sender_id, day),
+        ]
         args = [
             sender_id,
             packet_id,
@@ -275,8 +283,11 @@ class RedPacketService(UsesBackends):
             )
         log.warning("send of packet %s taken back: Redis refused the packet", row.packet_id)
 
-    async def _make_live(self, row: PacketRow) -> None:
-        """Create the Redis state of a recorded packet (idempotent), then mark it active."""
+    async def _make_live(self, row: PacketRow, joined: bool = False) -> None:
+        """Create the Redis state of a recorded packet (idempotent), then mark it active;
+        its slot joins the directory first unless the caller has `joined` it."""
+        if not joined:
+            await self._slots.join(self._keys.packet_slot(row.packet_id))
         shares = split(row.strategy, row.amount_cents, row.count)
         await self._call("packet_create", row.packet_id, *self._packet_args(row), *shares)
         async with self._db.transaction() as session:
@@ -436,6 +447,7 @@ class RedPacketService(UsesBackends):
             recorded: list[Any] = []
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
+            await self._slots.join(keys.packet_slot(packet_id))
             code, rest = await self._call(
                 "packet_restore",
                 packet_id,
@@ -521,16 +533,22 @@ class RedPacketService(UsesBackends):
         now_ms = await self._clock.now_ms(self._redis)
         seen: set[str] = set()
         expired = 0
+        slots = await self._slots.in_use()  # one due index per slot in Redis Cluster
         for _ in range(max_batches):
-            due = await self._redis.zrangebyscore(
-                self._keys.due_packets(), "-inf", now_ms, start=0, num=batch
+            listed = await due_in(
+                self._redis, [self._keys.due_packets(slot) for slot in slots], now_ms, batch
             )
-            fresh = [packet_id for packet_id in due if packet_id not in seen]
-            for packet_id in fresh:
-                seen.add(packet_id)
-                expired += bool((await self.expire(packet_id))["expired"])
-            if len(due) < batch or not fresh:
+            more: list[int | None] = []
+            for slot, due in zip(slots, listed, strict=True):
+                fresh = [packet_id for packet_id in due if packet_id not in seen]
+                for packet_id in fresh:
+                    seen.add(packet_id)
+                    expired += bool((await self.expire(packet_id))["expired"])
+                if len(due) == batch and fresh:
+                    more.append(slot)
+            if not more:
                 break
+            slots = more
         return {"due": len(seen), "expired": expired}
 
     async def record_pending(self) -> int:
@@ -556,6 +574,8 @@ class RedPacketService(UsesBackends):
                     .limit(page)
                 )
             ).all()
+        # A slot the directory lost (Redis lost data) is listed again, so the jobs read it.
+        await self._slots.join(*(self._keys.packet_slot(packet_id) for packet_id, _ in rows))
         await self.writer.reindex([packet_id for packet_id, _status in rows])
         active = [packet_id for packet_id, status in rows if status == "active"]
         missing: list[str] = []

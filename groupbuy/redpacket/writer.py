@@ -10,12 +10,13 @@ A record SQL can never apply (a poison record) is isolated by splitting its batc
 moved to the dead letters (groupbuy/storage/deadletters.py); the rest of the batch is
 applied, and a transient failure (SQL down or locked) leaves the whole batch pending.
 
-The writer finds its work through the pending index, which the packet scripts keep in
-the same call as the XADD (a packet is listed from its first waiting record until
-`outbox_ack` leaves its stream empty): a round reads the index once and visits only the
-packets listed, never the idle ones. An entry that is lost anyway (a partial loss of
-Redis data, streams written before the index existed) is put back by `reindex`, which the
-repair job runs over SQL's unrecorded packets a page at a time.
+The writer finds its work through the pending index (one per slot in use in Redis
+Cluster), which the packet scripts keep in the same call as the XADD (a packet is listed
+from its first waiting record until `outbox_ack` leaves its stream empty): a round reads
+the index once and visits only the packets listed, never the idle ones. An entry that is
+lost anyway (a partial loss of Redis data, streams written before the index existed) is
+put back by `reindex`, which the repair job runs over SQL's unrecorded packets a page at
+a time.
 
 Within one writer, drains of one packet run one at a time (the flush job's, an expiry's,
 an operator's): a drain that starts while another holds a batch it has read but not yet
@@ -44,6 +45,7 @@ from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.outbox import ROUND_STREAMS, flush_each
+from groupbuy.storage.slots import each_slot, oldest_first
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +195,10 @@ class PacketRecordWriter(UsesBackends):
             return list(rows.all())
 
     async def pending(self, limit: int = ROUND_STREAMS) -> list[str]:
-        """The packets whose streams have records waiting, oldest record first."""
-        return list(await self._redis.zrange(self._keys.pending_packets(), 0, limit - 1))
+        """The packets whose streams have records waiting, oldest record first (at most
+        `limit`, over the pending index of every slot in use)."""
+        indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
+        return await oldest_first(self._redis, indexes, limit)
 
     async def drain_all(self) -> int:
         """Drain every packet the pending index lists, oldest record first (one read of the
@@ -219,16 +223,18 @@ class PacketRecordWriter(UsesBackends):
     async def measure_backlog(self) -> tuple[int, int | None, int]:
         """(records waiting, ms timestamp of the oldest one or None, streams with records).
 
-        From the pending index: its lowest score is the oldest waiting record; acknowledged
-        records are deleted, so the lengths of the listed streams are the backlog. One
-        round trip when nothing waits, then one XLEN per listed stream, pipelined.
+        From the pending index (of every slot in use): its lowest score is the oldest waiting
+        record; acknowledged records are deleted, so the lengths of the listed streams are
+        the backlog. One round trip when nothing waits (per node in Redis Cluster), then one
+        XLEN per listed stream, pipelined.
         """
-        index = self._keys.pending_packets()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zrange(index, 0, 0, withscores=True)
-            pipe.zrange(index, 0, -1)
-            oldest, listed = await pipe.execute()
-        oldest_ms = int(oldest[0][1]) if oldest else None
+        indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
+        replies = await each_slot(
+            self._redis, indexes, lambda pipe, key: pipe.zrange(key, 0, -1, withscores=True)
+        )
+        scores = [float(score) for reply in replies for _member, score in reply]
+        listed = [member for reply in replies for member, _score in reply]
+        oldest_ms = int(min(scores)) if scores else None
         records = 0
         for start in range(0, len(listed), _PIPELINE_CHUNK):
             async with self._redis.pipeline(transaction=False) as pipe:

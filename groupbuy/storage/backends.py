@@ -9,6 +9,7 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.slots import SlotDirectory
 
 
 @dataclass(frozen=True)
@@ -31,3 +32,4 @@ class UsesBackends:
         self._db = backends.database
         self._keys = backends.keys
         self._clock = backends.clock
+        self._slots = SlotDirectory(backends.redis, backends.keys)

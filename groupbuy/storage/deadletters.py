@@ -190,7 +190,8 @@ class DeadLetters(UsesBackends):
             ids += [p.entry_id, str(row_ids[p.entry_id])]
         buried, left = await self._scripts.call(
             "outbox_bury",
-            [stream, index, self._keys.dead_letters()],
+            # the dead-letter stream of the outbox's slot in Redis Cluster, so one slot
+            [stream, index, self._keys.dead_letters(self._keys.slot_of(stream))],
             [group, owner_id, kind, str(STREAM_CAP), *ids],
         )
         # Counted when the entry leaves its outbox: a retry after a crash between the SQL

@@ -1,29 +1,103 @@
 """Every Redis key the service uses, built in one place.
 
 All keys of one activity share the hash tag ``{a:<activity_id>}``, all keys of one
-packet ``{p:<packet_id>}``. Besides those, five global indexes (sorted sets) say where
+packet ``{p:<packet_id>}``. Besides those, five indexes (sorted sets) say where
 background work is waiting, so that the jobs read what is due instead of visiting every
 live packet and activity: the streams with records for SQL, and what expires soonest.
 The scripts keep them in the same atomic call as the change they index, so they are
-passed in KEYS like every other key; in Redis Cluster they would sit in other slots than
-the tagged keys (docs/architecture.md, "Indexes of waiting work", says how they map).
+passed in KEYS like every other key, and so is the copy of the blocked users they read.
+
+On one Redis server (``cluster=False``) each of those is one key outside every hash
+tag. In Redis Cluster a script's keys must share one slot, so there each becomes one key
+per slot (``cluster=True``): its hash tag is a short string that lands in the slot of the
+entity it indexes (`slot_tag`), and a script passes the indexes and the blocklist copy of
+its own entity's slot. The jobs read the indexes of every slot in the directory of slots
+in use (groupbuy/storage/slots.py; docs/architecture.md, "Indexes of waiting work").
 """
 
 from __future__ import annotations
 
+import string
+from binascii import crc_hqx
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+SLOTS = REDIS_CLUSTER_HASH_SLOTS  # 16,384
+_TAG_CHARS = (string.digits + string.ascii_letters).encode()
 
 # After a team's hash key: its members hash and its locks zset.
 _MEMBERS = ":members"
 _LOCKS = ":locks"
 
 
+@cache
+def slot_tags() -> tuple[str, ...]:
+    """For each of the 16,384 slots, a three-character tag (digits and letters) that Redis
+    Cluster hashes to it: the hash tag of that slot's indexes. Built once per process in
+    ~15 ms from the CRC's linearity instead of hashing ~240,000 candidates: the CRC of
+    head + tail (2 bytes) is crc(tail) XOR crc(b"\0\0", starting from crc(head)), so for
+    each slot it is enough to look up, for a few heads, the tail whose CRC completes it."""
+    mask = SLOTS - 1
+    tails: dict[int, bytes] = {}
+    for first in _TAG_CHARS:
+        for second in _TAG_CHARS:
+            tail = bytes((first, second))
+            tails.setdefault(crc_hqx(tail, 0) & mask, tail)
+    heads = [(bytes((c,)), crc_hqx(b"\0\0", crc_hqx(bytes((c,)), 0)) & mask) for c in _TAG_CHARS]
+    tags: list[str] = []
+    for slot in range(SLOTS):
+        tag = next(head + tails[slot ^ shift] for head, shift in heads if slot ^ shift in tails)
+        tags.append(tag.decode())
+    return tuple(tags)
+
+
+def slot_tag(slot: int) -> str:
+    """The hash tag (without braces) of the per-slot keys of `slot`."""
+    return slot_tags()[slot]
+
+
 @dataclass(frozen=True)
 class Keys:
-    """Key builders under one prefix."""
+    """Key builders under one prefix; `cluster` places the indexes and the blocklist copy
+    once per slot (Redis Cluster) instead of once (one Redis server)."""
 
     prefix: str = "gb"
+    cluster: bool = False
+
+    # -- slots (Redis Cluster) ------------------------------------------------------
+
+    def slot_of(self, key: str) -> int | None:
+        """The cluster slot of a key, or None on one Redis server (where there is one index
+        of each kind, not one per slot)."""
+        return key_slot(key.encode()) if self.cluster else None
+
+    def activity_slot(self, activity_id: str) -> int | None:
+        """The slot of every key of an activity (None on one Redis server)."""
+        return self.slot_of(self.activity(activity_id))
+
+    def packet_slot(self, packet_id: str) -> int | None:
+        """The slot of every key of a packet (None on one Redis server)."""
+        return self.slot_of(self._packet_tag(packet_id))
+
+    def sender_slot(self, sender_id: str) -> int | None:
+        """The slot of a sender's daily counters (None on one Redis server)."""
+        return self.slot_of(self.sender_day(sender_id, 0))
+
+    def _per_slot(self, slot: int | None, name: str) -> str:
+        if not self.cluster:
+            return f"{self.prefix}:{name}"
+        if slot is None:
+            raise ValueError(f"in Redis Cluster there is one {name} key per slot: name the slot")
+        return f"{self.prefix}:{{{slot_tag(slot)}}}:{name}"
+
+    def slot_directory(self) -> str:
+        """Set of the slots in use (Redis Cluster only): each slot that holds or held an
+        activity, a packet or a sender's counters, added before their first key is written
+        and never removed (at most 16,384 members). The jobs read the indexes of these
+        slots; a block or unblock writes the blocklist copy of each."""
+        return f"{self.prefix}:slots"
 
     def _activity_tag(self, activity_id: str) -> str:
         return f"{self.prefix}:{{a:{activity_id}}}"
@@ -73,16 +147,17 @@ class Keys:
     def packet_keys(self, packet_id: str) -> list[str]:
         """The KEYS[1..7] of every packet script: state hash, queued shares, grabs, outbox
         (the packet's own, under its tag), then the pending and due indexes and the blocked
-        users (global)."""
+        users (one each on one Redis server; those of the packet's slot in Redis Cluster)."""
         tag = self._packet_tag(packet_id)
+        slot = self.packet_slot(packet_id)
         return [
             f"{tag}:packet",
             f"{tag}:shares",
             f"{tag}:grabs",
             f"{tag}:outbox",
-            self.pending_packets(),
-            self.due_packets(),
-            self.blocked_users(),
+            self.pending_packets(slot),
+            self.due_packets(slot),
+            self.blocked_users(slot),
         ]
 
     def packet_restoring(self, packet_id: str) -> str:
@@ -110,55 +185,62 @@ class Keys:
         free seat: the most taken seats first, then the oldest (what team_join reads)."""
         return f"{self._activity_tag(activity_id)}:open_seats"
 
-    def pending_activities(self) -> str:
+    def pending_activities(self, slot: int | None = None) -> str:
         """Sorted set activity_id -> ms of the oldest record waiting in its outbox stream."""
-        return f"{self.prefix}:pending:activities"
+        return self._per_slot(slot, "pending:activities")
 
-    def pending_packets(self) -> str:
+    def pending_packets(self, slot: int | None = None) -> str:
         """Sorted set packet_id -> ms of the oldest record waiting in its outbox stream."""
-        return f"{self.prefix}:pending:packets"
+        return self._per_slot(slot, "pending:packets")
 
-    def dead_letters(self) -> str:
+    def dead_letters(self, slot: int | None = None) -> str:
         """Stream of the newest outbox records SQL could not apply (capped; the SQL table
         dead_letters keeps every one)."""
-        return f"{self.prefix}:dead_letters"
+        return self._per_slot(slot, "dead_letters")
 
-    def due_locks(self) -> str:
+    def due_locks(self, slot: int | None = None) -> str:
         """Sorted set activity_id -> at most the earliest score of its lock index (when a
         lock of it expires first); what sweep_locks reads."""
-        return f"{self.prefix}:due:locks"
+        return self._per_slot(slot, "due:locks")
 
-    def due_deadlines(self) -> str:
+    def due_deadlines(self, slot: int | None = None) -> str:
         """Sorted set activity_id -> at most the earliest deadline in its deadline index;
         what expire_teams reads."""
-        return f"{self.prefix}:due:deadlines"
+        return self._per_slot(slot, "due:deadlines")
 
-    def due_packets(self) -> str:
+    def due_packets(self, slot: int | None = None) -> str:
         """Sorted set packet_id -> expiry of each active packet; what expire_packets reads."""
-        return f"{self.prefix}:due:packets"
+        return self._per_slot(slot, "due:packets")
 
-    def global_indexes(self) -> list[str]:
-        """The keys outside every hash tag: the indexes of waiting work."""
+    def global_indexes(self, slot: int | None = None) -> list[str]:
+        """The indexes of waiting work (of one slot in Redis Cluster)."""
         return [
-            self.pending_activities(),
-            self.pending_packets(),
-            self.due_locks(),
-            self.due_deadlines(),
-            self.due_packets(),
+            self.pending_activities(slot),
+            self.pending_packets(slot),
+            self.due_locks(slot),
+            self.due_deadlines(slot),
+            self.due_packets(slot),
         ]
 
     def seen_signature(self, signature: str) -> str:
         """Marks a request signature as used (SET NX, with a TTL): a replay finds it."""
         return f"{self.prefix}:sig:{signature}"
 
-    def blocked_users(self) -> str:
+    def blocked_users(self, slot: int | None = None) -> str:
         """Hash user_id -> 'blocked_at_ms|reason' of the users an admin blocked (SQL holds the
         record; groupbuy.ops.blocklist). The scripts that let a user take a seat or money read
-        it in the same call, so it is passed in their KEYS. It is global, outside every hash
-        tag: under Redis Cluster those scripts' keys would span slots, so this key must then
-        be placed per slot (one copy under each activity's and packet's tag, or per slot,
-        written by every block and unblock) before cluster mode can work."""
-        return f"{self.prefix}:blocked_users"
+        it in the same call, so it is passed in their KEYS. Without a slot: the one hash
+        (on one Redis server the scripts read it; in Redis Cluster the copy every per-slot
+        copy is made from). With a slot (Redis Cluster): that slot's copy, user_id ->
+        'blocked_at_ms', the one the scripts of the slot's activities, packets and senders
+        read (groupbuy.storage.slots writes it when the slot joins the directory)."""
+        if slot is None:
+            return f"{self.prefix}:blocked_users"
+        return self._per_slot(slot, "blocked_users")
+
+    def activity_blocklist(self, activity_id: str) -> str:
+        """The blocked users hash the team scripts of an activity read (in its slot)."""
+        return self.blocked_users(self.activity_slot(activity_id))
 
     def sender_day(self, sender_id: str, day: int) -> str:
         """Hash of what a sender sent in one UTC day (day = ms since the epoch // 86,400,000):
@@ -184,26 +266,29 @@ class Keys:
 
     def activity_release_keys(self, activity_id: str) -> list[str]:
         """The KEYS of activity_release.lua: the activity's copy, its two indexes, and the
-        two global due indexes it leaves."""
+        two due indexes (of its slot) it leaves."""
+        slot = self.activity_slot(activity_id)
         return [
             self.activity(activity_id),
             self.lock_index(activity_id),
             self.deadline_index(activity_id),
-            self.due_locks(),
-            self.due_deadlines(),
+            self.due_locks(slot),
+            self.due_deadlines(slot),
         ]
 
     def activity_keys(self, activity_id: str) -> list[str]:
         """An activity's keys every team script takes (KEYS[4..10] of lua/_team_lib.lua): its
         outbox, lock, deadline and open-seat indexes under its tag, and the pending, lock-due
-        and deadline-due indexes (global)."""
+        and deadline-due indexes (one each on one Redis server; those of the activity's slot
+        in Redis Cluster)."""
+        slot = self.activity_slot(activity_id)
         return [
             self.outbox(activity_id),
             self.lock_index(activity_id),
             self.deadline_index(activity_id),
-            self.pending_activities(),
-            self.due_locks(),
-            self.due_deadlines(),
+            self.pending_activities(slot),
+            self.due_locks(slot),
+            self.due_deadlines(slot),
             self.open_seats(activity_id),
         ]
 

@@ -12,6 +12,8 @@ the rest of its batch.
 The scripts also list each stream that has records waiting in a pending index (a sorted
 set, member -> ms of its oldest record), and `outbox_ack` takes it out once the stream
 is empty, so `flush_pending` visits only the streams with work, however many are idle.
+In Redis Cluster there is one pending index per slot (each stream is listed in its own
+slot's), and `flush_pending` reads the index of every slot in use.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.events import Event, record_events
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.slots import SlotDirectory, oldest_first
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,10 @@ ROUND_STREAMS = 5000
 class OutboxWriter:
     """Drains outbox streams into SQL, one transaction per batch.
 
-    A stream is named by its member in the pending index (`index`): an activity id, whose
-    stream is `stream_of(member)`.
+    A stream is named by its member in the pending index: an activity id, whose stream is
+    `stream_of(member)` and whose pending index is `index_of(member)`; `index_in(slot)` is
+    the pending index of a slot of the directory (`slots`), all of them one key on one
+    Redis server.
     """
 
     def __init__(
@@ -53,8 +58,10 @@ class OutboxWriter:
         database: Database,
         project: Projector,
         batch_size: int,
-        index: str,
+        index_of: Callable[[str], str],
+        index_in: Callable[[int | None], str],
         stream_of: Callable[[str], str],
+        slots: SlotDirectory,
         dead_letters: DeadLetters,
         reachability: Reachability | None = None,
     ) -> None:
@@ -64,8 +71,10 @@ class OutboxWriter:
         self._db = database
         self._project = project
         self._batch_size = batch_size
-        self._index = index
+        self._index_of = index_of
+        self._index_in = index_in
         self._stream_of = stream_of
+        self._slots = slots
         self._dead = dead_letters
         dead_letters.register("teams", self._apply)
         # Per stream: the flush running now, and the one queued to start after it.
@@ -73,8 +82,10 @@ class OutboxWriter:
         self._queued: dict[str, asyncio.Task[int]] = {}
 
     async def pending(self, limit: int = ROUND_STREAMS) -> list[str]:
-        """The members whose streams have records waiting, oldest record first."""
-        return list(await self._redis.zrange(self._index, 0, limit - 1))
+        """The members whose streams have records waiting, oldest record first (at most
+        `limit`, over the pending index of every slot in use)."""
+        indexes = [self._index_in(slot) for slot in await self._slots.in_use()]
+        return await oldest_first(self._redis, indexes, limit)
 
     async def flush_pending(self) -> int:
         """Flush every stream the pending index lists, oldest record first (one read of the
@@ -131,7 +142,7 @@ class OutboxWriter:
 
             poisoned = await apply_isolating(entries, apply)
             if poisoned:  # out of the stream (into the dead letters) before the rest is acked
-                await self._dead.bury("teams", member, stream, self._index, "", poisoned)
+                await self._dead.bury("teams", member, stream, self._index_of(member), "", poisoned)
             dead = {p.entry_id for p in poisoned}
             await self.ack(member, [entry_id for entry_id, _ in entries if entry_id not in dead])
             applied += len(entries) - len(poisoned)
@@ -145,7 +156,9 @@ class OutboxWriter:
         left (no ids: only that); returns how many entries are left."""
         # Only scripts add to a team stream, and they recreate it: an empty one can go.
         _deleted, left = await self._scripts.call(
-            "outbox_ack", [self._stream_of(member), self._index], ["", "1", member, *ids]
+            "outbox_ack",
+            [self._stream_of(member), self._index_of(member)],
+            ["", "1", member, *ids],
         )
         return int(left)
 
