@@ -66,6 +66,10 @@ class Keys:
     prefix: str = "gb"
     cluster: bool = False
 
+    def __post_init__(self) -> None:
+        if self.cluster:
+            slot_tags()  # built at start-up rather than inside the first request
+
     # -- slots (Redis Cluster) ------------------------------------------------------
 
     def slot_of(self, key: str) -> int | None:

@@ -68,6 +68,14 @@ def test_every_slot_has_a_short_tag_that_lands_in_it() -> None:
     assert slot_tag(0) == tags[0] and slot_tags() is tags  # built once per process
 
 
+def test_cluster_keys_build_the_tags_when_made_not_in_the_first_request() -> None:
+    slot_tags.cache_clear()
+    Keys("gb")
+    assert slot_tags.cache_info().currsize == 0  # one Redis server needs none
+    Keys("gb", cluster=True)
+    assert slot_tags.cache_info().currsize == 1
+
+
 def test_one_redis_server_keeps_todays_key_names() -> None:
     keys = Keys("gb")
     assert keys.global_indexes() == [
