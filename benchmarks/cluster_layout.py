@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.engine.common import QUICK, close_services, used_memory, warm_up
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
+from groupbuy import migrations
 from groupbuy.services import Services, build_services, settle_heap
 from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
@@ -42,7 +43,7 @@ async def open_layout(redis_url: str, database_url: str, cluster: bool) -> Servi
     plain = Settings().replace("redis", url=redis_url, max_connections=512)
     settings = plain.replace("redis", cluster=cluster).replace("database", url=database_url)
     database = Database(database_url)
-    await database.create_all()
+    await migrations.upgrade(database)
     # The client of one server either way: the layout is what is measured.
     client = connect_redis(plain.redis)
     services = build_services(settings, redis=client, database=database)

@@ -24,6 +24,7 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.testing.servers import RedisProcess, free_port, start_redis
 from tests.support.redis import make_async_redis
+from tests.support.schema import database_with_schema
 from tests.support.settings import API_KEYS, TEST_RATE_LIMITS
 
 # A cluster node also listens on its port + 10,000 (the cluster bus).
@@ -94,7 +95,7 @@ def cluster_settings(tmp_path: Path, redis_url: str, **environ: str) -> Any:
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
-            "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'groupbuy.db'}",
+            "GROUPBUY_DATABASE_URL": database_with_schema(tmp_path),
             "GROUPBUY_REDIS_URL": redis_url,
             "GROUPBUY_REDIS_CLUSTER": "true",
             **TEST_RATE_LIMITS,
@@ -114,7 +115,6 @@ async def cluster_services(tmp_path: Path, cluster_redis_url: str) -> AsyncItera
     client = make_async_redis(cluster_redis_url)
     database = Database(settings.database.effective_url)
     built = build_services(settings, redis=client, database=database)
-    await database.create_all()
     await built.scripts.load()
     try:
         yield built
