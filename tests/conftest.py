@@ -1,8 +1,11 @@
 """Fixtures: the same tests run on fakeredis (with Lua) and on a real redis-server, and those
-that touch SQL on SQLite and on PostgreSQL.
+that touch SQL on SQLite and on PostgreSQL; the suites that say so run on a real 3-master
+Redis Cluster as well (backend 'cluster').
 
 PostgreSQL runs with the real Redis only: the combinations are fake+sqlite, real+sqlite and
 real+postgresql (fake+postgresql would add the suite's time and no Redis it has not seen).
+The cluster runs with PostgreSQL, the production shape it stands for (cluster+sqlite would
+add time and no SQL it has not seen).
 
 The set-up fixtures built on these (a funded user, a sent packet, an open team) live in
 tests/support/fixtures.py, registered here for every test.
@@ -17,17 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
 from groupbuy.settings import DatabaseSettings, Settings
 from groupbuy.storage.db import Database
+from groupbuy.testing.cluster import start_cluster
 from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import start_redis
 from tests.support.database import TestDatabases, sqlite_with_schema
-from tests.support.redis import make_async_redis
+from tests.support.redis import empty, make_async_redis
 from tests.support.settings import settings_for
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.cluster"]
@@ -57,9 +60,30 @@ def real_redis_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A real 3-master Redis Cluster: GROUPBUY_TEST_CLUSTER_URL (any node of one you run), or
+    one started here on free loopback ports (the same binary as real_redis_url)."""
+    given = os.environ.get("GROUPBUY_TEST_CLUSTER_URL")
+    if given:
+        yield given
+        return
+    try:
+        cluster = start_cluster(masters=3)
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("no Redis-compatible server can run here to form a cluster")
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
 def backend(request: pytest.FixtureRequest) -> str:
-    """Which Redis the test runs on: 'fake' (fakeredis + lupa) or 'real' (redis-server)."""
+    """Which Redis the test runs on: 'fake' (fakeredis + lupa), 'real' (redis-server) or,
+    where a suite names it (tests.support.backends.CLUSTER), 'cluster' (3 masters)."""
     return str(request.param)
 
 
@@ -116,12 +140,13 @@ def database_url(database: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out PostgreSQL on fakeredis (see the module's docstring)."""
+    """Leave out PostgreSQL on fakeredis and SQLite on the cluster (the module's docstring)."""
     kept, left_out = [], []
     for item in items:
         params = getattr(item, "callspec", None)
         chosen = params.params if params is not None else {}
-        if chosen.get("backend") == "fake" and chosen.get("database") == "postgresql":
+        pair = (chosen.get("backend"), chosen.get("database"))
+        if pair in (("fake", "postgresql"), ("cluster", "sqlite")):
             left_out.append(item)
         else:
             kept.append(item)
@@ -132,13 +157,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
-    """'' for a fresh embedded fakeredis, or the real server's URL, emptied for this test."""
+    """'' for a fresh embedded fakeredis, or the real server's (or cluster's) URL, emptied
+    for this test."""
     if backend == "fake":
         return ""
-    url = str(request.getfixturevalue("real_redis_url"))
-    with redis.Redis.from_url(url) as sync_client:
-        sync_client.flushall()
-        sync_client.script_flush()
+    fixture = "cluster_url" if backend == "cluster" else "real_redis_url"
+    url = str(request.getfixturevalue(fixture))
+    empty(url)
     return url
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from groupbuy.settings import Settings, load_settings
 from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
+from tests.support.redis import is_cluster_url
 from tests.support.schema import database_with_schema
 
 API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
@@ -22,14 +23,16 @@ TEST_RATE_LIMITS = {
 
 
 def settings_for(redis_url: str, database_url: str) -> Settings:
-    """Settings for one test: this Redis ('' for fakeredis), this database (the `database_url`
-    fixture's, or tests.support.database.sqlite_url), known keys."""
+    """Settings for one test: this Redis ('' for fakeredis; cluster mode when it names a
+    cluster node), this database (the `database_url` fixture's, or
+    tests.support.database.sqlite_url), known keys."""
     return load_settings(
         None,
         {
             "GROUPBUY_API_KEYS": API_KEYS,
             "GROUPBUY_DATABASE_URL": database_url,
             "GROUPBUY_REDIS_URL": redis_url,
+            "GROUPBUY_REDIS_CLUSTER": str(is_cluster_url(redis_url)).lower(),
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
             **TEST_RATE_LIMITS,
         },
