@@ -139,16 +139,17 @@ def serve(args: argparse.Namespace) -> int:
 async def _check_redis(settings: Settings) -> None:
     """The start-up durability check on a client of its own (RedisNotDurable when strict);
     an unreachable Redis is left to the services' start, which reports it."""
-    import redis.exceptions
-
     from groupbuy.storage.durability import check_durability, check_replicas
+    from groupbuy.storage.reachability import unreachable
     from groupbuy.storage.redis_client import connect_redis
 
     client = connect_redis(settings.redis)
     try:
-        with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            await check_durability(client, describe(settings.redis), settings.redis.strict)
-            await check_replicas(client, settings.redis)
+        await check_durability(client, describe(settings.redis), settings.redis.strict)
+        await check_replicas(client, settings.redis)
+    except Exception as error:
+        if not unreachable(error):
+            raise
     finally:
         await client.aclose()
 

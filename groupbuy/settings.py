@@ -140,6 +140,12 @@ class RedisSettings(_Section):
     def _one_topology(self) -> RedisSettings:
         if self.sentinel and self.cluster:
             raise ValueError("sentinel and cluster = true exclude each other: choose one")
+        if self.wait_replicas and self.cluster:
+            raise ValueError(
+                "wait_replicas is not supported with cluster = true: a call's WAIT must go to "
+                "the primary that ran it, on the same connection, and cluster mode does not "
+                "do that yet"
+            )
         if self.wait_replicas and self.embedded:
             raise ValueError(
                 "wait_replicas needs a Redis with replicas (set url or sentinel); the embedded "

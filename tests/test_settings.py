@@ -332,6 +332,16 @@ def test_redis_urls_with_a_scheme_are_taken(url: str) -> None:
             "[redis]: wait_replicas needs a Redis with replicas (set url or sentinel); the "
             "embedded engine has none",
         ),
+        (
+            {
+                "GROUPBUY_REDIS_URL": "redis://node1:7000/0",
+                "GROUPBUY_REDIS_CLUSTER": "true",
+                "GROUPBUY_REDIS_WAIT_REPLICAS": "1",
+            },
+            "[redis]: wait_replicas is not supported with cluster = true: a call's WAIT must "
+            "go to the primary that ran it, on the same connection, and cluster mode does not "
+            "do that yet",
+        ),
     ],
 )
 def test_sentinel_and_wait_replicas_settings_that_cannot_work_are_refused_in_one_line(

@@ -14,6 +14,7 @@ from groupbuy import errors
 from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.api.ratelimit import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.metrics import BACKEND_ERRORS
+from groupbuy.storage.reachability import UNREACHABLE, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def _answer(request: Request, exc: Exception) -> Response:
         log.warning("redis out of memory: %s", exc)
         BACKEND_ERRORS.labels(backend="redis").inc()
         return problem_response(errors.RedisOutOfMemory())
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+    if unreachable(exc):
         # Said once per outage by the process's Reachability, not once per request.
         request.app.state.services.reachability.failed(exc)
         BACKEND_ERRORS.labels(backend="redis").inc()
@@ -95,8 +96,8 @@ HANDLED_ERRORS: tuple[type[Exception], ...] = (
     ClientDisconnect,
     HTTPException,
     redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
+    *UNREACHABLE,
+    redis.exceptions.RedisClusterException,  # unreachable when caused by a connection error
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     Exception,

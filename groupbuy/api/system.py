@@ -13,6 +13,7 @@ from groupbuy.api import answers
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
 from groupbuy.ops.jobs import JOBS
 from groupbuy.storage.events import read_feed
+from groupbuy.storage.redis_client import every_primary
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,13 @@ async def healthz(_request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready means able to serve now: Redis and SQL answer, and the scripts Redis forgot (a
-    restart, a failover, SCRIPT FLUSH) are loaded again here rather than reported."""
+    """Ready means able to serve now: Redis (every primary of a cluster) and SQL answer, and
+    the scripts Redis forgot (a restart, a failover, SCRIPT FLUSH) are loaded again here
+    rather than reported."""
     services = request.app.state.services
     checks: dict[str, str] = {}
     try:
-        await services.redis.ping()
+        await services.redis.ping(**every_primary(services.redis))
         services.reachability.answered()
         checks["redis"] = "ok"
         reloaded = await services.scripts.reload_missing()

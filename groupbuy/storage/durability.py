@@ -7,6 +7,9 @@ settings when it starts and warns for each one that risks acknowledged writes, o
 `[redis] strict = true`, refuses to start. A server that does not let us read its CONFIG
 (a managed Redis often renames or forbids it) is said to be unchecked; fakeredis, the
 declared non-durable fallback, already warns of itself and is not checked.
+
+On a Redis Cluster each primary keeps its own shard, so each one is checked: one warning
+per primary and setting, each naming the primary.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from groupbuy.settings import RedisSettings, SettingsError
+from groupbuy.storage.redis_client import every_primary, per_primary
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +62,17 @@ def risks(config: dict[str, str]) -> list[str]:
 
 
 async def check_durability(client: Any, where: str, strict: bool) -> list[str]:
-    """Read the settings and warn of each risk (raise RedisNotDurable instead when `strict`);
-    returns the risks found. An unreachable Redis is the caller's to report."""
+    """Read the settings (on every primary of a cluster) and warn of each risk (raise
+    RedisNotDurable instead when `strict`); returns the risks found, each prefixed with its
+    primary's `host:port` on a cluster. An unreachable Redis is the caller's to report."""
     if isinstance(client, fakeredis.FakeAsyncRedis):
         return []
-    config: dict[str, str] = {}
+    config: dict[str, dict[str, str]] = {}  # node ('' for one server) -> setting -> value
     try:
         for name in ("appendonly", "appendfsync", "maxmemory-policy"):
-            config.update(await client.config_get(name))
+            reply = await client.config_get(name, **every_primary(client))
+            for node, values in per_primary(client, reply).items():
+                config.setdefault(node, {}).update(values)
     except redis.exceptions.ResponseError as error:
         log.warning(
             "redis at %s: cannot check persistence and eviction (CONFIG GET refused: %s); "
@@ -75,15 +82,16 @@ async def check_durability(client: Any, where: str, strict: bool) -> list[str]:
             error,
         )
         return []
-    found = risks(config)
+    found = [(node, risk) for node, settings in sorted(config.items()) for risk in risks(settings)]
+    described = [f"{node}: {risk}" if node else risk for node, risk in found]
     if found and strict:
         raise RedisNotDurable(
             f"redis at {where} could lose acknowledged writes, and [redis] strict = true: "
-            + "; ".join(found)
+            + "; ".join(described)
         )
-    for risk in found:
-        log.warning("redis at %s: %s", where, risk)
-    return found
+    for node, risk in found:
+        log.warning("redis at %s: %s", f"{node}, a primary of {where}" if node else where, risk)
+    return described
 
 
 async def check_replicas(client: Any, settings: RedisSettings) -> list[str]:

@@ -22,8 +22,14 @@ with one `WAIT n timeout` on the same connection, which covers every write of th
 those calls are answered only after it, and fail with RedisReplicationTimeout when fewer
 than n replicas confirmed in time (their writes stay applied on the primary).
 
-One `AutoPipeline` talks to one server (one connection pool). A Redis Cluster client
-needs one per node, with calls routed by their keys' slot, so a batch never mixes nodes.
+One `AutoPipeline` talks to one server (one connection pool). On a Redis Cluster,
+`ClusterAutoPipeline` keeps one per primary and routes each call by the slot of its first
+key (every key of a script call shares one slot), so a batch never mixes nodes. A call
+that meets a changed slot map (MOVED after a resharding, ASK while a slot moves, TRYAGAIN,
+CLUSTERDOWN during a failover) or a node that is gone is sent again through redis-py's
+cluster client, which follows the redirection and reads the slot map again; the calls
+after it then go to the right node's pipeline.
+
 With Sentinel the pool is redis-py's SentinelConnectionPool: each new connection goes to
 the primary the Sentinels name, and a dropped connection or a READONLY answer from a
 demoted primary fails the batch's connection, so the resend finds the new primary.
@@ -35,11 +41,11 @@ import asyncio
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis.exceptions
 from hiredis import pack_command
-from redis.asyncio.connection import ConnectionPool
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
 
 from groupbuy.errors import RedisReplicationTimeout
@@ -77,6 +83,31 @@ class ReplicaWait:
         )
 
 
+class Connections(Protocol):
+    """Where a pipeline takes its connection from: a redis-py connection pool, or one node of
+    a cluster (NodeConnections)."""
+
+    async def get_connection(self) -> Any: ...
+
+    async def release(self, connection: Any) -> Any: ...
+
+
+class NodeConnections:
+    """One cluster node's connections, lent the way a connection pool lends them."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    async def get_connection(self) -> Any:
+        connection = self.node.acquire_connection()
+        # Marked after a slot map refresh: reconnect before use, as redis-py does.
+        await self.node.disconnect_if_needed(connection)
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        self.node.release(connection)
+
+
 @dataclass(slots=True)
 class ScriptCall:
     """One queued EVALSHA: the script's sha and source, its keys and args, and its future."""
@@ -99,7 +130,7 @@ class AutoPipeline:
 
     def __init__(
         self,
-        pool: ConnectionPool,
+        pool: Connections,
         *,
         max_batch: int,
         max_in_flight: int,
@@ -175,7 +206,7 @@ class AutoPipeline:
     async def _send(self, batch: list[ScriptCall]) -> None:
         connection = None
         try:
-            connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+            connection = await self._pool.get_connection()
             missing = await self._round_trip(connection, batch)
             if missing:
                 await self._reload(connection, missing)
@@ -307,3 +338,87 @@ def _answer(call: ScriptCall, reply: Any) -> None:
         call.reply.set_exception(reply)
     else:
         call.reply.set_result(reply)
+
+
+# What sends a call again through the cluster client: the slot moved or is moving, the
+# cluster is changing its mind (a failover), or the node is gone or silent.
+REROUTED = (
+    redis.exceptions.AskError,  # MovedError too
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+    *RETRIED,
+)
+
+
+class ClusterAutoPipeline:
+    """Script calls to a Redis Cluster, coalesced per primary (see the module doc)."""
+
+    def __init__(
+        self,
+        redis: RedisCluster,
+        *,
+        max_batch: int,
+        max_in_flight: int,
+        socket_timeout_s: float | None,
+    ) -> None:
+        self._redis = redis
+        self._max_batch = max_batch
+        self._max_in_flight = max_in_flight
+        self._timeout = socket_timeout_s
+        self._pipelines: dict[str, tuple[ClusterNode, AutoPipeline]] = {}
+        # Calls sent again through the cluster client after a redirection or a node error.
+        self.rerouted = 0
+
+    def pipelines(self) -> dict[str, AutoPipeline]:
+        """The pipeline of each node that was sent calls, by node name (tests, figures)."""
+        return {name: pipeline for name, (_node, pipeline) in self._pipelines.items()}
+
+    def _pipeline(self, node: ClusterNode) -> AutoPipeline:
+        known = self._pipelines.get(node.name)
+        if known is not None and known[0] is node:
+            return known[1]
+        # No resends of its own: a node that fails is retried through the cluster client,
+        # which finds out whether the slot now lives elsewhere.
+        pipeline = AutoPipeline(
+            NodeConnections(node),
+            max_batch=self._max_batch,
+            max_in_flight=self._max_in_flight,
+            socket_timeout_s=self._timeout,
+            retries=0,
+        )
+        self._pipelines[node.name] = (node, pipeline)
+        return pipeline
+
+    async def evalsha(
+        self, sha: str, source: str, keys: list[str], args: list[Any], wait: bool = False
+    ) -> Any:
+        """Run one script by sha in the next batch of the primary serving its keys' slot.
+        (`wait` is accepted for the one-server signature; [redis] wait_replicas is refused
+        with cluster mode, so the node pipelines carry no ReplicaWait.)"""
+        await self._redis.initialize()  # reads the slot map the first time, and after a loss
+        node = self._redis.get_node_from_key(keys[0]) if keys else None
+        if node is None:
+            node = self._redis.get_default_node()
+        try:
+            return await self._pipeline(node).evalsha(sha, source, keys, args, wait=wait)
+        except REROUTED:
+            self.rerouted += 1
+            return await self._resend(sha, source, keys, args)
+
+    async def _resend(self, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
+        """One call through redis-py's cluster path: it follows MOVED and ASK, reads the slot
+        map again after a node error, and retries; NOSCRIPT loads the script on every
+        primary first."""
+        for _attempt in range(MAX_RELOADS):
+            try:
+                return await self._redis.evalsha(sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                await self._redis.execute_command(
+                    "SCRIPT LOAD", source, target_nodes=RedisCluster.PRIMARIES
+                )
+        return await self._redis.evalsha(sha, len(keys), *keys, *args)
+
+    async def aclose(self) -> None:
+        """Wait for every node's batches in flight."""
+        for _node, pipeline in list(self._pipelines.values()):
+            await pipeline.aclose()

@@ -21,12 +21,12 @@ import redis.exceptions
 from groupbuy.settings import RATE_CLASSES, RateLimitSettings
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.pipelining import RETRIED
+from groupbuy.storage.reachability import UNREACHABLE
 from groupbuy.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
 # What lets a request through unlimited: Redis unreachable or stalled, or over maxmemory.
-UNAVAILABLE = (*RETRIED, redis.exceptions.OutOfMemoryError)
+UNAVAILABLE = (*UNREACHABLE, redis.exceptions.OutOfMemoryError)
 
 SCRIPT = "ratelimit_take"
 SUBJECTS = ("key", "user")

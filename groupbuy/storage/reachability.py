@@ -17,8 +17,25 @@ import redis.exceptions
 log = logging.getLogger(__name__)
 
 # What Redis being away raises (a refused or dropped connection, no answer in time, a
-# server still loading its data): each is retried, none is a bug of ours.
-UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# server still loading its data; on a cluster, a shard without a primary, a slot nobody
+# serves, redirections that never settle): each is retried, none is a bug of ours.
+UNREACHABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,  # ClusterDownError, and "TTL exhausted" redirections
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` means Redis is unreachable. A cluster client that reaches no node at
+    all raises a bare RedisClusterException caused by the connection error."""
+    if isinstance(error, UNREACHABLE):
+        return True
+    return isinstance(error, redis.exceptions.RedisClusterException) and isinstance(
+        error.__cause__, UNREACHABLE
+    )
 
 
 class Reachability:
@@ -31,7 +48,7 @@ class Reachability:
     def failed(self, error: BaseException) -> bool:
         """Note a failed call; True when `error` means Redis is unreachable (logged here, the
         first time only), False for any other error (the caller reports it)."""
-        if not isinstance(error, UNREACHABLE):
+        if not unreachable(error):
             return False
         if not self.down:
             self.down = True

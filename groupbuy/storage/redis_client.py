@@ -8,6 +8,12 @@ With `[redis] sentinel`, the client is redis-py's Sentinel `master_for(sentinel_
 its pool asks the Sentinels for the primary each time it opens a connection, so after a
 failover the resends of the calls that failed (a dropped connection, READONLY from the
 demoted primary) reach the promoted replica, with no restart.
+
+With `[redis] cluster = true` the URL names any node of a Redis Cluster and the client is
+redis-py's asyncio `RedisCluster`: it reads the slot map from that node, sends each
+command to the primary serving its keys' slot and follows MOVED/ASK redirections. The
+few things that concern every primary (scripts, the durability check, readiness) ask
+each one (`primaries`).
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from typing import Any
 import fakeredis
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
-from groupbuy.storage.pipelining import AutoPipeline, ReplicaWait
+from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline, ReplicaWait
 
 # Resends after a dropped connection, for plain commands and coalesced script calls alike.
 RETRIES = 3
@@ -32,7 +39,8 @@ BACKOFF_CAP_S = 0.5
 
 
 def connect_redis(settings: RedisSettings) -> Any:
-    """An asyncio Redis client; with no URL, one on a fresh fakeredis server (Lua via lupa)."""
+    """An asyncio Redis client (a `RedisCluster` when `[redis] cluster`); with no URL, one on
+    a fresh fakeredis server (Lua via lupa)."""
     if settings.embedded:
         server = fakeredis.FakeServer(version=(7, 0))
         return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
@@ -40,10 +48,12 @@ def connect_redis(settings: RedisSettings) -> Any:
         "decode_responses": True,
         "socket_timeout": settings.socket_timeout_s,
         "socket_connect_timeout": settings.socket_timeout_s,
+        # Per node in a cluster.
         "max_connections": settings.max_connections,
         "health_check_interval": 30,
         # Resend after a dropped connection (a Redis restart, a failover): every script
         # is idempotent, so a command that did run before the drop is not applied twice.
+        # A cluster client also reads the slot map again before each resend.
         "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=BACKOFF_CAP_S), RETRIES),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
     }
@@ -59,6 +69,8 @@ def connect_redis(settings: RedisSettings) -> Any:
         return sentinel.master_for(
             settings.sentinel_service, redis_class=SentinelPrimary, **options
         )
+    if settings.cluster:
+        return RedisCluster.from_url(settings.url, **options)
     return aioredis.Redis.from_url(settings.url, **options)
 
 
@@ -86,10 +98,46 @@ def replica_wait(settings: RedisSettings) -> ReplicaWait | None:
     return ReplicaWait(settings.wait_replicas, settings.wait_timeout_s)
 
 
-def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | None:
-    """The coalescing layer for script calls on this client, or None when turned off."""
+def is_cluster(redis: Any) -> bool:
+    """Whether `redis` is a Redis Cluster client."""
+    return isinstance(redis, RedisCluster)
+
+
+def every_primary(redis: Any) -> dict[str, Any]:
+    """The keyword that sends a command to every primary of a cluster (none for one server);
+    on a cluster the command then answers a dict of each primary's reply by node name."""
+    return {"target_nodes": RedisCluster.PRIMARIES} if is_cluster(redis) else {}
+
+
+async def primaries(redis: Any) -> list[str]:
+    """The `host:port` of each primary a cluster client knows (the slot map read first if it
+    was not yet), or `['']` for one server."""
+    if not is_cluster(redis):
+        return [""]
+    await redis.initialize()
+    return sorted(node.name for node in redis.get_primaries())
+
+
+def per_primary(redis: Any, reply: Any) -> dict[str, Any]:
+    """A reply of a command sent with `every_primary`, as {node name: reply}; one server's
+    reply under ''."""
+    if is_cluster(redis):
+        return dict(reply)
+    return {"": reply}
+
+
+def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | ClusterAutoPipeline | None:
+    """The coalescing layer for script calls on this client, or None when turned off; on a
+    cluster, one coalescing pipeline per primary with calls routed by their keys' slot."""
     if not settings.auto_pipeline:
         return None
+    if is_cluster(redis):
+        return ClusterAutoPipeline(
+            redis,
+            max_batch=settings.pipeline_max_batch,
+            max_in_flight=settings.pipeline_max_in_flight,
+            socket_timeout_s=settings.socket_timeout_s,
+        )
     return AutoPipeline(
         redis.connection_pool,
         max_batch=settings.pipeline_max_batch,
@@ -116,4 +164,5 @@ def describe(settings: RedisSettings) -> str:
         return "in-process fakeredis (not durable, one process)"
     if settings.sentinel:
         return f"the primary of {settings.sentinel_service!r} (Sentinels {settings.sentinel})"
-    return settings.url.split("@")[-1]
+    where = settings.url.split("@")[-1]
+    return f"{where} (cluster)" if settings.cluster else where

@@ -10,6 +10,11 @@ refuses up front when over maxmemory, `#!lua flags=allow-oom` or `flags=no-write
 reads them only on the very first line of the source, so the libraries a script requires
 go after it. fakeredis does not know the shebang: a registry on a fakeredis client sends
 the same source without that line.
+
+On a Redis Cluster every primary needs every script (a call runs on the primary of its
+keys' slot): `load`, `loaded` and `reload_missing` ask every primary, and a NOSCRIPT from
+one primary (after a failover or a resharding brought a node that never saw the script)
+loads the script on every primary and sends the call again.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from typing import Any
 import fakeredis
 import redis.exceptions
 
-from groupbuy.storage.pipelining import MAX_RELOADS, AutoPipeline, ReplicaWait
+from groupbuy.storage.pipelining import (
+    MAX_RELOADS,
+    AutoPipeline,
+    ClusterAutoPipeline,
+    ReplicaWait,
+)
+from groupbuy.storage.redis_client import every_primary
 
 _REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
 SHEBANG = "#!lua"
@@ -85,7 +96,7 @@ class Scripts:
     def __init__(
         self,
         redis: Any,
-        pipeline: AutoPipeline | None = None,
+        pipeline: AutoPipeline | ClusterAutoPipeline | None = None,
         flags: bool | None = None,
         wait: ReplicaWait | None = None,
     ) -> None:
@@ -102,29 +113,51 @@ class Scripts:
             name: redis.register_script(script_source(name, flags)) for name in script_names()
         }
 
+    @property
+    def pipeline(self) -> AutoPipeline | ClusterAutoPipeline | None:
+        """The coalescing layer the calls go through, if any."""
+        return self._pipeline
+
+    def sha(self, name: str) -> str:
+        """The SHA1 a script is called by."""
+        return str(self._scripts[name].sha)
+
     def source(self, name: str) -> str:
         """The source this registry sends for a script (with or without its shebang)."""
         return str(self._scripts[name].script)
 
     async def load(self) -> None:
-        """SCRIPT LOAD every script, so the first calls do not pay for it."""
+        """SCRIPT LOAD every script (on every primary of a cluster), so the first calls do not
+        pay for it."""
         for script in self._scripts.values():
-            await self._redis.script_load(script.script)
+            await self._load(script.script)
 
     async def loaded(self) -> bool:
-        """Whether Redis holds every script right now."""
-        shas = [script.sha for script in self._scripts.values()]
-        return all(await self._redis.script_exists(*shas))
+        """Whether Redis (every primary of a cluster) holds every script right now."""
+        return all(await self._exist([script.sha for script in self._scripts.values()]))
+
+    async def _load(self, source: str) -> None:
+        await self._redis.execute_command("SCRIPT LOAD", source, **every_primary(self._redis))
+
+    async def _exist(self, shas: list[str]) -> list[bool]:
+        """Whether each script is there (on a cluster: on every primary, as redis-py folds
+        the primaries' replies)."""
+        reply = await self._redis.execute_command(
+            "SCRIPT EXISTS", *shas, **every_primary(self._redis)
+        )
+        return [bool(there) for there in reply]
 
     async def reload_missing(self) -> list[str]:
         """SCRIPT LOAD the scripts Redis has forgotten (a restart, a failover, SCRIPT FLUSH);
         returns their names. The readiness check runs it, so readiness recovers by itself
-        even for scripts no request has called since."""
+        even for scripts no request has called since. On a cluster a script one primary lacks
+        counts as missing (redis-py answers SCRIPT EXISTS sent to every primary with each
+        sha present on all of them) and is loaded on every primary."""
         names = list(self._scripts)
-        present = await self._redis.script_exists(*(self._scripts[n].sha for n in names))
+        present = await self._exist([self._scripts[name].sha for name in names])
         missing = [name for name, there in zip(names, present, strict=True) if not there]
         for name in missing:
-            await self._redis.script_load(self._scripts[name].script)
+            await self._load(self._scripts[name].script)
         return missing
 
     async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
