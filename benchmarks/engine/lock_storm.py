@@ -1,5 +1,5 @@
 """lock_storm: users lock, switch, unlock and confirm seats in one activity's teams while
-MULTI snapshots check that no team is over-filled and nobody holds two locks;
+snapshots (one script each) check that no team is over-filled and nobody holds two locks;
 groupbuy against the naive baseline."""
 
 from __future__ import annotations
@@ -17,25 +17,21 @@ from benchmarks.measure import CONCURRENCY, Meter, gather_limited
 from benchmarks.naive import NaiveTeams, TooManyPeople
 from groupbuy import errors
 from groupbuy.services import Services
+from groupbuy.testing.seats import read_seats
 
 OK_OUTCOMES = {"locked", "switched", "existing", "unlocked", "confirmed"}
 
 
 async def groupbuy_snapshot(services: Services, teams: list[tuple[str, str]]) -> tuple[int, int]:
-    """One MULTI/EXEC over the teams: (teams over capacity, users holding two locks)."""
-    keys = services.keys
-    pipe = services.redis.pipeline(transaction=True)
-    pipe.time()
-    for aid, tid in teams:
-        pipe.zrange(keys.team_locks(aid, tid), 0, -1, withscores=True)
-        pipe.hmget(keys.team(aid, tid), "member_count", "size", "status", "lock_ttl_ms")
-    replies = await pipe.execute()
-    seconds, micros = replies[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000 + services.clock.shift_ms
+    """One instant of the teams (one script, so it also runs on Redis Cluster): (teams over
+    capacity, users holding two locks). The teams are of one activity."""
+    now_ms, replies = await read_seats(
+        services.redis, services.keys, services.clock.shift_ms, teams
+    )
     holders: Counter[tuple[str, str]] = Counter()
     over = 0
     for index, (aid, _tid) in enumerate(teams):
-        locks, (members, size, status, ttl) = replies[1 + 2 * index], replies[2 + 2 * index]
+        locks, (members, size, status, ttl) = replies[2 * index], replies[2 * index + 1]
         live = [user for user, score in locks if score + int(ttl) > now_ms]
         holders.update((aid, user) for user in live)
         if status == "open":
@@ -189,7 +185,7 @@ def storm_correct(
 ) -> dict[str, Any]:
     """The correctness figures of a lock storm.
 
-    over_capacity and double_locks are violations summed over every MULTI snapshot taken.
+    over_capacity and double_locks are violations summed over every snapshot taken.
     """
     spurious = sum(n for o, n in outcomes.items() if o not in OK_OUTCOMES | expected)
     return {
@@ -238,7 +234,7 @@ async def lock_storm_groupbuy(services: Services, sizes: Sizes, run: str) -> dic
         f"{sizes.teams} teams of {TEAM_SIZE}, {sizes.storm_users} users x {sizes.storm_steps} "
         f"ops (lock 70/unlock 15/confirm 15), {CONCURRENCY} concurrent; TeamService "
         "(confirm also flushes the outbox to SQLite and reads the team); over_capacity and "
-        "double_locks are violations summed over all MULTI snapshots"
+        "double_locks are violations summed over all snapshots (one script each)"
     )
     return make_row(
         "lock_storm", "groupbuy", seconds, meter.latencies, correct, note,

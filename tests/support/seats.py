@@ -9,36 +9,15 @@ from typing import Any
 from groupbuy.locks.codec import seat_score
 from groupbuy.services import Services
 from groupbuy.storage.keys import Keys
-
-# TIME, then each team's locks and seat fields, read in one script: an instant of the state
-# that also holds on Redis Cluster, where a MULTI cannot carry TIME (it has no key) and
-# an activity's keys share one slot.
-_SNAPSHOT = """
-local out = {redis.call('TIME')}
-for i = 1, #KEYS, 2 do
-  out[#out + 1] = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
-  out[#out + 1] = redis.call('HMGET', KEYS[i + 1], 'member_count', 'size', 'status',
-                             'lock_ttl_ms')
-end
-return out
-"""
+from groupbuy.testing.seats import read_seats
 
 
 async def seat_snapshot(
     redis: Any, services: Services, aid: str, teams: list[str]
 ) -> tuple[int, list[Any]]:
-    """All teams' locks and member counts at one instant of Redis: [locks, fields] per team,
-    locks as (user, locked_at_ms) pairs."""
-    keys = services.keys
-    names = [name for tid in teams for name in (keys.team_locks(aid, tid), keys.team(aid, tid))]
-    (seconds, micros), *rest = await redis.eval(_SNAPSHOT, len(names), *names)
-    now_ms = int(seconds) * 1000 + int(micros) // 1000 + services.clock.shift_ms
-    replies: list[Any] = []
-    for flat, fields in zip(rest[0::2], rest[1::2], strict=True):
-        pairs = zip(flat[0::2], flat[1::2], strict=True)
-        replies.append([(user, float(score)) for user, score in pairs])
-        replies.append(fields)
-    return now_ms, replies
+    """All teams' locks and member counts at one instant of Redis (groupbuy.testing.seats)."""
+    pairs = [(aid, tid) for tid in teams]
+    return await read_seats(redis, services.keys, services.clock.shift_ms, pairs)
 
 
 def check_seat_snapshot(now_ms: int, replies: list[Any], teams: list[str]) -> None:
