@@ -14,7 +14,9 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
+from starlette.testclient import TestClient
 
+from groupbuy.api.app import create_app
 from groupbuy.services import build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.durability import RedisNotDurable, check_durability
@@ -280,3 +282,18 @@ async def test_an_unreachable_cluster_is_unreachable_not_a_bug(
         assert unreachable(raised.value), repr(raised.value)
     finally:
         await client.aclose()
+
+
+def test_readiness_reloads_the_scripts_one_primary_forgot(
+    backend: str, cluster: RedisCluster, cluster_settings: Settings
+) -> None:
+    with TestClient(create_app(cluster_settings)) as client:
+        assert client.get("/readyz").json()["status"] == "ready"
+        registry = client.app.state.services.scripts  # type: ignore[attr-defined]
+        with cluster.client(2) as node:
+            node.script_flush()
+        assert not any(scripts_on(cluster, 2, registry))
+        answer = client.get("/readyz")
+        assert answer.status_code == 200, answer.json()
+        assert answer.json()["checks"] == {"redis": "ok", "scripts": "ok", "database": "ok"}
+        assert all(scripts_on(cluster, 2, registry))
