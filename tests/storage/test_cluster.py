@@ -297,3 +297,51 @@ def test_readiness_reloads_the_scripts_one_primary_forgot(
         assert answer.status_code == 200, answer.json()
         assert answer.json()["checks"] == {"redis": "ok", "scripts": "ok", "database": "ok"}
         assert all(scripts_on(cluster, 2, registry))
+
+
+async def test_a_call_to_a_slot_being_moved_follows_ask_to_the_importing_node(
+    backend: str, cluster: RedisCluster, scripts: Scripts
+) -> None:
+    """Mid-resharding: the key already sits on the importing node, the slot is still the
+    source's; the source answers ASK and the call is sent there with ASKING."""
+    await scripts.load()
+    key = key_on(cluster, 2, "asked")
+    slot = key_slot(key.encode())
+    assert await hold(scripts, key, "me") == [1]
+    with cluster.client(2) as src, cluster.client(0) as dst:
+        src_id, dst_id = (
+            src.execute_command("CLUSTER", "MYID"),
+            dst.execute_command("CLUSTER", "MYID"),
+        )
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        src.execute_command("MIGRATE", "127.0.0.1", cluster.ports[0], key, 0, 5000)
+        assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    try:
+        assert await hold(scripts, key, "me") == [1]
+        assert await hold(scripts, key, "other") == [0]
+        pipeline = scripts.pipeline
+        if isinstance(pipeline, ClusterAutoPipeline):
+            assert pipeline.rerouted >= 2  # each call met ASK at the source
+    finally:
+        for index in range(3):
+            with cluster.client(index) as node:
+                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        cluster.move_slot(slot, 2)
+
+
+async def test_calls_survive_a_node_dropping_every_connection(
+    backend: str, cluster: RedisCluster, scripts: Scripts
+) -> None:
+    await scripts.load()
+    keys = [key_on(cluster, node, f"dropped{n}") for node in range(3) for n in range(20)]
+    assert await asyncio.gather(*(hold(scripts, key, "me") for key in keys)) == [[1]] * 60
+    with cluster.client(1) as node:
+        node.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    assert await asyncio.gather(*(hold(scripts, key, "me") for key in keys)) == [[1]] * 60
+    assert await asyncio.gather(*(hold(scripts, key, "x") for key in keys)) == [[0]] * 60
+    pipeline = scripts.pipeline
+    if isinstance(pipeline, ClusterAutoPipeline):
+        # The calls whose batch died with its connection went again through the cluster
+        # client; the node's pipeline then opened new connections.
+        assert pipeline.rerouted >= 1
