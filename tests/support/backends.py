@@ -12,3 +12,9 @@ REAL = pytest.param("real", marks=pytest.mark.real)
 # A real 3-master Redis Cluster (the session's: tests/conftest.py, cluster_url).
 CLUSTER = pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster])
 ALL = [FAKE, REAL, CLUSTER]
+# What each backend is, for the figures the race tests print.
+WHERE = {
+    "fake": "fakeredis",
+    "real": "the real redis-server",
+    "cluster": "a 3-master Redis Cluster",
+}
