@@ -29,7 +29,13 @@ from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
-from groupbuy.storage.durability import RedisNotDurable, check_durability, check_replicas
+from groupbuy.storage.durability import (
+    RedisNotDurable,
+    RedisTopologyMismatch,
+    check_durability,
+    check_replicas,
+    check_topology,
+)
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.ratelimit import RateLimitService
@@ -143,7 +149,8 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     when `scheduler` and enabled), yield them, and stop everything in reverse order,
     whatever happened inside. SchemaNotCurrent when the database is not at this version's
     revision (SQLite upgrades itself instead); RedisNotDurable when `[redis] strict` and
-    Redis could lose writes."""
+    Redis could lose writes; RedisTopologyMismatch when `[redis] cluster` does not match the
+    server."""
     try:
         await migrations.prepare(services.database)
     except BaseException:  # not started: nothing else will close them
@@ -151,11 +158,12 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await services.redis.aclose()
         raise
     try:
+        await check_topology(services.redis, services.settings.redis)
         await check_durability(
             services.redis, services.reachability.where, services.settings.redis.strict
         )
         await check_replicas(services.redis, services.settings.redis)
-    except RedisNotDurable:
+    except (RedisNotDurable, RedisTopologyMismatch):
         await services.database.dispose()
         await services.redis.aclose()
         raise

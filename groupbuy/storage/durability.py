@@ -31,6 +31,35 @@ class RedisNotDurable(SettingsError):
     """`[redis] strict = true` and Redis could lose acknowledged writes: refuse to start."""
 
 
+class RedisTopologyMismatch(SettingsError):
+    """`[redis] cluster` says one thing and the server at the URL another: refuse to start
+    (otherwise the first script call fails with MOVED, or every call with a cluster error)."""
+
+
+async def check_topology(client: Any, settings: RedisSettings) -> None:
+    """Refuse (RedisTopologyMismatch) a cluster node with `[redis] cluster = false`, and a
+    server that is not a cluster node with `cluster = true`."""
+    if isinstance(client, fakeredis.FakeAsyncRedis) or settings.sentinel:
+        return
+    if settings.cluster:
+        try:
+            await client.initialize()
+        except redis.exceptions.RedisClusterException as error:
+            if "not enabled" not in str(error):
+                raise
+            raise RedisTopologyMismatch(
+                f"redis at {settings.url.split('@')[-1]} is not a Redis Cluster node, but "
+                "[redis] cluster = true: set GROUPBUY_REDIS_CLUSTER=false, or give the URL of "
+                "a cluster node"
+            ) from None
+        return
+    if (await client.info("cluster")).get("cluster_enabled"):
+        raise RedisTopologyMismatch(
+            f"redis at {settings.url.split('@')[-1]} is a Redis Cluster node, but [redis] "
+            "cluster = false: set GROUPBUY_REDIS_CLUSTER=true"
+        )
+
+
 def risks(config: dict[str, str]) -> list[str]:
     """What each setting read from CONFIG GET risks, one sentence each (none: all is well)."""
     found: list[str] = []

@@ -19,13 +19,13 @@ from starlette.testclient import TestClient
 from groupbuy.api.app import create_app
 from groupbuy.services import build_services, running
 from groupbuy.settings import Settings
-from groupbuy.storage.durability import RedisNotDurable, check_durability
+from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_durability
 from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline
 from groupbuy.storage.reachability import unreachable
 from groupbuy.storage.redis_client import auto_pipeline, connect_redis, primaries
 from groupbuy.storage.scripts import Scripts, script_names
 from groupbuy.testing.cluster import SLOTS, RedisCluster, slot_ranges, start_cluster
-from groupbuy.testing.servers import free_port
+from groupbuy.testing.servers import free_port, start_redis
 from tests.support.backends import CLUSTER
 from tests.support.settings import settings_for
 
@@ -345,3 +345,25 @@ async def test_calls_survive_a_node_dropping_every_connection(
         # The calls whose batch died with its connection went again through the cluster
         # client; the node's pipeline then opened new connections.
         assert pipeline.rerouted >= 1
+
+
+async def test_cluster_mode_that_does_not_match_the_server_refuses_to_start(
+    backend: str, cluster: RedisCluster, cluster_settings: Settings, tmp_path: Path
+) -> None:
+    """A cluster node without [redis] cluster (the first script call would meet MOVED), and a
+    single server with it: each refused at start in one line naming the setting."""
+    unclustered = cluster_settings.replace("redis", cluster=False)
+    with pytest.raises(RedisTopologyMismatch) as refused:
+        async with running(build_services(unclustered)):
+            pytest.fail("started on a cluster node with cluster = false")
+    assert "is a Redis Cluster node, but [redis] cluster = false" in str(refused.value)
+    assert "GROUPBUY_REDIS_CLUSTER=true" in str(refused.value)
+    single = start_redis()
+    try:
+        clustered = cluster_settings.replace("redis", url=single.url)
+        with pytest.raises(RedisTopologyMismatch) as refused:
+            async with running(build_services(clustered)):
+                pytest.fail("started on a single server with cluster = true")
+        assert "is not a Redis Cluster node, but [redis] cluster = true" in str(refused.value)
+    finally:
+        single.stop()
