@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.storage.events import EventRow
+from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (
     ADMIN,
@@ -30,6 +32,9 @@ from tests.support.http import (
     portal,
     send,
 )
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
 
 AID = "act"
 
@@ -193,15 +198,19 @@ def test_redis_losing_the_blocklist_gets_it_back_from_sql(client: TestClient) ->
     block(client, "bad", reason="fraud")
     block(client, "worse")
     services = app_services(client)
-    key = services.keys.blocked_users()
+    keys = services.keys
+    key = keys.blocked_users()
+    # The hash, and on Redis Cluster also the copy the activity's slot reads.
+    lost = {key, keys.blocked_users(keys.activity_slot(AID))}
 
     async def lose() -> None:
-        await services.redis.delete(key)
+        for name in lost:
+            await services.redis.delete(name)
 
     portal(client).call(lose)
     assert_ok(lock(client, AID, "t1", "bad"), 201)  # Redis forgot the block
     report = assert_ok(client.post("/v1/admin/jobs/repair/run", headers=ADMIN), 200)
-    assert report["blocked_users"] == 2 and report["blocklist_rebuilt"] == 1
+    assert report["blocked_users"] == 2 and report["blocklist_rebuilt"] == len(lost)
     assert_problem(lock(client, AID, "t1", "worse"), 403, "user_blocked")
     again = assert_ok(client.post("/v1/admin/jobs/repair/run", headers=ADMIN), 200)
     assert again["blocklist_rebuilt"] == 0  # equal copies: nothing rewritten

@@ -12,8 +12,10 @@ import time
 from typing import Any
 
 import httpx2 as httpx
+import pytest
 from starlette.testclient import TestClient
 
+from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (
     ADMIN,
@@ -28,6 +30,10 @@ from tests.support.http import (
     portal,
     send,
 )
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
+
 
 SENT_KEYS = {"packet_id", "sender_id", "amount_cents", "count", "strategy", "status", "expires_at"}
 PACKET_KEYS = {

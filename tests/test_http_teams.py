@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import httpx2 as httpx
+import pytest
 from starlette.testclient import TestClient
 
 from groupbuy.storage.clock import RedisClock
+from tests.support.backends import ALL
 from tests.support.fixtures import OpenTeam
 from tests.support.http import (
     ADMIN,
@@ -28,6 +30,10 @@ from tests.support.http import (
     open_team,
     portal,
 )
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
+
 
 ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

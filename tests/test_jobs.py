@@ -11,8 +11,12 @@ from sqlalchemy import select
 from groupbuy.redpacket.models import LedgerEntryRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
+from tests.support.backends import ALL
 from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import assert_money_conserved, count
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
 
 
 async def events(services: Services, kind: str) -> list[dict[str, Any]]:
@@ -166,8 +170,13 @@ async def test_lost_due_entries_are_found_again_by_the_repair(
     await teams.open_team("a2", "L", team_id="t1")
     await teams.lock("a2", "t1", "u1")
     await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=5)
-    for key in (keys.due_locks(), keys.due_deadlines(), keys.due_packets()):
-        assert await services.redis.delete(key) == 1  # every entry lost
+    # Every entry lost (on Redis Cluster, from the indexes of each activity's and packet's slot).
+    lost = {keys.due_packets(keys.packet_slot("pk"))}
+    for aid in ("a1", "a2"):
+        slot = keys.activity_slot(aid)
+        lost |= {keys.due_locks(slot), keys.due_deadlines(slot)}
+    for key in lost:
+        assert await services.redis.delete(key) == 1
     services.clock.advance(60)
     assert (await run(services, "sweep_locks"))["locks_expired"] == 0  # nothing visited
     assert (await run(services, "expire_teams"))["teams_failed"] == 0

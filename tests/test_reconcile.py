@@ -11,6 +11,10 @@ from sqlalchemy import text
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.codec import grab_value, parse_grab
 from groupbuy.services import Services
+from tests.support.backends import ALL
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
 
 
 def _reconciler(services: Services) -> Reconciler:

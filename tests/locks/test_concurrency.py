@@ -1,4 +1,5 @@
-"""Real concurrency on a real redis-server: the seat-lock guarantees of SPEC §4 (1, 2)."""
+"""Real concurrency on a real redis-server and on a 3-master Redis Cluster: the seat-lock
+guarantees of SPEC §4 (1, 2)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from groupbuy import errors
 from groupbuy.services import Services
+from tests.support.backends import CLUSTER, REAL, WHERE
 from tests.support.seats import check_seat_snapshot, seat_snapshot
 
-pytestmark = [pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])]
+pytestmark = [pytest.mark.parametrize("backend", [REAL, CLUSTER])]
 
 CLIENTS = 250
 TEAMS = 12
@@ -31,7 +33,7 @@ async def _attempt(services: Services, aid: str, tid: str, user: str, start: asy
 
 
 async def test_many_clients_race_for_one_team(
-    services: Services, capsys: pytest.CaptureFixture[str]
+    services: Services, capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     """250 clients at once on each 3-seat team: exactly 2 locks (the leader holds seat 1)."""
     await services.teams.create_activity("race", team_size=3)
@@ -56,7 +58,7 @@ async def test_many_clients_race_for_one_team(
     with capsys.disabled():
         print(
             f"\n[figures] lock race: {total_ops} lock calls by {CLIENTS} concurrent clients, "
-            f"{total_ops / total_s:,.0f} locks/s on the real redis-server"
+            f"{total_ops / total_s:,.0f} locks/s on {WHERE[backend]}"
         )
 
 

@@ -13,8 +13,12 @@ from groupbuy import errors
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
+from tests.support.backends import ALL
 from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import assert_money_conserved, count
+
+# Also on a 3-master Redis Cluster.
+pytestmark = pytest.mark.parametrize("backend", ALL)
 
 
 async def _events(services: Services, kind: str) -> list[EventRow]:

@@ -27,6 +27,7 @@ from groupbuy.storage.scripts import Scripts, script_names
 from groupbuy.testing.cluster import SLOTS, RedisCluster, slot_ranges, start_cluster
 from groupbuy.testing.servers import free_port, start_redis
 from tests.support.backends import CLUSTER
+from tests.support.database import sqlite_with_schema
 from tests.support.settings import settings_for
 
 pytestmark = pytest.mark.parametrize("backend", [CLUSTER])
@@ -49,7 +50,8 @@ def cluster_settings(tmp_path: Path, cluster: RedisCluster) -> Settings:
     with redis.RedisCluster.from_url(cluster.url) as client:
         client.flushall()
         client.script_flush()
-    return settings_for(tmp_path, cluster.url).replace("scheduler", enabled=False)
+    settings = settings_for(cluster.url, sqlite_with_schema(tmp_path))
+    return settings.replace("scheduler", enabled=False)
 
 
 @pytest.fixture(params=["coalesced", "plain"])
