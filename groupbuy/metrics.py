@@ -67,6 +67,12 @@ WRITEBACK_LAG = Gauge(
 JOB_RUNS = Counter(
     "groupbuy_job_runs_total", "Scheduled job runs by job and result (ok|error).", ["job", "result"]
 )
+SCHEDULER_LEADER = Gauge(
+    "groupbuy_scheduler_leader",
+    "1 while this process holds the scheduler lease and runs the jobs, else 0 (several "
+    "workers of one serve: how many of them hold it, 0 or 1).",
+    multiprocess_mode="livesum",
+)
 JOB_DURATION = Histogram(
     "groupbuy_job_duration_seconds", "Scheduled job run time.", ["job"], buckets=_JOB_BUCKETS
 )

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
+from groupbuy import metrics
 from groupbuy.api.app import create_app
 from groupbuy.ops.jobs import Job, JobRunner
 from groupbuy.ops.scheduler import LEASE, Scheduler
@@ -33,6 +34,25 @@ async def test_the_lease_has_one_holder(services: Services) -> None:
     assert not first.is_leader
     assert await second.hold_lease()
     await second.stop()
+
+
+async def test_the_holder_is_shown_in_the_metrics_and_the_log(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    gauge = metrics.SCHEDULER_LEADER
+    holder, other = build_scheduler(services), build_scheduler(services)
+    with caplog.at_level(logging.INFO, logger="groupbuy.ops.scheduler"):
+        assert await holder.hold_lease()
+        assert gauge._value.get() == 1
+        assert await holder.hold_lease()  # a renewal says nothing new
+        await holder.stop()
+        assert gauge._value.get() == 0
+        assert await other.hold_lease()
+        await other.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "groupbuy.ops.scheduler"]
+    taken = "this process holds the scheduler lease now and runs the jobs"
+    released = "this process no longer holds the scheduler lease"
+    assert said == [taken, released, taken, released], said
 
 
 async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> None:
@@ -182,7 +202,15 @@ async def test_ticks_log_nothing_per_tick_and_job_failures_still_show(
     finally:
         aps_log.setLevel(before)
     quiet = [r for r in caplog.records if r.name.startswith(("apscheduler", "groupbuy"))]
-    chatty = [r for r in quiet if r.levelno < logging.WARNING]
+    # the lease said once when taken and once when given back, never per tick
+    lease = [r.getMessage() for r in quiet if "scheduler lease" in r.getMessage()]
+    assert lease == [
+        "this process holds the scheduler lease now and runs the jobs",
+        "this process no longer holds the scheduler lease",
+    ]
+    chatty = [
+        r for r in quiet if r.levelno < logging.WARNING and "scheduler lease" not in r.getMessage()
+    ]
     assert chatty == []
     failures = [r for r in quiet if "job failing failed" in r.getMessage()]
     assert len(failures) >= 8 and {r.levelno for r in failures} == {logging.WARNING}

@@ -17,6 +17,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from groupbuy import metrics
 from groupbuy.ops.jobs import JobRunner
 from groupbuy.settings import SchedulerSettings
 from groupbuy.storage.reachability import Reachability
@@ -65,16 +66,27 @@ class Scheduler:
             self._running.add(task)
         try:
             reply = await self._scripts.call("lease_hold", [self._lease_key], [self.token, ttl_ms])
-            self.is_leader = bool(int(reply[0]))
+            self._lead(bool(int(reply[0])))
             self._reachability.answered()
         except Exception as error:
             # Cannot tell: stop running jobs rather than risk running them without the lease.
-            self.is_leader = False
+            self._lead(False)
             if not self._reachability.failed(error):
                 log.warning("could not renew the scheduler lease", exc_info=True)
         finally:
             self._running.discard(task)
         return self.is_leader
+
+    def _lead(self, held: bool) -> None:
+        """Whether this process holds the lease now: said in the log and the metrics when it
+        changes, so an operator sees which replica runs the jobs and when that moved."""
+        if held != self.is_leader:
+            if held:
+                log.info("this process holds the scheduler lease now and runs the jobs")
+            else:
+                log.info("this process no longer holds the scheduler lease")
+        self.is_leader = held
+        metrics.SCHEDULER_LEADER.set(1 if held else 0)
 
     async def _tick(self, name: str) -> None:
         if self._stopping or not self.is_leader:
@@ -133,4 +145,4 @@ class Scheduler:
                     log.warning(
                         "could not release the scheduler lease; it will run out", exc_info=True
                     )
-            self.is_leader = False
+            self._lead(False)
