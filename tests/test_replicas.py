@@ -399,6 +399,8 @@ class Traffic:
         )
         key = (packet_id, user_id)
         body = answer.body
+        if answer.status >= 400 and f"'{packet_id}'" not in str(body.get("detail")):
+            self.odd.append(f"grab {key}: an answer about another packet {answer}")
         if answer.status == 200 and body["status"] in ("grabbed", "already_grabbed"):
             self.answers[f"grab {body['status']}"] += 1
             first = key not in self.grabs
@@ -407,22 +409,27 @@ class Traffic:
             told = self.grabs.setdefault(key, int(body["amount_cents"]))
             if told != body["amount_cents"]:
                 self.odd.append(f"grab {key}: {body} after {told}")
+        elif key in self.grabs:  # a repeat answers already_grabbed, ended packet or not
+            self.odd.append(f"grab {key}: {answer} after grabbed")
         elif answer.status == 409 and body.get("code") == "sold_out":
             self.answers["grab sold_out"] += 1
-            if key in self.grabs:
-                self.odd.append(f"grab {key}: sold_out after grabbed")
-        elif late and answer.status == 410 and body.get("code") == "expired":
+        elif (
+            answer.status == 410
+            and body.get("code") == "expired"
+            and (late or time.time() * 1000 >= self.expiries[packet_id])
+        ):
             self.answers["grab expired"] += 1
         else:
             self.odd.append(f"grab {key}: {answer}")
 
 
-async def watch_seats(observer: Services, stop: asyncio.Event) -> int:
-    """SPEC §4 (1, 2) at instants read from Redis in one MULTI/EXEC each, until `stop`;
-    returns how many instants were checked."""
+async def watch_seats(observer: Services, stop: asyncio.Event, until_ms: int) -> int:
+    """SPEC §4 (1, 2) at instants read from Redis in one MULTI/EXEC each, until `stop` or
+    shortly before `until_ms` (the first deadline: after it a team may end short of
+    members); returns how many instants were checked."""
     checked = 0
     teams = [f"t{i}" for i in range(TEAMS)]
-    while not stop.is_set():
+    while not stop.is_set() and time.time() * 1000 < until_ms - 300:
         for activity_id in ACTIVITIES:
             now_ms, replies = await seat_snapshot(observer.redis, observer, activity_id, teams)
             # a formed team's keys leave Redis once it is recorded (the repair job)
@@ -533,6 +540,9 @@ def check_teams(
         users = [row.user_id for row in rows]
         assert len(users) == len(set(users)) <= TEAM_SIZE, (key, users)
         assert set(users) == told[key] | {team.leader_id}, (key, users, told[key])
+        for row in rows:
+            paid = traffic.orders.get((row.activity_id, row.user_id), f"lo{key[1][1:]}")
+            assert row.order_id == paid, (key, row.user_id, row.order_id)
         assert sorted(row.seq for row in rows) == list(range(1, len(rows) + 1)), (key, rows)
         virtual_min = ACTIVITIES[key[0]].get("virtual_completion", {}).get("min_members")
         if len(rows) == TEAM_SIZE:
@@ -673,6 +683,7 @@ class Storm:
 
     killed: Replica  # the first lease holder, SIGKILLed
     stopped: Replica  # the second, stopped with SIGTERM
+    stop_s: float  # how long its graceful stop took
     runs: dict[str, Counter[tuple[str, str]]]  # job runs of each, when it went
     replacement: Replica  # started after the kill
     instants: int  # instants of the seats checked
@@ -683,7 +694,8 @@ async def storm(replicas: ReplicaSet, traffic: Traffic, observer: Services) -> S
     holds the scheduler lease is killed and a replacement started; at STOP_AT_S the replica
     that took the lease over is stopped gracefully."""
     watching = asyncio.Event()
-    watcher = asyncio.create_task(watch_seats(observer, watching))
+    first_deadline = min(traffic.deadlines.values())
+    watcher = asyncio.create_task(watch_seats(observer, watching, first_deadline))
     callers = traffic.start()
     began = time.monotonic()
     replacement: asyncio.Task[Replica] | None = None
@@ -699,14 +711,16 @@ async def storm(replicas: ReplicaSet, traffic: Traffic, observer: Services) -> S
         runs[stopped.name] = await wait_for_jobs(stopped)
         await asyncio.sleep(max(0, STOP_AT_S - (time.monotonic() - began)))
         # mid-traffic: it ends the calls it has and releases the lease, the others go on
+        stopping = time.monotonic()
         code = await asyncio.to_thread(stopped.stop)
+        stop_s = time.monotonic() - stopping
         assert code == 0 and "Traceback" not in stopped.service.text(), stopped.service.text()
         await asyncio.sleep(max(0, STORM_S - (time.monotonic() - began)))
         traffic.stop()
-        watching.set()  # before any deadline: the instants check open and formed teams
+        watching.set()
         instants = await watcher
         await asyncio.gather(*callers)
-        return Storm(killed, stopped, runs, await replacement, instants)
+        return Storm(killed, stopped, stop_s, runs, await replacement, instants)
     finally:
         traffic.stop()
         watching.set()
@@ -777,20 +791,27 @@ async def test_three_replicas_keep_every_guarantee(
         for job in JOBS:
             await replicas.run_job(replica, job)
     assert await business_state(observer) == before
+    # SPEC §4.9: everything ended and swept, Redis holds nothing that would stay forever
+    # (the lease and the rate-limit buckets run out by themselves).
+    kept = [key async for key in observer.redis.scan_iter(count=1000)]
+    forever = [key for key in kept if await observer.redis.pttl(key) == -1]
+    assert not forever, forever[:20]
     report = await replicas.run_job(replicas.live()[0], "reconcile")
     assert report["mismatch_count"] == 0, report
     for replica in replicas.live():
         assert (await replica.client.get("/readyz")).status_code == 200, replica.name
 
     expired = Counter(s.fate for s in traffic.seats)
+    counts = {kind: len(events) for kind, events in by_type.items()}
     with capsys.disabled():
         print(
             f"\n[replicas {REPLICAS}] {traffic.calls} calls in {storm_s:.1f} s "
             f"({dict(sorted(traffic.answers.items()))}); seats {dict(expired)}; "
             f"{happened.instants} seat instants checked; lease holders in turn "
             f"{list(happened.runs)} ({happened.killed.name} killed at {KILL_AT_S} s, "
-            f"{happened.stopped.name} stopped at {STOP_AT_S} s, "
+            f"{happened.stopped.name} stopped at {STOP_AT_S} s in {happened.stop_s:.1f} s, "
             f"{happened.replacement.name} started); calls cut off and sent "
-            f"again {dict(replicas.cut_off)}; all ended and recorded {ended_s:.1f} s after "
-            f"the start; events {dict((k, len(v)) for k, v in by_type.items())}"
+            f"again {dict(sorted(replicas.cut_off.items()))}; all ended and recorded "
+            f"{ended_s:.1f} s after the start; events {counts}; Redis keys left at the end "
+            f"{len(kept)} (each with a TTL)"
         )

@@ -101,7 +101,9 @@ class ReplicaSet:
     directory: Path
     environment: dict[str, str]
     errors: list[str] = field(default_factory=list)
-    cut_off: Counter[str] = field(default_factory=Counter)  # calls cut off, by replica
+    # calls a replica did not answer, by replica and how: refused (never sent, so never
+    # applied) or lost (sent, no answer: maybe applied)
+    cut_off: Counter[tuple[str, str]] = field(default_factory=Counter)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     def live(self) -> list[Replica]:
@@ -124,12 +126,12 @@ class ReplicaSet:
             try:
                 response = await replica.client.request(method, path, json=body, headers=headers)
             except httpx.ConnectError:
-                self.cut_off[replica.name] += 1  # never sent: nothing was applied
+                self.cut_off[replica.name, "refused"] += 1
                 await asyncio.sleep(0.01)
                 continue
             except httpx.TransportError:
-                self.cut_off[replica.name] += 1
-                uncertain = True  # sent, the answer lost: it may have been applied
+                self.cut_off[replica.name, "lost"] += 1
+                uncertain = True
                 continue
             try:
                 parsed = response.json()
