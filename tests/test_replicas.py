@@ -67,6 +67,8 @@ JOB_INTERVAL_S = 0.2
 RECLAIM_IDLE_S = 2.0
 # Packets: (id, amount, shares); the small ones sell out, the big ones expire with a rest.
 PACKETS = [(f"big{i}", 100_000, 1000) for i in range(4)] + [(f"hot{i}", 300, 10) for i in range(2)]
+# Packets sent during the storm (by another sender): small, short-lived.
+SENT_AMOUNT, SENT_SHARES, SENT_EXPIRES_S = 60, 6, 3
 ACTIVITIES = {
     "act": {},  # a team short of members at its deadline fails
     "virt": {"virtual_completion": {"min_members": 2}},  # formed with 2 of 3 at the deadline
@@ -189,6 +191,7 @@ class Traffic:
     calls: int = 0
     deadlines: dict[tuple[str, str], int] = field(default_factory=dict)  # team -> ms
     expiries: dict[str, int] = field(default_factory=dict)  # packet -> ms
+    sent: dict[str, tuple[int, int]] = field(default_factory=dict)  # packet -> amount, shares
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _ids: Iterator[int] = field(default_factory=lambda: iter(range(10**9)))
 
@@ -198,6 +201,8 @@ class Traffic:
         total = sum(amount for _, amount, _ in PACKETS)
         deposit = {"amount_cents": total + 1000, "reference": "replicas-funds"}
         await calls.must("POST", "/v1/accounts/sender/deposits", deposit, 201, ADMIN)
+        deposit = {"amount_cents": 1_000_000, "reference": "replicas-funds-2"}
+        await calls.must("POST", "/v1/accounts/sender2/deposits", deposit, 201, ADMIN)
         for activity_id, extra in ACTIVITIES.items():
             body = {
                 "activity_id": activity_id,
@@ -236,6 +241,7 @@ class Traffic:
             self.deadlines[team["activity_id"], team["team_id"]] = ms(team["deadline_at"])
         for packet in await asyncio.gather(*sends):
             self.expiries[packet["packet_id"]] = ms(packet["expires_at"])
+        self.sent = {packet_id: (amount, shares) for packet_id, amount, shares in PACKETS}
 
     def start(self) -> list[asyncio.Task[None]]:
         return [asyncio.create_task(self._caller(i)) for i in range(CALLERS)]
@@ -249,8 +255,10 @@ class Traffic:
             roll = rng.random()
             if roll < 0.4:
                 await self._join(rng, rng.choice(list(ACTIVITIES)), f"u{next(self._ids)}")
+            elif roll < 0.45:
+                await self._send(f"s{next(self._ids)}")
             elif roll < 0.9 or not self.grabs:
-                packet_id = rng.choice(PACKETS)[0]
+                packet_id = rng.choice(sorted(self.sent))
                 await self._grab(packet_id, f"g{next(self._ids)}")
             else:  # the same grab again: through another replica, it must say the same
                 packet_id, user_id = rng.choice(sorted(self.grabs))
@@ -391,6 +399,23 @@ class Traffic:
         else:
             # expired before the unlock arrived, or released by an attempt cut off
             seat.fate = "unknown" if answer.uncertain else "expired"
+
+    async def _send(self, packet_id: str) -> None:
+        self.calls += 1
+        body = {
+            "sender_id": "sender2",
+            "amount_cents": SENT_AMOUNT,
+            "count": SENT_SHARES,
+            "packet_id": packet_id,
+            "expires_in_s": SENT_EXPIRES_S,
+        }
+        answer = await self.replicas.call("POST", "/v1/redpackets", body)
+        if answer.status == 201 or (answer.status == 200 and answer.uncertain):
+            self.answers["send sent"] += 1
+            self.expiries[packet_id] = ms(answer.body["expires_at"])
+            self.sent[packet_id] = (SENT_AMOUNT, SENT_SHARES)
+        else:
+            self.odd.append(f"send {packet_id}: {answer}")
 
     async def _grab(self, packet_id: str, user_id: str, late: bool = False) -> None:
         self.calls += 1
@@ -638,7 +663,8 @@ async def check_packets(
     sold_out = Counter(e["data"]["packet_id"] for e in by_type["packet.sold_out"])
     sent = Counter(e["data"]["packet_id"] for e in by_type["packet.sent"])
     assert dict(sent) == dict.fromkeys(packets, 1)
-    for packet_id, amount, shares in PACKETS:
+    assert set(packets) == set(traffic.sent), set(packets) ^ set(traffic.sent)
+    for packet_id, (amount, shares) in traffic.sent.items():
         packet = packets[packet_id]
         amounts_grabbed = [a for (p, _u), a in rows.items() if p == packet_id]
         assert len(amounts_grabbed) <= shares and all(a >= 1 for a in amounts_grabbed)
