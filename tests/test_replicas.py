@@ -78,10 +78,10 @@ ACTIVITIES = {
 JOBS = ("sweep_locks", "expire_teams", "expire_packets", "flush_records", "repair", "reconcile")
 
 
-async def prepare_database(url: str) -> None:
-    """Give the shared database its schema before any replica starts, as a deployment does
-    before it starts several processes (which must not race to create it)."""
-    database = Database(url)
+async def prepare_database(directory: Path, environment: dict[str, str]) -> None:
+    """Give the replicas' database its schema before any of them starts, as a deployment
+    does before it starts several processes (which must not race to create it)."""
+    database = Database(environment["GROUPBUY_DATABASE_URL"])
     try:
         await database.create_all()
     finally:
@@ -128,7 +128,6 @@ async def replicas(
 ) -> AsyncIterator[ReplicaSet]:
     """Three replicas ready on the shared Redis and database, stopped with SIGTERM at the
     end (each must exit 0)."""
-    await prepare_database(shared_database)
     environment = replica_environment(
         tmp_path,
         shared_redis.url,
@@ -142,6 +141,7 @@ async def replicas(
         GROUPBUY_REDPACKETS_RECLAIM_IDLE_S=str(RECLAIM_IDLE_S),
         GROUPBUY_REDIS_SOCKET_TIMEOUT_S="2",
     )
+    await prepare_database(tmp_path, environment)
     started = await start_replicas(tmp_path, REPLICAS, environment)
     try:
         yield started
