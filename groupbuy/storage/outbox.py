@@ -99,7 +99,8 @@ class OutboxWriter:
         return applied
 
     async def flush(self, member: str) -> int:
-        """Apply every entry now in `member`'s stream to SQL; returns how many it applied.
+        """Apply every entry now in `member`'s stream to SQL (not those written while it
+        runs: the next flush has them); returns how many it applied.
 
         Callers share flushes: one that is queued and has not started yet will see every
         entry written before this call, so a caller joins it instead of queueing its own.
@@ -131,10 +132,18 @@ class OutboxWriter:
     async def _drain(self, member: str) -> int:
         stream = self._stream_of(member)
         applied = 0
+        # What the stream holds now, not until it is empty: an activity that keeps writing
+        # faster than SQL takes its records (several replicas on one database) would hold
+        # the drain, and every confirm and job waiting on it, for as long as its writes go
+        # on. What comes later is the next flush's. A batch that is not full was the rest;
+        # when more than a batch waits, the drain stops at the newest entry there now.
+        last_id = "+"
         while True:
-            entries = await self._redis.xrange(stream, "-", "+", count=self._batch_size)
+            entries = await self._redis.xrange(stream, "-", last_id, count=self._batch_size)
             if not entries:
                 return applied
+            if last_id == "+" and len(entries) == self._batch_size:
+                last_id = (await self._redis.xrevrange(stream, "+", "-", count=1))[0][0]
 
             async def apply(batch: list[tuple[str, dict[str, str]]]) -> None:
                 async with self._db.transaction() as session:
@@ -146,6 +155,8 @@ class OutboxWriter:
             dead = {p.entry_id for p in poisoned}
             await self.ack(member, [entry_id for entry_id, _ in entries if entry_id not in dead])
             applied += len(entries) - len(poisoned)
+            if len(entries) < self._batch_size:
+                return applied
 
     async def _apply(self, session: AsyncSession, records: list[dict[str, str]]) -> None:
         """Project records into rows and record their events, in the caller's transaction."""

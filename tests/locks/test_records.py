@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -90,6 +91,53 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
         "team.formed",
     ]
     assert await _count(services, MemberRow) == 3
+
+
+@pytest.mark.parametrize("batch", [10, 500])
+async def test_a_flush_ends_while_the_activity_keeps_writing(
+    services: Services, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """A flush applies what the stream held when it began and returns: an activity that
+    keeps writing faster than SQL takes its records (several replicas writing one
+    database) must not hold up the flush, nor every confirm and job that waits on it, for
+    as long as its writes go on. Later entries are the next flush's."""
+    await services.teams.create_activity("a1")
+    await services.teams.open_team("a1", "L", team_id="t1")  # flushed: the stream is empty
+    stream = services.keys.outbox("a1")
+    real_project = services.outbox._project
+
+    async def slow_project(session: Any, batch: list[dict[str, str]]) -> Any:
+        await asyncio.sleep(0.02)
+        return await real_project(session, batch)
+
+    monkeypatch.setattr(services.outbox, "_project", slow_project)
+    monkeypatch.setattr(services.outbox, "_batch_size", batch)  # 10: several batches
+    written = 0
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        nonlocal written
+        while not stop.is_set():
+            expired = {"type": "lock.expired", "at_ms": str(1000 + written)}
+            where = {"activity_id": "a1", "team_id": "t1", "user_id": f"u{written}"}
+            await services.redis.xadd(stream, {**expired, **where, "locked_at_ms": "1"})
+            written += 1
+            await asyncio.sleep(0.001)
+
+    writing = asyncio.create_task(write())
+    try:
+        await asyncio.sleep(0.2)
+        there = written
+        applied = await asyncio.wait_for(services.outbox.flush("a1"), timeout=10)
+        assert not writing.done()  # it returned while the writes went on
+    finally:
+        stop.set()
+        await writing
+        await services.outbox.flush("a1")  # the rest, and nothing left running at the end
+    assert there <= applied < written
+    async with services.database.sessions() as session:
+        keys = set(await session.scalars(select(EventRow.dedup_key)))
+    assert len([key for key in keys if key.startswith("lock.expired")]) == written
 
 
 async def test_entries_applied_twice_record_once(services: Services) -> None:
