@@ -837,6 +837,15 @@ async def test_three_replicas_keep_every_guarantee(
 
     expired = Counter(s.fate for s in traffic.seats)
     counts = {kind: len(events) for kind, events in by_type.items()}
+    mean_ms = {}  # over the replicas alive at the end
+    for operation, route in (
+        ("join", "/v1/activities/{activity_id}/locks"),
+        ("confirm", "/v1/activities/{activity_id}/teams/{team_id}/members"),
+        ("grab", "/v1/redpackets/{packet_id}/grab"),
+    ):
+        both = [await replica.latency(route) for replica in replicas.live()]
+        requests = sum(n for _, n in both)
+        mean_ms[operation] = round(1000 * sum(t for t, _ in both) / max(1, requests), 1)
     with capsys.disabled():
         print(
             f"\n[replicas {REPLICAS}] set up in {prepare_s:.1f} s; {traffic.calls} calls until "
@@ -848,5 +857,5 @@ async def test_three_replicas_keep_every_guarantee(
             f"{happened.replacement.name} started); calls cut off and sent "
             f"again {dict(sorted(replicas.cut_off.items()))}; all ended and recorded "
             f"{ended_s:.1f} s after the start; events {counts}; Redis keys left at the end "
-            f"{len(kept)} (each with a TTL)"
+            f"{len(kept)} (each with a TTL); mean ms per call {mean_ms}"
         )

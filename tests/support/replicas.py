@@ -67,6 +67,19 @@ class Replica:
                 samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
         return samples
 
+    async def latency(self, route: str) -> tuple[float, int]:
+        """(seconds spent, requests) answering POSTs of this route template."""
+        spent, requests = 0.0, 0
+        for (name, labels), value in (await self.metrics()).items():
+            found = dict(labels)
+            if found.get("route") != route or found.get("method") != "POST":
+                continue
+            if name == "groupbuy_http_request_duration_seconds_sum":
+                spent += value
+            elif name == "groupbuy_http_request_duration_seconds_count":
+                requests += int(value)
+        return spent, requests
+
     async def job_runs(self) -> Counter[tuple[str, str]]:
         """(job, result) -> how many times this process ran it."""
         runs: Counter[tuple[str, str]] = Counter()
