@@ -49,6 +49,7 @@ from tests.support.replicas import (
     stop_replicas,
 )
 from tests.support.seats import check_seat_snapshot, seat_snapshot
+from tests.support.service import run_groupbuy
 from tests.support.settings import API_KEYS
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -81,11 +82,8 @@ JOBS = ("sweep_locks", "expire_teams", "expire_packets", "flush_records", "repai
 async def prepare_database(directory: Path, environment: dict[str, str]) -> None:
     """Give the replicas' database its schema before any of them starts, as a deployment
     does before it starts several processes (which must not race to create it)."""
-    database = Database(environment["GROUPBUY_DATABASE_URL"])
-    try:
-        await database.create_all()
-    finally:
-        await database.dispose()
+    done = await asyncio.to_thread(run_groupbuy, directory, environment, "db", "upgrade")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
