@@ -548,11 +548,17 @@ async def business_state(observer: Services) -> dict[str, Any]:
         }
 
 
-def check_feed(feed: list[dict[str, Any]], table: list[tuple[Any, ...]]) -> None:
-    """The feed, read through the replicas, is the events table in id order, each once."""
+async def check_feed(feed: list[dict[str, Any]], observer: Services) -> None:
+    """The feed, read through the replicas, is the events table in feed order, each once:
+    every event has its place (position) and the feed lists them all."""
+    async with observer.database.sessions() as session:
+        result = await session.execute(
+            select(EventRow.position, EventRow.type).order_by(EventRow.position, EventRow.id)
+        )
+        table = [tuple(row) for row in result]
     ids = [event["id"] for event in feed]
     assert ids == sorted(set(ids)), "the feed repeats or reorders events"
-    assert ids == [row[0] for row in table], (len(ids), len(table))
+    assert [(event["id"], event["type"]) for event in feed] == table, (len(feed), len(table))
 
 
 def check_teams(
@@ -789,7 +795,7 @@ async def test_three_replicas_keep_every_guarantee(
 
     before = await business_state(observer)
     feed = await read_feed(replicas)
-    check_feed(feed, before["events"])
+    await check_feed(feed, observer)
     by_type: dict[str, list[dict[str, Any]]] = {
         kind: []
         for kind in (
