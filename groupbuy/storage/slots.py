@@ -29,9 +29,11 @@ from groupbuy.storage.keys import Keys
 
 # The name of the lease the blocklist's changes, rebuilds and slot joins take turns on.
 BLOCKLIST_LOCK = "blocklist"
-# How long one holder may keep that lock, and how long a caller waits for it.
-LOCK_TIMEOUT_S = 30.0
-LOCK_WAIT_S = 10.0
+# How long one holder may keep that lock, and how long a caller waits for it: longer than a
+# holder may keep it, so a process killed while holding it (its lock left to expire) delays
+# the next block, unblock or repair run instead of failing it.
+LOCK_TIMEOUT_S = 8.0
+LOCK_WAIT_S = LOCK_TIMEOUT_S + 4.0
 # Commands per pipeline when reading or writing one key in each of many slots.
 PIPELINE_CHUNK = 2000
 
