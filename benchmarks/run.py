@@ -2,7 +2,8 @@
 
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
 service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
-replica: benchmarks/replica_wait.py), runs every scenario, stops everything, and writes
+replica: benchmarks/replica_wait.py; for the production shapes, a PostgreSQL and a 3-master
+Redis Cluster: benchmarks/topologies.py), runs every scenario, stops everything, and writes
 docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
 docs/benchmarks-latency.png. Usage:
 
@@ -26,6 +27,8 @@ from benchmarks.http_join import run_join_http
 from benchmarks.http_level import FULL, QUICK, run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
+from benchmarks.topologies import run_topologies
+from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -83,6 +86,11 @@ INTERLEAVED = (
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
     "http_grab_embedded_vs_redis_1",
+    "write_behind_postgresql_vs_sqlite",
+    "cluster_flash_grab",
+    "cluster_lock_storm",
+    "cluster_spread_grabs",
+    "cluster_spread_locks",
     "http_grab_ratelimit_on_vs_off",
     "http_grab_ratelimit_cpu_on_vs_off",
     "granian_vs_uvicorn_1",
@@ -292,6 +300,15 @@ def main() -> None:
             rows += asyncio.run(run_engine(server.url, database, args.quick))
             print("== engine level on a primary + replica: what wait_replicas = 1 costs")
             rows += asyncio.run(run_replica_wait(database, args.quick))
+            print("== production shapes: the write-behind on PostgreSQL, a 3-master cluster")
+            postgres = start_postgres()
+            try:
+                postgres_url = postgres.create_database("bench")
+                rows += asyncio.run(
+                    run_topologies(server.url, postgres_url, Path(workdir), args.quick)
+                )
+            finally:
+                postgres.stop()
             print("== HTTP level")
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))
