@@ -27,7 +27,8 @@ from groupbuy import migrations
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
 from groupbuy.testing.postgres import PostgresProcess
-from tests.support.feed import DATABASES, database_url, postgres_cluster
+from tests.support.database import throwaway_postgres
+from tests.support.feed import DATABASES, database_url
 from tests.support.http import ADMIN, SERVICE
 from tests.support.service import service_environment, start_service
 
@@ -61,7 +62,7 @@ JOBS = ("sweep_locks", "expire_teams", "expire_packets", "flush_records")
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresProcess]:
-    yield from postgres_cluster()
+    yield from throwaway_postgres()
 
 
 @dataclass

@@ -30,8 +30,9 @@ from groupbuy.migrations import SchemaNotCurrent
 from groupbuy.redpacket.models import AccountRow
 from groupbuy.services import build_services, running
 from groupbuy.storage.db import Base, Database
-from groupbuy.testing.postgres import PostgresProcess, start_postgres
+from groupbuy.testing.postgres import PostgresProcess
 from groupbuy.testing.servers import free_port
+from tests.support.database import throwaway_postgres
 from tests.support.service import (
     Service,
     run_groupbuy,
@@ -48,16 +49,7 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresProcess]:
     """A throwaway PostgreSQL cluster for this run."""
-    try:
-        server = start_postgres()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("PostgreSQL is not installed (the test command installs it)")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from throwaway_postgres()
 
 
 @dataclass

@@ -36,8 +36,8 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import to_ms
-from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import RedisProcess, start_redis
+from tests.support.database import start_postgres_or_skip
 from tests.support.http import ADMIN, ms
 from tests.support.money import assert_money_conserved
 from tests.support.redis import make_async_redis
@@ -93,12 +93,7 @@ def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
         return
-    try:
-        server = start_postgres()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("PostgreSQL is not installed (the test command installs it)")
+    server = start_postgres_or_skip()
     try:
         yield server.create_database("replicas")
     finally:

@@ -29,7 +29,8 @@ from groupbuy.storage.events import (
     record_events,
 )
 from groupbuy.testing.postgres import PostgresProcess
-from tests.support.feed import DATABASES, database_url, postgres_cluster
+from tests.support.database import throwaway_postgres
+from tests.support.feed import DATABASES, database_url
 from tests.support.redis import make_async_redis
 from tests.support.settings import API_KEYS
 
@@ -38,7 +39,7 @@ _keys = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresProcess]:
-    yield from postgres_cluster()
+    yield from throwaway_postgres()
 
 
 @pytest.fixture(params=DATABASES)

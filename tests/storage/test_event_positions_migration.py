@@ -19,7 +19,8 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, EventRow, read_feed, record_events
 from groupbuy.testing.postgres import PostgresProcess
-from tests.support.feed import DATABASES, database_url, postgres_cluster
+from tests.support.database import throwaway_postgres
+from tests.support.feed import DATABASES, database_url
 from tests.support.redis import make_async_redis
 from tests.support.settings import API_KEYS
 
@@ -29,7 +30,7 @@ OLD_EVENTS = 12
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresProcess]:
-    yield from postgres_cluster()
+    yield from throwaway_postgres()
 
 
 @pytest.fixture(params=DATABASES)

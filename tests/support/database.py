@@ -15,17 +15,40 @@ import asyncio
 import itertools
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from sqlalchemy import make_url
 
 from groupbuy.migrations import upgrade
 from groupbuy.storage.db import Base, Database
+from groupbuy.testing.postgres import PostgresProcess, start_postgres
 from tests.support.schema import database_with_schema
 
 T = TypeVar("T")
+
+
+def start_postgres_or_skip() -> PostgresProcess:
+    """A throwaway PostgreSQL cluster; where PostgreSQL is not installed the test skips,
+    except in CI (`CI` set), where that is an error."""
+    try:
+        return start_postgres()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("PostgreSQL is not installed (scripts/test.sh installs it)")
+
+
+def throwaway_postgres() -> Iterator[PostgresProcess]:
+    """For a fixture: a throwaway cluster (start_postgres_or_skip), stopped at the end."""
+    server = start_postgres_or_skip()
+    try:
+        yield server
+    finally:
+        server.stop()
+
 
 # The session time zone of the tests' PostgreSQL databases (UTC+13:45 in its summer).
 SESSION_TIMEZONE = "Pacific/Chatham"

@@ -5,31 +5,15 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from groupbuy.testing.postgres import PostgresProcess, start_postgres
+from groupbuy.testing.postgres import PostgresProcess
 
 DATABASES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.real)]
 
 _names = itertools.count(1)
-
-
-def postgres_cluster() -> Iterator[PostgresProcess]:
-    """A started cluster for a module-scoped fixture (skipped where PostgreSQL is not
-    installed, except on CI), stopped at the end."""
-    try:
-        cluster = start_postgres()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("PostgreSQL is not installed (scripts/test.sh installs it)")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def database_url(kind: str, directory: Path, request: pytest.FixtureRequest) -> str:
