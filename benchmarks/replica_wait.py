@@ -41,7 +41,7 @@ from benchmarks.engine.common import (
     say,
 )
 from benchmarks.engine.flash_grab import run_grabs
-from benchmarks.engine.versus import CALLERS, SEATS, _idle, _row, grab_engine, lock_engine
+from benchmarks.engine.versus import CALLERS, SEATS, _idle, grab_engine, lock_engine, trials_row
 from benchmarks.interleave import Trial, comparison, run_async
 from benchmarks.measure import Row, gather_limited
 from groupbuy.services import Services
@@ -177,10 +177,14 @@ async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = 
         WAIT: f"calls coalesced, each batch ended by WAIT 1 1000 ({waits} WAITs in the run)",
         NO_WAIT: "calls coalesced, answered without waiting for the replica",
     }
-    rows = [_row("flash_grab_replicated", n, grabs[n], f"{notes[n]}; {flash}") for n in notes]
-    rows += [_row("seat_locks_replicated", n, locks[n], f"{notes[n]}; {seats}") for n in notes]
+    rows = [trials_row("flash_grab_replicated", n, grabs[n], f"{notes[n]}; {flash}") for n in notes]
+    rows += [
+        trials_row("seat_locks_replicated", n, locks[n], f"{notes[n]}; {seats}") for n in notes
+    ]
     alone = f"each round {lone} new users grab a fresh packet, one call at a time; {how}"
-    rows += [_row("lone_grab_replicated", n, singles[n], f"{notes[n]}; {alone}") for n in notes]
+    rows += [
+        trials_row("lone_grab_replicated", n, singles[n], f"{notes[n]}; {alone}") for n in notes
+    ]
     rows += [
         comparison(
             "engine_grab_wait_replicas",

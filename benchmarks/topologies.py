@@ -38,13 +38,13 @@ from benchmarks.engine.common import (
     close_services,
     flash_requests,
     groupbuy_grab,
-    make_row,
     open_services,
     say,
     warm_up,
 )
 from benchmarks.engine.flash_grab import run_grabs
-from benchmarks.interleave import Trial, comparison, merge_correct, run_async
+from benchmarks.engine.versus import trials_row
+from benchmarks.interleave import Trial, comparison, run_async
 from benchmarks.measure import Row
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services
@@ -52,20 +52,6 @@ from groupbuy.services import Services
 PACKETS, SHARES, USERS = 4, 500, 750  # per write-behind round: 2,000 grab rows
 MANY_PACKETS, MANY_ACTIVITIES, TEAMS_PER_ACTIVITY, TEAM_SIZE = 200, 50, 20, 50
 CALLS = 5_000  # grabs (locks) per cluster round
-
-
-def _row(scenario: str, implementation: str, trials: list[Trial], note: str) -> Row:
-    """One row for a contender's rounds: ops and seconds summed, latencies pooled."""
-    latencies = [s for t in trials for s in t.latencies]
-    return make_row(
-        scenario,
-        implementation,
-        sum(t.seconds for t in trials),
-        latencies,
-        merge_correct([t.correct for t in trials]),
-        note,
-        ops=sum(t.ops for t in trials),
-    )
 
 
 def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitable[Trial]]:
@@ -127,7 +113,7 @@ async def write_behind_rows(
             "each with the writer idle, then the backlog drained as flush_records does; ops = "
             "grab rows (each with its ledger credit), latency = one write-behind round"
         )
-        rows = [_row("write_behind", f"groupbuy on {n}", t, note) for n, t in trials.items()]
+        rows = [trials_row("write_behind", f"groupbuy on {n}", t, note) for n, t in trials.items()]
         names = list(databases)
         if len(names) == 2:
             rows.append(

@@ -49,7 +49,9 @@ PEER = f"seed-style lua ({CALLERS} callers)"
 BENCH_CLIENTS = 50
 
 
-def _row(scenario: str, implementation: str, trials: list[Trial], note: str, **extra: Any) -> Row:
+def trials_row(
+    scenario: str, implementation: str, trials: list[Trial], note: str, **extra: Any
+) -> Row:
     """One row for a contender's rounds: ops and seconds summed, latencies pooled."""
     latencies = [s for t in trials for s in t.latencies]
     return make_row(
@@ -328,9 +330,9 @@ async def versus_rows(
         "time from the caller's clock, no user-lock key",
     }
     for name in (ON, OFF, PEER):
-        rows.append(_row("flash_grab", name, grabs[name], f"{grab_notes[name]}; {flash}"))
+        rows.append(trials_row("flash_grab", name, grabs[name], f"{grab_notes[name]}; {flash}"))
     for name in (ON, OFF, PEER):
-        rows.append(_row("seat_locks", name, locks[name], f"{lock_notes[name]}; {seats}"))
+        rows.append(trials_row("seat_locks", name, locks[name], f"{lock_notes[name]}; {seats}"))
     rows += [
         comparison(
             "engine_grab_vs_seed",
@@ -390,7 +392,7 @@ async def _versus_redis_benchmark(services: Services, redis_url: str, sizes: Siz
         say=say,
     )
     how = f"{rounds} rounds, in rotating order with the other"
-    engine = _row(
+    engine = trials_row(
         "evalsha_grab",
         ON,
         trials[ON],
