@@ -155,6 +155,18 @@ async def _check_redis(settings: Settings) -> None:
         await client.aclose()
 
 
+def _checked_settings(args: argparse.Namespace) -> Settings | None:
+    """The settings of `--config` and the environment with a usable database driver, or None
+    after one line saying why not (the caller exits 2)."""
+    try:
+        settings = load_settings(args.config)
+        _check_database(settings)
+    except (SettingsError, OSError) as exc:
+        print(f"groupbuy: {exc}", file=sys.stderr)
+        return None
+    return settings
+
+
 def _check_database(settings: Settings) -> None:
     """Refuse (SettingsError) a database URL whose driver is missing, in one line, and say
     when a URL's scheme is read as its async driver."""
@@ -352,11 +364,8 @@ def run_workers(
 
 def worker(args: argparse.Namespace) -> int:
     """Run only the scheduler (records to SQL, sweeps, expiry, repair, reconcile) until stopped."""
-    try:
-        settings = load_settings(args.config)
-        _check_database(settings)
-    except (SettingsError, OSError) as exc:
-        print(f"groupbuy: {exc}", file=sys.stderr)
+    settings = _checked_settings(args)
+    if settings is None:
         return 2
     if settings.redis.embedded:
         # Attach to the engine a running `groupbuy serve` keeps in the same data directory.
@@ -413,11 +422,8 @@ def db(args: argparse.Namespace) -> int:
                 f"{revision.summary}"
             )
         return 0
-    try:
-        settings = load_settings(args.config)
-        _check_database(settings)
-    except (SettingsError, OSError) as exc:
-        print(f"groupbuy: {exc}", file=sys.stderr)
+    settings = _checked_settings(args)
+    if settings is None:
         return 2
     try:
         return _run_on_database(lambda: _db(args, settings))
