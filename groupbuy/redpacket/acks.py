@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 # Answers kept in memory while SQL cannot take them. Past this the oldest are dropped: the
 # grabs themselves wait safely in Redis; only the trace for a simultaneous Redis loss thins.
 MAX_WAITING = 200_000
+# Longest `stop` waits for a flush in progress (SQL slow or away) before cancelling it.
+STOP_WAIT_S = 10.0
 
 
 class AckJournal:
@@ -33,6 +35,7 @@ class AckJournal:
         self._interval_s = interval_s
         self._noted: list[dict[str, object]] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.dropped = 0  # answers forgotten because SQL was away too long
 
     def note(
@@ -85,21 +88,33 @@ class AckJournal:
     def start(self) -> None:
         """Flush every interval in the background until `stop`."""
         if self._task is None:
+            self._stopping.clear()
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop the background flushes, then write what is left."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the background flushes, then write what is left.
+
+        A flush in progress is let finish, not cancelled: a cancellation that lands while
+        the connection pool resets a connection is swallowed there (SQLAlchemy logs it as
+        "Exception during reset"), so the loop went on flushing and the shutdown waited
+        for it for ever. Only a flush still running after STOP_WAIT_S is cancelled.
+        """
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping.set()
+            finished, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+            if not finished:
+                task.cancel()
+                await asyncio.wait({task}, timeout=STOP_WAIT_S)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("the journal's flush loop ended with %r", task.exception())
         with contextlib.suppress(Exception):
             await self.flush()
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
             try:
                 await self.flush()
             except Exception as exc:  # SQL away: keep the rows, say so once per failure

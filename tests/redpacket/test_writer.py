@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,7 +14,12 @@ from sqlalchemy import select
 
 from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
-from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.models import (
+    AcknowledgedGrabRow,
+    GrabRow,
+    LedgerEntryRow,
+    PacketRow,
+)
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
@@ -284,6 +291,40 @@ def test_the_journal_never_holds_more_than_its_bound(
     for i in range(25):
         journal.note("pk", f"u{i}", 0, i + 1, 10, 1_000)
     assert journal.waiting <= 10 and journal.waiting + journal.dropped == 25
+
+
+async def test_stopping_the_journal_lets_a_flush_in_progress_finish(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown mid-flush waits for the SQL to finish instead of cancelling it (a cancel
+    landing in the pool's connection reset was swallowed there, and the stop hung)."""
+    journal = acks_module.AckJournal(services.database, interval_s=0.01)
+    inside, release, cancelled = asyncio.Event(), asyncio.Event(), []
+    real_transaction = services.database.transaction
+
+    @contextlib.asynccontextmanager
+    async def slow_transaction() -> AsyncIterator[Any]:
+        async with real_transaction() as session:
+            inside.set()
+            try:
+                await release.wait()  # SQL taking its time
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            yield session
+
+    monkeypatch.setattr(services.database, "transaction", slow_transaction)
+    journal.note("pk", "u1", 0, 1, 10, 1_000)
+    journal.start()
+    await asyncio.wait_for(inside.wait(), 5)
+    journal.note("pk", "u2", 0, 2, 10, 1_000)  # noted while the flush runs
+    stopping = asyncio.create_task(journal.stop())
+    await asyncio.sleep(0.1)
+    assert not stopping.done() and not cancelled
+    release.set()
+    await asyncio.wait_for(stopping, 5)
+    assert not cancelled and journal.waiting == 0
+    assert await count(services, AcknowledgedGrabRow) == 2
 
 
 async def test_packet_versions_count_its_changes_in_bodies_and_events(
