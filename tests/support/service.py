@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,15 +41,54 @@ class Service:
         return int(found[1])
 
     def stop(self, timeout_s: float = 30) -> int:
-        """SIGTERM, wait for the graceful end (SIGKILL after `timeout_s`); the exit code."""
+        """SIGTERM, wait for the graceful end (SIGKILL after `timeout_s`); the exit code.
+        A process tree that does not stop in time has its stacks appended to the output
+        first, so the failure shows where it hung."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                with self.output.open("a") as out:
+                    out.write(f"\n[still running {timeout_s:.0f} s after SIGTERM]\n")
+                    out.write(stacks(self.process.pid))
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def descendants(pid: int) -> list[int]:
+    """The process and everything it started, parents first (from /proc)."""
+    found = [pid]
+    for parent in found:
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            found.extend(int(child) for child in children if int(child) not in found)
+    return found
+
+
+def stacks(pid: int) -> str:
+    """Every thread's Python stack in the process and its children (py-spy), for a hang."""
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        return "(py-spy is not installed: no stacks)\n"
+    dumps = []
+    for each in descendants(pid):
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(each)], capture_output=True, text=True, timeout=30
+        )
+        if dump.returncode != 0:  # not a Python process (the engine), or gone meanwhile
+            try:
+                command = Path(f"/proc/{each}/cmdline").read_bytes()
+            except OSError:
+                command = b""
+            shown = command.replace(b"\0", b" ").decode(errors="replace").strip()
+            dump.stdout = f"{shown}: no stack\n"
+        dumps.append(f"--- pid {each} ---\n{dump.stdout}")
+    return "\n".join(dumps)
 
 
 def service_environment(directory: Path, **variables: str) -> dict[str, str]:
