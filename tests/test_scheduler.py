@@ -55,6 +55,24 @@ async def test_the_holder_is_shown_in_the_metrics_and_the_log(
     assert said == [taken, released, taken, released], said
 
 
+async def test_a_renewal_that_starts_after_stop_does_nothing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """APScheduler may hand a renewal to the loop just before stop() pauses it; started
+    afterwards, it must not call Redis (whose connections are closing: a traceback)."""
+    scheduler = build_scheduler(services)
+    await scheduler.stop()
+    called: list[str] = []
+
+    async def recording(name: str, keys: list[str], args: list[Any]) -> Any:
+        called.append(name)
+        raise AssertionError("called Redis after stop")
+
+    monkeypatch.setattr(services.scripts, "call", recording)
+    assert await scheduler.hold_lease() is False
+    assert called == [] and not scheduler.is_leader
+
+
 async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> None:
     short = services.settings.replace("scheduler", lease_ttl_s=0.2)
     lease = services.keys.lease(LEASE)

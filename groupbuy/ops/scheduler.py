@@ -57,7 +57,13 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
 
     async def hold_lease(self) -> bool:
-        """Take or renew the lease; whether this process is the one that runs jobs."""
+        """Take or renew the lease; whether this process is the one that runs jobs (never
+        once stopping)."""
+        if self._stopping:
+            # A renewal APScheduler handed to the loop just before stop() paused it starts
+            # after stop() looked at what runs: it would outlive the Redis connections and
+            # end in APScheduler's traceback of a CancelledError.
+            return False
         ttl_ms = int(self._settings.lease_ttl_s * 1000)
         # stop() waits for a renewal in flight too (with Redis away it retries for a while):
         # cancelled at exit instead, it would end in APScheduler's traceback.
