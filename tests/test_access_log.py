@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse
@@ -83,3 +85,22 @@ def test_iso_ms_matches_a_direct_conversion(ms: int) -> None:
 
     moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
     assert iso_ms(ms) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def test_without_a_stream_lines_go_to_the_stderr_of_the_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Configured once per process against sys.stderr, the handler must follow a stderr
+    replaced since (the old one closed): no "Logging error" about a closed file."""
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    handler = BufferedLineHandler(capacity=1000, max_delay_s=60)
+    log = _logger(handler, "test.access.stderr")
+    log.info("to the first")
+    handler.flush()
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    log.info("to the second")
+    handler.flush()
+    assert second.getvalue() == "to the second\n"

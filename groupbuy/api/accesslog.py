@@ -11,6 +11,7 @@ about `max_delay_s` before it is written.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from functools import lru_cache
@@ -26,6 +27,10 @@ class BufferedLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self, stream: TextIO | None = None, capacity: int = 256, max_delay_s: float = 0.25
     ) -> None:
         super().__init__(stream)
+        # Without a stream: whatever sys.stderr is when a batch is written, as logging's
+        # last resort does (whoever replaced stderr since, and closed the old one, gets
+        # the lines instead of a "Logging error" about a closed file).
+        self._to_stderr = stream is None
         self.capacity = capacity
         self.max_delay_s = max_delay_s
         self._lines: list[str] = []
@@ -59,9 +64,10 @@ class BufferedLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             return
         text = self.terminator.join(self._lines) + self.terminator
         self._lines = []
+        stream = sys.stderr if self._to_stderr else self.stream
         try:
-            self.stream.write(text)
-            self.stream.flush()
+            stream.write(text)
+            stream.flush()
         except Exception:  # a closed or broken stream must not take a request down
             self.handleError(_LOST)
 
