@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint, select
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    select,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
@@ -41,6 +50,8 @@ Applier = Callable[[AsyncSession, list[dict[str, str]]], Awaitable[None]]
 STREAM_CAP = 10_000
 # The longest error text kept (a driver's message can quote a whole statement).
 _ERROR_CHARS = 2000
+# PostgreSQL advisory lock that makes dead letters commit one writer at a time ("gbdl").
+KEEPER_LOCK = 0x6762646C
 
 # Errors a record brings on itself: the same record fails the same way every time.
 _POISON_ERRORS: tuple[type[BaseException], ...] = (
@@ -174,18 +185,7 @@ class DeadLetters(UsesBackends):
         ids: list[str] = []
         dead_at = from_ms(await self._clock.now_ms(self._redis))
         async with self._db.transaction() as session:
-            await session.execute(
-                dialect_insert(session, DeadLetterRow.__table__).on_conflict_do_nothing(),
-                [_row(kind, owner_id, p, dead_at) for p in poisoned],
-            )
-            rows = await session.execute(
-                select(DeadLetterRow.entry_id, DeadLetterRow.id).where(
-                    DeadLetterRow.stream == kind,
-                    DeadLetterRow.owner_id == owner_id,
-                    DeadLetterRow.entry_id.in_([p.entry_id for p in poisoned]),
-                )
-            )
-            row_ids = {entry_id: row_id for entry_id, row_id in rows}
+            row_ids = await self.keep(session, kind, owner_id, poisoned, dead_at)
         for p in poisoned:
             ids += [p.entry_id, str(row_ids[p.entry_id])]
         buried, left = await self._scripts.call(
@@ -207,6 +207,38 @@ class DeadLetters(UsesBackends):
                 p.error,
             )
         return int(left)
+
+    async def keep(
+        self,
+        session: AsyncSession,
+        kind: StreamKind,
+        owner_id: str,
+        poisoned: list[Poison],
+        dead_at: datetime,
+    ) -> dict[str, int]:
+        """Insert the rows of these records in the caller's transaction (once: a retry finds
+        them); returns their ids by entry id.
+
+        On PostgreSQL the transaction first takes KEEPER_LOCK, held to its commit: ids come
+        from a sequence when inserted, and two writers (replicas) could otherwise commit
+        them out of order, a pager that had read past the higher one never seeing the lower
+        one. In turn, every id is committed before a higher one is given. (SQLite has one
+        writer at a time already.)
+        """
+        if not self._db.is_sqlite:
+            await session.execute(select(func.pg_advisory_xact_lock(KEEPER_LOCK)))
+        await session.execute(
+            dialect_insert(session, DeadLetterRow.__table__).on_conflict_do_nothing(),
+            [_row(kind, owner_id, p, dead_at) for p in poisoned],
+        )
+        rows = await session.execute(
+            select(DeadLetterRow.entry_id, DeadLetterRow.id).where(
+                DeadLetterRow.stream == kind,
+                DeadLetterRow.owner_id == owner_id,
+                DeadLetterRow.entry_id.in_([p.entry_id for p in poisoned]),
+            )
+        )
+        return {entry_id: row_id for entry_id, row_id in rows}
 
     async def replay(self, dead_letter_id: int) -> dict[str, Any]:
         """Apply a dead letter's record to SQL now, as its writer would have (records are
@@ -242,7 +274,8 @@ class DeadLetters(UsesBackends):
 
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """Dead letters oldest first, after `cursor` (the `next_cursor` of the page before):
-        `{"dead_letters": [...], "next_cursor"}`."""
+        `{"dead_letters": [...], "next_cursor"}`. Ids commit in order (see `keep`), so a
+        pager that goes on from the last id it saw never misses a letter."""
         after = int(cursor) if cursor else 0
         async with self._db.sessions() as session:
             rows = (

@@ -8,7 +8,9 @@ every stream after it. Now its batch is split until the record stands alone; it 
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from sqlalchemy import select
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
+from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
 from groupbuy.storage.deadletters import DeadLetterRow, Poison, apply_isolating, is_poison
 from tests.support.money import assert_money_conserved, count
@@ -215,6 +218,39 @@ async def test_the_admin_view_pages_dead_letters_oldest_first(services: Services
     assert letter["fields"] == {"type": "nonsense", "packet_id": "pk"}
     assert letter["stream"] == "packets" and letter["owner_id"] == "pk"
     assert letter["error"].startswith("KeyError") or letter["error"].startswith("ValueError")
+
+
+async def test_a_pager_misses_no_letter_that_commits_late(services: Services) -> None:
+    """Two writers bury at once, the first to take an id committing last: the second waits
+    for it (PostgreSQL: an advisory lock; SQLite: its one writer), so a pager that went on
+    from the last id it saw, while the first was still open, misses neither."""
+    dead = services.dead_letters
+    stream = services.keys.packet_outbox("late")
+    index = services.keys.packet_keys("late")[4]
+    early, later = [
+        Poison(await poison(services, stream, type="nonsense", n=str(n)), {"n": str(n)}, "E")
+        for n in (1, 2)
+    ]
+    dead_at = datetime.now(UTC)
+    async with services.database.transaction() as first:
+        await dead.keep(first, "packets", "late", [early], dead_at)  # an id, not committed
+        second = asyncio.create_task(dead.bury("packets", "late", stream, index, GROUP, [later]))
+        await asyncio.sleep(0.3)
+        seen = [d["entry_id"] for d in (await dead.page(limit=10))["dead_letters"]]
+        assert not second.done()  # waits for the first to commit
+    await asyncio.wait_for(second, 10)
+    cursor = None if not seen else str(await _row_id(services, seen[-1]))
+    rest = [d["entry_id"] for d in (await dead.page(limit=10, cursor=cursor))["dead_letters"]]
+    assert seen + rest == [early.entry_id, later.entry_id]
+
+
+async def _row_id(services: Services, entry_id: str) -> int:
+    async with services.database.sessions() as session:
+        row_id = await session.scalar(
+            select(DeadLetterRow.id).where(DeadLetterRow.entry_id == entry_id)
+        )
+    assert row_id is not None
+    return int(row_id)
 
 
 async def test_isolation_applies_everything_but_the_poison_in_order() -> None:
