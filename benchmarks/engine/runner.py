@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from benchmarks.engine.background import background
@@ -21,6 +18,7 @@ from benchmarks.engine.common import (
     Sizes,
     close_services,
     open_services,
+    private_redis_and_sqlite,
     say,
     warm_up,
 )
@@ -142,14 +140,6 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     """Start a private redis-server, run the quick (or --full) engine benchmark, print rows."""
-    from groupbuy.testing.servers import start_redis
-
-    server = start_redis()
-    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
-    try:
-        url = f"sqlite+aiosqlite:///{directory / 'bench.db'}"
-        rows = asyncio.run(run_engine(server.url, url, quick="--full" not in sys.argv))
+    with private_redis_and_sqlite() as (redis_url, database_url):
+        rows = asyncio.run(run_engine(redis_url, database_url, quick="--full" not in sys.argv))
         print_table(rows)
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)

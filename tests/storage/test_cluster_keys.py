@@ -341,23 +341,18 @@ async def test_a_block_is_enforced_in_every_slot_before_and_after_it(
         await teams.open_team(activity_id, "lead", team_id="t1")
         await packets.send("sender", 100, 5, packet_id=packet_id)
 
-    early = list(
-        zip(
-            ids_in_slots(keys.activity, "a", 5),
-            ids_in_slots(keys.packet_outbox, "p", 5),
-            strict=True,
+    def pairs(activity_prefix: str, packet_prefix: str) -> list[tuple[str, str]]:
+        """Five (activity, packet) ids, each in a slot of its own."""
+        activities = ids_in_slots(keys.activity, activity_prefix, 5)
+        return list(
+            zip(activities, ids_in_slots(keys.packet_outbox, packet_prefix, 5), strict=True)
         )
-    )
+
+    early = pairs("a", "p")
     for activity_id, packet_id in early:
         await make(activity_id, packet_id)
     await services.blocklist.block("bad", "fraud")
-    late = list(
-        zip(
-            ids_in_slots(keys.activity, "b", 5),
-            ids_in_slots(keys.packet_outbox, "q", 5),
-            strict=True,
-        )
-    )
+    late = pairs("b", "q")
     for activity_id, packet_id in late:
         await make(activity_id, packet_id)
 

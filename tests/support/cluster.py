@@ -26,6 +26,7 @@ from groupbuy.testing.servers import RedisProcess, free_port, start_redis
 from tests.support.redis import make_async_redis
 from tests.support.schema import database_with_schema
 from tests.support.settings import API_KEYS, TEST_RATE_LIMITS
+from tests.support.starting import NO_REDIS, started_or_skip
 
 # A cluster node also listens on its port + 10,000 (the cluster bus).
 _BUS_OFFSET = 10_000
@@ -67,10 +68,7 @@ def start_one_node_cluster() -> RedisProcess:
 @pytest.fixture(scope="session")
 def one_node_cluster_url() -> Iterator[str]:
     """The URL of a one-node cluster shared by the session's tests (emptied by each)."""
-    try:
-        server = start_one_node_cluster()
-    except FileNotFoundError:
-        pytest.skip("no Redis-compatible server can run here")
+    server = started_or_skip(start_one_node_cluster, NO_REDIS)
     try:
         yield server.url
     finally:

@@ -19,13 +19,13 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 from sqlalchemy import make_url
 
 from groupbuy.migrations import upgrade
 from groupbuy.storage.db import Base, Database
 from groupbuy.testing.postgres import PostgresProcess, start_postgres
 from tests.support.schema import database_with_schema
+from tests.support.starting import started_or_skip
 
 T = TypeVar("T")
 
@@ -33,12 +33,11 @@ T = TypeVar("T")
 def start_postgres_or_skip() -> PostgresProcess:
     """A throwaway PostgreSQL cluster; where PostgreSQL is not installed the test skips,
     except in CI (`CI` set), where that is an error."""
-    try:
-        return start_postgres()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("PostgreSQL is not installed (scripts/test.sh installs it)")
+    return started_or_skip(
+        start_postgres,
+        "PostgreSQL is not installed (scripts/test.sh installs it, or point "
+        "GROUPBUY_TEST_DATABASE_URL at a server you run)",
+    )
 
 
 def throwaway_postgres() -> Iterator[PostgresProcess]:
