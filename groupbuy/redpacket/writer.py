@@ -44,7 +44,7 @@ from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
-from groupbuy.storage.outbox import ROUND_STREAMS, flush_each
+from groupbuy.storage.outbox import ROUND_STREAMS, flush_each, read_outbox
 from groupbuy.storage.slots import each_slot, oldest_first
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,21 @@ class PacketRecordWriter(UsesBackends):
         return int(left)
 
     async def _next_batch(self, stream: str) -> Entries:
+        entries = await self._delivered(stream)
+        if not entries or self._scripts.replica_wait is None:
+            return entries
+        # [redis] wait_replicas: SQL takes only records the replicas hold. The batch's range
+        # is read again by outbox_read, whose WAIT vouches for what the server that answers
+        # holds; an entry it holds otherwise (a server promoted since) waits for a later read.
+        held = dict(
+            await read_outbox(
+                self._scripts, stream, entries[0][0], entries[-1][0], 2 * len(entries)
+            )
+        )
+        return [(entry_id, fields) for entry_id, fields in entries if held.get(entry_id) == fields]
+
+    async def _delivered(self, stream: str) -> Entries:
+        """This consumer's next batch of the stream, as the consumer group delivers it."""
         # 1. what this consumer read before and did not acknowledge (its commit failed)
         mine = await self._redis.xreadgroup(
             GROUP, self.consumer, {stream: "0"}, count=self._batch_size

@@ -30,7 +30,7 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.events import Event, record_events
 from groupbuy.storage.reachability import Reachability
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.scripts import Scripts, reply_dict
 from groupbuy.storage.slots import SlotDirectory, oldest_first
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,18 @@ Projector = Callable[[AsyncSession, list[dict[str, str]]], Awaitable[list[Event]
 
 # Most streams one flush_pending round visits; the rest wait for the next round.
 ROUND_STREAMS = 5000
+
+
+async def read_outbox(
+    scripts: Scripts, stream: str, first: str, last: str, count: int
+) -> list[tuple[str, dict[str, str]]]:
+    """Up to `count` entries of an outbox stream, from id `first` to id `last` (inclusive);
+    with `[redis] wait_replicas`, only once the replicas hold them, else
+    RedisReplicationTimeout: SQL must not take a record that a failover could take back
+    from Redis, and a retried grab would then get another share than the row SQL kept."""
+    waits = "1" if scripts.replica_wait is not None else "0"
+    _read, entries = await scripts.call("outbox_read", [stream], [first, last, count, waits])
+    return [(entry_id, reply_dict(fields)) for entry_id, fields in entries]
 
 
 class OutboxWriter:
@@ -139,7 +151,7 @@ class OutboxWriter:
         # when more than a batch waits, the drain stops at the newest entry there now.
         last_id = "+"
         while True:
-            entries = await self._redis.xrange(stream, "-", last_id, count=self._batch_size)
+            entries = await read_outbox(self._scripts, stream, "-", last_id, self._batch_size)
             if not entries:
                 return applied
             if last_id == "+" and len(entries) == self._batch_size:

@@ -41,9 +41,12 @@ SHEBANG = "#!lua"
 # Scripts that may write but whose writes a failover may lose without breaking anything a
 # client was told, so they never wait for replicas: rate-limit counters (a lost count lets
 # a few more requests through), the scheduler's lease (another process takes it over; the
-# jobs are idempotent) and the write probe (it writes nothing; it only lacks the flag so
-# that Redis checks memory first).
-UNREPLICATED = frozenset({"ratelimit_take", "lease_hold", "lease_release", "write_probe"})
+# jobs are idempotent), the write probe (it writes nothing; it only lacks the flag so
+# that Redis checks memory first) and the write-behind's acknowledgement (a lost one brings
+# back records SQL already holds, which apply again as no-ops).
+UNREPLICATED = frozenset(
+    {"ratelimit_take", "lease_hold", "lease_release", "write_probe", "outbox_ack"}
+)
 
 
 def lua_dir() -> Path:
@@ -112,6 +115,11 @@ class Scripts:
         self._scripts = {
             name: redis.register_script(script_source(name, flags)) for name in script_names()
         }
+
+    @property
+    def replica_wait(self) -> ReplicaWait | None:
+        """What the calls that may write wait for (`[redis] wait_replicas`), or None."""
+        return self._wait
 
     @property
     def pipeline(self) -> AutoPipeline | ClusterAutoPipeline | None:

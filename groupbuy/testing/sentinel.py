@@ -88,6 +88,12 @@ class SentinelSet:
         primary = self.primary_port()
         return sorted(port for port in self.servers if port != primary)
 
+    def failovers(self) -> int:
+        """How many failovers the Sentinels have made of the service: its configuration
+        epoch, which each promotion raises by one."""
+        with self.sentinels[0].client() as client:
+            return int(client.sentinel_master(self.service)["config-epoch"])
+
     def client(self, port: int) -> redis.Redis:
         """A plain client of one data server."""
         return redis.Redis(port=port, decode_responses=True, socket_timeout=5)

@@ -295,6 +295,30 @@ async def test_the_pending_index_lists_a_packet_while_records_wait(h: Harness) -
     assert not await h.redis.exists(stream)
 
 
+async def test_outbox_read_answers_a_range_of_the_stream(h: Harness) -> None:
+    stream = h.keys[3]
+    await h.create([1, 1, 1, 1])  # not sold out: three grab records
+    for user in ("u1", "u2", "u3"):
+        await h.grab(user)
+    entries = await h.redis.xrange(stream)
+    ids = [entry_id for entry_id, _ in entries]
+    flat = [
+        [entry_id, [x for pair in fields.items() for x in pair]] for entry_id, fields in entries
+    ]
+    for publish in ("0", "1"):  # publishing writes nothing a reader sees
+        assert await h.scripts.call("outbox_read", [stream], ["-", "+", 10, publish]) == [3, flat]
+    assert await h.scripts.call("outbox_read", [stream], [ids[1], ids[2], 10, "0"]) == [
+        2,
+        flat[1:],
+    ]
+    assert await h.scripts.call("outbox_read", [stream], ["-", ids[2], 1, "0"]) == [1, flat[:1]]
+    assert await h.scripts.call("outbox_read", ["t:{p:none}:outbox"], ["-", "+", 10, "1"]) == [
+        0,
+        [],
+    ]
+    assert await h.redis.xlen(stream) == 3
+
+
 async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> None:
     due = h.keys[5]
     await h.create([1, 1], ttl_ms=10_000)

@@ -1,6 +1,7 @@
 """`[redis] wait_replicas`: a mutating script call answers only once that many replicas hold
 its writes (WAIT on the same connection), else 503 redis_replication_timeout with the write
-applied on the primary; read-only scripts and the unreplicated ones never wait."""
+applied on the primary; read-only scripts and the unreplicated ones never wait. The
+write-behind writes to SQL only records the replicas hold."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from sqlalchemy import select
 
 from groupbuy import errors, metrics
+from groupbuy.locks.models import TeamRow
+from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.pipelining import AutoPipeline, ReplicaWait
@@ -113,6 +117,7 @@ def test_every_script_that_may_write_waits_but_the_unreplicated_ones() -> None:
     assert "packet_grab" in waited and "team_lock" in waited and "team_confirm" in waited
     assert "user_lock_read" not in waited  # flags=no-writes
     assert not (UNREPLICATED & waited)
+    assert "outbox_ack" in UNREPLICATED  # a lost acknowledgement only applies records again
     assert waited | UNREPLICATED | {"user_lock_read"} == set(script_names())
 
 
@@ -187,6 +192,53 @@ async def test_the_api_answers_503_redis_replication_timeout_and_the_retry_the_s
         replicated.caught_up()
         retry = await grab(client, "u1")
         assert retry.status_code == 200 and retry.json()["status"] == "already_grabbed"
+
+
+@pytest.mark.real
+@needs_server
+async def test_the_write_behind_writes_to_sql_only_what_the_replica_holds(
+    services: Services, replicated: Replicated
+) -> None:
+    """A record the replica has not confirmed stays out of SQL: a failover could take it
+    back from Redis, and the grab retried on the promoted replica would then get another
+    share than the row SQL kept. It goes in once the replica has it."""
+    packets, teams = services.packets, services.teams
+    await packets.deposit("sender", 1_000, "funds")
+    await packets.send("sender", 1_000, 10, packet_id="pk")
+    await teams.create_activity("act")
+    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+    await services.jobs.run("flush_records")
+    assert await recorded(services) == ({"u1"}, set())
+
+    replicated.pause_replica()
+    try:
+        with pytest.raises(errors.RedisReplicationTimeout):
+            await packets.grab("pk", "u2")  # applied on the primary only
+        with pytest.raises(errors.RedisReplicationTimeout):
+            await teams.open_team("act", "leader", team_id="t1")
+        # Each writer reads the records, and neither writes them: the replica lacks them.
+        with pytest.raises(errors.RedisReplicationTimeout) as refused:
+            await packets.writer.drain("pk")
+        assert refused.value.extra == {"replicas_acknowledged": 0, "replicas_wanted": 1}
+        with pytest.raises(errors.RedisReplicationTimeout):
+            await services.outbox.flush("act")
+        assert await recorded(services) == ({"u1"}, set())
+        with pytest.raises(errors.RedisReplicationTimeout):  # the job, likewise
+            await services.jobs.run("flush_records")
+    finally:
+        replicated.resume_replica()
+    replicated.caught_up()
+    report = await services.jobs.run("flush_records")
+    assert report["backlog"] == 0, report
+    assert await recorded(services) == ({"u1", "u2"}, {"t1"})
+
+
+async def recorded(services: Services) -> tuple[set[str], set[str]]:
+    """The users with a grab row of packet pk, and the teams of activity act, in SQL."""
+    async with services.database.sessions() as session:
+        grabs = await session.scalars(select(GrabRow.user_id).where(GrabRow.packet_id == "pk"))
+        teams = await session.scalars(select(TeamRow.team_id).where(TeamRow.activity_id == "act"))
+        return set(grabs), set(teams)
 
 
 async def grab(client: httpx.AsyncClient, user_id: str) -> httpx.Response:
