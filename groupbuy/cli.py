@@ -192,7 +192,7 @@ def _prepare_schema(settings: Settings) -> int:
     from groupbuy.storage.db import Database
 
     async def prepare() -> None:
-        database = Database(settings.database.effective_url)
+        database = Database(settings.database.effective_url, settings.database.timeout_s)
         try:
             await migrations.prepare(database)
         finally:
@@ -440,7 +440,7 @@ async def _db(args: argparse.Namespace, settings: Settings) -> int:
     from groupbuy.storage.db import Database, shown_url
 
     where = shown_url(settings.database.effective_url)
-    database = Database(settings.database.effective_url)
+    database = Database(settings.database.effective_url, settings.database.timeout_s)
     try:
         if args.db_command == "current":
             found = await migrations.state(database)

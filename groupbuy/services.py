@@ -79,7 +79,7 @@ def build_services(
 ) -> Services:
     """Wire the services; `redis` and `database` may be handed in (tests, tools)."""
     redis = redis if redis is not None else connect_redis(settings.redis)
-    database = database or Database(settings.database.effective_url)
+    database = database or Database(settings.database.effective_url, settings.database.timeout_s)
     scripts = Scripts(
         redis, auto_pipeline(redis, settings.redis), wait=replica_wait(settings.redis)
     )

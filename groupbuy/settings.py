@@ -197,6 +197,9 @@ class DatabaseSettings(_Section):
     # sqlite+aiosqlite:///path or postgresql+asyncpg://user:pass@host/db; the plain schemes
     # sqlite://, postgresql:// and postgres:// are read as those (effective_url).
     url: str = ""
+    # How long a call waits for the database (SQLite's write lock; a PostgreSQL connection,
+    # opened or taken from the pool) before it answers 503 database_unavailable.
+    timeout_s: Annotated[float, Field(ge=0.1, le=600)] = 30.0
 
     @field_validator("url")
     @classmethod

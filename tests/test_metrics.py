@@ -18,6 +18,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +33,8 @@ from groupbuy.api.app import create_app
 from groupbuy.api.problems import handle_error
 from groupbuy.services import Services
 from groupbuy.settings import Settings
+from groupbuy.storage.db import unavailable
+from groupbuy.storage.reachability import Reachability
 from tests.support.fixtures import OpenTeam
 from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, app_services, portal
 from tests.support.settings import settings_without_redis
@@ -282,11 +285,15 @@ def test_backend_errors_count_database_failures() -> None:
         )
 
     before = database_errors()
-    request = Request({"type": "http", "method": "GET", "path": "/", "headers": []})
+    # The handler tells the app's database that it is away (said once per outage).
+    database = SimpleNamespace(reachability=Reachability("db", "database", unavailable))
+    app = SimpleNamespace(state=SimpleNamespace(services=SimpleNamespace(database=database)))
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "app": app}
     down = sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError())
-    response = asyncio.run(handle_error(request, down))
+    response = asyncio.run(handle_error(Request(scope), down))
     assert response.status_code == 503
     assert database_errors() - before == 1
+    assert database.reachability.down
 
 
 # -- write-behind gauges and jobs ---------------------------------------------------------

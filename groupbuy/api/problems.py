@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import redis.exceptions
-import sqlalchemy.exc
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -14,6 +13,8 @@ from groupbuy import errors
 from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.api.ratelimit import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.metrics import BACKEND_ERRORS
+from groupbuy.storage.db import FAILURES as DATABASE_FAILURES
+from groupbuy.storage.db import unavailable as database_unavailable
 from groupbuy.storage.reachability import UNREACHABLE, unreachable
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,10 @@ def _answer(request: Request, exc: Exception) -> Response:
         request.app.state.services.reachability.failed(exc)
         BACKEND_ERRORS.labels(backend="redis").inc()
         return problem_response(errors.RedisUnavailable())
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        log.warning("database unavailable: %s", exc)
+    if database_unavailable(exc):
+        # Down, starting, unreachable, locked or slow past [database] timeout_s, however the
+        # driver says it: said once per outage by the database's Reachability.
+        request.app.state.services.database.reachability.failed(exc)
         BACKEND_ERRORS.labels(backend="database").inc()
         return problem_response(errors.DatabaseUnavailable())
     log.error("unhandled error", exc_info=exc)
@@ -98,7 +101,6 @@ HANDLED_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.OutOfMemoryError,
     *UNREACHABLE,
     redis.exceptions.RedisClusterException,  # unreachable when caused by a connection error
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
+    *DATABASE_FAILURES,  # unavailable or not: groupbuy.storage.db.unavailable decides
     Exception,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, event, exc, make_url, text
@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import DeclarativeBase
+
+from groupbuy.storage.reachability import Reachability
 
 # The async driver of each URL scheme the service takes, and how to install it.
 _DRIVERS = {
@@ -46,18 +48,99 @@ class Base(DeclarativeBase):
     """Base of every SQL model of the service."""
 
 
-class Database:
-    """An async engine plus a session factory (the tables come from groupbuy.migrations)."""
+class DatabaseUnreachable(Exception):
+    """No connection to the database could be opened (refused, reset, no route, no answer
+    in time); raised from the operating system's error, which SQLAlchemy passes on bare."""
 
-    def __init__(self, url: str) -> None:
+
+class DatabaseBusy(Exception):
+    """A SQLite writer of this process did not get its turn within the timeout: the writers
+    before it each waited for a write lock that another process or connection holds."""
+
+
+# SQLSTATE classes of a server that cannot serve now, whatever the statement: 08 connection
+# exception, 53 insufficient resources (too many connections, disk full), 57 operator
+# intervention (shutting down, starting up, a statement cancelled by its timeout).
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
+
+FAILURES: tuple[type[Exception], ...] = (
+    exc.DBAPIError,
+    exc.TimeoutError,  # no pooled connection free within the pool's timeout
+    exc.DisconnectionError,
+    DatabaseUnreachable,
+    DatabaseBusy,
+)
+"""The exception classes a database failure arrives as; `unavailable` tells which of them
+mean the database cannot serve now (an error handler names these classes)."""
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether `error` means the database cannot serve now — down, starting up, unreachable,
+    a lost connection, locked or slower than its timeout — rather than a fault of the
+    statement or its values. The one judge of both the API's 503 database_unavailable and
+    the write-behind's "transient, retry the batch" (groupbuy/storage/deadletters.py)."""
+    if isinstance(
+        error, DatabaseUnreachable | DatabaseBusy | exc.TimeoutError | exc.DisconnectionError
+    ):
+        return True
+    if not isinstance(error, exc.DBAPIError):
+        return False
+    if error.connection_invalidated or isinstance(error, exc.OperationalError | exc.InterfaceError):
+        return True
+    # asyncpg's errors arrive as a plain DBAPIError: a connection closed under a statement
+    # (ConnectionDoesNotExistError, 08003), a server starting up (CannotConnectNowError,
+    # 57P03) or shutting down (AdminShutdownError, 57P01) carry their SQLSTATE.
+    return any(
+        isinstance(cause, OSError) or sqlstate(cause)[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+        for cause in causes(error.orig)
+    )
+
+
+def causes(error: BaseException | None) -> list[BaseException]:
+    """An exception and the chain of exceptions it was raised from."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__
+    return chain
+
+
+def sqlstate(error: BaseException) -> str:
+    """The SQLSTATE a driver's error carries (asyncpg's do), or ''."""
+    return str(getattr(error, "sqlstate", "") or "")
+
+
+class Database:
+    """An async engine plus a session factory (the tables come from groupbuy.migrations).
+
+    `timeout_s` bounds how long a call waits for the database: on SQLite for its turn among
+    this process's writers, then for the file's write lock (the busy timeout); on
+    PostgreSQL for a connection (opening one, or one from the pool). Past it the call
+    fails as `unavailable` (503 database_unavailable in the API).
+    """
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.is_sqlite = url.startswith("sqlite")
-        options: dict[str, Any] = {"pool_pre_ping": True}
-        if self.is_sqlite:
-            options["connect_args"] = {"timeout": 30}
+        # Says once per outage that the database is away, and once that it is back (after
+        # a commit): not a line per failed call.
+        self.reachability = Reachability(shown_url(url), what="database", judge=unavailable)
+        options: dict[str, Any] = {
+            "pool_pre_ping": True,
+            "pool_timeout": timeout_s,
+            # sqlite3's busy timeout; asyncpg's connect timeout
+            "connect_args": {"timeout": timeout_s},
+        }
         self.engine: AsyncEngine = create_async_engine(url, **options)
+        event.listen(self.engine.sync_engine, "do_connect", _connect)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            busy_timeout_ms = round(timeout_s * 1000)
+            event.listen(
+                self.engine.sync_engine,
+                "connect",
+                lambda connection, _record: _sqlite_pragmas(connection, busy_timeout_ms),
+            )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         # SQLite takes one writer at a time; a second one waits in its busy handler, which
         # sleeps in steps of up to 100 ms. Queueing this process's writers here instead
@@ -68,12 +151,30 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A session inside one transaction, committed on success (never nest them)."""
-        async with (
-            self._writers or nullcontext(),
-            self.sessions() as session,
-            session.begin(),
-        ):
+        async with self._turn(), self.sessions() as session, session.begin():
             yield session
+        self.reachability.answered()  # committed: the database takes writes (again)
+
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """This process's turn to write (SQLite), waited for at most `timeout_s`: while
+        another process holds the file's lock, each writer in the queue waits out its busy
+        timeout in turn, and without a bound the last would wait for all of them."""
+        if self._writers is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._writers.acquire()
+        except TimeoutError:
+            raise DatabaseBusy(
+                f"no turn to write within {self.timeout_s:g} s: the writers before this one "
+                "are waiting for SQLite's write lock"
+            ) from None
+        try:
+            yield
+        finally:
+            self._writers.release()
 
     async def ping(self) -> None:
         """Raise unless the database answers."""
@@ -85,11 +186,21 @@ class Database:
         await self.engine.dispose()
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+    # SQLAlchemy wraps the driver's own errors (DBAPIError); an OSError from opening the
+    # socket (refused, reset, no route, asyncpg's connect timeout) it passes on bare, where
+    # it could not be told from any other OSError. Named here, where it is certain.
+    try:
+        return dialect.connect(*cargs, **cparams)
+    except OSError as error:
+        raise DatabaseUnreachable(str(error) or type(error).__name__) from error
+
+
+def _sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
     # WAL lets readers run while the outbox writer commits; busy_timeout waits for the lock.
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy import errors, metrics
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.storage.db import Base, dialect_insert
+from groupbuy.storage.db import Base, causes, dialect_insert, sqlstate, unavailable
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -99,34 +99,23 @@ class Poison:
 
 def is_poison(exc: BaseException) -> bool:
     """Whether an error is the record's own fault (dead-letter it) rather than transient
-    (SQL down or locked, a lost connection: retry the batch later)."""
+    (SQL down or locked, a lost connection: retry the batch later). The database being
+    unavailable is judged by `groupbuy.storage.db.unavailable`, as the API's 503 is."""
+    if unavailable(exc):
+        return False  # the database or the connection, not the record
     if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated or isinstance(
-            exc, (sa_exc.OperationalError, sa_exc.InterfaceError)
-        ):
-            return False  # the database or the connection, not the record
         if isinstance(exc, (sa_exc.IntegrityError, sa_exc.DataError)):
             return True
         # asyncpg's errors arrive as a plain DBAPIError: one refusing a parameter before
         # sending it ("invalid input for query argument") is a ValueError, and the server's
         # carry their SQLSTATE (class 22: data exception, 23: integrity constraint).
         return any(
-            isinstance(cause, _POISON_ERRORS)
-            or str(getattr(cause, "sqlstate", "") or "")[:2] in _POISON_SQLSTATE_CLASSES
-            for cause in _causes(exc.orig)
+            isinstance(cause, _POISON_ERRORS) or sqlstate(cause)[:2] in _POISON_SQLSTATE_CLASSES
+            for cause in causes(exc.orig)
         )
     if isinstance(exc, sa_exc.StatementError):  # a bind parameter's conversion failed
         return exc.orig is not None and is_poison(exc.orig)
     return isinstance(exc, _POISON_ERRORS)
-
-
-def _causes(exc: BaseException | None) -> list[BaseException]:
-    """An exception and the chain of exceptions it was raised from."""
-    chain: list[BaseException] = []
-    while exc is not None and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__
-    return chain
 
 
 def describe(exc: BaseException) -> str:

@@ -1,5 +1,7 @@
 """Whether Redis answers, said once per change: one WARNING when it stops, one INFO when it
 is back, instead of a chained traceback from every background loop every few seconds.
+The database has one of its own (`Database.reachability`, judged by
+`groupbuy.storage.db.unavailable`).
 
 Each process has one `Reachability` (the composition root builds it); every place that
 catches Redis failures in the background (the scheduler's lease and jobs, the outbox
@@ -11,6 +13,7 @@ traceback, as the bug it may be.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import redis.exceptions
 
@@ -39,25 +42,33 @@ def unreachable(error: BaseException) -> bool:
 
 
 class Reachability:
-    """The last known state of one Redis, as this process saw it; logs each change once."""
+    """The last known state of one Redis (or, with `what` and `judge`, of another backing
+    service: the database), as this process saw it; logs each change once."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(
+        self,
+        where: str,
+        what: str = "redis",
+        judge: Callable[[BaseException], bool] = unreachable,
+    ) -> None:
         self.where = where
+        self.what = what
+        self._judge = judge  # whether an error means the service is away
         self.down = False
 
     def failed(self, error: BaseException) -> bool:
-        """Note a failed call; True when `error` means Redis is unreachable (logged here, the
-        first time only), False for any other error (the caller reports it)."""
-        if not unreachable(error):
+        """Note a failed call; True when `error` means the service is unreachable (logged
+        here, the first time only), False for any other error (the caller reports it)."""
+        if not self._judge(error):
             return False
         if not self.down:
             self.down = True
             reason = str(error) or type(error).__name__
-            log.warning("redis at %s unreachable: %s; retrying", self.where, reason)
+            log.warning("%s at %s unreachable: %s; retrying", self.what, self.where, reason)
         return True
 
     def answered(self) -> None:
-        """Note a call Redis answered (logs that it is back after a failure)."""
+        """Note a call the service answered (logs that it is back after a failure)."""
         if self.down:
             self.down = False
-            log.info("redis at %s is back", self.where)
+            log.info("%s at %s is back", self.what, self.where)
