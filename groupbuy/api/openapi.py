@@ -180,7 +180,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             "content": {endpoint.media_type: {"schema": schema}},
         }
     by_status: dict[int, list[tuple[type[errors.GroupBuyError], str]]] = {}
-    for cls, when in {**endpoint.problems, **common_problems(endpoint)}.items():
+    common = common_problems(endpoint)
+    # An endpoint may say what a common problem means for it (a confirm's 503).
+    own = {cls: when for cls, when in endpoint.problems.items() if cls in common}
+    for cls, when in {**endpoint.problems, **common, **own}.items():
         by_status.setdefault(cls.status_code, []).append((cls, when))
     for status, listed in by_status.items():
         if str(status) in responses:

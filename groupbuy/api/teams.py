@@ -353,6 +353,9 @@ ENDPOINTS = [
         problems={
             errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
             errors.AlreadyMember: "the user joined this team with another order",
+            errors.DatabaseUnavailable: "the membership is not recorded in SQL yet (the "
+            "database is down, locked or slow): the seat stays the user's; retry the same "
+            "confirm, which answers 200 once the record is in SQL (do not refund)",
             **_OVER_LIMIT,
             **_BLOCKED,
             **_ENDED,

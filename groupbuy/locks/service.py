@@ -506,7 +506,11 @@ class TeamService(UsesBackends):
         _refuse_for_user(code, user_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
-        await self._outbox.flush_quietly(activity_id)
+        # The answer waits for the membership's record in SQL. The script has made the user
+        # a member in Redis (no lock left to expire) and written the record to the outbox in
+        # the same call: SQL away, this raises (503 database_unavailable), the record waits
+        # in Redis, and the backend's retry answers EXISTING once a flush has it in SQL.
+        await self._outbox.flush(activity_id)
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
         formed_by_this, *snapshot = rest

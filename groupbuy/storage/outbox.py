@@ -186,11 +186,13 @@ class OutboxWriter:
         return int(left)
 
     async def flush_quietly(self, member: str) -> None:
-        """Flush, logging instead of raising: the background loop will retry what failed."""
+        """Flush, logging instead of raising: the background loop will retry what failed.
+        Only for answers that promise nothing about SQL (a confirm calls `flush`)."""
         try:
             await self.flush(member)
         except Exception as error:
-            if self._reachability.failed(error):
+            # Redis or the database away: each says so once per outage, not once per call.
+            if self._reachability.failed(error) or self._db.reachability.failed(error):
                 return
             log.warning(
                 "outbox flush of %s failed; will retry in the background", member, exc_info=True
