@@ -60,16 +60,33 @@ class PostgresProcess:
 
     def stop(self) -> None:
         """Stop the server at once (nothing to keep) and remove its directory."""
+        self.crash(check=False)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def crash(self, check: bool = True) -> None:
+        """`pg_ctl stop -m immediate`: every backend quits at once, as in a crash, without
+        a checkpoint; the data stays, and the next `start` recovers it from the WAL (a
+        commit survives when it was made with synchronous_commit on)."""
+        self._pg_ctl(["-m", "immediate", "stop"], check=check)
+
+    def start(self, tcp: bool = True) -> None:
+        """Start the server again on its port and data (after `crash`); `tcp=False` listens
+        on its Unix socket in `directory` only, where clients of 127.0.0.1 cannot reach it."""
+        _start(self.bin_dir, self.directory / "data", _options(self.port, self.directory, tcp))
+
+    def stop_fast(self) -> None:
+        """`pg_ctl stop -m fast`: backends end, a checkpoint is written; the data stays."""
+        self._pg_ctl(["-m", "fast", "-w", "stop"], check=True)
+
+    def _pg_ctl(self, args: list[str], check: bool) -> None:
         subprocess.run(
             _as_postgres_user(
-                [str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data")]
-                + ["-m", "immediate", "stop"]
+                [str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data"), *args]
             ),
-            check=False,
+            check=check,
             capture_output=True,
             timeout=60,
         )
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     def _run(self, command: list[str]) -> None:
         binary = [str(self.bin_dir / command[0]), *command[1:]]
@@ -101,22 +118,32 @@ def start_postgres() -> PostgresProcess:
             capture_output=True,
             timeout=120,
         )
-        # The test server needs no durability of its own: fsync off makes each commit cheap.
-        options = (
-            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-        )
-        subprocess.run(
-            _as_postgres_user(
-                [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options]
-                + ["-l", str(data / "server.log"), "-w", "-t", "60", "start"]
-            ),
-            check=True,
-            capture_output=True,
-            timeout=90,
-        )
+        _start(bin_dir, data, _options(port, directory, tcp=True))
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
         shutil.rmtree(directory, ignore_errors=True)
         output = getattr(error, "stderr", b"") or b""
         raise RuntimeError(f"PostgreSQL did not start: {output.decode(errors='replace')}") from None
     return PostgresProcess(port, directory, bin_dir)
+
+
+def _options(port: int, directory: Path, tcp: bool) -> str:
+    # The test server needs no durability of its own: fsync off makes each commit cheap.
+    # (A test that crashes the server sets synchronous_commit on for its database: an
+    # asynchronous commit can be lost by a crash of PostgreSQL itself.)
+    listen = "127.0.0.1" if tcp else "''"
+    return (
+        f"-p {port} -k {directory} -c listen_addresses={listen} -c fsync=off "
+        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+    )
+
+
+def _start(bin_dir: Path, data: Path, options: str) -> None:
+    subprocess.run(
+        _as_postgres_user(
+            [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options]
+            + ["-l", str(data / "server.log"), "-w", "-t", "60", "start"]
+        ),
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
