@@ -175,6 +175,8 @@ async def services(settings: Settings, redis_client: Any) -> AsyncIterator[Servi
     try:
         yield built
     finally:
+        # Before the client closes: on a cluster the coalescing layer's connections are its own.
+        await built.scripts.aclose()
         await database.dispose()
 
 

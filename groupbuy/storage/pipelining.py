@@ -24,11 +24,19 @@ than n replicas confirmed in time (their writes stay applied on the primary).
 
 One `AutoPipeline` talks to one server (one connection pool). On a Redis Cluster,
 `ClusterAutoPipeline` keeps one per primary and routes each call by the slot of its first
-key (every key of a script call shares one slot), so a batch never mixes nodes. A call
-that meets a changed slot map (MOVED after a resharding, ASK while a slot moves, TRYAGAIN,
-CLUSTERDOWN during a failover) or a node that is gone is sent again through redis-py's
-cluster client, which follows the redirection and reads the slot map again; the calls
-after it then go to the right node's pipeline.
+key (every key of a script call shares one slot), so a batch never mixes nodes. Each
+node's pipeline opens connections of its own: redis-py's cluster client closes every
+connection of every node when a command meets CLUSTERDOWN, and recycles them after each
+slot map refresh, which cut the batches in flight on shared ones (AttributeError and
+RuntimeError from the closed socket: 500s on healthy shards).
+
+A call that meets MOVED (a resharding, a failover the map has not caught up with) learns
+the slot's new owner and goes to its pipeline. A node that is gone or silent, CLUSTERDOWN
+or TRYAGAIN sends the call again after a backoff, up to the configured retries, with the
+slot map read again first (one read at a time, at most every REFRESH_INTERVAL_S, while
+the other calls go on with the map they have); then it fails with the last error (a
+503). ASK, while a slot moves, goes through redis-py's cluster client, which sends ASKING
+before the call.
 
 With Sentinel the pool is redis-py's SentinelConnectionPool: each new connection goes to
 the primary the Sentinels name, and a dropped connection or a READONLY answer from a
@@ -38,7 +46,9 @@ demoted primary fails the batch's connection, so the resend finds the new primar
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -46,10 +56,14 @@ from typing import Any, Protocol
 import redis.exceptions
 from hiredis import pack_command
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 
 from groupbuy.errors import RedisReplicationTimeout
 from groupbuy.metrics import REDIS_BATCH_CALLS, REPLICATION_TIMEOUTS
+
+log = logging.getLogger(__name__)
 
 # What a dropped or stalled connection raises; both are retried (the scripts are idempotent).
 RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -93,19 +107,35 @@ class Connections(Protocol):
 
 
 class NodeConnections:
-    """One cluster node's connections, lent the way a connection pool lends them."""
+    """Connections to one cluster node, opened with the node's settings but owned here, lent
+    the way a connection pool lends them: nothing else closes one a batch is using."""
 
     def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+        self.name = node.name
+        self._connection_class = node.connection_class
+        # No resends at the socket level: the pipeline and the cluster layer resend.
+        self._kwargs = {**node.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+        self._free: deque[AbstractConnection] = deque()
+        self._opened: list[AbstractConnection] = []
 
-    async def get_connection(self) -> Any:
-        connection = self.node.acquire_connection()
-        # Marked after a slot map refresh: reconnect before use, as redis-py does.
-        await self.node.disconnect_if_needed(connection)
+    async def get_connection(self) -> AbstractConnection:
+        if self._free:
+            return self._free.popleft()
+        # At most one per sender of the node's pipeline ([redis] pipeline_max_in_flight).
+        connection: AbstractConnection = self._connection_class(**self._kwargs)
+        self._opened.append(connection)
         return connection
 
-    async def release(self, connection: Any) -> None:
-        self.node.release(connection)
+    async def release(self, connection: AbstractConnection) -> None:
+        self._free.append(connection)  # dropped after an error: it reconnects on next use
+
+    async def aclose(self) -> None:
+        """Close every connection (none may be in use: the pipeline's senders are done)."""
+        await asyncio.gather(
+            *(connection.disconnect() for connection in self._opened), return_exceptions=True
+        )
+        self._opened.clear()
+        self._free.clear()
 
 
 @dataclass(slots=True)
@@ -340,14 +370,20 @@ def _answer(call: ScriptCall, reply: Any) -> None:
         call.reply.set_result(reply)
 
 
-# What sends a call again through the cluster client: the slot moved or is moving, the
-# cluster is changing its mind (a failover), or the node is gone or silent.
-REROUTED = (
-    redis.exceptions.AskError,  # MovedError too
-    redis.exceptions.TryAgainError,
+# What sends a call again after a backoff, with the slot map read again first: the node is
+# gone or silent, the cluster is changing its mind (a failover), a multi-key command met a
+# slot being moved, or the map names no node for the slot.
+RESENT = (
     redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
     *RETRIED,
 )
+# How many MOVED redirections one call follows (redis-py's cluster client allows as many).
+MAX_REDIRECTIONS = 16
+# The slot map is read again at most this often: a failover fails calls by the hundred, one
+# read serves them all, and reading it costs a few ms of this process's CPU.
+REFRESH_INTERVAL_S = 0.2
 
 
 class ClusterAutoPipeline:
@@ -360,34 +396,51 @@ class ClusterAutoPipeline:
         max_batch: int,
         max_in_flight: int,
         socket_timeout_s: float | None,
+        retries: int = 3,
+        backoff: AbstractBackoff | None = None,
     ) -> None:
         self._redis = redis
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
         self._timeout = socket_timeout_s
-        self._pipelines: dict[str, tuple[ClusterNode, AutoPipeline]] = {}
-        # Calls sent again through the cluster client after a redirection or a node error.
+        self._retries = retries
+        self._backoff = backoff or ExponentialWithJitterBackoff(base=0.01, cap=0.5)
+        self._pipelines: dict[str, tuple[NodeConnections, AutoPipeline]] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        self._refreshed_at = -math.inf
+        # Calls sent again after a redirection or a node error, and slot map reads.
         self.rerouted = 0
+        self.refreshes = 0
 
     def pipelines(self) -> dict[str, AutoPipeline]:
         """The pipeline of each node that was sent calls, by node name (tests, figures)."""
-        return {name: pipeline for name, (_node, pipeline) in self._pipelines.items()}
+        return {name: pipeline for name, (_pool, pipeline) in self._pipelines.items()}
 
     def _pipeline(self, node: ClusterNode) -> AutoPipeline:
         known = self._pipelines.get(node.name)
-        if known is not None and known[0] is node:
+        if known is not None:
             return known[1]
-        # No resends of its own: a node that fails is retried through the cluster client,
-        # which finds out whether the slot now lives elsewhere.
+        # No resends of its own: a node that fails is retried here, after the slot map is
+        # read again (the slot may live elsewhere now).
+        connections = NodeConnections(node)
         pipeline = AutoPipeline(
-            NodeConnections(node),
+            connections,
             max_batch=self._max_batch,
             max_in_flight=self._max_in_flight,
             socket_timeout_s=self._timeout,
             retries=0,
         )
-        self._pipelines[node.name] = (node, pipeline)
+        self._pipelines[node.name] = (connections, pipeline)
         return pipeline
+
+    async def _node_of(self, keys: list[str]) -> ClusterNode:
+        """The primary serving the slot of the call's keys, by the slot map as it is now."""
+        if not self._redis.nodes_manager.slots_cache or not keys:
+            await self._redis.initialize()  # reads the slot map the first time
+        node = self._redis.get_node_from_key(keys[0]) if keys else self._redis.get_default_node()
+        if node is None:
+            raise redis.exceptions.SlotNotCoveredError(f"no node serves the slot of {keys[:1]}")
+        return node
 
     async def evalsha(
         self, sha: str, source: str, keys: list[str], args: list[Any], wait: bool = False
@@ -395,20 +448,53 @@ class ClusterAutoPipeline:
         """Run one script by sha in the next batch of the primary serving its keys' slot.
         (`wait` is accepted for the one-server signature; [redis] wait_replicas is refused
         with cluster mode, so the node pipelines carry no ReplicaWait.)"""
-        await self._redis.initialize()  # reads the slot map the first time, and after a loss
-        node = self._redis.get_node_from_key(keys[0]) if keys else None
-        if node is None:
-            node = self._redis.get_default_node()
+        failures = redirections = 0
+        while True:
+            try:
+                node = await self._node_of(keys)
+                return await self._pipeline(node).evalsha(sha, source, keys, args, wait=wait)
+            except redis.exceptions.MovedError as moved:
+                self.rerouted += 1
+                redirections += 1
+                if redirections > MAX_REDIRECTIONS:
+                    raise
+                await self._redis.nodes_manager.move_slot(moved)
+            except redis.exceptions.AskError:
+                self.rerouted += 1
+                return await self._resend(sha, source, keys, args)
+            except RESENT:
+                self.rerouted += 1
+                failures += 1
+                if failures > self._retries:
+                    raise
+                await asyncio.sleep(self._backoff.compute(failures))
+                await self._refresh()
+
+    async def _refresh(self) -> None:
+        """Read the slot map again, unless it was read less than REFRESH_INTERVAL_S ago; the
+        calls that come while it is read wait for that read."""
+        if self._refreshing is None or self._refreshing.done():
+            if time.monotonic() - self._refreshed_at < REFRESH_INTERVAL_S:
+                return
+            self._refreshed_at = time.monotonic()
+            self._refreshing = asyncio.get_running_loop().create_task(self._read_slot_map())
+        # Shielded: a caller cancelled while waiting does not cancel the read for the others.
+        await asyncio.shield(self._refreshing)
+
+    async def _read_slot_map(self) -> None:
+        self.refreshes += 1
         try:
-            return await self._pipeline(node).evalsha(sha, source, keys, args, wait=wait)
-        except REROUTED:
-            self.rerouted += 1
-            return await self._resend(sha, source, keys, args)
+            # The nodes manager's own read: unlike the client's initialize(), it closes no
+            # connection (it marks redis-py's own for a reconnect at their next use).
+            await self._redis.nodes_manager.initialize()
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as error:
+            # No node answered, or not every slot is served: the map stays as it was and
+            # the call's own retries decide.
+            log.debug("reading the cluster's slot map failed: %r", error)
 
     async def _resend(self, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
-        """One call through redis-py's cluster path: it follows MOVED and ASK, reads the slot
-        map again after a node error, and retries; NOSCRIPT loads the script on every
-        primary first."""
+        """One call through redis-py's cluster path (ASK: it sends ASKING then the call on one
+        connection); NOSCRIPT loads the script on every primary first."""
         for _attempt in range(MAX_RELOADS):
             try:
                 return await self._redis.evalsha(sha, len(keys), *keys, *args)
@@ -419,6 +505,11 @@ class ClusterAutoPipeline:
         return await self._redis.evalsha(sha, len(keys), *keys, *args)
 
     async def aclose(self) -> None:
-        """Wait for every node's batches in flight."""
-        for _node, pipeline in list(self._pipelines.values()):
+        """Wait for every node's batches in flight, then close the connections (they are not
+        the cluster client's: close this before it, as `Scripts.aclose` does)."""
+        for _connections, pipeline in list(self._pipelines.values()):
             await pipeline.aclose()
+        if self._refreshing is not None:
+            await asyncio.gather(self._refreshing, return_exceptions=True)
+        for connections, _pipeline in list(self._pipelines.values()):
+            await connections.aclose()

@@ -137,6 +137,7 @@ def auto_pipeline(redis: Any, settings: RedisSettings) -> AutoPipeline | Cluster
             max_batch=settings.pipeline_max_batch,
             max_in_flight=settings.pipeline_max_in_flight,
             socket_timeout_s=settings.socket_timeout_s,
+            retries=RETRIES,
         )
     return AutoPipeline(
         redis.connection_pool,

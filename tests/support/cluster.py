@@ -117,5 +117,6 @@ async def cluster_services(tmp_path: Path, cluster_redis_url: str) -> AsyncItera
     try:
         yield built
     finally:
+        await built.scripts.aclose()  # the coalescing layer's connections are its own
         await database.dispose()
         await client.aclose()
