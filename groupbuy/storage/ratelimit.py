@@ -6,12 +6,19 @@ most, refilled at `quota / window_s` per second, one key each holding a time, on
 clock, so every API process shares them exactly. The call goes through the scripts
 registry and so through the auto-pipeline: under load it rides in the same round trips
 as the grabs and locks of other requests.
+
+When Redis does not answer for a key's buckets, the request goes through unlimited (open,
+not shut), and so do that key's next requests for SKIP_AFTER_FAILURE_S, without a call;
+then one request tries again. On a Redis Cluster a key's buckets share one slot: while
+its primary is down (until its replica is promoted) the key's requests to the other
+shards go on at their rate instead of each waiting for the call to fail first.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -30,6 +37,9 @@ UNAVAILABLE = (*UNREACHABLE, redis.exceptions.OutOfMemoryError)
 
 SCRIPT = "ratelimit_take"
 SUBJECTS = ("key", "user")
+# After a failed call, a key's requests skip its buckets this long; one then tries again.
+# Short beside a failover (seconds), long beside a failed call (up to its retries' time).
+SKIP_AFTER_FAILURE_S = 0.5
 
 
 class RateCode(IntEnum):
@@ -111,6 +121,8 @@ class RateLimitService:
         self._clock = clock
         self.enabled = settings.enabled
         self._reachable = True  # to log once when Redis stops answering, once when it is back
+        # Keys whose buckets did not answer: until when their requests skip the call.
+        self._skip_until: dict[str, float] = {}
         # What a request of each class takes from, without and with a user; None: nothing
         # (every quota that applies is 0, no limit).
         self._plans: dict[tuple[str, bool], RatePlan | None] = {}
@@ -129,6 +141,13 @@ class RateLimitService:
             raise ValueError(f"unknown route class {route_class!r}") from None
         if plan is None:
             return None
+        skip_until = self._skip_until.get(key_id)
+        if skip_until is not None:
+            now = time.monotonic()
+            if now < skip_until:
+                return None
+            # This request tries; the key's others go on skipping until it has an answer.
+            self._skip_until[key_id] = now + SKIP_AFTER_FAILURE_S
         keys = self._keys.rate_buckets(key_id, route_class, user_id if plan.by_user else None)
         if not plan.by_key:
             del keys[0]
@@ -137,12 +156,15 @@ class RateLimitService:
         except UNAVAILABLE as error:
             # Open, not shut: the operation answers 503 itself when it needs Redis (or is
             # refused over maxmemory by its own script), and what does not need it (the
-            # events feed, from SQL; reads over maxmemory) keeps serving. Redis's state is
-            # logged once by storage/reachability.py; this says what it means for limits.
+            # events feed, from SQL; reads over maxmemory; the other shards of a cluster)
+            # keeps serving. Redis's state is logged once by storage/reachability.py; this
+            # says what it means for limits.
+            self._skip_until[key_id] = time.monotonic() + SKIP_AFTER_FAILURE_S
             if self._reachable:
                 log.info("rate limits not applied while Redis refuses them: %s", error)
             self._reachable = False
             return None
+        self._skip_until.pop(key_id, None)
         if not self._reachable:
             log.info("rate limits applied again")
             self._reachable = True
