@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 import redis
+import uvicorn
 from sqlalchemy import select
 from starlette.applications import Starlette
 
@@ -125,6 +126,38 @@ async def running_app(settings: Settings) -> AsyncIterator[tuple[Starlette, http
             yield app, client
 
 
+@contextlib.asynccontextmanager
+async def served_app(settings: Settings) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The app served by uvicorn on a loopback port, in this event loop, and a client that
+    keeps its connections alive: a connection the server drops or resets (what uvicorn does
+    after an exception escapes the app) is a transport error the storm counts."""
+    app = create_app(settings)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            # Longer than any pause of a test: an idle connection closed by the server just
+            # as the client reuses it would look like a reset.
+            timeout_keep_alive=120,
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert not serving.done() and time.monotonic() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.02)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            yield app, client
+    finally:
+        server.should_exit = True
+        await serving
+
+
 def services_of(app: Starlette) -> Services:
     services = app.state.services
     assert isinstance(services, Services)
@@ -143,6 +176,11 @@ class Storm:
     callers: int = 12
     rate: float = 300.0  # calls per second over all callers, roughly
     join_share: float = 0.15  # the part of calls that are seat joins
+    # Each caller works one lane only, a packet's grabs or the activity's joins (callers
+    # spread evenly): a lane stalled on one shard then slows no caller of the others, as
+    # with separate clients. Otherwise every caller picks at random.
+    lanes: bool = False
+    packet_names: tuple[str, ...] = ()  # the packets' ids (default pk0, pk1, ...)
     answers: Counter[str] = field(default_factory=Counter)  # every answer, by kind
     grabs: dict[tuple[str, str], int] = field(default_factory=dict)  # definitive amounts
     grab_final: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -152,6 +190,7 @@ class Storm:
     applied_despite_error: int = 0
     unexpected: list[str] = field(default_factory=list)  # 5xx other than 503, and the odd
     calls: int = 0
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)  # (when, lane, answer)
     _retry: list[tuple[str, ...]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -159,7 +198,7 @@ class Storm:
 
     @property
     def packet_ids(self) -> list[str]:
-        return [f"pk{i}" for i in range(self.packets)]
+        return list(self.packet_names) or [f"pk{i}" for i in range(self.packets)]
 
     async def prepare(self) -> None:
         """Fund the sender, send the packets, open the teams (before any fault)."""
@@ -167,7 +206,7 @@ class Storm:
         await self._must(
             "POST",
             "/v1/accounts/sender/deposits",
-            {"amount_cents": amount * self.packets, "reference": "storm-funds"},
+            {"amount_cents": amount * len(self.packet_ids), "reference": "storm-funds"},
             ADMIN,
             201,
         )
@@ -217,12 +256,20 @@ class Storm:
     async def _caller(self, index: int) -> None:
         pause = self.callers / self.rate
         rng = random.Random(index)
+        lanes = [*self.packet_ids, "join"]
+        lane = lanes[index % len(lanes)]
         while not self._stop.is_set():
             n = next(self._ids)
-            if rng.random() < self.join_share:
+            if self.lanes:
+                joins = lane == "join"
+                packet_id = lane
+            else:
+                joins = rng.random() < self.join_share
+                packet_id = rng.choice(self.packet_ids)
+            if joins:
                 await self._call("join", f"j{n}")
             else:
-                await self._call("grab", rng.choice(self.packet_ids), f"g{n}")
+                await self._call("grab", packet_id, f"g{n}")
             await asyncio.sleep(pause * rng.uniform(0.5, 1.5))
 
     async def _call(self, kind: str, *args: str) -> None:
@@ -241,10 +288,12 @@ class Storm:
         except httpx.HTTPError as exc:  # the app raised instead of answering
             self.unexpected.append(f"{kind} {args}: {type(exc).__name__}: {exc}")
             self.answers["transport_error"] += 1
+            self.timeline.append((time.monotonic(), args[0] if kind == "grab" else "join", "error"))
             self._retry.append((kind, *args))
             return
         outcome = _outcome(response)
         self.answers[outcome] += 1
+        self.timeline.append((time.monotonic(), args[0] if kind == "grab" else "join", outcome))
         if response.status_code >= 500 and response.status_code != 503:
             self.unexpected.append(f"{kind} {args}: {response.status_code} {response.text}")
         if outcome not in DEFINITIVE:
