@@ -54,14 +54,29 @@ HTTP_DURATION = Histogram(
     ["method", "route", "status"],
     buckets=_LATENCY_BUCKETS,
 )
+# The write-behind gauges are measured from Redis at each scrape of /metrics, by whichever
+# process answers it (the backlog is global in Redis), and after each flush_records run.
+# A measure counts the records of this many streams at most (oldest first): ~40 us of the
+# client's time each, so a scrape stays well under a second however large the backlog.
+COUNTED_STREAMS = 5000
 WRITEBACK_BACKLOG = Gauge(
     "groupbuy_writeback_backlog_records",
-    "Grab records waiting in packet outbox streams to be written to SQL.",
+    "Grab records waiting in packet outbox streams to be written to SQL, measured in Redis "
+    "at this scrape (the last value when Redis did not answer). Counts the records of the "
+    f"{COUNTED_STREAMS} oldest streams at most: a lower bound when "
+    "groupbuy_writeback_backlog_streams is above that.",
+    multiprocess_mode="livemostrecent",
+)
+WRITEBACK_STREAMS = Gauge(
+    "groupbuy_writeback_backlog_streams",
+    "Packet outbox streams with grab records waiting to be written to SQL, measured in "
+    "Redis at this scrape (the last value when Redis did not answer).",
     multiprocess_mode="livemostrecent",
 )
 WRITEBACK_LAG = Gauge(
     "groupbuy_writeback_lag_seconds",
-    "Age of the oldest grab record waiting in a packet outbox stream (0 when none).",
+    "Age of the oldest grab record waiting in a packet outbox stream (0 when none), "
+    "measured in Redis at this scrape (the last value when Redis did not answer).",
     multiprocess_mode="livemostrecent",
 )
 JOB_RUNS = Counter(
@@ -75,6 +90,11 @@ SCHEDULER_LEADER = Gauge(
 )
 JOB_DURATION = Histogram(
     "groupbuy_job_duration_seconds", "Scheduled job run time.", ["job"], buckets=_JOB_BUCKETS
+)
+JOB_TICKS_SKIPPED = Counter(
+    "groupbuy_job_ticks_skipped_total",
+    "Scheduled runs skipped because the job's previous run was still going on, by job.",
+    ["job"],
 )
 REDIS_BATCH_CALLS = Histogram(
     "groupbuy_redis_batch_calls",
@@ -173,25 +193,26 @@ def track_job(name: str) -> Iterator[None]:
 class Backlog(Protocol):
     """What update_writeback measures: the packet record writer."""
 
-    async def measure_backlog(self) -> tuple[int, int | None, int]:
-        """(records waiting, ms timestamp of the oldest one or None, streams with records
-        waiting)."""
+    async def measure_backlog(self, most: int) -> tuple[int, int | None, int]:
+        """(records waiting in the `most` oldest streams, ms timestamp of the oldest one or
+        None, streams with records waiting)."""
         ...
 
 
 async def update_writeback(backlog: Backlog, redis: Any) -> dict[str, Any]:
-    """Measure the grab records waiting in packet outbox streams and set both gauges.
+    """Measure the grab records waiting in packet outbox streams and set the gauges.
 
     The lag compares the oldest waiting record's stream id with Redis's TIME (stream
     ids come from that clock). Returns what it set.
     """
-    records, oldest_ms, streams = await backlog.measure_backlog()
+    records, oldest_ms, streams = await backlog.measure_backlog(COUNTED_STREAMS)
     lag_s = 0.0
     if oldest_ms is not None:
         seconds, micros = await redis.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
     WRITEBACK_BACKLOG.set(records)
+    WRITEBACK_STREAMS.set(streams)
     WRITEBACK_LAG.set(lag_s)
     return {"backlog_records": records, "lag_seconds": lag_s, "streams": streams}
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from groupbuy.redpacket.models import LedgerEntryRow
+from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
+from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 from tests.support.backends import ALL
@@ -210,18 +211,57 @@ async def test_an_idle_round_reads_no_sql(
         assert statements == [], (name, statements)
 
 
-async def test_a_flush_round_longer_than_the_interval_is_followed_at_once_by_another(
+async def test_a_flush_run_takes_a_batch_of_each_packet_in_turn(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert (await run(services, "flush_records"))["rounds"] == 1  # idle: one round
-    real = services.packets.record_pending
-    rounds: list[float] = []
+    """One huge stream does not hold up the others: the small packets are in SQL after the
+    huge one's first batch, long before its last."""
+    packets = services.packets
+    await packets.deposit("sender", 10_000, "funds")
+    await packets.send("sender", 1_000, 40, packet_id="huge")
+    for n in range(30):  # its records are the oldest: the run starts with it
+        await packets.grab("huge", f"u{n}")
+    for small in ("s1", "s2", "s3"):
+        await packets.send("sender", 100, 10, packet_id=small)
+        for n in range(3):
+            await packets.grab(small, f"u{n}")
+    monkeypatch.setattr(packets.writer, "_batch_size", 5)  # the huge stream: 6 batches
+    batches: list[str] = []
 
-    async def slow_first_round() -> int:
-        rounds.append(1)
-        if len(rounds) == 1:  # as long as the interval: the scheduler will skip a tick
-            await asyncio.sleep(services.settings.outbox.flush_interval_s)
-        return await real()
+    async def logged(session: Any, records: list[dict[str, str]]) -> None:
+        batches.append(records[0]["packet_id"])
+        await apply_packet_records(session, records)
 
-    monkeypatch.setattr(services.packets, "record_pending", slow_first_round)
-    assert (await run(services, "flush_records"))["rounds"] == 2
+    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", logged)
+    report = await run(services, "flush_records")  # by hand: no time limit
+    assert (report["packet_records"], report["complete"], report["backlog"]) == (39, True, 0)
+    assert batches[:4] == ["huge", "s1", "s2", "s3"], batches
+    assert batches[4:] == ["huge"] * 5, batches
+    assert await count(services, GrabRow) == 39
+
+
+async def test_a_scheduled_flush_run_stops_in_time_and_the_next_runs_go_on(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run given less time than one batch takes applies that one batch (every run moves)
+    and leaves the rest to the next runs, whatever the machine's speed."""
+    packets = services.packets
+    await packets.deposit("sender", 10_000, "funds")
+    for packet in ("p1", "p2"):
+        await packets.send("sender", 100, 10, packet_id=packet)
+        for n in range(4):
+            await packets.grab(packet, f"u{n}")
+
+    async def slow(session: Any, records: list[dict[str, str]]) -> None:
+        await asyncio.sleep(0.1)  # a batch slower than the run's whole time
+        await apply_packet_records(session, records)
+
+    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", slow)
+    reports = [await services.jobs.run("flush_records", within_s=0.05) for _ in range(3)]
+    assert [(r["packet_records"], r["complete"]) for r in reports] == [
+        (4, False),
+        (4, True),
+        (0, True),
+    ], reports
+    assert [r["backlog"] for r in reports] == [4, 0, 0]
+    assert await count(services, GrabRow) == 8

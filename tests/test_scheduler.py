@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
@@ -232,3 +233,63 @@ async def test_ticks_log_nothing_per_tick_and_job_failures_still_show(
     assert chatty == []
     failures = [r for r in quiet if "job failing failed" in r.getMessage()]
     assert len(failures) >= 8 and {r.levelno for r in failures} == {logging.WARNING}
+
+
+async def test_a_late_job_is_said_once_per_episode_and_its_ticks_are_counted(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run that outlasts its interval: each tick meanwhile is skipped and counted, one
+    WARNING names the job (not APScheduler's line on every tick), and only a run that ends
+    within its interval closes the episode, so the next overrun is said again."""
+    fast = services.settings.replace("scheduler", lease_ttl_s=3).scheduler  # taken at start
+    gates: list[asyncio.Event] = []
+    given: list[float] = []
+
+    async def run() -> dict[str, Any]:
+        return {}
+
+    async def slow(seconds: float) -> dict[str, Any]:
+        given.append(seconds)
+        if len(gates) == 1 and gates[0].is_set():  # the second run ends at once: on time
+            gates.append(asyncio.Event())
+            gates[-1].set()
+            return {}
+        gates.append(asyncio.Event())
+        await gates[-1].wait()
+        return {}
+
+    def skipped() -> float:
+        labels = {"job": "slow"}
+        return REGISTRY.get_sample_value("groupbuy_job_ticks_skipped_total", labels) or 0.0
+
+    async def until(check: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.01)
+
+    before = skipped()
+    scheduler = Scheduler(
+        JobRunner([Job("slow", 0.05, run, run_within=slow)]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        fast,
+    )
+    caplog.set_level(logging.INFO)
+    scheduler.start()
+    try:
+        await until(lambda: len(gates) == 1 and skipped() >= before + 3)  # episode one
+        gates[0].set()
+        await until(lambda: len(gates) == 3)  # the second run was on time; the third hangs
+        await until(lambda: skipped() >= before + 6)  # episode two
+        gates[2].set()
+    finally:
+        await scheduler.stop()
+    late = [r for r in caplog.records if "has been running for" in r.getMessage()]
+    assert len(late) == 2, [r.getMessage() for r in late]
+    for record in late:
+        assert (record.name, record.levelno) == ("groupbuy.ops.scheduler", logging.WARNING)
+        assert record.getMessage().startswith("slow has been running for ")
+        assert record.getMessage().endswith(" s (interval 0.05 s); its next run waits")
+    assert not [r for r in caplog.records if "Scheduler._tick" in r.getMessage()]
+    assert given and all(0 < seconds < 0.05 for seconds in given), given  # ends before a tick

@@ -109,7 +109,10 @@ class FlushRecordsReport(_JobRun):
     job: Literal["flush_records"]
     team_records: int = Field(description="team records written to SQL")
     packet_records: int = Field(description="packet records written to SQL")
-    rounds: int = Field(description="back-to-back rounds (another when one took an interval)")
+    complete: bool = Field(
+        description="false when a scheduled run's time ran out and left records for the next "
+        "run (a run by hand writes everything waiting)"
+    )
     backlog: int = Field(description="records still waiting in Redis afterwards")
     lag_s: float = Field(description="age of the oldest waiting record, in seconds")
 

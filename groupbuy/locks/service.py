@@ -31,7 +31,7 @@ from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
-from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.outbox import OutboxWriter, RunTime
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import optional_int, reply_dict
 from groupbuy.storage.slots import due_in
@@ -535,10 +535,10 @@ class TeamService(UsesBackends):
             "expires_at": iso_ms(int(expires_at)),
         }
 
-    async def record_pending(self) -> int:
-        """Write the waiting outbox records of every activity the pending index lists to SQL;
-        returns how many."""
-        return await self._outbox.flush_pending()
+    async def record_pending(self, within: RunTime | None = None) -> int:
+        """Write the waiting outbox records of every activity the pending index lists to SQL,
+        until `within` runs out; returns how many."""
+        return await self._outbox.flush_pending(within)
 
     # -- what time does (the scheduled jobs) ------------------------------------------
 

@@ -19,11 +19,9 @@ from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.service import RedPacketService
 from groupbuy.settings import Settings
+from groupbuy.storage.outbox import RunTime
 
 Report = dict[str, Any]
-
-# Most back-to-back write-behind rounds in one flush_records run.
-_FLUSH_ROUNDS = 10
 
 JOBS: dict[str, str] = {
     "sweep_locks": "expire the seat locks that are due",
@@ -46,6 +44,9 @@ class Job:
     name: str
     interval_s: float
     run: Callable[[], Awaitable[Report]]
+    # For a job that can stop when its time is up and leave the rest to its next run: the
+    # call a scheduled run makes instead of `run`, given the seconds it may take.
+    run_within: Callable[[float], Awaitable[Report]] | None = None
 
 
 def build_jobs(
@@ -67,23 +68,16 @@ def build_jobs(
     async def expire_teams() -> Report:
         return await teams.expire_due(batch)
 
-    async def flush_records() -> Report:
-        # A round that outlasts the interval makes the scheduler skip the next tick, so
-        # what arrived meanwhile would wait a whole extra interval: go again at once
-        # instead, for a few rounds at most (an idle round costs one read of each index).
-        team_records = packet_records = rounds = 0
+    async def flush_records(seconds: float | None = None) -> Report:
+        # A scheduled run has `seconds` (less than its interval): it stops in time for its next
+        # tick, and what is left is that run's. A run by hand writes everything waiting.
+        within = RunTime(seconds)
         try:
-            while True:
-                began = time.monotonic()
-                team_records += await teams.record_pending()
-                packet_records += await packets.record_pending()
-                rounds += 1
-                busy = time.monotonic() - began >= flush_interval_s
-                if not busy or rounds >= _FLUSH_ROUNDS:
-                    break
+            team_records = await teams.record_pending(within)
+            packet_records = await packets.record_pending(within)
         except Exception:
             # SQL down or locked: the backlog grows, and the gauges must show it while the
-            # flush keeps failing (the round's own error is the one to raise).
+            # flush keeps failing (the run's own error is the one to raise).
             with contextlib.suppress(Exception):
                 await metrics.update_writeback(packets.writer, redis)
             raise
@@ -91,7 +85,7 @@ def build_jobs(
         return {
             "team_records": team_records,
             "packet_records": packet_records,
-            "rounds": rounds,
+            "complete": not within.ran_out,
             "backlog": writeback["backlog_records"],
             "lag_s": writeback["lag_seconds"],
         }
@@ -107,17 +101,19 @@ def build_jobs(
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
-    built: dict[str, tuple[float, Callable[[], Awaitable[Report]]]] = {
-        "sweep_locks": (schedule.sweep_interval_s, sweep_locks),
-        "expire_teams": (schedule.sweep_interval_s, expire_teams),
-        "expire_packets": (schedule.expire_packets_interval_s, packets.expire_due),
-        "flush_records": (flush_interval_s, flush_records),
-        "repair": (schedule.repair_interval_s, repair),
-        "reconcile": (schedule.reconcile_interval_s, reconciler.run),
+    built: dict[str, Job] = {
+        "sweep_locks": Job("sweep_locks", schedule.sweep_interval_s, sweep_locks),
+        "expire_teams": Job("expire_teams", schedule.sweep_interval_s, expire_teams),
+        "expire_packets": Job(
+            "expire_packets", schedule.expire_packets_interval_s, packets.expire_due
+        ),
+        "flush_records": Job("flush_records", flush_interval_s, flush_records, flush_records),
+        "repair": Job("repair", schedule.repair_interval_s, repair),
+        "reconcile": Job("reconcile", schedule.reconcile_interval_s, reconciler.run),
     }
     if built.keys() != JOBS.keys():
         raise RuntimeError(f"jobs built {sorted(built)} are not the jobs listed {sorted(JOBS)}")
-    return [Job(name, *built[name]) for name in JOBS]
+    return [built[name] for name in JOBS]
 
 
 class JobRunner:
@@ -127,14 +123,18 @@ class JobRunner:
         self.jobs = {job.name: job for job in jobs}
         self.last_reports: dict[str, Report] = {}
 
-    async def run(self, name: str) -> Report:
-        """Run one job now and return its report (NotFound for an unknown name)."""
+    async def run(self, name: str, within_s: float | None = None) -> Report:
+        """Run one job now and return its report (NotFound for an unknown name); one that can
+        stop in time stops after `within_s` seconds, when given."""
         job = self.jobs.get(name)
         if job is None:
             raise errors.NotFound(f"no job {name!r}; jobs: {', '.join(sorted(self.jobs))}")
         began = time.perf_counter()
         with metrics.track_job(name):
-            report = await job.run()
+            if within_s is not None and job.run_within is not None:
+                report = await job.run_within(within_s)
+            else:
+                report = await job.run()
         report = {
             "job": name,
             "duration_ms": round((time.perf_counter() - began) * 1000, 3),

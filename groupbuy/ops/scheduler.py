@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +34,17 @@ _APSCHEDULER_LEVEL = logging.WARNING
 LEASE = "scheduler"  # the lease's name: Keys.lease(LEASE)
 # Longest a shutdown waits for the jobs that are running to finish.
 _STOP_WAIT_S = 10.0
+# The share of its interval a scheduled run of a job that can stop in time may take
+# (flush_records): the rest covers the loop's delays, so the run ends before its next tick.
+_RUN_SHARE = 0.8
+
+
+@dataclass
+class _Run:
+    """A scheduled run going on: when it began, and whether a tick came meanwhile."""
+
+    began: float
+    overran: bool = False
 
 
 class Scheduler:
@@ -54,6 +67,8 @@ class Scheduler:
         self.is_leader = False
         self._stopping = False
         self._running: set[asyncio.Task[Any]] = set()
+        self._runs: dict[str, _Run] = {}  # by job: its scheduled run going on now
+        self._late: set[str] = set()  # jobs whose overrun was logged (one line per episode)
         self._aps: AsyncIOScheduler | None = None
 
     async def hold_lease(self) -> bool:
@@ -97,11 +112,16 @@ class Scheduler:
     async def _tick(self, name: str) -> None:
         if self._stopping or not self.is_leader:
             return
+        run = self._runs.get(name)
+        if run is not None:
+            self._overran(name, run)
+            return
         task = asyncio.current_task()
         assert task is not None
+        run = self._runs[name] = _Run(time.monotonic())
         self._running.add(task)
         try:
-            await self._runner.run(name)
+            await self._runner.run(name, self._runner.jobs[name].interval_s * _RUN_SHARE)
         except Exception as error:
             if not self._reachability.failed(error):
                 log.warning(
@@ -109,6 +129,23 @@ class Scheduler:
                 )
         finally:
             self._running.discard(task)
+            del self._runs[name]
+            if not run.overran:  # on time: a later overrun is a new episode, said again
+                self._late.discard(name)
+
+    def _overran(self, name: str, run: _Run) -> None:
+        """A tick came while the job's previous run goes on: it is skipped. Counted each
+        time, said once per episode (until a run ends within its interval)."""
+        run.overran = True
+        metrics.JOB_TICKS_SKIPPED.labels(job=name).inc()
+        if name not in self._late:
+            self._late.add(name)
+            log.warning(
+                "%s has been running for %.1f s (interval %g s); its next run waits",
+                name,
+                time.monotonic() - run.began,
+                self._runner.jobs[name].interval_s,
+            )
 
     def start(self) -> None:
         """Start the APScheduler with the lease renewal and every job."""
@@ -128,8 +165,15 @@ class Scheduler:
             next_run_time=datetime.now(UTC),
         )
         for job in self._runner.jobs.values():
+            # A tick while the job's run goes on returns at once (_tick says it is late):
+            # APScheduler's own refusal would log a warning on every tick instead.
             aps.add_job(
-                self._tick, "interval", seconds=job.interval_s, args=[job.name], id=job.name
+                self._tick,
+                "interval",
+                seconds=job.interval_s,
+                args=[job.name],
+                id=job.name,
+                max_instances=2,
             )
         aps.start()
         self._aps = aps

@@ -34,6 +34,7 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
+from groupbuy.storage.outbox import RunTime
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.slots import due_in
@@ -551,9 +552,10 @@ class RedPacketService(UsesBackends):
             slots = more
         return {"due": len(seen), "expired": expired}
 
-    async def record_pending(self) -> int:
-        """Write every packet's waiting grab and ending records to SQL; returns how many."""
-        return await self.writer.drain_all()
+    async def record_pending(self, within: RunTime | None = None) -> int:
+        """Write every packet's waiting grab and ending records to SQL, a batch of each packet
+        in turn, until `within` runs out; returns how many."""
+        return await self.writer.drain_all(within)
 
     async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
         """Put back lost index entries for the next page of SQL's unfinished packets: the

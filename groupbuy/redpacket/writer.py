@@ -13,7 +13,8 @@ applied, and a transient failure (SQL down or locked) leaves the whole batch pen
 The writer finds its work through the pending index (one per slot in use in Redis
 Cluster), which the packet scripts keep in the same call as the XADD (a packet is listed
 from its first waiting record until `outbox_ack` leaves its stream empty): a round reads
-the index once and visits only the packets listed, never the idle ones. An entry that is
+the index once and visits only the packets listed, never the idle ones, a batch of each in
+turn, so that one huge stream does not hold up the others. An entry that is
 lost anyway (a partial loss of Redis data, streams written before the index existed) is
 put back by `reindex`, which the repair job runs over SQL's unrecorded packets a page at
 a time.
@@ -44,8 +45,8 @@ from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
-from groupbuy.storage.outbox import ROUND_STREAMS, flush_each, read_outbox
-from groupbuy.storage.slots import each_slot, oldest_first
+from groupbuy.storage.outbox import ROUND_STREAMS, RunTime, read_outbox
+from groupbuy.storage.slots import each_slot, oldest_first, oldest_scored
 
 log = logging.getLogger(__name__)
 
@@ -99,51 +100,60 @@ class PacketRecordWriter(UsesBackends):
         A drain of the same packet already running in this writer is waited for first: the
         batch it holds is this consumer's, delivered and not yet committed."""
         async with self._one_drain_at_a_time(packet_id):
-            return await self._drain(packet_id)
+            applied, more = await self._batch(packet_id)
+            while more:
+                done, more = await self._batch(packet_id)
+                applied += done
+            return applied
 
-    async def _drain(self, packet_id: str) -> int:
+    async def _next_of(self, packet_id: str) -> tuple[int, bool]:
+        """Record the next batch of one packet's stream (waiting its turn, as a drain does);
+        returns how many records it applied and whether more may wait."""
+        async with self._one_drain_at_a_time(packet_id):
+            return await self._batch(packet_id)
+
+    async def _batch(self, packet_id: str) -> tuple[int, bool]:
         stream = self._keys.packet_outbox(packet_id)
-        applied = 0
-        while True:
-            try:
-                entries = await self._next_batch(stream)
-            except redis.exceptions.ResponseError as exc:
-                if not _missing_stream(exc):
-                    raise
-                # No stream: never created (pending send) or already fully recorded and dropped.
-                await self._mark_done_if_ended(packet_id)
-                await self.ack(packet_id, [])  # and nothing for the index to list
-                return applied
-            if not entries:
-                return applied
-            status: str | None = None
+        try:
+            entries = await self._next_batch(stream)
+        except redis.exceptions.ResponseError as exc:
+            if not _missing_stream(exc):
+                raise
+            # No stream: never created (pending send) or already fully recorded and dropped.
+            await self._mark_done_if_ended(packet_id)
+            await self.ack(packet_id, [])  # and nothing for the index to list
+            return 0, False
+        if not entries:
+            return 0, False
+        status: str | None = None
 
-            async def apply(batch: Entries) -> None:
-                nonlocal status
-                async with self._db.transaction() as session:
-                    await apply_packet_records(session, [fields for _entry_id, fields in batch])
-                    status = await session.scalar(
-                        select(PacketRow.status).where(PacketRow.packet_id == packet_id)
-                    )
+        async def apply(batch: Entries) -> None:
+            nonlocal status
+            async with self._db.transaction() as session:
+                await apply_packet_records(session, [fields for _entry_id, fields in batch])
+                status = await session.scalar(
+                    select(PacketRow.status).where(PacketRow.packet_id == packet_id)
+                )
 
-            poisoned = await apply_isolating(entries, apply)
-            if poisoned:
-                # Out of the stream (into the dead letters) before the rest is acknowledged,
-                # and the status read again: the last sub-batch may have been the poison.
-                keys = self._keys.packet_keys(packet_id)
-                await self._dead.bury("packets", packet_id, stream, keys[4], GROUP, poisoned)
-                async with self._db.sessions() as session:
-                    status = await session.scalar(
-                        select(PacketRow.status).where(PacketRow.packet_id == packet_id)
-                    )
-            dead = {p.entry_id for p in poisoned}
-            ended = status in _ENDED  # nothing can be added to the stream after its ending
-            done = [entry_id for entry_id, _ in entries if entry_id not in dead]
-            left = await self.ack(packet_id, done, ended)
-            applied += len(done)
-            if ended and left == 0:
-                await self._mark_done_if_ended(packet_id)
-                return applied
+        poisoned = await apply_isolating(entries, apply)
+        if poisoned:
+            # Out of the stream (into the dead letters) before the rest is acknowledged,
+            # and the status read again: the last sub-batch may have been the poison.
+            keys = self._keys.packet_keys(packet_id)
+            await self._dead.bury("packets", packet_id, stream, keys[4], GROUP, poisoned)
+            async with self._db.sessions() as session:
+                status = await session.scalar(
+                    select(PacketRow.status).where(PacketRow.packet_id == packet_id)
+                )
+        dead = {p.entry_id for p in poisoned}
+        ended = status in _ENDED  # nothing can be added to the stream after its ending
+        done = [entry_id for entry_id, _ in entries if entry_id not in dead]
+        left = await self.ack(packet_id, done, ended)
+        if ended and left == 0:
+            await self._mark_done_if_ended(packet_id)
+        # What is left may be another consumer's (read, not yet acknowledged): the next
+        # batch then finds nothing and the drain ends.
+        return len(done), left > 0
 
     async def ack(self, packet_id: str, ids: list[str], ended: bool = False) -> int:
         """Acknowledge and delete recorded entries (the stream too once `ended` and empty),
@@ -215,17 +225,31 @@ class PacketRecordWriter(UsesBackends):
         indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
         return await oldest_first(self._redis, indexes, limit)
 
-    async def drain_all(self) -> int:
-        """Drain every packet the pending index lists, oldest record first (one read of the
-        index when nothing waits); returns how many records were applied."""
-        return await flush_each(await self.pending(), self._drain_listed)
-
-    async def _drain_listed(self, packet_id: str) -> int:
-        applied = await self.drain(packet_id)
-        if not applied:
-            # Listed, yet nothing to apply: its records wait for another writer (the entry
-            # stays, scored by the oldest), or the entry was stale (it goes).
-            await self.ack(packet_id, [])
+    async def drain_all(self, within: RunTime | None = None) -> int:
+        """Record what the packets the pending index lists have waiting, oldest record first,
+        a batch of each in turn (one huge stream does not hold up the others), until nothing
+        is left or `within` runs out (the first batch always runs). One read of the index
+        when nothing waits; returns how many records were applied."""
+        within = within or RunTime()
+        listed = await self.pending()
+        applied = 0
+        first = True
+        while listed:
+            more: list[str] = []
+            for packet_id in listed:
+                if not first and not within.allows():
+                    return applied
+                first = False
+                with within.step():
+                    done, left = await self._next_of(packet_id)
+                if not done:
+                    # Listed, yet nothing to apply: its records wait for another writer (the
+                    # entry stays, scored by the oldest), or the entry was stale (it goes).
+                    await self.ack(packet_id, [])
+                applied += done
+                if left:
+                    more.append(packet_id)
+            listed = more
         return applied
 
     async def reindex(self, packet_ids: list[str]) -> None:
@@ -235,28 +259,31 @@ class PacketRecordWriter(UsesBackends):
             chunk = packet_ids[start : start + CALLS_AT_ONCE]
             await asyncio.gather(*(self.ack(packet_id, []) for packet_id in chunk))
 
-    async def measure_backlog(self) -> tuple[int, int | None, int]:
+    async def measure_backlog(self, most: int = ROUND_STREAMS) -> tuple[int, int | None, int]:
         """(records waiting, ms timestamp of the oldest one or None, streams with records).
 
-        From the pending index (of every slot in use): its lowest score is the oldest waiting
-        record; acknowledged records are deleted, so the lengths of the listed streams are
-        the backlog. One round trip when nothing waits (per node in Redis Cluster), then one
-        XLEN per listed stream, pipelined.
+        From the pending index (of every slot in use): its size is the number of streams, its
+        lowest score the oldest waiting record; acknowledged records are deleted, so the
+        lengths of the listed streams are the records. One round trip when nothing waits
+        (per node in Redis Cluster); else one more for the `most` oldest streams and a
+        pipelined XLEN of each: beyond `most` streams the records are a lower bound (the
+        `most` oldest streams' records).
         """
         indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
-        replies = await each_slot(
-            self._redis, indexes, lambda pipe, key: pipe.zrange(key, 0, -1, withscores=True)
-        )
-        scores = [float(score) for reply in replies for _member, score in reply]
-        listed = [member for reply in replies for member, _score in reply]
-        oldest_ms = int(min(scores)) if scores else None
+        sizes = await each_slot(self._redis, indexes, lambda pipe, key: pipe.zcard(key))
+        streams = sum(int(size) for size in sizes)
+        if not streams:
+            return 0, None, 0
+        oldest = await oldest_scored(self._redis, indexes, most)
+        if not oldest:  # drained since
+            return 0, None, 0
         records = 0
-        for start in range(0, len(listed), _PIPELINE_CHUNK):
+        for start in range(0, len(oldest), _PIPELINE_CHUNK):
             async with self._redis.pipeline(transaction=False) as pipe:
-                for packet_id in listed[start : start + _PIPELINE_CHUNK]:
+                for packet_id, _score in oldest[start : start + _PIPELINE_CHUNK]:
                     pipe.xlen(self._keys.packet_outbox(packet_id))
                 records += sum(int(length) for length in await pipe.execute())
-        return records, oldest_ms, len(listed)
+        return records, int(oldest[0][1]), streams
 
     async def backlog(self) -> int:
         """Records written by scripts and not yet in SQL."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -99,10 +100,11 @@ class OutboxWriter:
         indexes = [self._index_in(slot) for slot in await self._slots.in_use()]
         return await oldest_first(self._redis, indexes, limit)
 
-    async def flush_pending(self) -> int:
+    async def flush_pending(self, within: RunTime | None = None) -> int:
         """Flush every stream the pending index lists, oldest record first (one read of the
-        index when nothing waits); returns how many records were applied."""
-        return await flush_each(await self.pending(), self._flush_listed)
+        index when nothing waits), until `within` runs out; returns how many records were
+        applied."""
+        return await flush_each(await self.pending(), self._flush_listed, within)
 
     async def _flush_listed(self, member: str) -> int:
         applied = await self.flush(member)
@@ -199,10 +201,47 @@ class OutboxWriter:
             )
 
 
-async def flush_each(members: Iterable[str], flush: Callable[[str], Awaitable[int]]) -> int:
+class RunTime:
+    """The time a flush run may take: `seconds` from now, or no limit (None).
+
+    A run asks `allows()` before each step after its first (so every run moves), and a step
+    is allowed only while it would end in time, judged by the slowest step so far: a run
+    that must end before the scheduler's next tick then ends before it, unless one step is
+    slower than the whole time.
+    """
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self._deadline = None if seconds is None else time.monotonic() + seconds
+        self._slowest = 0.0
+        self.ran_out = False  # a step was refused: work was left for the next run
+
+    def allows(self) -> bool:
+        """Whether another step fits in the time left (always, without a limit)."""
+        if self._deadline is not None and time.monotonic() + self._slowest > self._deadline:
+            self.ran_out = True
+        return not self.ran_out
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Time one step (a batch, a stream's flush) for the estimate `allows()` makes."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self._slowest = max(self._slowest, time.monotonic() - began)
+
+
+async def flush_each(
+    members: Iterable[str], flush: Callable[[str], Awaitable[int]], within: RunTime | None = None
+) -> int:
     """Run `flush` on each member in turn (the first failure stops the round, as SQL or
-    Redis being down fails every one); returns how many records were applied."""
+    Redis being down fails every one), until `within` runs out (the first always runs);
+    returns how many records were applied."""
+    within = within or RunTime()
     applied = 0
-    for member in members:
-        applied += await flush(member)
+    for count, member in enumerate(members):
+        if count and not within.allows():
+            break
+        with within.step():
+            applied += await flush(member)
     return applied

@@ -22,6 +22,7 @@ hash of blocked users: the directory is not used, and `in_use` is `[None]`.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -127,11 +128,16 @@ async def oldest_first(redis: Any, indexes: Iterable[str], limit: int) -> list[s
     keys = list(indexes)
     if len(keys) == 1:
         return list(await redis.zrange(keys[0], 0, limit - 1))
+    return [member for member, _score in await oldest_scored(redis, keys, limit)]
+
+
+async def oldest_scored(redis: Any, indexes: Iterable[str], limit: int) -> list[tuple[str, float]]:
+    """`oldest_first` with each member's score."""
     replies = await each_slot(
-        redis, keys, lambda pipe, key: pipe.zrange(key, 0, limit - 1, withscores=True)
+        redis, list(indexes), lambda pipe, key: pipe.zrange(key, 0, limit - 1, withscores=True)
     )
     merged = heapq.merge(*replies, key=lambda entry: (float(entry[1]), entry[0]))
-    return [member for member, _score in list(merged)[:limit]]
+    return [(member, float(score)) for member, score in itertools.islice(merged, limit)]
 
 
 async def due_in(redis: Any, indexes: list[str], until: int, count: int) -> list[list[str]]:

@@ -212,6 +212,24 @@ async def test_a_grab_lists_its_packet_until_the_ack_that_empties_the_stream(
     await assert_recorded_once(services, won)
 
 
+async def test_a_measure_counts_the_records_of_the_oldest_streams_it_may_read(
+    services: Services,
+) -> None:
+    """Its cost is bounded: past `most` streams the records are those of the `most` oldest
+    (a lower bound), while the streams and the oldest record stay exact."""
+    packets, writer = services.packets, services.packets.writer
+    await packets.deposit("sender", 1000, "funds")
+    for packet, grabs in (("pa", 3), ("pb", 2), ("pc", 4)):  # oldest records first
+        await packets.send("sender", 100, 10, packet_id=packet)
+        for n in range(grabs):
+            await packets.grab(packet, f"u{n}")
+    first = await services.redis.xrange(services.keys.packet_outbox("pa"), count=1)
+    oldest_ms = int(first[0][0].split("-")[0])
+    assert await writer.measure_backlog() == (9, oldest_ms, 3)
+    assert await writer.measure_backlog(most=2) == (5, oldest_ms, 3)
+    assert await writer.measure_backlog(most=1) == (3, oldest_ms, 3)
+
+
 async def test_a_failed_commit_leaves_the_packet_listed_and_a_later_flush_records_it(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
