@@ -13,8 +13,10 @@ import statistics
 import time
 from typing import Any
 
+from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.split import double_mean
 from groupbuy.settings import RedisSettings
+from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.storage.scripts import Scripts
@@ -74,29 +76,26 @@ async def main(url: str) -> None:
     scripts = Scripts(redis)
     await scripts.load()
     keys = Keys("bench")
+    packets = PacketScripts(scripts, keys, RedisClock())
+    pre0 = keys.packet_keys("pre0")
     now = int(time.time() * 1000)
 
     began = time.perf_counter()
     for i in range(PACKETS):
         shares = double_mean(1_000_000, SHARES)
-        await scripts.call(
-            "packet_create",
-            keys.packet_keys(f"pre{i}"),
-            [
-                f"pre{i}",
-                0,
-                "s",
-                1_000_000,
-                SHARES,
-                "double_mean",
-                now,
-                now + 3_600_000,
-                60_000,
-                *shares,
-            ],
+        await packets.create(
+            f"pre{i}",
+            shares,
+            sender_id="s",
+            amount_cents=1_000_000,
+            count=SHARES,
+            strategy="double_mean",
+            created_ms=now,
+            expires_ms=now + 3_600_000,
+            retention_ms=60_000,
         )
     send_pre = (time.perf_counter() - began) / PACKETS
-    memory_pre = sum([await redis.memory_usage(k) or 0 for k in keys.packet_keys("pre0")[:2]])
+    memory_pre = sum([await redis.memory_usage(k) or 0 for k in (pre0.hash, pre0.shares)])
 
     grab_time = redis.register_script(GRAB_TIME_SCRIPT)
     began = time.perf_counter()
@@ -110,9 +109,7 @@ async def main(url: str) -> None:
 
     def pre_call(i: int) -> Any:
         pid = f"pre{i % PACKETS}"
-        return lambda: scripts.call(
-            "packet_grab", keys.packet_keys(pid), [pid, 0, f"u{i}", f"t{i}", 60_000]
-        )
+        return lambda: packets.grab(pid, f"u{i}", f"t{i}", 60_000)
 
     def draw_call(i: int) -> Any:
         tag = f"bench:{{q:{i % PACKETS}}}"

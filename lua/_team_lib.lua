@@ -1,73 +1,44 @@
--- _team_lib: helpers shared by the team_* scripts (after _common); groupbuy/storage/scripts.py
--- prepends this file to every script whose header says "-- requires: _team_lib".
--- Common KEYS of the scripts that name a team (all under the hash tag {a:<activity_id>}):
--- KEYS[1] team hash  KEYS[2] members hash (user -> "seq|joined_at_ms|order_id")
--- KEYS[3] locks zset (member user_id, score locked_at_ms)
--- then the activity's keys (Keys.activity_keys), KEYS[4..10]:
--- KEYS[4] activity outbox stream
--- KEYS[5] activity's lock index (zset team_id -> when its earliest lock expires, ms)
--- KEYS[6] activity's deadline index (zset team_id -> deadline ms, open teams only)
--- The two indexes let the sweeps find due teams without scanning the keyspace.
--- Indexes of waiting work: one each on one Redis server, those of the activity's slot in
--- Redis Cluster (groupbuy.storage.keys, docs/architecture.md "Indexes of waiting work"):
--- KEYS[7] pending index (zset activity_id -> ms of the oldest record waiting in its outbox)
--- KEYS[8] lock-due index (zset activity_id -> at most the lowest score of its KEYS[5])
--- KEYS[9] deadline-due index (zset activity_id -> at most the lowest score of its KEYS[6])
--- A score in KEYS[8] / KEYS[9] only ever moves down here (ZADD LT); the sweep that reads
+-- _team_lib: helpers shared by the team_* scripts; groupbuy/storage/scripts.py prepends this
+-- file to every script whose header says "-- requires: _team_lib", after _common,
+-- _team_codes and the file that names the script's KEYS and ARGV: _team_keys (scripts that
+-- name a team) or _pick_keys (scripts that pick teams). Both name the activity's keys
+-- (activity_outbox ... activity_open_seats), activity_id and user_key_prefix; docs/scripts.md
+-- says what each holds.
+-- A score in the due indexes only ever moves down here (ZADD LT); the sweep that reads
 -- it sets it back to the true earliest entry (activity_reindex) or removes it.
--- KEYS[10] activity's open-seat index (zset team_id -> seat score, see index_seats: every
--- open team with a free seat, what team_join and team_list read)
--- A script that names no team (team_join, team_list) passes the activity's keys first, as
--- KEYS[1..7], and points A at them: A = activity_keys(1).
--- Common ARGV: ARGV[1] activity_id; in the scripts that name a team, ARGV[2] team_id and
--- ARGV[3] clock shift in ms (0 in production)
 -- Team hash fields: leader_id, leader_order_id, status (open|formed|failed), size,
 -- lock_ttl_ms, created_ms, deadline_ms, expire_at_ms, member_count, formed_ms, failed_ms,
 -- formed_by, teams_limit and led_limit (the activity's per-user limits, 0: none),
 -- virtual_min (0: none; else the virtual completion threshold, copied from
--- the activity), virtual_seats (set when formed by it), version (1 when opened, +1 for every lock, unlock, lock expiry, member,
--- formed and failed; every record carries the version after its change).
+-- the activity), virtual_seats (set when formed by it), version (1 when opened, +1 for every
+-- lock, unlock, lock expiry, member, formed and failed; every record carries the version
+-- after its change).
 
--- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
-local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
-local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
-local NO_LOCK, NO_TEAM_AVAILABLE, LOOK_FURTHER, USER_LIMIT_REACHED = 11, 12, 13, 14
-local USER_BLOCKED = 15
-
--- The activity's keys by name, from KEYS[first..first + 6] (the order of Keys.activity_keys).
-local function activity_keys(first)
-  return {outbox = KEYS[first], lock_index = KEYS[first + 1], deadlines = KEYS[first + 2],
-          pending = KEYS[first + 3], due_locks = KEYS[first + 4],
-          due_deadlines = KEYS[first + 5], open_seats = KEYS[first + 6]}
-end
-local A = activity_keys(4)
-
--- The team a script names: its id and keys (load_team adds its state).
-local function named_team()
-  return {id = ARGV[2], hash = KEYS[1], members = KEYS[2], locks = KEYS[3]}
-end
+local A = {outbox = activity_outbox, lock_index = activity_lock_index,
+           deadlines = activity_deadlines, pending = activity_pending,
+           due_locks = activity_due_locks, due_deadlines = activity_due_deadlines,
+           open_seats = activity_open_seats}
 
 -- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
 -- index lists the activity from its first waiting record (the entry id's ms) until
 -- outbox_ack leaves the stream empty.
 local function emit(fields)
   local id = redis.call('XADD', A.outbox, '*', unpack(fields))
-  redis.call('ZADD', A.pending, 'NX', string.match(id, '^%d+'), ARGV[1])
+  redis.call('ZADD', A.pending, 'NX', string.match(id, '^%d+'), activity_id)
 end
 
 -- The counters behind an activity's per-user limits, under its hash tag: `what` is 'teams'
--- (teams the user belongs to, open or formed) or 'led' (open teams the user leads). The
--- names are built here from a team's hash key ('<tag>:team:<team id>') because a team
--- that ends changes the counters of members its caller cannot name; they stay in the
--- activity's slot. groupbuy.storage.keys.Keys.user_counter builds the same names.
-local function user_counter(team, user, what)
-  return string.sub(team.hash, 1, #team.hash - #team.id - 6) .. ':user:' .. user .. ':' .. what
+-- (teams the user belongs to, open or formed) or 'led' (open teams the user leads). A team
+-- that ends changes the counters of members its caller cannot name, so the names are built
+-- here from user_key_prefix (Keys.user_key_prefix); they stay in the activity's slot.
+local function user_counter(user, what)
+  return user_key_prefix .. user .. ':' .. what
 end
 
 -- {USER_LIMIT_REACHED, limit, current, name} when the user is at `limit` (0: none).
 local function over_limit(team, user, what, limit, name)
   if limit > 0 then
-    local current = tonumber(redis.call('GET', user_counter(team, user, what)) or '0')
+    local current = tonumber(redis.call('GET', user_counter(user, what)) or '0')
     if current >= limit then
       return {USER_LIMIT_REACHED, limit, current, name}
     end
@@ -78,7 +49,7 @@ end
 -- Move a user's counter by `by` when the activity limits it.
 local function count(team, user, what, limit, by)
   if limit > 0 then
-    redis.call('INCRBY', user_counter(team, user, what), by)
+    redis.call('INCRBY', user_counter(user, what), by)
   end
 end
 
@@ -103,13 +74,13 @@ end
 -- Index a team in the lock index at `due` (ms); the activity is due no later than that.
 local function index_lock(team_id, due)
   redis.call('ZADD', A.lock_index, int(due), team_id)
-  redis.call('ZADD', A.due_locks, 'LT', int(due), ARGV[1])
+  redis.call('ZADD', A.due_locks, 'LT', int(due), activity_id)
 end
 
 -- Index an open team in the deadline index; the activity is due no later than that.
 local function index_deadline(team_id, deadline)
   redis.call('ZADD', A.deadlines, int(deadline), team_id)
-  redis.call('ZADD', A.due_deadlines, 'LT', int(deadline), ARGV[1])
+  redis.call('ZADD', A.due_deadlines, 'LT', int(deadline), activity_id)
 end
 
 -- Keep a team's entry in the lock index equal to its earliest lock's expiry.
@@ -163,7 +134,7 @@ local function purge_expired(team, at)
   for i = 1, #expired, 2 do
     local locked_at = tonumber(expired[i + 1])
     emit({'type', 'lock.expired', 'at_ms', int(locked_at + team.lock_ttl_ms),
-          'activity_id', ARGV[1], 'team_id', team.id, 'user_id', expired[i],
+          'activity_id', activity_id, 'team_id', team.id, 'user_id', expired[i],
           'locked_at_ms', int(locked_at), 'version', bump(team.hash)})
   end
   if #expired > 0 then
@@ -197,7 +168,7 @@ local function end_at_deadline(team)
     ended_counts(team, false)
     close_team(team, 'formed', 'formed_ms', team.deadline_ms)
     redis.call('HSET', team.hash, 'virtual_seats', seats)
-    emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
+    emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', activity_id,
           'team_id', team.id, 'members', member_list(team), 'virtual_seats', seats,
           'version', bump(team.hash)})
     team.status = 'formed'
@@ -206,16 +177,15 @@ local function end_at_deadline(team)
   end
   ended_counts(team, true)
   close_team(team, 'failed', 'failed_ms', team.deadline_ms)
-  emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', ARGV[1],
+  emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', activity_id,
         'team_id', team.id, 'members', member_list(team), 'version', bump(team.hash)})
   team.status = 'failed'
   team.ended_now = true
 end
 
--- The team after the lazy checks (deadline, expired locks): `team` (the named one when
--- nil) with its state added, or nil if Redis does not have it.
+-- The team after the lazy checks (deadline, expired locks): `team` (id and keys) with its
+-- state added, or nil if Redis does not have it.
 local function load_team(now, team)
-  team = team or named_team()
   local f = redis.call('HMGET', team.hash, 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
                        'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
                        'led_limit')
@@ -268,7 +238,6 @@ end
 -- The team as team_read answers it (three flat lists: the team hash, the members hash,
 -- the locks oldest first with their scores); put last in a reply table, all three follow.
 local function snapshot(team)
-  team = team or named_team()
   return redis.call('HGETALL', team.hash), redis.call('HGETALL', team.members),
          redis.call('ZRANGE', team.locks, 0, -1, 'WITHSCORES')
 end

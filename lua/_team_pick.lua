@@ -1,24 +1,17 @@
 -- _team_pick: helpers of the scripts that choose among an activity's teams instead of being
 -- named one (team_join, team_list); groupbuy/storage/scripts.py prepends it after _team_lib.
 -- Such a script cannot know before it runs which teams it will read, so it builds their keys
--- here, from the key formats in ARGV[3..5] (groupbuy.storage.keys.Keys.team_key_formats).
+-- here, from team_key_prefix, members_suffix and locks_suffix (_pick_keys).
 -- Every key built so carries the activity's hash tag {a:<activity_id>}, as every key in KEYS
 -- does: a call still touches one slot in Redis Cluster. With the per-user limit counters of
 -- _team_lib, these are the exceptions to "a script touches only KEYS" (docs/architecture.md,
 -- "Joining any team").
--- KEYS[1..7] the activity's keys, as KEYS[4..10] of _team_lib  KEYS[8] activity hash
--- ARGV[1] activity_id  ARGV[2] clock shift in ms (0 in production)
--- ARGV[3] team key prefix (a team's hash is prefix .. team_id)  ARGV[4] suffix of its members
--- hash  ARGV[5] suffix of its locks zset (each after the team hash's key)
--- ARGV[6] candidates: the most index entries each bounded pass looks at
--- ARGV[7] cursor seat score, ARGV[8] cursor team_id: the last entry of the open-seat index
--- seen before ('' and '' to start at the top)
-A = activity_keys(1)
 
 -- The keys of a team of this activity (load_team adds its state).
 local function activity_team(team_id)
-  local hash = ARGV[3] .. team_id
-  return {id = team_id, hash = hash, members = hash .. ARGV[4], locks = hash .. ARGV[5]}
+  local hash = team_key_prefix .. team_id
+  return {id = team_id, hash = hash, members = hash .. members_suffix,
+          locks = hash .. locks_suffix}
 end
 
 -- Apply time where it is due, up to `looks` teams from each index: the lock index lists the

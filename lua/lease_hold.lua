@@ -1,15 +1,17 @@
 #!lua flags=allow-oom
 -- lease_hold: take a free lease, or extend the one this holder already has.
--- KEYS[1] lease key (value: the holder's token)
--- ARGV[1] token  ARGV[2] ttl_ms
+-- KEYS and ARGV: docs/scripts.md (groupbuy.storage.calls.LEASE_HOLD).
+local lease = KEYS[1]
+local token = ARGV[1]
+local ttl_ms = ARGV[2]
 -- Returns {1} held (taken or extended), {0} another holder has it.
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local holder = redis.call('GET', lease)
+if holder == token then
+  redis.call('PEXPIRE', lease, ttl_ms)
   return {1}
 end
 if holder then
   return {0}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', lease, token, 'PX', ttl_ms)
 return {1}

@@ -1,32 +1,34 @@
 #!lua flags=allow-oom
 -- outbox_ack: forget outbox entries that are now recorded in SQL, and keep the stream's
 -- entry in the pending index true: listed, scored by its oldest entry, while anything is
--- left; gone once it is empty.
--- KEYS[1] outbox stream  KEYS[2] pending index (zset member -> ms of the oldest entry)
--- ARGV[1] consumer group that read the entries, or '' when read without one
--- ARGV[2] '1': delete the stream once it is empty (no record can follow), '0': keep it
--- ARGV[3] the stream's member in the pending index (activity_id or packet_id)
--- ARGV[4..] entry ids; none only re-indexes the stream (what the repair job does)
+-- left; gone once it is empty. No entry ids only re-indexes the stream (the repair job).
+-- KEYS and ARGV: docs/scripts.md (groupbuy.storage.calls.OUTBOX_ACK).
+local stream = KEYS[1]
+local pending = KEYS[2]
+local group = ARGV[1]
+local drop_empty = ARGV[2]
+local member = ARGV[3]
+local ids_at = 4
 -- Returns {entries deleted, entries left}.
 local deleted = 0
-if #ARGV >= 4 then
+if #ARGV >= ids_at then
   local ids = {}
-  for i = 4, #ARGV do
+  for i = ids_at, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
-  if ARGV[1] ~= '' then
-    redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+  if group ~= '' then
+    redis.call('XACK', stream, group, unpack(ids))
   end
-  deleted = redis.call('XDEL', KEYS[1], unpack(ids))
+  deleted = redis.call('XDEL', stream, unpack(ids))
 end
-local left = redis.call('XLEN', KEYS[1])
+local left = redis.call('XLEN', stream)
 if left == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[3])
-  if ARGV[2] == '1' then
-    redis.call('DEL', KEYS[1])
+  redis.call('ZREM', pending, member)
+  if drop_empty == '1' then
+    redis.call('DEL', stream)
   end
 else
-  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-  redis.call('ZADD', KEYS[2], string.match(oldest[1][1], '^%d+'), ARGV[3])
+  local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  redis.call('ZADD', pending, string.match(oldest[1][1], '^%d+'), member)
 end
 return {deleted, left}

@@ -2,38 +2,40 @@
 -- outbox_bury: move outbox entries that SQL can never apply (poison records) to the
 -- dead-letter stream, then forget them in their outbox like outbox_ack does, all in one
 -- atomic call: an entry leaves its outbox only once its dead letter exists.
--- KEYS[1] outbox stream  KEYS[2] pending index (zset member -> ms of the oldest entry)
--- KEYS[3] dead-letter stream (capped: the SQL table dead_letters keeps them all; the one of
---         the outbox's slot in Redis Cluster)
--- ARGV[1] consumer group that read the entries, or '' when read without one
--- ARGV[2] the stream's member in the pending index (activity_id or packet_id)
--- ARGV[3] the outbox's kind (packets|teams)  ARGV[4] approximate cap of the dead-letter stream
--- ARGV[5..] pairs: entry id, dead_letters row id in SQL
+-- KEYS and ARGV: docs/scripts.md (groupbuy.storage.calls.OUTBOX_BURY).
+local stream = KEYS[1]
+local pending = KEYS[2]
+local dead_letters = KEYS[3]
+local group = ARGV[1]
+local member = ARGV[2]
+local kind = ARGV[3]
+local cap = ARGV[4]
+local entries_at = 5
 -- Returns {entries buried (0 for one already gone), entries left in the outbox}.
 local buried = 0
-for i = 5, #ARGV, 2 do
+for i = entries_at, #ARGV, 2 do
   local id = ARGV[i]
-  local found = redis.call('XRANGE', KEYS[1], id, id)
+  local found = redis.call('XRANGE', stream, id, id)
   if #found == 1 then
-    local letter = {'stream', ARGV[3], 'owner_id', ARGV[2], 'entry_id', id,
+    local letter = {'stream', kind, 'owner_id', member, 'entry_id', id,
                     'dead_letter_id', ARGV[i + 1]}
     local fields = found[1][2]
     for j = 1, #fields, 2 do
       letter[#letter + 1] = 'field.' .. fields[j]
       letter[#letter + 1] = fields[j + 1]
     end
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', unpack(letter))
-    if ARGV[1] ~= '' then
-      redis.call('XACK', KEYS[1], ARGV[1], id)
+    redis.call('XADD', dead_letters, 'MAXLEN', '~', cap, '*', unpack(letter))
+    if group ~= '' then
+      redis.call('XACK', stream, group, id)
     end
-    buried = buried + redis.call('XDEL', KEYS[1], id)
+    buried = buried + redis.call('XDEL', stream, id)
   end
 end
-local left = redis.call('XLEN', KEYS[1])
+local left = redis.call('XLEN', stream)
 if left == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('ZREM', pending, member)
 else
-  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-  redis.call('ZADD', KEYS[2], string.match(oldest[1][1], '^%d+'), ARGV[2])
+  local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  redis.call('ZADD', pending, string.match(oldest[1][1], '^%d+'), member)
 end
 return {buried, left}

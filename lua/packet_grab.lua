@@ -1,10 +1,13 @@
 #!lua
 -- packet_grab: one user takes the next share of a packet, at most once.
 -- requires: _common
+-- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS[1..7] as _packet_lib
--- ARGV[1..2] as _packet_lib  ARGV[3] user_id  ARGV[4] request token (fresh for each grab
--- request, stored with the grab)  ARGV[5] resend window in ms
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.scripts.PACKET_GRAB); the first ones are
+-- named in _packet_lib.
+local user_id = ARGV[3]
+local request_token = ARGV[4]
+local resend_window_ms = ARGV[5]
 -- Returns {OK, amount_cents, remaining_count, seq, epoch, grabbed_at_ms} grabbed (and recorded
 -- in the outbox); the same answer again, nothing written, when the user's grab was taken by a
 -- call with this token less than the resend window ago (the client library resent a call
@@ -13,23 +16,23 @@
 -- {USER_BLOCKED} an admin blocked the user (a grab taken before is still answered),
 -- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
 -- {NOT_FOUND}.
-local now = now_ms(ARGV[2])
-local user = ARGV[3]
+local now = now_ms(shift_ms)
+local user = user_id
 local p = load_packet(now)
 if not p then
   return {NOT_FOUND}
 end
-local prior = redis.call('HGET', KEYS[3], user)
+local prior = redis.call('HGET', packet_grabs, user)
 if prior then
   local g = split(prior)  -- seq|amount|at_ms|token (groupbuy.redpacket.codec.Grab)
-  if g[4] == ARGV[4] and now - tonumber(g[3]) <= tonumber(ARGV[5]) then
+  if g[4] == request_token and now - tonumber(g[3]) <= tonumber(resend_window_ms) then
     local seq = tonumber(g[1])
     -- remaining_count as the first run answered it: the shares left after grab number seq
     return {OK, tonumber(g[2]), p.count - (seq - p.seq_gap), seq, tonumber(p.epoch), g[3]}
   end
   return {ALREADY_GRABBED, tonumber(g[2])}
 end
-if redis.call('HEXISTS', KEYS[7], user) == 1 then
+if redis.call('HEXISTS', packet_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 if p.status == 'expired' then
@@ -39,26 +42,26 @@ if p.status ~= 'active' then
   return {SOLD_OUT}
 end
 
-local share = redis.call('LPOP', KEYS[2])
+local share = redis.call('LPOP', packet_shares)
 if not share then
-  return redis.error_reply('packet ' .. ARGV[1] .. ' is active but has no shares left')
+  return redis.error_reply('packet ' .. packet_id .. ' is active but has no shares left')
 end
 local seq = p.count - p.remaining_count + 1 + p.seq_gap
 local left = p.remaining_count - 1
-redis.call('HSET', KEYS[3], user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. ARGV[4])
-redis.call('HSET', KEYS[1], 'remaining_count', int(left),
+redis.call('HSET', packet_grabs, user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. request_token)
+redis.call('HSET', packet_hash, 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
-redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HINCRBY', packet_hash, 'version', 1)
 if left == p.count - 1 then  -- the first grab creates the hash
-  redis.call('PEXPIREAT', KEYS[3], redis.call('HGET', KEYS[1], 'expire_at_ms'))
+  redis.call('PEXPIREAT', packet_grabs, redis.call('HGET', packet_hash, 'expire_at_ms'))
 end
-emit({'type', 'grab', 'at_ms', int(now), 'packet_id', ARGV[1], 'user_id', user,
+emit({'type', 'grab', 'at_ms', int(now), 'packet_id', packet_id, 'user_id', user,
       'amount_cents', share, 'seq', int(seq), 'epoch', p.epoch})
 if left == 0 then
-  redis.call('HSET', KEYS[1], 'status', 'sold_out', 'sold_out_ms', int(now))
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', ARGV[1],
+  redis.call('HSET', packet_hash, 'status', 'sold_out', 'sold_out_ms', int(now))
+  redis.call('ZREM', packet_due, packet_id)
+  emit({'type', 'packet.sold_out', 'at_ms', int(now), 'packet_id', packet_id,
         'sender_id', p.sender_id, 'epoch', p.epoch,
-        'version', redis.call('HINCRBY', KEYS[1], 'version', 1)})
+        'version', redis.call('HINCRBY', packet_hash, 'version', 1)})
 end
 return {OK, tonumber(share), left, seq, tonumber(p.epoch), int(now)}

@@ -1,26 +1,26 @@
 #!lua
 -- ratelimit_take: take one request from every bucket given (an API key's, a user's), or from
 -- none of them, atomically (GCRA: a token bucket kept as one "theoretical arrival time").
--- KEYS[1] the API key's bucket of a route class  KEYS[2] (optional) the user's bucket; each
---         holds its theoretical arrival time in µs of Redis's clock, PX = until the bucket is
---         full again (an idle bucket leaves nothing behind). Both share one hash tag.
 -- No flags: over maxmemory Redis refuses it before it runs, and the service then lets the
 -- request through unlimited (reads go on answering; a write is refused by its own script).
--- ARGV[1] shift_ms (tests move time)  then per bucket i: ARGV[2i] quota  ARGV[2i+1] window_us
---   (quota requests at once at most, refilled at quota per window)
+-- KEYS and ARGV: docs/scripts.md (groupbuy.storage.calls.RATELIMIT_TAKE): KEYS are the
+-- buckets from buckets_at on, ARGV a (quota, window_us) pair per bucket from limits_at on.
+local buckets_at = 1
+local shift_ms = ARGV[1]
+local limits_at = 2
 -- Returns {code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}, per bucket in KEYS
 -- order: code 0 TAKEN (from every bucket), 1 LIMITED (from none: a request the user's
 -- bucket refuses costs the key's bucket nothing); remaining: requests that could follow at
 -- once; reset_s: whole seconds until the bucket is full again; wait_us: how long until this
 -- bucket would take one more (0: it would now).
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1]) * 1000
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(shift_ms) * 1000
 
 local limited = false
 local tats, replies = {}, {}
-for i = 1, #KEYS do
-  local quota = tonumber(ARGV[2 * i])
-  local window = tonumber(ARGV[2 * i + 1])
+for i = buckets_at, #KEYS do
+  local quota = tonumber(ARGV[limits_at + 2 * (i - 1)])
+  local window = tonumber(ARGV[limits_at + 2 * (i - 1) + 1])
   local interval = window / quota
   local tat = tonumber(redis.call('GET', KEYS[i]) or 0)
   if tat < now then
@@ -40,7 +40,7 @@ for i = 1, #KEYS do
 end
 
 local reply = {limited and 1 or 0}
-for i = 1, #KEYS do
+for i = buckets_at, #KEYS do
   if not limited then
     redis.call('SET', KEYS[i], string.format('%.1f', tats[i]),
                'PX', math.ceil((tats[i] - now) / 1000) + 1)

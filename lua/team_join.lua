@@ -1,16 +1,19 @@
 #!lua
 -- team_join: lock a free seat for a user in the open team of the activity that is closest to
 -- forming (most members + live locks, then the oldest), atomically (自动拼团).
+-- The candidates come from the activity's open-seat index, at most `candidates` of them per
+-- call, after time is applied where it is due (apply_time), so no call grows with the number
+-- of teams. A team the user is a member of is passed over.
+-- KEYS and ARGV: docs/scripts.md (groupbuy.locks.scripts.TEAM_JOIN); the first ones are named
+-- in _pick_keys.
 -- requires: _common
+-- requires: _team_codes
+-- requires: _pick_keys
 -- requires: _team_lib
 -- requires: _team_pick
--- The candidates come from the activity's open-seat index, at most ARGV[6] of them per call,
--- after time is applied where it is due (apply_time), so no call grows with the number of
--- teams. A team the user is a member of is passed over.
--- KEYS[1..8] as _team_pick  KEYS[9] user's current-lock key (as team_lock writes it)
--- KEYS[10] blocked users hash (user_id -> when, and why; in Redis Cluster the copy of the
---         activity's slot, see Keys.blocked_users)
--- ARGV[1..8] as _team_pick  ARGV[9] user_id
+local user_lock = KEYS[9]
+local blocklist = KEYS[10]
+local user_id = ARGV[10]
 -- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
 -- team's after the lock, as team_lock answers it),
 -- {EXISTING, team_id, locked_at_ms, expires_at_ms, version} the user's unexpired lock in the
@@ -19,18 +22,18 @@
 -- (next_unlock_ms: when the activity's earliest lock expires),
 -- {LOOK_FURTHER, score, team_id} the candidates looked at had no seat for the user and more
 -- are listed, or time was applied to only part of what is due: call again with that cursor
--- as ARGV[7..8] ('' '': from the top),
+-- ('' '': from the top),
 -- {USER_LIMIT_REACHED, limit, current, limit name} the user may not take a seat (as team_lock),
 -- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity,
 -- {USER_BLOCKED} an admin blocked the user (a live lock is still answered EXISTING).
-if redis.call('EXISTS', KEYS[8]) == 0 then
+if redis.call('EXISTS', activity_hash) == 0 then
   return {ACTIVITY_NOT_FOUND}
 end
-local now = now_ms(ARGV[2])
-local looks = tonumber(ARGV[6])
-local user = ARGV[9]
+local now = now_ms(shift_ms)
+local looks = tonumber(candidates)
+local user = user_id
 
-local current = redis.call('GET', KEYS[9])
+local current = redis.call('GET', user_lock)
 if current then
   local held = load_team(now, activity_team(split(current)[1]))
   local at = held and held.status == 'open' and redis.call('ZSCORE', held.locks, user)
@@ -40,12 +43,12 @@ if current then
             tonumber(redis.call('HGET', held.hash, 'version'))}
   end
 end
-if redis.call('HEXISTS', KEYS[10], user) == 1 then
+if redis.call('HEXISTS', blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 
 local cut = apply_time(now, looks)
-local start = rank_after(ARGV[7], ARGV[8])
+local start = rank_after(cursor_score, cursor_team_id)
 local listed = redis.call('ZRANGE', A.open_seats, start, start + looks - 1, 'WITHSCORES')
 for i = 1, #listed, 2 do
   local team = load_team(now, activity_team(listed[i]))
@@ -59,7 +62,7 @@ for i = 1, #listed, 2 do
       if refused then
         return refused
       end
-      local expires, version = take_seat(team, user, now, lock_count, KEYS[9])
+      local expires, version = take_seat(team, user, now, lock_count, user_lock)
       return {OK, team.id, int(now), int(expires), version}
     end
   end

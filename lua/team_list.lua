@@ -1,26 +1,30 @@
 #!lua flags=allow-oom
 -- team_list: a page of the activity's open teams that have a free seat, closest to forming
 -- first (the order of team_join), after time is applied where it is due.
+-- At most page_size + candidates index entries are looked at: a team found past its deadline
+-- fails and is left out, so a page may be short while more follow. The cursor
+-- (cursor_score, cursor_team_id) is where the previous page ended.
+-- KEYS and ARGV: docs/scripts.md (groupbuy.locks.scripts.TEAM_LIST); the first ones are named
+-- in _pick_keys.
 -- requires: _common
+-- requires: _team_codes
+-- requires: _pick_keys
 -- requires: _team_lib
 -- requires: _team_pick
--- At most ARGV[9] + ARGV[6] index entries are looked at: a team found past its deadline
--- fails and is left out, so a page may be short while more follow.
--- KEYS[1..8] as _team_pick
--- ARGV[1..8] as _team_pick (the cursor: where the previous page ended)  ARGV[9] page size
+local page_size = ARGV[10]
 -- Returns {OK, cursor score or '', cursor team_id or '', {{team_id, team...}, ...}}, where
 -- team... is the team as team_read answers it and the cursor ('' '' after the last page) is
 -- the one to pass for the next page, or {ACTIVITY_NOT_FOUND} Redis has no copy of the activity.
-if redis.call('EXISTS', KEYS[8]) == 0 then
+if redis.call('EXISTS', activity_hash) == 0 then
   return {ACTIVITY_NOT_FOUND}
 end
-local now = now_ms(ARGV[2])
-local limit = tonumber(ARGV[9])
-apply_time(now, tonumber(ARGV[6]))
+local now = now_ms(shift_ms)
+local limit = tonumber(page_size)
+apply_time(now, tonumber(candidates))
 
 local page, seen = {}, {}
-local score, team_id = ARGV[7], ARGV[8]
-local budget = limit + tonumber(ARGV[6])
+local score, team_id = cursor_score, cursor_team_id
+local budget = limit + tonumber(candidates)
 while #page < limit and budget > 0 do
   local start = rank_after(score, team_id)
   local wanted = math.min(limit - #page, budget)

@@ -1,33 +1,42 @@
 #!lua
 -- team_restore: rebuild an open team that Redis lost, from its SQL record, once.
+-- KEYS and ARGV: docs/scripts.md (groupbuy.locks.scripts.TEAM_RESTORE); the first ones are
+-- named in _team_keys.
 -- requires: _common
+-- requires: _team_codes
+-- requires: _team_keys
 -- requires: _team_lib
--- KEYS[1..10] as _team_lib
--- ARGV[1..3] as _team_lib  ARGV[4] leader_id  ARGV[5] leader's order_id ('' for none)
--- ARGV[6] size  ARGV[7] lock_ttl_ms  ARGV[8] created_ms  ARGV[9] deadline_ms
--- ARGV[10] retention_ms  ARGV[11] version (after every recorded change, plus this one)
--- ARGV[12] virtual_min  ARGV[13] teams_limit  ARGV[14] led_limit (0: none)
--- ARGV[15..] the recorded members as pairs
--- (user_id, "seq|joined_at_ms|order_id"), the leader among them
+local leader_id = ARGV[5]
+local leader_order_id = ARGV[6]
+local size = ARGV[7]
+local lock_ttl_ms = ARGV[8]
+local created_ms = ARGV[9]
+local deadline_ms = ARGV[10]
+local retention_ms = ARGV[11]
+local version = ARGV[12]
+local virtual_min = ARGV[13]
+local teams_limit = ARGV[14]
+local led_limit = ARGV[15]
+local members_at = 16
 -- Returns {OK} rebuilt (its locks are gone: shoppers lock again; a team past its deadline
 -- fails on its next call, as any other), {EXISTING} Redis has it (nothing changed).
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if redis.call('EXISTS', team_hash) == 1 then
   return {EXISTING}
 end
-local deadline = tonumber(ARGV[9])
-local expire_at = deadline + tonumber(ARGV[10])
-local members = (#ARGV - 14) / 2
-redis.call('HSET', KEYS[1], 'leader_id', ARGV[4], 'leader_order_id', ARGV[5], 'status', 'open',
-           'size', ARGV[6], 'lock_ttl_ms', ARGV[7], 'created_ms', ARGV[8],
-           'deadline_ms', ARGV[9], 'expire_at_ms', int(expire_at), 'member_count', members,
-           'version', ARGV[11], 'virtual_min', ARGV[12], 'teams_limit', ARGV[13],
-           'led_limit', ARGV[14])
-redis.call('DEL', KEYS[2])
+local deadline = tonumber(deadline_ms)
+local expire_at = deadline + tonumber(retention_ms)
+local members = (#ARGV - members_at + 1) / 2
+redis.call('HSET', team_hash, 'leader_id', leader_id, 'leader_order_id', leader_order_id,
+           'status', 'open', 'size', size, 'lock_ttl_ms', lock_ttl_ms, 'created_ms', created_ms,
+           'deadline_ms', deadline_ms, 'expire_at_ms', int(expire_at), 'member_count', members,
+           'version', version, 'virtual_min', virtual_min, 'teams_limit', teams_limit,
+           'led_limit', led_limit)
+redis.call('DEL', team_members)
 if members > 0 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 15, #ARGV))
-  redis.call('PEXPIREAT', KEYS[2], expire_at)
+  redis.call('HSET', team_members, unpack(ARGV, members_at, #ARGV))
+  redis.call('PEXPIREAT', team_members, expire_at)
 end
-index_deadline(ARGV[2], deadline)
+index_deadline(team_id, deadline)
 index_seats(named_team())
-redis.call('PEXPIREAT', KEYS[1], expire_at)
+redis.call('PEXPIREAT', team_hash, expire_at)
 return {OK}

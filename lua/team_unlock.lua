@@ -1,23 +1,27 @@
 #!lua
 -- team_unlock: release a user's seat lock on a team (idempotent).
+-- KEYS and ARGV: docs/scripts.md (groupbuy.locks.scripts.TEAM_UNLOCK); the first ones are
+-- named in _team_keys.
 -- requires: _common
+-- requires: _team_codes
+-- requires: _team_keys
 -- requires: _team_lib
--- KEYS[1..10] as _team_lib  KEYS[11] user's current-lock key
--- ARGV[1..3] as _team_lib  ARGV[4] user_id
+local user_lock = KEYS[11]
+local user_id = ARGV[5]
 -- Returns {OK, 1} released an unexpired lock, {OK, 0} there was none, {TEAM_NOT_FOUND}.
-local now = now_ms(ARGV[3])
-local team = load_team(now)
+local now = now_ms(shift_ms)
+local team = load_team(now, named_team())
 if not team then
   return {TEAM_NOT_FOUND}
 end
-local released = redis.call('ZREM', KEYS[3], ARGV[4])
+local released = redis.call('ZREM', team_locks, user_id)
 if released == 1 then
-  reindex(ARGV[2], KEYS[3], team.lock_ttl_ms)
-  bump(KEYS[1])
+  reindex(team_id, team_locks, team.lock_ttl_ms)
+  bump(team_hash)
   index_seats(team)
 end
-local current = redis.call('GET', KEYS[11])
-if current and split(current)[1] == ARGV[2] then
-  redis.call('DEL', KEYS[11])
+local current = redis.call('GET', user_lock)
+if current and split(current)[1] == team_id then
+  redis.call('DEL', user_lock)
 end
 return {OK, released}

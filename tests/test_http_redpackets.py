@@ -154,8 +154,8 @@ def drop_from_redis(client: TestClient, pid: str) -> None:
     svc = app_services(client)
     outbox = svc.keys.packet_outbox(pid)
     assert portal(client).call(svc.redis.xlen, outbox) == 0, "records not yet in SQL"
-    portal(client).call(svc.redis.delete, *svc.keys.packet_keys(pid))
-    assert portal(client).call(svc.redis.exists, *svc.keys.packet_keys(pid)) == 0
+    portal(client).call(svc.redis.delete, *svc.keys.packet_keys(pid).named().values())
+    assert portal(client).call(svc.redis.exists, *svc.keys.packet_keys(pid).named().values()) == 0
 
 
 def events(client: TestClient) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ async def test_a_clean_system_has_no_mismatches(services: Services) -> None:
 
 
 async def _tamper_redis_grab(services: Services) -> None:
-    grabs = services.keys.packet_keys("sold")[2]
+    grabs = services.keys.packet_keys("sold").grabs
     grab = parse_grab(await services.redis.hget(grabs, "u1"))
     await services.redis.hset(
         grabs, "u1", grab_value(*grab._replace(amount_cents=grab.amount_cents + 1))

@@ -242,7 +242,7 @@ async def test_the_repair_job_rebuilds_what_redis_lost(services: Services) -> No
     assert report["teams_restored"] == 3 and report["packets_restored"] == 1
     for i in range(3):
         assert await services.redis.exists(services.keys.team("a", f"t{i}"))
-    assert await services.redis.exists(services.keys.packet_keys("pk")[0])
+    assert await services.redis.exists(services.keys.packet_keys("pk").hash)
     again = await services.jobs.run("repair")
     assert again["teams_restored"] == 0 and again["packets_restored"] == 0
     # The due indexes are back: the deadline sweep finds the teams when their time comes.

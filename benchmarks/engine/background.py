@@ -32,6 +32,7 @@ from benchmarks.measure import Meter, Row, gather_limited, percentile, result_ro
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
+from groupbuy.redpacket.scripts import PACKET_CREATE
 from groupbuy.services import Services, build_scheduler
 from groupbuy.storage.scripts import script_source
 from groupbuy.storage.timefmt import from_ms
@@ -74,7 +75,7 @@ async def create_idle_packets(services: Services, count: int, run: str) -> list[
     async def batch(start: int) -> None:
         pipe = services.redis.pipeline(transaction=False)
         for pid in ids[start : start + PIPELINE]:
-            keys = services.keys.packet_keys(pid)
+            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
             args = [pid, 0, f"idle-{run}", 10, 1, "equal", now, expires, 60_000, 10]
             pipe.evalsha(sha, len(keys), *keys, *args)
         await pipe.execute()

@@ -12,6 +12,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from benchmarks.engine.common import Sizes, say
+from groupbuy.locks.scripts import TEAM_LOCK, TeamScripts
+from groupbuy.redpacket.scripts import PACKET_GRAB, PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
@@ -45,11 +47,16 @@ async def redis_benchmark(
 async def prepare_bench_packet(services: Services, packet_id: str, shares: int) -> None:
     """A packet of `shares` one-cent shares, straight through packet_create."""
     now = await services.clock.now_ms(services.redis)
-    await services.scripts.call(
-        "packet_create",
-        services.keys.packet_keys(packet_id),
-        [packet_id, 0, "bench", shares, shares, "equal", now, now + 3_600_000, 60_000]
-        + [1] * shares,
+    await PacketScripts(services.scripts, services.keys, services.clock).create(
+        packet_id,
+        [1] * shares,
+        sender_id="bench",
+        amount_cents=shares,
+        count=shares,
+        strategy="equal",
+        created_ms=now,
+        expires_ms=now + 3_600_000,
+        retention_ms=60_000,
     )
 
 
@@ -60,11 +67,7 @@ async def prepare_bench_team(services: Services, aid: str, tid: str) -> None:
         keys.activity(aid),
         mapping={"team_size": 10**9, "lock_ttl_ms": 3_600_000, "team_deadline_ms": 86_400_000},
     )
-    await services.scripts.call(
-        "team_open",
-        [*keys.team_keys(aid, tid), keys.activity(aid), keys.activity_blocklist(aid)],
-        [aid, tid, 0, "lead", "", 0],
-    )
+    await TeamScripts(services.scripts, keys, services.clock).open(aid, tid, "lead", "", 0)
 
 
 def bench_row(
@@ -109,19 +112,41 @@ async def redis_benchmark_rows(
     for pipeline in (16,):
         pid = f"rb{pipeline}"
         await prepare_bench_packet(services, pid, n + n // 5)
-        packet_keys = keys.packet_keys(pid)
+        packet_keys = PACKET_GRAB.key_list(keys.packet_keys(pid))
         cmd = ["EVALSHA", grab_sha, str(len(packet_keys)), *packet_keys]
-        cmd += [pid, "0", "user:__rand_int__", "token", "60000"]
+        cmd += PACKET_GRAB.arg_list(
+            {
+                "packet_id": pid,
+                "shift_ms": "0",
+                "user_id": "user:__rand_int__",
+                "request_token": "token",
+                "resend_window_ms": "60000",
+            }
+        )
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)
-        winners = await redis.hlen(keys.packet_keys(pid)[2])
+        winners = await redis.hlen(keys.packet_keys(pid).grabs)
         rows.append(bench_row("grab", pipeline, n, result, winners))
     for pipeline in (1, 16):
         aid, tid = f"rb{pipeline}", "t0"
         await prepare_bench_team(services, aid, tid)
         user_key = keys.user_lock(aid, "__rand_int__")
-        lock_keys = [*keys.team_keys(aid, tid), user_key, keys.activity_blocklist(aid)]
+        lock_keys = TEAM_LOCK.key_list(
+            keys.team_keys(aid, tid),
+            keys.activity_keys(aid),
+            user_lock=user_key,
+            blocklist=keys.activity_blocklist(aid),
+        )
         cmd = ["EVALSHA", lock_sha, str(len(lock_keys)), *lock_keys]
-        cmd += [aid, tid, "0", "user:__rand_int__", ""]
+        cmd += TEAM_LOCK.arg_list(
+            {
+                "activity_id": aid,
+                "team_id": tid,
+                "shift_ms": "0",
+                "user_key_prefix": keys.user_key_prefix(aid),
+                "user_id": "user:__rand_int__",
+                "other_team_id": "",
+            }
+        )
         result = await redis_benchmark(binary, port, n, pipeline, *cmd)
         winners = await redis.zcard(keys.team_locks(aid, tid))
         rows.append(bench_row("lock", pipeline, n, result, winners))

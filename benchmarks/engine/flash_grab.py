@@ -42,7 +42,7 @@ async def flash_grab_groupbuy(services: Services, sizes: Sizes, run: str) -> dic
         lambda p, u: groupbuy_grab(services, p, u), requests
     )
     correct = grade_grabs([(u, a) for _p, u, a in answers], sizes.shares)
-    recorded = await services.redis.hlen(services.keys.packet_keys(packet_id)[2])
+    recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
     correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
     correct["winners_ok"] = correct["winners"] == sizes.shares
     note = (

@@ -14,6 +14,8 @@ from benchmarks.engine.common import Sizes, groupbuy_grab, make_row, used_memory
 from benchmarks.engine.flash_grab import run_grabs
 from benchmarks.engine.lock_storm import GroupbuyTeams
 from benchmarks.measure import Meter, gather_limited
+from groupbuy.locks.scripts import TEAM_OPEN
+from groupbuy.redpacket.scripts import PACKET_CREATE
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
@@ -32,7 +34,7 @@ async def create_packets_pipelined(services: Services, count: int) -> list[str]:
         for pid in ids[start : start + BATCH]:
             args = [pid, 0, "bench", sum(shares), SCALING_SHARES, "equal", now]
             args += [now + 3_600_000, 60_000, *shares]
-            keys = services.keys.packet_keys(pid)
+            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
             pipe.evalsha(sha, len(keys), *keys, *args)
         await pipe.execute()
 
@@ -50,12 +52,24 @@ async def create_teams_pipelined(services: Services, aid: str, count: int) -> li
     async def batch(start: int) -> None:
         pipe = services.redis.pipeline(transaction=False)
         for tid in ids[start : start + BATCH]:
-            team_keys = [
-                *keys.team_keys(aid, tid),
-                keys.activity(aid),
-                keys.activity_blocklist(aid),
-            ]
-            pipe.evalsha(sha, len(team_keys), *team_keys, aid, tid, 0, f"lead-{tid}", "", 60_000)
+            team_keys = TEAM_OPEN.key_list(
+                keys.team_keys(aid, tid),
+                keys.activity_keys(aid),
+                activity_hash=keys.activity(aid),
+                blocklist=keys.activity_blocklist(aid),
+            )
+            args = TEAM_OPEN.arg_list(
+                {
+                    "activity_id": aid,
+                    "team_id": tid,
+                    "shift_ms": 0,
+                    "user_key_prefix": keys.user_key_prefix(aid),
+                    "leader_id": f"lead-{tid}",
+                    "leader_order_id": "",
+                    "retention_ms": 60_000,
+                }
+            )
+            pipe.evalsha(sha, len(team_keys), *team_keys, *args)
         await pipe.execute()
 
     await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)

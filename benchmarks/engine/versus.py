@@ -38,6 +38,7 @@ from benchmarks.engine.lock_storm import GroupbuyTeams
 from benchmarks.interleave import Trial, comparison, merge_correct, run_async
 from benchmarks.measure import Meter, Row, gather_limited
 from benchmarks.seed_peer import SeedPeer
+from groupbuy.redpacket.scripts import PACKET_GRAB
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
@@ -93,7 +94,7 @@ def grab_engine(
             lambda p, u: groupbuy_grab(services, p, u), requests, CALLERS
         )
         correct = grade_grabs([(u, a) for _p, u, a in answers], sizes.versus_shares)
-        recorded = await services.redis.hlen(services.keys.packet_keys(packet_id)[2])
+        recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
         correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
         return Trial(len(answers), seconds, correct, latencies)
 
@@ -245,7 +246,8 @@ def fresh_grab_bench(
         packet_id, n = f"vb{index}", sizes.versus_bench_requests
         sha = await services.redis.script_load(script_source("packet_grab"))
         await prepare_bench_packet(services, packet_id, n + n // 5)
-        keys = services.keys.packet_keys(packet_id)
+        packet = services.keys.packet_keys(packet_id)
+        keys = PACKET_GRAB.key_list(packet)
         cmd = [
             "EVALSHA",
             sha,
@@ -258,8 +260,8 @@ def fresh_grab_bench(
             "60000",
         ]
         result = await redis_benchmark(binary, port, n, 1, *cmd)
-        winners = await services.redis.hlen(keys[2])
-        left = int(await services.redis.hget(keys[0], "remaining_count"))
+        winners = await services.redis.hlen(packet.grabs)
+        left = int(await services.redis.hget(packet.hash, "remaining_count"))
         # -r draws users at random: a few repeat (already_grabbed); a hash cannot hold a
         # user twice, so the check is that shares taken and grabs recorded agree.
         correct = {

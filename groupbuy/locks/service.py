@@ -22,14 +22,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.locks.codec import member_value, page_cursor, parse_page_cursor
-from groupbuy.locks.codes import TeamCode, raise_for, split_reply
+from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, TeamRow
 from groupbuy.locks.records import recorded_version
+from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.metrics import LOCK_OUTCOMES, RESTORED, counts_outcomes, lock_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.outbox import OutboxWriter, RunTime
 from groupbuy.storage.restore import rebuilding
@@ -58,6 +60,7 @@ class TeamService(UsesBackends):
         super().__init__(backends)
         self._defaults = defaults
         self._outbox = outbox
+        self._teams = TeamScripts(backends.scripts, backends.keys, backends.clock)
         self._reindex_after = ""  # where the repair job's next re-index page starts
         self._restore_after: tuple[str, str] = ("", "")  # and its next page of open teams
 
@@ -87,7 +90,7 @@ class TeamService(UsesBackends):
                 f"virtual_completion.min_members may be at most team_size ({wanted['team_size']})"
             )
         # Over maxmemory Redis would refuse the activity's copy after the SQL row: ask first.
-        await self._scripts.call("write_probe", [self._keys.activity(activity_id)], [])
+        await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis)
         async with self._db.transaction() as session:
             created = await insert_ignore(
@@ -176,9 +179,6 @@ class TeamService(UsesBackends):
 
     # -- teams --------------------------------------------------------------------
 
-    def _args(self, activity_id: str, team_id: str, *rest: Any) -> list[Any]:
-        return [activity_id, team_id, self._clock.shift_ms, *rest]
-
     async def open_team(
         self,
         activity_id: str,
@@ -188,21 +188,20 @@ class TeamService(UsesBackends):
     ) -> Outcome:
         """Open a team led by `leader_id` (member 1); a repeat with the same id returns it."""
         team_id = team_id or f"t{secrets.token_hex(8)}"
-        keys = [
-            *self._keys.team_keys(activity_id, team_id),
-            self._keys.activity(activity_id),
-            self._keys.activity_blocklist(activity_id),
-        ]
-        args = self._args(
-            activity_id, team_id, leader_id, order_id or "", self._defaults.retention_s * 1000
+        retention_ms = self._defaults.retention_s * 1000
+        opened = await self._teams.open(
+            activity_id, team_id, leader_id, order_id or "", retention_ms
         )
-        code, rest = split_reply(await self._scripts.call("team_open", keys, args))
+        code, rest = opened.code, opened.rest
         if code is TeamCode.ACTIVITY_NOT_FOUND:
             # Redis may have lost the activity (restart without persistence): SQL knows it,
             # and this team too if it was opened before (a repeat must find it, not a new one).
             await self._put_activity(await self._activity_row(activity_id))
             await self._bring_back(activity_id, team_id)
-            code, rest = split_reply(await self._scripts.call("team_open", keys, args))
+            opened = await self._teams.open(
+                activity_id, team_id, leader_id, order_id or "", retention_ms
+            )
+            code, rest = opened.code, opened.rest
         if code is TeamCode.CONFLICT:
             raise_for(code, f"team {team_id!r} exists with another leader or order")
         _refuse_for_user(code, leader_id, rest)
@@ -213,12 +212,8 @@ class TeamService(UsesBackends):
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
         """A team's current state: live from Redis, or from SQL once Redis let it go."""
-        reply = await self._scripts.call(
-            "team_read",
-            self._keys.team_keys(activity_id, team_id),
-            self._args(activity_id, team_id),
-        )
-        code, rest = split_reply(reply)
+        reply = await self._teams.read(activity_id, team_id)
+        code, rest = reply.code, reply.rest
         if code is TeamCode.TEAM_NOT_FOUND and await self._bring_back(activity_id, team_id):
             return await self.get_team(activity_id, team_id)
         if code is TeamCode.OK:
@@ -290,26 +285,23 @@ class TeamService(UsesBackends):
                 recorded += [m.user_id, member_value(m.seq, to_ms(m.joined_at), m.order_id)]
                 if m.user_id == team.leader_id:
                     leader_order = m.order_id or ""
-            args = self._args(
+            reply = await self._teams.restore(
                 activity_id,
                 team_id,
-                team.leader_id,
-                leader_order,
-                team.size,
-                activity.lock_ttl_s * 1000,
-                to_ms(team.created_at),
-                to_ms(team.deadline_at),
-                self._defaults.retention_s * 1000,
-                version,
-                activity.virtual_min_members or 0,
-                activity.teams_per_user or 0,
-                activity.open_teams_per_leader or 0,
-                *recorded,
+                recorded,
+                leader_id=team.leader_id,
+                leader_order_id=leader_order,
+                size=team.size,
+                lock_ttl_ms=activity.lock_ttl_s * 1000,
+                created_ms=to_ms(team.created_at),
+                deadline_ms=to_ms(team.deadline_at),
+                retention_ms=self._defaults.retention_s * 1000,
+                version=version,
+                virtual_min=activity.virtual_min_members or 0,
+                teams_limit=activity.teams_per_user or 0,
+                led_limit=activity.open_teams_per_leader or 0,
             )
-            reply = await self._scripts.call(
-                "team_restore", keys.team_keys(activity_id, team_id), args
-            )
-        if split_reply(reply)[0] is not TeamCode.OK:
+        if reply.code is not TeamCode.OK:
             return False
         RESTORED.labels("team").inc()
         log.warning(
@@ -354,25 +346,11 @@ class TeamService(UsesBackends):
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome, "lock")
     async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""
-        base_keys = [
-            *self._keys.team_keys(activity_id, team_id),
-            self._keys.user_lock(activity_id, user_id),
-            self._keys.activity_blocklist(activity_id),
-        ]
         other = ""
         restored = False
         for _ in range(_SWITCH_ATTEMPTS):
-            keys = base_keys
-            if other:
-                keys = [
-                    *base_keys,
-                    self._keys.team(activity_id, other),
-                    self._keys.team_locks(activity_id, other),
-                ]
-            reply = await self._scripts.call(
-                "team_lock", keys, self._args(activity_id, team_id, user_id, other)
-            )
-            code, rest = split_reply(reply)
+            reply = await self._teams.lock(activity_id, team_id, user_id, other)
+            code, rest = reply.code, reply.rest
             if code is TeamCode.SWITCH_NEEDED:
                 other = rest[0]
                 continue
@@ -410,16 +388,15 @@ class TeamService(UsesBackends):
         """Hold a free seat for the user in the open team of the activity closest to forming
         (most members + live locks, then the oldest); the user's live lock in the activity,
         wherever it is, is the answer instead (`existing`)."""
-        keys = [
-            *self._keys.pick_keys(activity_id),
-            self._keys.user_lock(activity_id, user_id),
-            self._keys.activity_blocklist(activity_id),
-        ]
         cursor: list[Any] = ["", ""]
         while True:
             # Each call looks at a bounded number of teams; a long way down the index (the
             # user belongs to many of the first teams) takes several calls.
-            code, rest = await self._pick("team_join", keys, activity_id, cursor, user_id)
+            code, rest = await self._pick(
+                activity_id,
+                partial(self._teams.join, activity_id, user_id, self._defaults.join_candidates),
+                cursor,
+            )
             if code is not TeamCode.LOOK_FURTHER:
                 break
             cursor = rest
@@ -444,8 +421,8 @@ class TeamService(UsesBackends):
         the cursor of the next page (None after the last one)."""
         after = parse_page_cursor(cursor) if cursor else None
         position = [after.score, after.team_id] if after else ["", ""]
-        keys = self._keys.pick_keys(activity_id)
-        code, rest = await self._pick("team_list", keys, activity_id, position, limit)
+        listing = partial(self._teams.list, activity_id, limit, self._defaults.join_candidates)
+        code, rest = await self._pick(activity_id, listing, position)
         if code is not TeamCode.OK:
             raise_for(code)
         score, team_id, page = rest
@@ -455,34 +432,24 @@ class TeamService(UsesBackends):
         }
 
     async def _pick(
-        self, script: str, keys: list[str], activity_id: str, cursor: list[Any], last: Any
+        self,
+        activity_id: str,
+        script: Callable[[Sequence[Any]], Awaitable[TeamReply]],
+        cursor: Sequence[Any],
     ) -> tuple[TeamCode, list[Any]]:
-        """Call a script that picks among the activity's teams (lua/_team_pick.lua); when
-        Redis has no copy of the activity, put it back from SQL (404 when unknown) and again."""
-        args = [
-            activity_id,
-            self._clock.shift_ms,
-            *self._keys.team_key_formats(activity_id),
-            self._defaults.join_candidates,
-            *cursor,
-            last,
-        ]
-        code, rest = split_reply(await self._scripts.call(script, keys, args))
-        if code is TeamCode.ACTIVITY_NOT_FOUND:
+        """Call a script that picks among the activity's teams (lua/_team_pick.lua) from
+        `cursor`; when Redis has no copy of the activity, put it back from SQL (404 when
+        unknown) and again."""
+        reply = await script(cursor)
+        if reply.code is TeamCode.ACTIVITY_NOT_FOUND:
             await self._put_activity(await self._activity_row(activity_id))
-            code, rest = split_reply(await self._scripts.call(script, keys, args))
-        return code, rest
+            reply = await script(cursor)
+        return reply.code, reply.rest
 
     async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
         """Release the user's lock on the team; False when there was none."""
-        keys = [
-            *self._keys.team_keys(activity_id, team_id),
-            self._keys.user_lock(activity_id, user_id),
-        ]
-        reply = await self._scripts.call(
-            "team_unlock", keys, self._args(activity_id, team_id, user_id)
-        )
-        code, rest = split_reply(reply)
+        reply = await self._teams.unlock(activity_id, team_id, user_id)
+        code, rest = reply.code, reply.rest
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._recorded_team(activity_id, team_id)  # raises when unknown
             return False
@@ -492,15 +459,10 @@ class TeamService(UsesBackends):
 
     async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
         """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""
-        keys = [
-            *self._keys.team_keys(activity_id, team_id),
-            self._keys.user_lock(activity_id, user_id),
-            self._keys.activity_blocklist(activity_id),
-        ]
-        args = self._args(activity_id, team_id, user_id, order_id)
-        code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
-        if code is TeamCode.TEAM_NOT_FOUND and await self._bring_back(activity_id, team_id):
-            code, rest = split_reply(await self._scripts.call("team_confirm", keys, args))
+        reply = await self._teams.confirm(activity_id, team_id, user_id, order_id)
+        if reply.code is TeamCode.TEAM_NOT_FOUND and await self._bring_back(activity_id, team_id):
+            reply = await self._teams.confirm(activity_id, team_id, user_id, order_id)
+        code, rest = reply.code, reply.rest
         if code is TeamCode.TEAM_NOT_FOUND:
             await self._raise_for_missing_team(activity_id, team_id)
         _refuse_for_user(code, user_id, rest)
@@ -519,10 +481,8 @@ class TeamService(UsesBackends):
 
     async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
         """The user's unexpired lock in the activity, or NoLock (one script call)."""
-        reply = await self._scripts.call(
-            "user_lock_read", [self._keys.user_lock(activity_id, user_id)], [self._clock.shift_ms]
-        )
-        code, rest = split_reply(reply)
+        reply = await self._teams.user_lock(activity_id, user_id)
+        code, rest = reply.code, reply.rest
         if code is TeamCode.NO_LOCK:
             await self._activity_row(activity_id)  # an unknown activity is a 404 of its own
             raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
@@ -592,9 +552,7 @@ class TeamService(UsesBackends):
                     )
                     # Its entry becomes its earliest due team again (or goes): after the
                     # sweep, so a team indexed meanwhile is never hidden behind a later score.
-                    await self._scripts.call(
-                        "activity_reindex", [team_index(activity_id), due_index], [activity_id]
-                    )
+                    await self._teams.reindex(activity_id, team_index(activity_id), due_index)
                     if touched:
                         await self._outbox.flush_quietly(activity_id)
                 if len(due) == batch and fresh:
@@ -618,13 +576,8 @@ class TeamService(UsesBackends):
         for _ in range(max_batches):
             due = await self._redis.zrangebyscore(team_index, "-inf", now_ms, start=0, num=batch)
             for team_id in due:
-                code, rest = split_reply(
-                    await self._scripts.call(
-                        "team_sweep",
-                        self._keys.team_keys(activity_id, team_id),
-                        self._args(activity_id, team_id),
-                    )
-                )
+                swept = await self._teams.sweep(activity_id, team_id)
+                code, rest = swept.code, swept.rest
                 report["teams"] += 1
                 if code is TeamCode.OK:
                     report["locks_expired"] += int(rest[0])
@@ -650,9 +603,10 @@ class TeamService(UsesBackends):
                 )
             ).all()
         for activity_id, team_id in ended:
-            keys = self._keys.team_keys(activity_id, team_id)
-            await self._redis.delete(*keys[:3])
-            for index in (keys[4], keys[5], keys[9]):  # lock, deadline and open-seat indexes
+            team = self._keys.team_keys(activity_id, team_id)
+            await self._redis.delete(team.hash, team.members, team.locks)
+            activity = self._keys.activity_keys(activity_id)
+            for index in (activity.lock_index, activity.deadlines, activity.open_seats):
                 await self._redis.zrem(index, team_id)
         if ended:
             async with self._db.transaction() as session:
@@ -666,8 +620,7 @@ class TeamService(UsesBackends):
         # expires by itself (_ACTIVITY_COPY_TTL_MS).
         released = 0
         for activity_id in sorted({activity_id for activity_id, _team in ended}):
-            keys = self._keys.activity_release_keys(activity_id)
-            released += int((await self._scripts.call("activity_release", keys, [activity_id]))[0])
+            released += await self._teams.release(activity_id)
         return {"teams_released": len(ended), "activities_released": released}
 
     async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
@@ -698,14 +651,7 @@ class TeamService(UsesBackends):
                 (keys.lock_index(activity_id), keys.due_locks(slot)),
                 (keys.deadline_index(activity_id), keys.due_deadlines(slot)),
             ):
-                calls.append(
-                    partial(
-                        self._scripts.call,
-                        "activity_reindex",
-                        [team_index, due_index],
-                        [activity_id],
-                    )
-                )
+                calls.append(partial(self._teams.reindex, activity_id, team_index, due_index))
         for start in range(0, len(calls), _CALLS_AT_ONCE):
             await asyncio.gather(*(call() for call in calls[start : start + _CALLS_AT_ONCE]))
         self._reindex_after = ids[-1] if len(ids) == page else ""

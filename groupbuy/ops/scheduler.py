@@ -22,6 +22,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from groupbuy import metrics
 from groupbuy.ops.jobs import JobRunner
 from groupbuy.settings import SchedulerSettings
+from groupbuy.storage.calls import lease_hold, lease_release
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
 
@@ -86,8 +87,8 @@ class Scheduler:
         if task is not None:
             self._running.add(task)
         try:
-            reply = await self._scripts.call("lease_hold", [self._lease_key], [self.token, ttl_ms])
-            self._lead(bool(int(reply[0])))
+            held = await lease_hold(self._scripts, self._lease_key, self.token, ttl_ms)
+            self._lead(held)
             self._reachability.answered()
         except Exception as error:
             # Cannot tell: stop running jobs rather than risk running them without the lease.
@@ -189,7 +190,7 @@ class Scheduler:
             self._aps.shutdown(wait=False)
         if self.is_leader:
             try:
-                await self._scripts.call("lease_release", [self._lease_key], [self.token])
+                await lease_release(self._scripts, self._lease_key, self.token)
             except Exception as error:
                 if not self._reachability.failed(error):
                     log.warning(

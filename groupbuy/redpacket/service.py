@@ -24,9 +24,10 @@ from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.codec import deposit_key, grab_value, packet_debit_key, packet_event_key
-from groupbuy.redpacket.codes import PacketCode, raise_for, split_reply
+from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.view import PacketView, packet_version
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
@@ -78,13 +79,12 @@ class RedPacketService(UsesBackends):
         self._resend_window_ms = resend_window_ms
         self.writer = writer
         self.acks = acks
+        self._packets = PacketScripts(backends.scripts, backends.keys, backends.clock)
         self._reindex_after = ""  # where the repair job's next re-index page starts
 
-    async def _call(self, script: str, packet_id: str, *args: Any) -> tuple[PacketCode, list[Any]]:
-        reply = await self._scripts.call(
-            script, self._keys.packet_keys(packet_id), [packet_id, self._clock.shift_ms, *args]
-        )
-        return split_reply(reply)
+    async def _expire(self, packet_id: str) -> tuple[PacketCode, list[Any]]:
+        reply = await self._packets.expire(packet_id)
+        return reply.code, reply.rest
 
     # -- accounts -------------------------------------------------------------------
 
@@ -182,22 +182,20 @@ class RedPacketService(UsesBackends):
         (403) and the sender's daily caps are checked and counted atomically (409); True when
         this call counted the send (take it back if the send then does not happen)."""
         limits, day = self._limits, now_ms // DAY_MS
-        keys = [
+        admitted = await self._packets.admit(
             self._keys.blocked_users(self._keys.sender_slot(sender_id)),
             self._keys.sender_day(sender_id, day),
-        ]
-        args = [
-            sender_id,
-            packet_id,
-            amount_cents,
-            limits.sender_daily_count,
-            limits.sender_daily_amount_cents,
-            (day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
+            sender_id=sender_id,
+            packet_id=packet_id,
+            amount_cents=amount_cents,
+            daily_count_cap=limits.sender_daily_count,
+            daily_amount_cap=limits.sender_daily_amount_cents,
+            day_expire_at_ms=(day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
             # A resent call (the reply was lost) finds its own count: still "counted by this
             # send", so a send that then fails in SQL still takes it back.
-            secrets.token_urlsafe(GRAB_TOKEN_BYTES),
-        ]
-        code, rest = split_reply(await self._scripts.call("packet_admit", keys, args))
+            request_token=secrets.token_urlsafe(GRAB_TOKEN_BYTES),
+        )
+        code, rest = admitted.code, admitted.rest
         if code is PacketCode.OK:
             return bool(int(rest[0]))
         if code is PacketCode.USER_BLOCKED:
@@ -219,7 +217,7 @@ class RedPacketService(UsesBackends):
     async def _unadmit(self, sender_id: str, packet_id: str, now_ms: int) -> None:
         """Take back what _admit counted for a send that did not happen."""
         key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
-        await self._scripts.call("packet_unadmit", [key], [packet_id])
+        await self._packets.unadmit(key, packet_id)
 
     async def _record_send(
         self, packet_id: str, wanted: dict[str, Any], now_ms: int
@@ -290,7 +288,7 @@ class RedPacketService(UsesBackends):
         if not joined:
             await self._slots.join(self._keys.packet_slot(row.packet_id))
         shares = split(row.strategy, row.amount_cents, row.count)
-        await self._call("packet_create", row.packet_id, *self._packet_args(row), *shares)
+        await self._packets.create(row.packet_id, shares, **self._recorded_args(row))
         async with self._db.transaction() as session:
             await session.execute(
                 update(PacketRow)
@@ -299,17 +297,17 @@ class RedPacketService(UsesBackends):
             )
         row.status = "active"
 
-    def _packet_args(self, row: PacketRow) -> list[Any]:
-        """ARGV[3..9] of packet_create and packet_restore: the packet as SQL records it."""
-        return [
-            row.sender_id,
-            row.amount_cents,
-            row.count,
-            row.strategy,
-            to_ms(row.created_at),
-            to_ms(row.expires_at),
-            self._limits.retention_s * 1000,
-        ]
+    def _recorded_args(self, row: PacketRow) -> dict[str, Any]:
+        """What packet_create and packet_restore write of the packet, as SQL records it."""
+        return {
+            "sender_id": row.sender_id,
+            "amount_cents": row.amount_cents,
+            "count": row.count,
+            "strategy": row.strategy,
+            "created_ms": to_ms(row.created_at),
+            "expires_ms": to_ms(row.expires_at),
+            "retention_ms": self._limits.retention_s * 1000,
+        }
 
     async def repair_pending(self) -> dict[str, int]:
         """Finish sends whose Redis step failed: create the packet, or refund it if already over."""
@@ -320,7 +318,7 @@ class RedPacketService(UsesBackends):
         now_ms = await self._clock.now_ms(self._redis)
         made_live = refunded = 0
         for row in pending:
-            in_redis = await self._redis.exists(self._keys.packet_keys(row.packet_id)[0])
+            in_redis = await self._redis.exists(self._keys.packet_keys(row.packet_id).hash)
             if in_redis or to_ms(row.expires_at) > now_ms:
                 await self._make_live(row)
                 made_live += 1
@@ -371,13 +369,16 @@ class RedPacketService(UsesBackends):
         Redis client resends the call after a timeout and the first run did happen, the
         resend finds its own token and answers `grabbed` as the first run did.
         """
-        grab = (user_id, secrets.token_urlsafe(GRAB_TOKEN_BYTES), self._resend_window_ms)
-        code, rest = await self._call("packet_grab", packet_id, *grab)
+        token = secrets.token_urlsafe(GRAB_TOKEN_BYTES)
+        grab = (packet_id, user_id, token, self._resend_window_ms)
+        grabbed = await self._packets.grab(*grab)
+        code, rest = grabbed.code, grabbed.rest
         if code is PacketCode.NOT_FOUND:
             row = await self._recorded(packet_id)
             if not await self._bring_back(row):
                 return await self._grab_from_record(row, user_id)
-            code, rest = await self._call("packet_grab", packet_id, *grab)
+            grabbed = await self._packets.grab(*grab)
+            code, rest = grabbed.code, grabbed.rest
             if code is PacketCode.NOT_FOUND:
                 raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
         if code is PacketCode.OK:
@@ -413,7 +414,7 @@ class RedPacketService(UsesBackends):
         """
         keys = self._keys
         async with rebuilding(
-            self._redis, keys.packet_restoring(packet_id), keys.packet_keys(packet_id)[0]
+            self._redis, keys.packet_restoring(packet_id), keys.packet_keys(packet_id).hash
         ) as needed:
             if not needed:
                 return False
@@ -449,17 +450,16 @@ class RedPacketService(UsesBackends):
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
             await self._slots.join(keys.packet_slot(packet_id))
-            code, rest = await self._call(
-                "packet_restore",
+            restored = await self._packets.restore(
                 packet_id,
-                *self._packet_args(row),
-                epoch,
-                max((g.seq for g in grabs), default=0) - len(grabs),
-                packet_version(epoch, row.count, len(grabs), ended=False),
-                len(grabs),
-                *recorded,
-                *shares,
+                [*recorded, *shares],
+                **self._recorded_args(row),
+                epoch=epoch,
+                seq_gap=max((g.seq for g in grabs), default=0) - len(grabs),
+                version=packet_version(epoch, row.count, len(grabs), ended=False),
+                grab_count=len(grabs),
             )
+            code, rest = restored.code, restored.rest
         if code is not PacketCode.OK:
             return False
         RESTORED.labels("packet").inc()
@@ -498,11 +498,13 @@ class RedPacketService(UsesBackends):
 
     async def get(self, packet_id: str) -> dict[str, Any]:
         """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
-        code, rest = await self._call("packet_read", packet_id)
+        reading = await self._packets.read(packet_id)
+        code, rest = reading.code, reading.rest
         if code is PacketCode.NOT_FOUND:
             row = await self._recorded(packet_id)
             if await self._bring_back(row):
-                code, rest = await self._call("packet_read", packet_id)
+                reading = await self._packets.read(packet_id)
+                code, rest = reading.code, reading.rest
         if code is PacketCode.OK:
             packet, grabs, _now = rest
             return PacketView.from_redis(packet_id, reply_dict(packet), reply_dict(grabs)).body()
@@ -516,7 +518,7 @@ class RedPacketService(UsesBackends):
 
     async def expire(self, packet_id: str) -> dict[str, Any]:
         """Close the packet if its time is up; its refund is recorded exactly once."""
-        code, rest = await self._call("packet_expire", packet_id)
+        code, rest = await self._expire(packet_id)
         if code is PacketCode.OK:
             await self.writer.drain(packet_id)
             return {"packet_id": packet_id, "expired": True, "refunded_cents": int(rest[0])}
@@ -583,9 +585,7 @@ class RedPacketService(UsesBackends):
         missing: list[str] = []
         for start in range(0, len(active), CALLS_AT_ONCE):
             chunk = active[start : start + CALLS_AT_ONCE]
-            replies = await asyncio.gather(
-                *(self._call("packet_expire", packet_id) for packet_id in chunk)
-            )
+            replies = await asyncio.gather(*(self._expire(packet_id) for packet_id in chunk))
             missing += [
                 p
                 for p, (code, _) in zip(chunk, replies, strict=True)
@@ -614,7 +614,8 @@ class RedPacketService(UsesBackends):
                 )
             ).all()
         for packet_id in ended:
-            await self._redis.delete(*self._keys.packet_keys(packet_id)[:4])  # not the indexes
+            packet = self._keys.packet_keys(packet_id)
+            await self._redis.delete(packet.hash, packet.shares, packet.grabs, packet.outbox)
         if ended:
             async with self._db.transaction() as session:
                 await session.execute(

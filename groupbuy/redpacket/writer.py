@@ -44,6 +44,7 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.outbox import ROUND_STREAMS, RunTime, read_outbox
 from groupbuy.storage.slots import each_slot, oldest_first, oldest_scored
@@ -139,8 +140,8 @@ class PacketRecordWriter(UsesBackends):
         if poisoned:
             # Out of the stream (into the dead letters) before the rest is acknowledged,
             # and the status read again: the last sub-batch may have been the poison.
-            keys = self._keys.packet_keys(packet_id)
-            await self._dead.bury("packets", packet_id, stream, keys[4], GROUP, poisoned)
+            pending = self._keys.packet_keys(packet_id).pending
+            await self._dead.bury("packets", packet_id, stream, pending, GROUP, poisoned)
             async with self._db.sessions() as session:
                 status = await session.scalar(
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
@@ -160,10 +161,16 @@ class PacketRecordWriter(UsesBackends):
         and set the packet's pending-index entry from what is left (no ids: only that);
         returns how many entries are left."""
         keys = self._keys.packet_keys(packet_id)
-        _deleted, left = await self._scripts.call(
-            "outbox_ack", [keys[3], keys[4]], [GROUP, "1" if ended else "0", packet_id, *ids]
+        acked = await outbox_ack(
+            self._scripts,
+            keys.outbox,
+            keys.pending,
+            group=GROUP,
+            drop_empty=ended,
+            member=packet_id,
+            ids=ids,
         )
-        return int(left)
+        return acked.left
 
     async def _next_batch(self, stream: str) -> Entries:
         entries = await self._delivered(stream)

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy import errors, metrics
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.calls import outbox_bury
 from groupbuy.storage.db import Base, causes, dialect_insert, sqlstate, unavailable
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
@@ -171,18 +172,25 @@ class DeadLetters(UsesBackends):
     ) -> int:
         """Keep these records as dead letters and take them out of their outbox; returns
         how many entries are left in the outbox."""
-        ids: list[str] = []
+        entries: list[tuple[str, str]] = []
         dead_at = from_ms(await self._clock.now_ms(self._redis))
         async with self._db.transaction() as session:
             row_ids = await self.keep(session, kind, owner_id, poisoned, dead_at)
         for p in poisoned:
-            ids += [p.entry_id, str(row_ids[p.entry_id])]
-        buried, left = await self._scripts.call(
-            "outbox_bury",
+            entries.append((p.entry_id, str(row_ids[p.entry_id])))
+        moved = await outbox_bury(
+            self._scripts,
+            stream,
+            index,
             # the dead-letter stream of the outbox's slot in Redis Cluster, so one slot
-            [stream, index, self._keys.dead_letters(self._keys.slot_of(stream))],
-            [group, owner_id, kind, str(STREAM_CAP), *ids],
+            self._keys.dead_letters(self._keys.slot_of(stream)),
+            group=group,
+            member=owner_id,
+            kind=kind,
+            cap=STREAM_CAP,
+            entries=entries,
         )
+        buried, left = moved.done, moved.left
         # Counted when the entry leaves its outbox: a retry after a crash between the SQL
         # row and this move finds the row already there and counts the move once.
         metrics.DEAD_LETTERS.labels(stream=kind).inc(int(buried))

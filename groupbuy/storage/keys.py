@@ -24,6 +24,8 @@ from functools import cache, lru_cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from groupbuy.storage.contracts import KeyGroup
+
 SLOTS = REDIS_CLUSTER_HASH_SLOTS  # 16,384
 _TAG_CHARS = (string.digits + string.ascii_letters).encode()
 
@@ -56,6 +58,48 @@ def slot_tags() -> tuple[str, ...]:
 def slot_tag(slot: int) -> str:
     """The hash tag (without braces) of the per-slot keys of `slot`."""
     return slot_tags()[slot]
+
+
+@dataclass(frozen=True)
+class TeamKeys(KeyGroup):
+    """One team's keys: its state hash, members hash and locks zset."""
+
+    prefix = "team_"
+    hash: str
+    members: str
+    locks: str
+
+
+@dataclass(frozen=True)
+class ActivityKeys(KeyGroup):
+    """The activity keys every team script takes: its outbox, lock, deadline and open-seat
+    indexes under its tag, and the pending, lock-due and deadline-due indexes (one each on
+    one Redis server; those of the activity's slot in Redis Cluster)."""
+
+    prefix = "activity_"
+    outbox: str
+    lock_index: str
+    deadlines: str
+    pending: str
+    due_locks: str
+    due_deadlines: str
+    open_seats: str
+
+
+@dataclass(frozen=True)
+class PacketKeys(KeyGroup):
+    """The keys every packet script takes: state hash, queued shares, grabs, outbox (under
+    the packet's tag), then the pending and due indexes and the blocked users (one each on
+    one Redis server; those of the packet's slot in Redis Cluster)."""
+
+    prefix = "packet_"
+    hash: str
+    shares: str
+    grabs: str
+    outbox: str
+    pending: str
+    due: str
+    blocklist: str
 
 
 @dataclass(frozen=True)
@@ -130,39 +174,39 @@ class Keys:
         """Sorted set of a team's seat locks: member user_id, score locked_at_ms."""
         return f"{self.team(activity_id, team_id)}{_LOCKS}"
 
-    def team_key_formats(self, activity_id: str) -> list[str]:
-        """How the scripts that pick teams (lua/_team_pick.lua) build a team's keys: the
-        prefix of its hash, then the suffixes of its members hash and locks zset."""
-        return [self.team_key_prefix(activity_id), _MEMBERS, _LOCKS]
+    members_suffix = _MEMBERS
+    locks_suffix = _LOCKS
+
+    def user_key_prefix(self, activity_id: str) -> str:
+        """What every per-user key of an activity starts with (the user id follows)."""
+        return f"{self._activity_tag(activity_id)}:user:"
 
     def user_lock(self, activity_id: str, user_id: str) -> str:
         """A user's current lock in an activity (value: see locks.codec.CurrentLock)."""
-        return f"{self._activity_tag(activity_id)}:user:{user_id}:lock"
+        return f"{self.user_key_prefix(activity_id)}{user_id}:lock"
 
     def user_counter(self, activity_id: str, user_id: str, what: str) -> str:
         """A user's counter behind the activity's limits: `teams` (teams they belong to) or
-        `led` (open teams they lead). The team scripts build these names themselves
-        (lua/_team_lib.lua, user_counter); a test checks both agree."""
-        return f"{self._activity_tag(activity_id)}:user:{user_id}:{what}"
+        `led` (open teams they lead). The team scripts build these names themselves from
+        `user_key_prefix` (lua/_team_lib.lua, user_counter); a test checks both agree."""
+        return f"{self.user_key_prefix(activity_id)}{user_id}:{what}"
 
     def _packet_tag(self, packet_id: str) -> str:
         return f"{self.prefix}:{{p:{packet_id}}}"
 
-    def packet_keys(self, packet_id: str) -> list[str]:
-        """The KEYS[1..7] of every packet script: state hash, queued shares, grabs, outbox
-        (the packet's own, under its tag), then the pending and due indexes and the blocked
-        users (one each on one Redis server; those of the packet's slot in Redis Cluster)."""
+    def packet_keys(self, packet_id: str) -> PacketKeys:
+        """The keys every packet script takes."""
         tag = self._packet_tag(packet_id)
         slot = self.packet_slot(packet_id)
-        return [
-            f"{tag}:packet",
-            f"{tag}:shares",
-            f"{tag}:grabs",
-            f"{tag}:outbox",
-            self.pending_packets(slot),
-            self.due_packets(slot),
-            self.blocked_users(slot),
-        ]
+        return PacketKeys(
+            hash=f"{tag}:packet",
+            shares=f"{tag}:shares",
+            grabs=f"{tag}:grabs",
+            outbox=f"{tag}:outbox",
+            pending=self.pending_packets(slot),
+            due=self.due_packets(slot),
+            blocklist=self.blocked_users(slot),
+        )
 
     def packet_restoring(self, packet_id: str) -> str:
         """The lock held while a packet Redis lost is rebuilt from SQL (one rebuilder)."""
@@ -174,7 +218,7 @@ class Keys:
 
     def packet_outbox(self, packet_id: str) -> str:
         """Stream of a packet's grabs and endings for SQL (read by a consumer group)."""
-        return self.packet_keys(packet_id)[3]
+        return f"{self._packet_tag(packet_id)}:outbox"
 
     def lock_index(self, activity_id: str) -> str:
         """Sorted set team_id -> when the team's earliest lock expires (what sweep_locks reads)."""
@@ -253,66 +297,47 @@ class Keys:
         ends."""
         return f"{self.prefix}:{{s:{sender_id}}}:sent:{day}"
 
-    def rate_buckets(self, key_id: str, route_class: str, user_id: str | None) -> list[str]:
+    def rate_buckets(
+        self, key_id: str, route_class: str, user_id: str | None, by_key: bool = True
+    ) -> list[str]:
         """The token buckets one request takes from: its API key's for the route class, then
         its user's (when the route names one). Both share the key's hash tag so one script
         call checks them together in Redis Cluster; a key's users then sit in its slot,
         which its own bucket, hit by every request of the key, makes hot anyway. Each
-        bucket expires once full again (lua/ratelimit_take.lua)."""
+        bucket expires once full again (lua/ratelimit_take.lua). Without `by_key`, only the
+        user's."""
         tag = f"{self.prefix}:{{rl:{key_id}}}:{route_class}"
-        if user_id is None:
-            return [f"{tag}:key"]
-        return [f"{tag}:key", f"{tag}:user:{user_id}"]
+        buckets = [f"{tag}:key"] if by_key else []
+        if user_id is not None:
+            buckets.append(f"{tag}:user:{user_id}")
+        return buckets
 
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
 
-    def activity_release_keys(self, activity_id: str) -> list[str]:
-        """The KEYS of activity_release.lua: the activity's copy, its two indexes, and the
-        two due indexes (of its slot) it leaves."""
+    @lru_cache(maxsize=4096)  # noqa: B019 (Keys lives as long as the process)
+    def activity_keys(self, activity_id: str) -> ActivityKeys:
+        """An activity's keys every team script takes (cached: a storm of seat locks hits
+        the same activities again and again)."""
         slot = self.activity_slot(activity_id)
-        return [
-            self.activity(activity_id),
-            self.lock_index(activity_id),
-            self.deadline_index(activity_id),
-            self.due_locks(slot),
-            self.due_deadlines(slot),
-        ]
-
-    def activity_keys(self, activity_id: str) -> list[str]:
-        """An activity's keys every team script takes (KEYS[4..10] of lua/_team_lib.lua): its
-        outbox, lock, deadline and open-seat indexes under its tag, and the pending, lock-due
-        and deadline-due indexes (one each on one Redis server; those of the activity's slot
-        in Redis Cluster)."""
-        slot = self.activity_slot(activity_id)
-        return [
-            self.outbox(activity_id),
-            self.lock_index(activity_id),
-            self.deadline_index(activity_id),
-            self.pending_activities(slot),
-            self.due_locks(slot),
-            self.due_deadlines(slot),
-            self.open_seats(activity_id),
-        ]
-
-    def pick_keys(self, activity_id: str) -> list[str]:
-        """The KEYS[1..8] of the scripts that pick teams (lua/_team_pick.lua): the activity's
-        keys, then its hash."""
-        return [*self.activity_keys(activity_id), self.activity(activity_id)]
-
-    def team_keys(self, activity_id: str, team_id: str) -> list[str]:
-        """The KEYS[1..10] every script naming a team starts with (see lua/_team_lib.lua): the
-        team's hash, members and locks, then the activity's keys."""
-        return list(self._team_keys(activity_id, team_id))
+        return ActivityKeys(
+            outbox=self.outbox(activity_id),
+            lock_index=self.lock_index(activity_id),
+            deadlines=self.deadline_index(activity_id),
+            pending=self.pending_activities(slot),
+            due_locks=self.due_locks(slot),
+            due_deadlines=self.due_deadlines(slot),
+            open_seats=self.open_seats(activity_id),
+        )
 
     # Built on every seat lock; a storm hits the same teams again and again (15% of a lock's
-    # own time went into these f-strings). A fresh list per call: callers extend it.
+    # own time went into these f-strings).
     @lru_cache(maxsize=4096)  # noqa: B019 (Keys lives as long as the process)
-    def _team_keys(self, activity_id: str, team_id: str) -> tuple[str, ...]:
-        return (
-            self.team(activity_id, team_id),
-            self.team_members(activity_id, team_id),
-            self.team_locks(activity_id, team_id),
-            *self.activity_keys(activity_id),
+    def team_keys(self, activity_id: str, team_id: str) -> TeamKeys:
+        """One team's hash, members and locks."""
+        return TeamKeys(
+            hash=self.team(activity_id, team_id),
+            members=self.team_members(activity_id, team_id),
+            locks=self.team_locks(activity_id, team_id),
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from groupbuy.storage.calls import outbox_ack, outbox_read
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
 from groupbuy.storage.events import Event, record_events
@@ -50,8 +51,8 @@ async def read_outbox(
     with `[redis] wait_replicas`, only once the replicas hold them, else
     RedisReplicationTimeout: SQL must not take a record that a failover could take back
     from Redis, and a retried grab would then get another share than the row SQL kept."""
-    waits = "1" if scripts.replica_wait is not None else "0"
-    _read, entries = await scripts.call("outbox_read", [stream], [first, last, count, waits])
+    waits = scripts.replica_wait is not None
+    entries = await outbox_read(scripts, stream, first=first, last=last, most=count, publish=waits)
     return [(entry_id, reply_dict(fields)) for entry_id, fields in entries]
 
 
@@ -180,12 +181,16 @@ class OutboxWriter:
         """Delete recorded entries and set the stream's pending-index entry from what is
         left (no ids: only that); returns how many entries are left."""
         # Only scripts add to a team stream, and they recreate it: an empty one can go.
-        _deleted, left = await self._scripts.call(
-            "outbox_ack",
-            [self._stream_of(member), self._index_of(member)],
-            ["", "1", member, *ids],
+        acked = await outbox_ack(
+            self._scripts,
+            self._stream_of(member),
+            self._index_of(member),
+            group="",
+            drop_empty=True,
+            member=member,
+            ids=ids,
         )
-        return int(left)
+        return acked.left
 
     async def flush_quietly(self, member: str) -> None:
         """Flush, logging instead of raising: the background loop will retry what failed.

@@ -26,6 +26,7 @@ from typing import Any
 import redis.exceptions
 
 from groupbuy.settings import RATE_CLASSES, RateLimitSettings
+from groupbuy.storage.calls import ratelimit_take
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.reachability import UNREACHABLE
@@ -148,11 +149,11 @@ class RateLimitService:
                 return None
             # This request tries; the key's others go on skipping until it has an answer.
             self._skip_until[key_id] = now + SKIP_AFTER_FAILURE_S
-        keys = self._keys.rate_buckets(key_id, route_class, user_id if plan.by_user else None)
-        if not plan.by_key:
-            del keys[0]
+        keys = self._keys.rate_buckets(
+            key_id, route_class, user_id if plan.by_user else None, by_key=plan.by_key
+        )
         try:
-            reply = await self._scripts.call(SCRIPT, keys, [self._clock.shift_ms, *plan.args])
+            reply = await ratelimit_take(self._scripts, keys, self._clock.shift_ms, plan.args)
         except UNAVAILABLE as error:
             # Open, not shut: the operation answers 503 itself when it needs Redis (or is
             # refused over maxmemory by its own script), and what does not need it (the

@@ -108,7 +108,7 @@ def one_packet_per_master(cluster: RedisCluster, keys: Keys) -> dict[int, str]:
     chosen: dict[int, str] = {}
     for n in range(1000):
         packet_id = f"pk{n}"
-        owner = cluster.node_of_slot(key_slot(keys.packet_keys(packet_id)[0].encode()))
+        owner = cluster.node_of_slot(key_slot(keys.packet_keys(packet_id).hash.encode()))
         chosen.setdefault(owner, packet_id)
         if len(chosen) == len(cluster.masters()):
             return chosen

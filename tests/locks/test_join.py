@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from groupbuy import errors
+from groupbuy.locks.scripts import TeamScripts
 from groupbuy.services import Services
 from groupbuy.testing.joins import Tap, grade_joins
 from tests.support.counting import commands_processed
@@ -190,7 +191,8 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
 ) -> None:
     """10,000 full teams of two; only the last one's lock has expired, and nobody swept it.
     A join finds that seat (never no_team_available), in a bounded number of commands."""
-    teams, keys, scripts, aid = services.teams, services.keys, services.scripts, "big"
+    teams, keys, aid = services.teams, services.keys, "big"
+    team_scripts = TeamScripts(services.scripts, services.keys, services.clock)
     await teams.create_activity(aid, team_size=2, lock_ttl_s=600)
     team_ids = [f"t{i:05d}" for i in range(TEAMS)]
     last = team_ids[-1]
@@ -198,14 +200,9 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
 
     async def open_team(tid: str) -> None:
         # The script alone: the SQL record of an open is not what this test is about.
-        args = [aid, tid, services.clock.shift_ms, f"lead-{tid}", "", 86_400_000]
         async with gate:
-            reply = await scripts.call(
-                "team_open",
-                [*keys.team_keys(aid, tid), keys.activity(aid), keys.blocked_users()],
-                args,
-            )
-        assert int(reply[0]) == 0, reply
+            reply = await team_scripts.open(aid, tid, f"lead-{tid}", "", 86_400_000)
+        assert reply.code == 0, reply
 
     async def lock(tid: str) -> None:
         async with gate:

@@ -18,9 +18,11 @@ from sqlalchemy import String, create_engine, literal, select
 from groupbuy.locks import codec as team_codec
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import MemberRow
+from groupbuy.locks.scripts import TeamScripts
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import to_ms
@@ -56,27 +58,19 @@ class Teams:
     """Calls the team scripts directly, as TeamService does, so the outbox can be read raw."""
 
     def __init__(self, services: Services) -> None:
-        self.s = services
-        self.keys = services.keys
-
-    async def _call(self, script: str, team_id: str, user: str, *rest: Any) -> list[Any]:
-        keys = self.keys.team_keys(AID, team_id)
-        if script == "team_open":
-            keys = [*keys, self.keys.activity(AID)]
-        else:
-            keys = [*keys, self.keys.user_lock(AID, user)]
-        keys.append(self.keys.blocked_users())
-        args = [AID, team_id, self.s.clock.shift_ms, user, *rest]
-        return list(await self.s.scripts.call(script, keys, args))
+        self.scripts = TeamScripts(services.scripts, services.keys, services.clock)
 
     async def open(self, team_id: str, leader: str, order: str) -> list[Any]:
-        return await self._call("team_open", team_id, leader, order, RETENTION_MS)
+        reply = await self.scripts.open(AID, team_id, leader, order, RETENTION_MS)
+        return [reply.code, *reply.rest]
 
     async def lock(self, team_id: str, user: str) -> list[Any]:
-        return await self._call("team_lock", team_id, user, "")
+        reply = await self.scripts.lock(AID, team_id, user, "")
+        return [reply.code, *reply.rest]
 
     async def confirm(self, team_id: str, user: str, order: str) -> list[Any]:
-        return await self._call("team_confirm", team_id, user, order)
+        reply = await self.scripts.confirm(AID, team_id, user, order)
+        return [reply.code, *reply.rest]
 
 
 async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Services) -> None:
@@ -167,9 +161,9 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
 
 
 async def _grab(services: Services, packet_id: str, user: str) -> list[Any]:
-    keys = services.keys.packet_keys(packet_id)
-    args = [packet_id, services.clock.shift_ms, user, f"t-{user}_{packet_id}", 30_000]
-    return list(await services.scripts.call("packet_grab", keys, args))
+    packets = PacketScripts(services.scripts, services.keys, services.clock)
+    reply = await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
+    return [reply.code, *reply.rest]
 
 
 async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Services) -> None:
@@ -185,7 +179,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
         replies[user] = int(amount)
     assert PacketCode(int((await _grab(services, "pk-2_b", "u-1"))[0])) is PacketCode.OK
 
-    raw_grabs = await redis.hgetall(keys.packet_keys("pk-1_a")[2])
+    raw_grabs = await redis.hgetall(keys.packet_keys("pk-1_a").grabs)
     grabs = {user: packet_codec.parse_grab(value) for user, value in raw_grabs.items()}
     assert {user: (g.seq, g.amount_cents, g.token) for user, g in grabs.items()} == {
         "u-1": (1, replies["u-1"], "t-u-1_pk-1_a"),

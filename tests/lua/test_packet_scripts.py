@@ -7,12 +7,17 @@ from typing import Any
 import pytest
 
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.scripts import CONTRACTS as PACKET_CONTRACTS
+from groupbuy.redpacket.scripts import PACKET_EXPIRE
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source
 
 PID = "pk1"
 RETENTION_MS = 3_600_000
 WINDOW_MS = 30_000  # packet_grab's resend window
+
+
+CONTRACTS = {contract.name: contract for contract in PACKET_CONTRACTS}
 
 
 class Harness:
@@ -30,7 +35,8 @@ class Harness:
         return int(seconds) * 1000 + int(micros) // 1000 + self.shift_ms
 
     async def call(self, name: str, *args: Any) -> list[Any]:
-        reply = await self.scripts.call(name, self.keys, [PID, self.shift_ms, *args])
+        keys = CONTRACTS[name].key_list(self.keys)
+        reply = await self.scripts.call(name, keys, [PID, self.shift_ms, *args])
         assert isinstance(reply, list), reply
         return reply
 
@@ -54,7 +60,7 @@ class Harness:
         )
 
     async def records(self) -> list[dict[str, str]]:
-        return [fields for _id, fields in await self.redis.xrange(self.keys[3])]
+        return [fields for _id, fields in await self.redis.xrange(self.keys.outbox)]
 
 
 @pytest.fixture
@@ -71,17 +77,17 @@ def code(reply: list[Any]) -> PacketCode:
 async def test_create_is_idempotent_and_sets_up_the_group(h: Harness) -> None:
     assert await h.create([5, 3, 2]) == [PacketCode.OK]
     assert await h.create([9, 9, 9]) == [PacketCode.EXISTING]
-    assert await h.redis.lrange(h.keys[1], 0, -1) == ["5", "3", "2"]
-    groups = await h.redis.xinfo_groups(h.keys[3])
+    assert await h.redis.lrange(h.keys.shares, 0, -1) == ["5", "3", "2"]
+    groups = await h.redis.xinfo_groups(h.keys.outbox)
     assert [g["name"] for g in groups] == ["writers"]
-    ttl = await h.redis.pttl(h.keys[0])
+    ttl = await h.redis.pttl(h.keys.hash)
     assert 60_000 < ttl <= 60_000 + RETENTION_MS
 
 
 async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
     shares = [1] * 10_000
     assert await h.create(shares) == [PacketCode.OK]
-    assert await h.redis.llen(h.keys[1]) == 10_000
+    assert await h.redis.llen(h.keys.shares) == 10_000
 
 
 async def test_grab_outcomes(h: Harness) -> None:
@@ -101,9 +107,9 @@ async def test_grab_outcomes(h: Harness) -> None:
         ("u2", "3", "2"),
         ("u3", "2", "3"),
     ]
-    packet = await h.redis.hgetall(h.keys[0])
+    packet = await h.redis.hgetall(h.keys.hash)
     assert packet["status"] == "sold_out" and packet["remaining_cents"] == "0"
-    assert await h.redis.pttl(h.keys[2]) > 0  # the grabs hash expires with the packet
+    assert await h.redis.pttl(h.keys.grabs) > 0  # the grabs hash expires with the packet
 
 
 async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
@@ -122,7 +128,7 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     assert await h.grab("u3", token="req-D") == last
     records = await h.records()
     assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
-    packet = await h.redis.hgetall(h.keys[0])
+    packet = await h.redis.hgetall(h.keys.hash)
     assert packet["version"] == "5"  # created, three grabs, sold out: no change by a resend
     # Past the resend window the token no longer counts: a plain repeat.
     h.shift_ms += WINDOW_MS + 1
@@ -132,14 +138,14 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
 async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
     await h.create([5, 3, 2])
     first = await h.grab("early", token="req-E")
-    await h.redis.hset(h.keys[6], mapping={"bad": "1|", "early": "1|"})
+    await h.redis.hset(h.keys.blocklist, mapping={"bad": "1|", "early": "1|"})
     assert await h.grab("bad") == [PacketCode.USER_BLOCKED]
     # What the user grabbed before the block is still answered, a resend too.
     assert await h.grab("early") == [PacketCode.ALREADY_GRABBED, 5]
     assert await h.grab("early", token="req-E") == first
     assert [r["type"] for r in await h.records()] == ["grab"]
-    assert await h.redis.llen(h.keys[1]) == 2
-    await h.redis.hdel(h.keys[6], "bad")
+    assert await h.redis.llen(h.keys.shares) == 2
+    await h.redis.hdel(h.keys.blocklist, "bad")
     assert (await h.grab("bad"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
 
 
@@ -154,7 +160,7 @@ async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 5]
     refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
     assert len(refunds) == 1 and refunds[0]["refunded_cents"] == "5"
-    assert not await h.redis.exists(h.keys[1])
+    assert not await h.redis.exists(h.keys.shares)
 
 
 async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) -> None:
@@ -186,7 +192,7 @@ async def test_read(h: Harness) -> None:
 async def test_outbox_ack_with_the_group(h: Harness) -> None:
     await h.create([1, 1])
     await h.grab("u1")
-    stream, pending = h.keys[3], h.keys[4]
+    stream, pending = h.keys.outbox, h.keys.pending
     batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
     ids = [entry_id for entry_id, _ in batch[0][1]]
     assert await h.redis.zscore(pending, PID) == int(ids[0].split("-")[0])  # listed by the grab
@@ -215,7 +221,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
     grabs = [("u1", "1|4|1000"), ("u3", "3|2|1002")]  # seq 2 never reached SQL
     assert await _restore(h, grabs, [3, 1]) == [PacketCode.OK, "active"]
     assert await _restore(h, [], [1, 1, 1, 7]) == [PacketCode.EXISTING]  # nothing changed
-    packet = await h.redis.hgetall(h.keys[0])
+    packet = await h.redis.hgetall(h.keys.hash)
     assert (packet["remaining_count"], packet["remaining_cents"], packet["epoch"]) == (
         "2",
         "4",
@@ -232,7 +238,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         ("packet.sold_out", None, "1"),
     ]
     assert records[-1]["version"] == "103"  # two grabs and the sold out after the rebuild
-    assert await h.redis.zscore(h.keys[5], PID) is None  # sold out: not due any more
+    assert await h.redis.zscore(h.keys.due, PID) is None  # sold out: not due any more
 
 
 async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) -> None:
@@ -240,7 +246,7 @@ async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) ->
     assert await _restore(h, grabs, []) == [PacketCode.OK, "sold_out"]
     assert [r["type"] for r in await h.records()] == ["packet.sold_out"]
     assert await h.grab("u3") == [PacketCode.SOLD_OUT]
-    assert await h.redis.zscore(h.keys[5], PID) is None
+    assert await h.redis.zscore(h.keys.due, PID) is None
 
 
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
@@ -255,7 +261,7 @@ async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harnes
     keys = set(await h.redis.keys("*"))
     # The documented exceptions (docs/architecture.md, for Cluster): the two indexes, and
     # the blocked users hash, which exists once a user is blocked.
-    indexes = set(h.keys[4:6])
+    indexes = {h.keys.pending, h.keys.due}
     assert indexes <= keys and len(keys - indexes) == 4
     assert {k[k.index("{") + 1 : k.index("}")] for k in keys - indexes} == {f"p:{PID}"}
 
@@ -276,7 +282,7 @@ def entry_ms(entry_id: str) -> int:
 
 
 async def test_the_pending_index_lists_a_packet_while_records_wait(h: Harness) -> None:
-    stream, pending = h.keys[3], h.keys[4]
+    stream, pending = h.keys.outbox, h.keys.pending
     await h.create([1, 1, 1])
     assert await h.redis.zscore(pending, PID) is None  # created: nothing waits yet
     await h.grab("u1")
@@ -296,7 +302,7 @@ async def test_the_pending_index_lists_a_packet_while_records_wait(h: Harness) -
 
 
 async def test_outbox_read_answers_a_range_of_the_stream(h: Harness) -> None:
-    stream = h.keys[3]
+    stream = h.keys.outbox
     await h.create([1, 1, 1, 1])  # not sold out: three grab records
     for user in ("u1", "u2", "u3"):
         await h.grab(user)
@@ -320,9 +326,9 @@ async def test_outbox_read_answers_a_range_of_the_stream(h: Harness) -> None:
 
 
 async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> None:
-    due = h.keys[5]
+    due = h.keys.due
     await h.create([1, 1], ttl_ms=10_000)
-    expires = int((await h.redis.hgetall(h.keys[0]))["expires_ms"])
+    expires = int((await h.redis.hgetall(h.keys.hash))["expires_ms"])
     assert await h.redis.zscore(due, PID) == expires
     await h.redis.zrem(due, PID)  # lost: a check before the expiry puts it back
     assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
@@ -334,7 +340,7 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
     assert code(await h.call("packet_expire")) is PacketCode.EXISTING
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {"gone": 1})  # so does one of a packet Redis no longer has
-    gone = Keys("t").packet_keys("gone")
+    gone = PACKET_EXPIRE.key_list(Keys("t").packet_keys("gone"))
     assert await h.scripts.call("packet_expire", gone, ["gone", 0]) == [PacketCode.NOT_FOUND]
     assert await h.redis.zscore(due, "gone") is None
 
@@ -342,13 +348,13 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
 async def test_selling_out_leaves_the_due_index(h: Harness) -> None:
     await h.create([1, 1])
     await h.grab("u1")
-    assert await h.redis.zscore(h.keys[5], PID) is not None
+    assert await h.redis.zscore(h.keys.due, PID) is not None
     await h.grab("u2")
-    assert await h.redis.zscore(h.keys[5], PID) is None
+    assert await h.redis.zscore(h.keys.due, PID) is None
 
 
 async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> None:
-    blocked, day = h.keys[6], "t:{s:snd}:sent:1"
+    blocked, day = h.keys.blocklist, "t:{s:snd}:sent:1"
 
     async def admit(
         pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0, token: str = "other"
@@ -394,7 +400,7 @@ async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harn
     await h.create([1, 1, 1])
     await h.grab("u1")
     await h.grab("u2")
-    stream, pending, dead = h.keys[3], h.keys[4], Keys("t").dead_letters()
+    stream, pending, dead = h.keys.outbox, h.keys.pending, Keys("t").dead_letters()
     batch = await h.redis.xreadgroup("writers", "c1", {stream: ">"})
     (first, fields), (second, _) = batch[0][1]
     args = ["writers", PID, "packets", "100"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, seat_score
 from groupbuy.locks.codes import TeamCode
 from groupbuy.storage.keys import Keys
@@ -39,56 +40,103 @@ class Harness:
         assert isinstance(reply, list), reply
         return reply
 
-    def _keys(self, tid: str, user: str | None = None) -> list[str]:
-        keys = self.keys.team_keys(AID, tid)
-        return keys if user is None else [*keys, self.keys.user_lock(AID, user)]
+    async def team(
+        self, contract: Any, tid: str, more: list[Any] | None = None, **named: Any
+    ) -> list[Any]:
+        """A script naming a team: its keys and arguments by name, in the contract's order."""
+        keys = {k: v for k, v in named.items() if k in contract.key_names}
+        args = {
+            "activity_id": AID,
+            "team_id": tid,
+            "shift_ms": self.shift_ms,
+            "user_key_prefix": self.keys.user_key_prefix(AID),
+            **{k: v for k, v in named.items() if k not in keys},
+        }
+        key_list = contract.key_list(
+            self.keys.team_keys(AID, tid), self.keys.activity_keys(AID), **keys
+        )
+        return await self._call(contract.name, key_list, contract.arg_list(args, more or []))
 
     async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
-        keys = [*self._keys(tid), self.keys.activity(AID), self.keys.blocked_users()]
-        return await self._call(
-            "team_open", keys, [AID, tid, self.shift_ms, leader, order, RETENTION_MS]
+        return await self.team(
+            contracts.TEAM_OPEN,
+            tid,
+            activity_hash=self.keys.activity(AID),
+            blocklist=self.keys.blocked_users(),
+            leader_id=leader,
+            leader_order_id=order,
+            retention_ms=RETENTION_MS,
         )
 
     async def lock(self, tid: str, user: str, other: str = "") -> list[Any]:
-        keys = [*self._keys(tid, user), self.keys.blocked_users()]
+        others: dict[str, Any] = {}
         if other:
-            keys += [self.keys.team(AID, other), self.keys.team_locks(AID, other)]
-        return await self._call("team_lock", keys, [AID, tid, self.shift_ms, user, other])
+            others = {
+                "other_hash": self.keys.team(AID, other),
+                "other_locks": self.keys.team_locks(AID, other),
+            }
+        return await self.team(
+            contracts.TEAM_LOCK,
+            tid,
+            user_lock=self.keys.user_lock(AID, user),
+            blocklist=self.keys.blocked_users(),
+            user_id=user,
+            other_team_id=other,
+            **others,
+        )
 
     async def unlock(self, tid: str, user: str) -> list[Any]:
-        return await self._call(
-            "team_unlock", self._keys(tid, user), [AID, tid, self.shift_ms, user]
+        return await self.team(
+            contracts.TEAM_UNLOCK, tid, user_lock=self.keys.user_lock(AID, user), user_id=user
         )
 
     async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
-        return await self._call(
-            "team_confirm",
-            [*self._keys(tid, user), self.keys.blocked_users()],
-            [AID, tid, self.shift_ms, user, order],
+        return await self.team(
+            contracts.TEAM_CONFIRM,
+            tid,
+            user_lock=self.keys.user_lock(AID, user),
+            blocklist=self.keys.blocked_users(),
+            user_id=user,
+            order_id=order,
         )
 
-    def _pick_args(self, cursor: tuple[Any, str], candidates: int) -> list[Any]:
-        formats = self.keys.team_key_formats(AID)
-        return [AID, self.shift_ms, *formats, candidates, *cursor]
+    def _pick_args(self, cursor: tuple[Any, str], candidates: int, **rest: Any) -> dict[str, Any]:
+        return {
+            "activity_id": AID,
+            "shift_ms": self.shift_ms,
+            "team_key_prefix": self.keys.team_key_prefix(AID),
+            "members_suffix": self.keys.members_suffix,
+            "locks_suffix": self.keys.locks_suffix,
+            "user_key_prefix": self.keys.user_key_prefix(AID),
+            "candidates": candidates,
+            "cursor_score": cursor[0],
+            "cursor_team_id": cursor[1],
+            **rest,
+        }
 
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> list[Any]:
-        keys = [
-            *self.keys.pick_keys(AID),
-            self.keys.user_lock(AID, user),
-            self.keys.blocked_users(),
-        ]
-        return await self._call("team_join", keys, [*self._pick_args(cursor, candidates), user])
+        join = contracts.TEAM_JOIN
+        keys = join.key_list(
+            self.keys.activity_keys(AID),
+            activity_hash=self.keys.activity(AID),
+            user_lock=self.keys.user_lock(AID, user),
+            blocklist=self.keys.blocked_users(),
+        )
+        args = join.arg_list(self._pick_args(cursor, candidates, user_id=user))
+        return await self._call(join.name, keys, args)
 
     async def page(
         self, limit: int, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> list[Any]:
-        args = [*self._pick_args(cursor, candidates), limit]
-        return await self._call("team_list", self.keys.pick_keys(AID), args)
+        page = contracts.TEAM_LIST
+        keys = page.key_list(self.keys.activity_keys(AID), activity_hash=self.keys.activity(AID))
+        args = page.arg_list(self._pick_args(cursor, candidates, page_size=limit))
+        return await self._call(page.name, keys, args)
 
     async def sweep(self, tid: str) -> list[Any]:
-        return await self._call("team_sweep", self._keys(tid), [AID, tid, self.shift_ms])
+        return await self.team(contracts.TEAM_SWEEP, tid)
 
     async def created_ms(self, tid: str) -> int:
         return int(await self.redis.hget(self.keys.team(AID, tid), "created_ms"))
@@ -100,7 +148,7 @@ class Harness:
         return indexed
 
     async def read(self, tid: str) -> list[Any]:
-        return await self._call("team_read", self._keys(tid), [AID, tid, self.shift_ms])
+        return await self.team(contracts.TEAM_READ, tid)
 
     async def user_lock(self, user: str) -> list[Any]:
         return await self._call("user_lock_read", [self.keys.user_lock(AID, user)], [self.shift_ms])
@@ -129,7 +177,8 @@ def test_every_script_has_a_contract_header() -> None:
         source = script_source(name)
         body = source[source.index(f"-- {name}:") :]
         assert body.startswith(f"-- {name}: "), name
-        assert re.search(r"-- KEYS\[1(\.\.\d+)?\]", body), name
+        # Key and argument order: the contract (docs/scripts.md), named in `local` lines.
+        assert "-- KEYS and ARGV: docs/scripts.md" in body, name
         assert "-- Returns" in body, name
 
 
@@ -271,7 +320,8 @@ async def test_a_blocked_user_is_refused_before_any_write(h: Harness) -> None:
     await h.open("t1")
     assert code(await h.lock("t1", "payer")) is TeamCode.OK
     await h.redis.hset(h.keys.blocked_users(), mapping={"bad": "1|", "payer": "1|why"})
-    team_keys = h.keys.team_keys(AID, "t1")[:3]
+    team = h.keys.team_keys(AID, "t1")
+    team_keys = [team.hash, team.members, team.locks]
     before = [await h.redis.dump(key) for key in team_keys]
     records = await h.record_types()
 
@@ -422,12 +472,23 @@ async def test_outbox_ack_drops_the_empty_stream(h: Harness) -> None:
 async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
     now = int((await h.redis.time())[0]) * 1000
     members = ["L", "1|1000|o-L", "m1", "2|1001|o-1"]
-    args = [AID, "t1", h.shift_ms, "L", "o-L", 3, TTL_MS, now - 5_000, now + DEADLINE_MS]
-    keys = h._keys("t1")
-    restore = [*args, RETENTION_MS, 7, 0, 0, 0, *members]  # 6 changes recorded before the loss
-    assert await h._call("team_restore", keys, restore) == [TeamCode.OK]
-    again = [*args, RETENTION_MS, 1, 0, 0, 0, "x", "1|1|"]
-    assert await h._call("team_restore", keys, again) == [TeamCode.EXISTING]
+    args = {
+        "leader_id": "L",
+        "leader_order_id": "o-L",
+        "size": 3,
+        "lock_ttl_ms": TTL_MS,
+        "created_ms": now - 5_000,
+        "deadline_ms": now + DEADLINE_MS,
+        "retention_ms": RETENTION_MS,
+        "virtual_min": 0,
+        "teams_limit": 0,
+        "led_limit": 0,
+    }
+    restore = contracts.TEAM_RESTORE
+    # 6 changes recorded before the loss
+    assert await h.team(restore, "t1", members, version=7, **args) == [TeamCode.OK]
+    again = await h.team(restore, "t1", ["x", "1|1|"], version=1, **args)
+    assert again == [TeamCode.EXISTING]
     assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
     assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
     assert await h.record_types() == []  # nothing new happened: nothing to record
@@ -461,7 +522,6 @@ async def test_every_key_but_the_global_indexes_shares_the_activity_slot(h: Harn
 
 
 def test_lua_codes_mirror_the_python_enum() -> None:
-    import re
 
     source = script_source("team_read")
     lua_codes: dict[str, int] = {}
@@ -496,13 +556,11 @@ async def test_indexes_follow_every_change(h: Harness) -> None:
 
 
 async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
-    keys = h._keys("t1")
     await h.open("t1")
     await h.lock("t1", "u1")
-    args = [AID, "t1"]
 
     async def sweep() -> list[Any]:
-        return list(await h.scripts.call("team_sweep", keys, [*args, h.shift_ms]))
+        return list(await h.sweep("t1"))
 
     assert await sweep() == [TeamCode.OK, 0, "open", 0]
     h.shift_ms += TTL_MS
@@ -516,8 +574,8 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     assert await h.record_types() == ["team.opened", "lock.expired", "team.failed"]
     # a team Redis no longer has leaves the indexes too
     await h.redis.zadd(h.keys.deadline_index(AID), {"ghost": 1})
-    ghost = h._keys("ghost")
-    assert await h.scripts.call("team_sweep", ghost, [AID, "ghost", 0]) == [TeamCode.TEAM_NOT_FOUND]
+    h.shift_ms = 0
+    assert await h.sweep("ghost") == [TeamCode.TEAM_NOT_FOUND]
     assert await h.redis.zscore(h.keys.deadline_index(AID), "ghost") is None
 
 
@@ -565,7 +623,9 @@ async def test_the_due_indexes_never_list_an_activity_later_than_its_earliest_te
 
 
 async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> None:
-    release = h.keys.activity_release_keys(AID)
+    release = contracts.ACTIVITY_RELEASE.key_list(
+        h.keys.activity_keys(AID), activity_hash=h.keys.activity(AID)
+    )
     await h.open("t1")
     assert await h.scripts.call("activity_release", release, [AID]) == [0]  # a team is open
     await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
@@ -584,10 +644,23 @@ async def restore(
     recorded: list[Any] = []
     for seq, user in enumerate(members, start=1):
         recorded += [user, f"{seq}|{created_ms}|"]
-    args = [AID, tid, h.shift_ms, members[0], "", 3, TTL_MS, created_ms]
-    args += [created_ms + DEADLINE_MS, RETENTION_MS, len(members), 0, teams_limit, 0]
-    args += recorded
-    assert await h._call("team_restore", h._keys(tid), args) == [TeamCode.OK]
+    restored = await h.team(
+        contracts.TEAM_RESTORE,
+        tid,
+        recorded,
+        leader_id=members[0],
+        leader_order_id="",
+        size=3,
+        lock_ttl_ms=TTL_MS,
+        created_ms=created_ms,
+        deadline_ms=created_ms + DEADLINE_MS,
+        retention_ms=RETENTION_MS,
+        version=len(members),
+        virtual_min=0,
+        teams_limit=teams_limit,
+        led_limit=0,
+    )
+    assert restored == [TeamCode.OK]
 
 
 async def join_until_answered(h: Harness, user: str, candidates: int) -> list[list[Any]]:
@@ -722,9 +795,9 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
     for user in ("b", "c", "d", "e"):
         assert code(await h.join(user)) is TeamCode.OK
     assert code(await h.page(10)) is TeamCode.OK
-    expected = {h.keys.activity(AID), *h.keys.activity_keys(AID)}
+    expected = {h.keys.activity(AID), *h.keys.activity_keys(AID).named().values()}
     for tid in ("t-1", "t_2"):
-        expected.update(h.keys.team_keys(AID, tid)[:3])
+        expected.update(h.keys.team_keys(AID, tid).named().values())
     expected.update(h.keys.user_lock(AID, user) for user in ("a", "b", "c", "d", "e"))
     present = set(await h.redis.keys("*"))
     assert present <= expected, present - expected

@@ -66,7 +66,7 @@ async def test_grabs_resent_after_a_stall_answer_grabbed_once_each(
     packets = services.packets
     await packets.deposit("sender", 20_000 + GRABBERS, "funds")
     await packets.send("sender", 20_000, GRABBERS, packet_id="stalled")
-    grabs_key = services.keys.packet_keys("stalled")[2]
+    grabs_key = services.keys.packet_keys("stalled").grabs
     # Open the connections the stalled calls will use (a new connection's handshake would
     # be held too, and its call would never reach Redis).
     await packets.send("sender", GRABBERS, GRABBERS, packet_id="warm-up")

@@ -368,5 +368,6 @@ async def test_packet_versions_count_its_changes_in_bodies_and_events(
     versions = {kind: json.loads(data)["version"] for kind, data in rows}
     assert versions == {"packet.sent": 1, "packet.sold_out": 12}
     # Once Redis has let it go, SQL answers the same version.
-    await services.redis.delete(*services.keys.packet_keys("pv")[:4])
+    pv = services.keys.packet_keys("pv")
+    await services.redis.delete(pv.hash, pv.shares, pv.grabs, pv.outbox)
     assert (await packets.get("pv"))["version"] == 12

@@ -87,12 +87,14 @@ def test_one_redis_server_keeps_todays_key_names() -> None:
     ]
     assert keys.blocked_users() == keys.activity_blocklist("a1") == "gb:blocked_users"
     assert keys.dead_letters() == "gb:dead_letters"
-    assert keys.packet_keys("p1")[4:] == [
+    packet = keys.packet_keys("p1")
+    assert [packet.pending, packet.due, packet.blocklist] == [
         "gb:pending:packets",
         "gb:due:packets",
         "gb:blocked_users",
     ]
-    assert keys.activity_keys("a1")[3:6] == [
+    activity = keys.activity_keys("a1")
+    assert [activity.pending, activity.due_locks, activity.due_deadlines] == [
         "gb:pending:activities",
         "gb:due:locks",
         "gb:due:deadlines",
@@ -112,17 +114,20 @@ def test_in_cluster_mode_an_index_needs_its_slot() -> None:
 def test_in_cluster_mode_each_entitys_keys_share_its_slot(prefix: str) -> None:
     keys = Keys(prefix, cluster=True)
     for activity_id in ids_in_slots(keys.activity, "act", 200):
-        team = [*keys.team_keys(activity_id, "t1"), keys.activity(activity_id)]
+        team = [
+            *keys.team_keys(activity_id, "t1").named().values(),
+            *keys.activity_keys(activity_id).named().values(),
+            keys.activity(activity_id),
+        ]
         built = [
             *team,
             keys.user_lock(activity_id, "u1"),
             keys.activity_blocklist(activity_id),
-            *keys.activity_release_keys(activity_id),
             keys.team_restoring(activity_id, "t1"),
         ]
         assert {slot(k) for k in built} == {keys.activity_slot(activity_id)}
     for packet_id in ids_in_slots(keys.packet_outbox, "pk", 200):
-        built = [*keys.packet_keys(packet_id), keys.packet_restoring(packet_id)]
+        built = [*keys.packet_keys(packet_id).named().values(), keys.packet_restoring(packet_id)]
         built.append(keys.dead_letters(keys.slot_of(keys.packet_outbox(packet_id))))
         assert {slot(k) for k in built} == {keys.packet_slot(packet_id)}
     for sender in ("s1", "s2", "sender-with-a-long-name"):
@@ -166,7 +171,7 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     assert (await teams.expire_locks(100))["locks_expired"] == 1
     await teams.record_pending()
     await teams.release_ended()
-    await redis.delete(*keys.team_keys("act1", "t2")[:3])
+    await redis.delete(*keys.team_keys("act1", "t2").named().values())
     assert (await teams.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
     await teams.reindex()
 
@@ -178,7 +183,8 @@ async def test_every_script_call_of_the_services_touches_one_slot(
         await packets.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
     await packets.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
     await packets.record_pending()
-    await redis.delete(*keys.packet_keys("pk3")[:4])
+    pk3 = keys.packet_keys("pk3")
+    await redis.delete(pk3.hash, pk3.shares, pk3.grabs, pk3.outbox)
     await packets.grab("pk3", "g2")  # rebuilt from SQL first
     await redis.xadd(keys.packet_outbox("pk3"), {"type": "grab", "packet_id": "pk3"})
     await packets.record_pending()  # the malformed record goes to the dead letters

@@ -226,7 +226,7 @@ async def test_a_pager_misses_no_letter_that_commits_late(services: Services) ->
     from the last id it saw, while the first was still open, misses neither."""
     dead = services.dead_letters
     stream = services.keys.packet_outbox("late")
-    index = services.keys.packet_keys("late")[4]
+    index = services.keys.packet_keys("late").pending
     early, later = [
         Poison(await poison(services, stream, type="nonsense", n=str(n)), {"n": str(n)}, "E")
         for n in (1, 2)

@@ -86,7 +86,7 @@ async def grab_until_answered(
 def grabs_on(watched: SentinelSet, port: int, services: Services, packet_id: str) -> set[str]:
     """The users holding a grab of the packet on one server, read from its grab hash."""
     with watched.client(port) as client:
-        return set(client.hkeys(services.keys.packet_keys(packet_id)[2]))
+        return set(client.hkeys(services.keys.packet_keys(packet_id).grabs))
 
 
 def test_settings_name_the_sentinels_and_describe_no_credentials() -> None:

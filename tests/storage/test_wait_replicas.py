@@ -130,7 +130,7 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
     await packets.deposit("sender", 1_000, "funds")
     await packets.send("sender", 1_000, 10, packet_id="pk")
     await services.teams.create_activity("act")
-    grabs_key = services.keys.packet_keys("pk")[2]
+    grabs_key = services.keys.packet_keys("pk").grabs
     answer = await packets.grab("pk", "u1")
     assert answer["status"] == "grabbed"
     with replicated.replica_client() as replica:

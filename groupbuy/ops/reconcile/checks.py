@@ -116,7 +116,8 @@ class PacketChecks(_Checks):
     async def _snapshots(self, chunk: Sequence[str]) -> dict[str, Live]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for packet_id in chunk:
-                packet, _shares, grabs = self._keys.packet_keys(packet_id)[:3]
+                packet_keys = self._keys.packet_keys(packet_id)
+                packet, grabs = packet_keys.hash, packet_keys.grabs
                 pipe.hgetall(packet).hgetall(grabs)
                 # The stream last: empty then means every grab read before is in SQL.
                 pipe.xlen(self._keys.packet_outbox(packet_id))

@@ -1,0 +1,66 @@
+"""docs/scripts.md, rendered from the script contracts: `python -m groupbuy.ops.script_docs`.
+
+The contracts live with their engines (groupbuy.locks.scripts, groupbuy.redpacket.scripts)
+and in groupbuy.storage.calls; this module, above all three, gathers them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from groupbuy.locks import scripts as team_scripts
+from groupbuy.redpacket import scripts as packet_scripts
+from groupbuy.storage import calls
+from groupbuy.storage.contracts import ScriptContract, Slot
+
+REGENERATE = "python -m groupbuy.ops.script_docs"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "scripts.md"
+
+
+def all_contracts() -> dict[str, ScriptContract]:
+    """Every script's contract by script name."""
+    found = [*team_scripts.CONTRACTS, *packet_scripts.CONTRACTS, *calls.CONTRACTS]
+    return {contract.name: contract for contract in sorted(found, key=lambda c: c.name)}
+
+
+def _rows(
+    kind: str, named: tuple[Slot, ...], more: Slot | None, optional: tuple[str, ...]
+) -> list[str]:
+    rows = [
+        f"| {kind}[{i}] | `{slot.name}` | {slot.meaning}"
+        f"{' (optional)' if slot.name in optional else ''} |"
+        for i, slot in enumerate(named, 1)
+    ]
+    if more is not None:
+        rows.append(f"| {kind}[{len(named) + 1}..] | `{more.name}` | {more.meaning} |")
+    return rows
+
+
+def render() -> str:
+    """The text of docs/scripts.md."""
+    out = [
+        "# Lua scripts: KEYS, ARGV and replies",
+        "",
+        f"Generated from the script contracts; do not edit. Regenerate: `{REGENERATE}`.",
+        "Each script names these entries in `local` lines at its top (the shared ones in",
+        "lua/_team_keys.lua, lua/_pick_keys.lua and lua/_packet_lib.lua).",
+        "",
+    ]
+    for contract in all_contracts().values():
+        out += [f"## {contract.name}", "", contract.summary, ""]
+        out += ["| Slot | Name | Meaning |", "| --- | --- | --- |"]
+        out += _rows("KEYS", contract.keys, contract.more_keys, contract.optional_keys)
+        out += _rows("ARGV", contract.argv, contract.more_argv, ())
+        out += ["", f"Reply: {contract.reply}", ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    """Write docs/scripts.md."""
+    DOC.write_text(render(), encoding="utf-8")
+    sys.stdout.write(f"wrote {DOC}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Typed wrappers of the storage-level scripts (leases, outboxes, rate limits, write probe).
+
+Each contract names its script's KEYS and ARGV in order (docs/scripts.md is rendered from
+them); each wrapper takes named keys and arguments and answers a parsed reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from groupbuy.storage.contracts import ScriptCaller, ScriptContract, Slot, slots
+
+_STREAM = ("stream", "the outbox stream (an activity's or a packet's)")
+_PENDING = ("pending", "the pending index: zset member -> ms of the stream's oldest entry")
+
+LEASE_HOLD = ScriptContract(
+    "lease_hold",
+    "Take a free lease, or extend the one this holder already has.",
+    keys=slots(("lease", "the lease key (value: the holder's token)")),
+    argv=slots(("token", "the holder's token"), ("ttl_ms", "how long the lease lasts")),
+    reply="`{1}` held (taken or extended), `{0}` another holder has it.",
+)
+LEASE_RELEASE = ScriptContract(
+    "lease_release",
+    "Give a lease back, only if this holder still has it.",
+    keys=slots(("lease", "the lease key")),
+    argv=slots(("token", "the holder's token")),
+    reply="`{1}` released, `{0}` it was not ours (expired, or taken by another).",
+)
+OUTBOX_ACK = ScriptContract(
+    "outbox_ack",
+    "Forget outbox entries SQL recorded; keep the stream's pending-index entry true.",
+    keys=slots(_STREAM, _PENDING),
+    argv=slots(
+        ("group", "consumer group that read the entries, or '' when read without one"),
+        ("drop_empty", "'1': delete the stream once empty (no record can follow), '0': keep it"),
+        ("member", "the stream's member in the pending index (activity_id or packet_id)"),
+    ),
+    more_argv=Slot("ids", "entry ids; none only re-indexes the stream"),
+    reply="`{entries deleted, entries left}`.",
+)
+OUTBOX_BURY = ScriptContract(
+    "outbox_bury",
+    "Move poison outbox entries to the dead-letter stream, then forget them as outbox_ack.",
+    keys=slots(
+        _STREAM,
+        _PENDING,
+        ("dead_letters", "dead-letter stream, capped (the one of the outbox's slot in a cluster)"),
+    ),
+    argv=slots(
+        ("group", "consumer group that read the entries, or '' when read without one"),
+        ("member", "the stream's member in the pending index (activity_id or packet_id)"),
+        ("kind", "the outbox's kind: packets or teams"),
+        ("cap", "approximate cap of the dead-letter stream"),
+    ),
+    more_argv=Slot("entries", "pairs: entry id, dead_letters row id in SQL"),
+    reply="`{entries buried (0 for one already gone), entries left in the outbox}`.",
+)
+OUTBOX_READ = ScriptContract(
+    "outbox_read",
+    "The entries of an outbox stream from one id to another, for the write-behind.",
+    keys=slots(_STREAM),
+    argv=slots(
+        ("first", "first id ('-': from the start)"),
+        ("last", "last id ('+': to the end)"),
+        ("most", "most entries"),
+        ("publish", "'1': publish, so a WAIT covers what the server held; '0': not"),
+    ),
+    reply="`{entries read, {{id, {field, value, ...}}, ...}}`.",
+)
+RATELIMIT_TAKE = ScriptContract(
+    "ratelimit_take",
+    "Take one request from every bucket given, or from none of them (GCRA).",
+    keys=(),
+    argv=slots(("shift_ms", "clock shift in ms (0 in production)")),
+    more_keys=Slot("buckets", "the API key's bucket, then the user's; one hash tag"),
+    more_argv=Slot("limits", "per bucket: quota, window_us"),
+    reply=(
+        "`{code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}`: code 0 taken from "
+        "every bucket, 1 limited (taken from none)."
+    ),
+)
+WRITE_PROBE = ScriptContract(
+    "write_probe",
+    "Change nothing; fail with OOM when Redis refuses writes now.",
+    keys=slots(("route_key", "a key of the slot the next write goes to (not read)")),
+    argv=(),
+    reply="`{0}`.",
+)
+CONTRACTS = (
+    LEASE_HOLD,
+    LEASE_RELEASE,
+    OUTBOX_ACK,
+    OUTBOX_BURY,
+    OUTBOX_READ,
+    RATELIMIT_TAKE,
+    WRITE_PROBE,
+)
+
+
+@dataclass(frozen=True)
+class OutboxLeft:
+    """What an outbox_ack or outbox_bury did: entries deleted (or buried), entries left."""
+
+    done: int
+    left: int
+
+
+async def lease_hold(scripts: ScriptCaller, lease: str, token: str, ttl_ms: int) -> bool:
+    """Take or extend a lease; whether this holder has it."""
+    reply = await LEASE_HOLD.call(
+        scripts, LEASE_HOLD.key_list(lease=lease), {"token": token, "ttl_ms": ttl_ms}
+    )
+    return bool(int(reply[0]))
+
+
+async def lease_release(scripts: ScriptCaller, lease: str, token: str) -> bool:
+    """Give a lease back; whether it was ours."""
+    reply = await LEASE_RELEASE.call(scripts, LEASE_RELEASE.key_list(lease=lease), {"token": token})
+    return bool(int(reply[0]))
+
+
+async def outbox_ack(
+    scripts: ScriptCaller,
+    stream: str,
+    pending: str,
+    *,
+    group: str,
+    drop_empty: bool,
+    member: str,
+    ids: Sequence[str],
+) -> OutboxLeft:
+    """Acknowledge and delete recorded entries, and re-index the stream."""
+    reply = await OUTBOX_ACK.call(
+        scripts,
+        OUTBOX_ACK.key_list(stream=stream, pending=pending),
+        {"group": group, "drop_empty": "1" if drop_empty else "0", "member": member},
+        ids,
+    )
+    return OutboxLeft(int(reply[0]), int(reply[1]))
+
+
+async def outbox_bury(
+    scripts: ScriptCaller,
+    stream: str,
+    pending: str,
+    dead_letters: str,
+    *,
+    group: str,
+    member: str,
+    kind: str,
+    cap: int,
+    entries: Sequence[tuple[str, str]],
+) -> OutboxLeft:
+    """Move entries to the dead letters and out of their outbox."""
+    flat = [part for pair in entries for part in pair]
+    reply = await OUTBOX_BURY.call(
+        scripts,
+        OUTBOX_BURY.key_list(stream=stream, pending=pending, dead_letters=dead_letters),
+        {"group": group, "member": member, "kind": kind, "cap": str(cap)},
+        flat,
+    )
+    return OutboxLeft(int(reply[0]), int(reply[1]))
+
+
+async def outbox_read(
+    scripts: ScriptCaller, stream: str, *, first: str, last: str, most: int, publish: bool
+) -> list[tuple[str, list[Any]]]:
+    """The entries (id, flat fields) of a stream between two ids."""
+    reply = await OUTBOX_READ.call(
+        scripts,
+        OUTBOX_READ.key_list(stream=stream),
+        {"first": first, "last": last, "most": most, "publish": "1" if publish else "0"},
+    )
+    return [(entry_id, fields) for entry_id, fields in reply[1]]
+
+
+async def ratelimit_take(
+    scripts: ScriptCaller, buckets: Sequence[str], shift_ms: int, limits: Sequence[Any]
+) -> list[Any]:
+    """Take from the buckets; the raw reply (groupbuy.storage.ratelimit reads it)."""
+    return await RATELIMIT_TAKE.call(
+        scripts, RATELIMIT_TAKE.key_list(more=buckets), {"shift_ms": shift_ms}, limits
+    )
+
+
+async def write_probe(scripts: ScriptCaller, route_key: str) -> None:
+    """Raise OOM when Redis refuses writes in the slot of `route_key` now."""
+    await WRITE_PROBE.call(scripts, WRITE_PROBE.key_list(route_key=route_key), {})

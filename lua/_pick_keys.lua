@@ -1,0 +1,20 @@
+-- _pick_keys: the KEYS and ARGV of the scripts that pick among an activity's teams instead
+-- of being named one (team_join, team_list; the contract PICK_KEYS / PICK_ARGV in
+-- groupbuy/locks/scripts.py; docs/scripts.md).
+local activity_outbox = KEYS[1]
+local activity_lock_index = KEYS[2]
+local activity_deadlines = KEYS[3]
+local activity_pending = KEYS[4]
+local activity_due_locks = KEYS[5]
+local activity_due_deadlines = KEYS[6]
+local activity_open_seats = KEYS[7]
+local activity_hash = KEYS[8]
+local activity_id = ARGV[1]
+local shift_ms = ARGV[2]
+local team_key_prefix = ARGV[3]
+local members_suffix = ARGV[4]
+local locks_suffix = ARGV[5]
+local user_key_prefix = ARGV[6]
+local candidates = ARGV[7]
+local cursor_score = ARGV[8]
+local cursor_team_id = ARGV[9]

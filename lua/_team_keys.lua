@@ -1,0 +1,22 @@
+-- _team_keys: the KEYS and ARGV every script that names a team starts with (the contract
+-- TEAM_KEYS / TEAM_ARGV in groupbuy/locks/scripts.py; docs/scripts.md): the team's keys,
+-- then the activity's, all under the hash tag {a:<activity_id>}.
+local team_hash = KEYS[1]
+local team_members = KEYS[2]
+local team_locks = KEYS[3]
+local activity_outbox = KEYS[4]
+local activity_lock_index = KEYS[5]
+local activity_deadlines = KEYS[6]
+local activity_pending = KEYS[7]
+local activity_due_locks = KEYS[8]
+local activity_due_deadlines = KEYS[9]
+local activity_open_seats = KEYS[10]
+local activity_id = ARGV[1]
+local team_id = ARGV[2]
+local shift_ms = ARGV[3]
+local user_key_prefix = ARGV[4]
+
+-- The team the script names: its id and keys (load_team adds its state).
+local function named_team()
+  return {id = team_id, hash = team_hash, members = team_members, locks = team_locks}
+end
