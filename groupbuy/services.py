@@ -140,6 +140,7 @@ def build_scheduler(services: Services) -> Scheduler:
         services.keys.lease(LEASE),
         services.settings.scheduler,
         services.reachability,
+        services.database.reachability,
     )
 
 

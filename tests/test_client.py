@@ -195,7 +195,7 @@ async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     await raises("not_found", 404, admin.reconcile_report())
     await admin.run_job("reconcile")
     report = await admin.reconcile_report()
-    assert report["mismatch_count"] == 0 and report["packets_checked"] >= 1
+    assert report["mismatch_count"] == 0 and report["packets_checked"] >= 1, report
 
     page = await gb.events(after=0, limit=1000)
     types = [event["type"] for event in page["events"]]

@@ -11,17 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy.exc
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from groupbuy import metrics
+from groupbuy import errors, metrics
 from groupbuy.api.app import create_app
 from groupbuy.ops.jobs import Job, JobRunner
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.services import Services, build_scheduler
 from groupbuy.settings import Settings
+from groupbuy.storage.db import unavailable
 from groupbuy.storage.events import EventRow
+from groupbuy.storage.reachability import Reachability
 from tests.support.http import ADMIN, SERVICE, app_services, portal
 
 
@@ -293,3 +296,56 @@ async def test_a_late_job_is_said_once_per_episode_and_its_ticks_are_counted(
         assert record.getMessage().endswith(" s (interval 0.05 s); its next run waits")
     assert not [r for r in caplog.records if "Scheduler._tick" in r.getMessage()]
     assert given and all(0 < seconds < 0.05 for seconds in given), given  # ends before a tick
+
+
+async def test_a_job_refused_by_a_backing_service_is_said_once_per_outage_without_traceback(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job that fails because too few replicas confirmed its writes, or because the
+    database is away, is said once (no traceback) until a run of it succeeds; the next
+    refusal after that is said again. Any other failure keeps its traceback."""
+    fast = services.settings.replace("scheduler", lease_ttl_s=3).scheduler
+    failures: list[Exception | None] = [
+        *[errors.RedisReplicationTimeout("0 of the 1 replicas")] * 3,
+        None,  # a run that succeeds ends the episode
+        errors.RedisReplicationTimeout("0 of the 1 replicas"),
+        *[sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError())] * 3,
+        RuntimeError("boom"),
+    ]
+    runs = 0
+
+    async def flaky() -> dict[str, Any]:
+        nonlocal runs
+        runs += 1
+        failure = failures[runs - 1] if runs <= len(failures) else None
+        if failure is not None:
+            raise failure
+        return {}
+
+    database = Reachability("sqlite:///x.db", "database", unavailable)
+    scheduler = Scheduler(
+        JobRunner([Job("flaky", 0.02, flaky)]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        fast,
+        database=database,
+    )
+    caplog.set_level(logging.INFO)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while runs <= len(failures):
+            assert time.monotonic() < deadline, f"only {runs} runs"
+            await asyncio.sleep(0.01)
+    finally:
+        await scheduler.stop()
+    said = [(r.getMessage(), r.exc_info is not None) for r in caplog.records if r.levelno >= 30]
+    refused = "job flaky cannot run now (0 of the 1 replicas); it is tried at each interval"
+    assert [message for message, _traced in said] == [
+        refused,
+        refused,
+        said[2][0],
+        "job flaky failed; it runs again at its next interval",
+    ], said
+    assert said[2][0].startswith("database at sqlite:///x.db unreachable: "), said
+    assert [traced for _message, traced in said] == [False, False, False, True], said

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import time
 from pathlib import Path
 
 from starlette.testclient import TestClient
@@ -13,6 +13,7 @@ from groupbuy.settings import load_settings
 from tests.support.http import ADMIN, SERVICE, app_services, assert_problem
 from tests.support.schema import database_with_schema
 from tests.support.settings import API_KEYS, settings_without_redis
+from tests.support.sql_outage import exclusive_lock
 
 
 def test_redis_down_is_a_503(tmp_path: Path) -> None:
@@ -32,19 +33,6 @@ def test_redis_down_is_a_503(tmp_path: Path) -> None:
         )
         assert ready.json()["checks"]["database"] == "ok"
         assert client.get("/healthz").status_code == 200
-
-
-def locked(path: Path) -> sqlite3.Connection:
-    """Another connection holding SQLite's write lock (readers go on: WAL)."""
-    locker = sqlite3.connect(path, timeout=0, isolation_level=None)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            locker.execute("BEGIN EXCLUSIVE")
-            return locker
-        except sqlite3.OperationalError:  # the write-behind holds it for a moment
-            assert time.monotonic() < deadline, "could not take the SQLite write lock"
-            time.sleep(0.01)
 
 
 def test_sql_locked_writes_are_503_and_a_confirm_waits_for_its_member_in_sql(
@@ -73,7 +61,7 @@ def test_sql_locked_writes_are_503_and_a_confirm_waits_for_its_member_in_sql(
         assert client.post("/v1/activities/a/teams", json=body, headers=SERVICE).status_code == 201
         lock = client.post(f"{team}/locks", json={"user_id": "u"}, headers=SERVICE)
         assert lock.status_code == 201, lock.text
-        locker = locked(Path(url.removeprefix("sqlite+aiosqlite:///")))
+        locker = asyncio.run(exclusive_lock(Path(url.removeprefix("sqlite+aiosqlite:///"))))
         try:
             paid = {"user_id": "u", "order_id": "o1"}
             for _attempt in range(2):

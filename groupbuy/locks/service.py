@@ -236,6 +236,21 @@ class TeamService(UsesBackends):
             await self._activity_row(activity_id)  # raises ActivityNotFound when unknown
         raise errors.TeamNotFound(f"no team {team_id!r} in activity {activity_id!r}")
 
+    async def _confirmed_before(
+        self, activity_id: str, team_id: str, user_id: str, order_id: str
+    ) -> Outcome:
+        """A confirm of a team Redis no longer holds (ended and released): the same answer as
+        before when SQL records this user with this order (a retry after a 503, say), else
+        the refusal its SQL record gives."""
+        team = await self._recorded_team(activity_id, team_id)
+        members = team["members"]
+        if not any(m["user_id"] == user_id and m["order_id"] == order_id for m in members):
+            await self._raise_for_missing_team(activity_id, team_id)
+        # The confirm that completed the team is the last member of a team formed in full.
+        completed = team["status"] == "formed" and not team["virtual_seats"]
+        formed = completed and members[-1]["user_id"] == user_id
+        return Outcome({"team": team, "formed": formed}, False)
+
     async def _raise_for_missing_team(self, activity_id: str, team_id: str) -> None:
         # Redis no longer holds the team: its SQL record tells how it ended.
         team = await self._recorded_team(activity_id, team_id)
@@ -464,7 +479,7 @@ class TeamService(UsesBackends):
             reply = await self._teams.confirm(activity_id, team_id, user_id, order_id)
         code, rest = reply.code, reply.rest
         if code is TeamCode.TEAM_NOT_FOUND:
-            await self._raise_for_missing_team(activity_id, team_id)
+            return await self._confirmed_before(activity_id, team_id, user_id, order_id)
         _refuse_for_user(code, user_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)

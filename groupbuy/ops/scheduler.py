@@ -19,10 +19,11 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from groupbuy import metrics
+from groupbuy import errors, metrics
 from groupbuy.ops.jobs import JobRunner
 from groupbuy.settings import SchedulerSettings
 from groupbuy.storage.calls import lease_hold, lease_release
+from groupbuy.storage.db import unavailable
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.scripts import Scripts
 
@@ -58,9 +59,13 @@ class Scheduler:
         lease_key: str,
         settings: SchedulerSettings,
         reachability: Reachability | None = None,
+        database: Reachability | None = None,
     ) -> None:
+        """`reachability` is Redis's and `database` the database's: a job that fails because
+        one is away is said once per outage there, not with a traceback per run."""
         self._runner = runner
         self._reachability = reachability or Reachability("the configured URL")
+        self._database = database or Reachability("the database", "database", unavailable)
         self._scripts = scripts
         self._lease_key = lease_key
         self._settings = settings
@@ -70,6 +75,7 @@ class Scheduler:
         self._running: set[asyncio.Task[Any]] = set()
         self._runs: dict[str, _Run] = {}  # by job: its scheduled run going on now
         self._late: set[str] = set()  # jobs whose overrun was logged (one line per episode)
+        self._refused: set[str] = set()  # jobs whose 503-kind failure was logged (the same)
         self._aps: AsyncIOScheduler | None = None
 
     async def hold_lease(self) -> bool:
@@ -123,16 +129,27 @@ class Scheduler:
         self._running.add(task)
         try:
             await self._runner.run(name, self._runner.jobs[name].interval_s * _RUN_SHARE)
+            self._refused.discard(name)
         except Exception as error:
-            if not self._reachability.failed(error):
-                log.warning(
-                    "job %s failed; it runs again at its next interval", name, exc_info=True
-                )
+            self._failed(name, error)
         finally:
             self._running.discard(task)
             del self._runs[name]
             if not run.overran:  # on time: a later overrun is a new episode, said again
                 self._late.discard(name)
+
+    def _failed(self, name: str, error: Exception) -> None:
+        """A run that failed: Redis or the database away is said once by their reachability;
+        another refusal of the 503 kind (too few replicas confirmed a write) once per job
+        until a run of it succeeds; anything else, with its traceback, as the bug it may be."""
+        if self._reachability.failed(error) or self._database.failed(error):
+            return
+        if isinstance(error, errors.Unavailable):
+            if name not in self._refused:
+                self._refused.add(name)
+                log.warning("job %s cannot run now (%s); it is tried at each interval", name, error)
+            return
+        log.warning("job %s failed; it runs again at its next interval", name, exc_info=True)
 
     def _overran(self, name: str, run: _Run) -> None:
         """A tick came while the job's previous run goes on: it is skipped. Counted each

@@ -6,13 +6,13 @@ SQLite only: the fault is SQLite's file lock."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.database import sqlite_file, sqlite_url
+from tests.support.sql_outage import exclusive_lock
 from tests.support.storm import (
     RedisUnderTest,
     Storm,
@@ -23,20 +23,6 @@ from tests.support.storm import (
 )
 
 LOCKED_S = 40
-
-
-async def exclusive_lock(path: Path) -> sqlite3.Connection:
-    """A connection holding SQLite's write lock. Tried without waiting, again and again: a
-    blocking wait would stop the event loop whose write-behind holds the lock right now."""
-    locker = sqlite3.connect(path, timeout=0, isolation_level=None)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            locker.execute("BEGIN EXCLUSIVE")
-            return locker
-        except sqlite3.OperationalError:
-            assert time.monotonic() < deadline, "could not take the SQLite write lock"
-            await asyncio.sleep(0.01)
 
 
 @pytest.mark.slow

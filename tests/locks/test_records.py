@@ -192,6 +192,24 @@ async def test_team_read_falls_back_to_sql_after_redis_let_go(services: Services
         await services.teams.confirm("a1", "t1", "u9", "o9")
 
 
+async def test_a_repeated_confirm_after_redis_let_the_team_go_answers_the_same(
+    services: Services,
+) -> None:
+    """A confirm sent again once the formed team is only in SQL (its answer was lost, or was
+    a 503 while SQL was away): the same answer as the first, not team_formed."""
+    await _formed_team(services)
+    first = await services.teams.confirm("a1", "t1", "u1", "o1")
+    assert first.body["formed"] is True
+    await services.teams.release_ended()
+    assert not await services.redis.exists(services.keys.team_keys("a1", "t1").hash)
+    again = await services.teams.confirm("a1", "t1", "u1", "o1")
+    assert (again.body, again.created) == (first.body, False)
+    with pytest.raises(errors.TeamFormed):  # another order of the same user is not a repeat
+        await services.teams.confirm("a1", "t1", "u1", "o2")
+    leader = await services.teams.confirm("a1", "t1", "L", "oL")  # as Redis answers it
+    assert (leader.body["formed"], leader.created) == (False, False)
+
+
 async def test_activity_lost_by_redis_is_restored_from_sql(services: Services) -> None:
     await services.teams.create_activity("a1", team_size=4)
     await services.redis.delete(services.keys.activity("a1"))

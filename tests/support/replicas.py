@@ -128,11 +128,17 @@ class ReplicaSet:
         path: str,
         body: Any = None,
         headers: dict[str, str] = SERVICE,
-        attempts: int = 10,
+        give_up_s: float = 60,
     ) -> Answer:
-        """Send the call to the next live replica; when it cannot answer, to the next one."""
+        """Send the call to the next live replica; when it cannot answer, to the next one.
+
+        A load balancer keeps trying while a replica is being replaced: on a loaded
+        machine the one left may take a while to answer, so tries are bounded by time.
+        """
         uncertain = False
-        for _ in range(attempts):
+        failures: Counter[str] = Counter()
+        deadline = time.monotonic() + give_up_s
+        while time.monotonic() < deadline:
             live = self.live()
             assert live, "every replica is gone"
             replica = live[next(self._turn) % len(live)]
@@ -140,11 +146,14 @@ class ReplicaSet:
                 response = await replica.client.request(method, path, json=body, headers=headers)
             except httpx.ConnectError:
                 self.cut_off[replica.name, "refused"] += 1
-                await asyncio.sleep(0.01)
+                failures[f"{replica.name} refused"] += 1
+                await asyncio.sleep(0.02)
                 continue
-            except httpx.TransportError:
+            except httpx.TransportError as error:
                 self.cut_off[replica.name, "lost"] += 1
+                failures[f"{replica.name} {type(error).__name__}"] += 1
                 uncertain = True
+                await asyncio.sleep(0.02)
                 continue
             try:
                 parsed = response.json()
@@ -155,7 +164,7 @@ class ReplicaSet:
                     f"{replica.name} {method} {path}: {response.status_code} {parsed}"
                 )
             return Answer(response.status_code, parsed, replica.name, uncertain)
-        raise AssertionError(f"{method} {path}: no replica answered in {attempts} attempts")
+        raise AssertionError(f"{method} {path}: no replica answered in {give_up_s} s: {failures}")
 
     async def must(
         self, method: str, path: str, body: Any, status: int, headers: dict[str, str] = SERVICE

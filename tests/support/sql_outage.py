@@ -90,6 +90,20 @@ class PostgresCrash:
         await asyncio.to_thread(self.server.start)
 
 
+async def exclusive_lock(path: Path) -> sqlite3.Connection:
+    """A connection holding SQLite's write lock. Tried without waiting, again and again: a
+    blocking wait would stop the event loop whose write-behind may hold the lock right now."""
+    locker = sqlite3.connect(path, timeout=0, isolation_level=None)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            return locker
+        except sqlite3.OperationalError:
+            assert time.monotonic() < deadline, "could not take the SQLite write lock"
+            await asyncio.sleep(0.01)
+
+
 class SqliteLock:
     """Another connection holds SQLite's write lock."""
 
@@ -100,18 +114,7 @@ class SqliteLock:
         self.locker: sqlite3.Connection | None = None
 
     async def stop(self) -> None:
-        # Tried without waiting, again and again: a blocking wait would stop the event loop
-        # whose write-behind may hold the lock right now.
-        locker = sqlite3.connect(self.path, timeout=0, isolation_level=None)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                locker.execute("BEGIN EXCLUSIVE")
-                self.locker = locker
-                return
-            except sqlite3.OperationalError:
-                assert time.monotonic() < deadline, "could not take the SQLite write lock"
-                await asyncio.sleep(0.01)
+        self.locker = await exclusive_lock(self.path)
 
     async def snapshot(self) -> set[tuple[str, str]]:
         assert self.locker is not None

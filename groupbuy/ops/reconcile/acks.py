@@ -25,7 +25,26 @@ _Ack = AcknowledgedGrabRow
 
 
 async def unrecorded_acks(redis: Any, database: Database, keys: Keys, limit: int) -> list[Mismatch]:
-    """Forget the acknowledgements whose grab row arrived; name the ones Redis lost."""
+    """Forget the acknowledgements whose grab row arrived; name the ones Redis lost.
+
+    SQL is read before the outbox streams here, so a record written and acknowledged
+    between the two reads looks lost once. Suspects are looked at a second time: that
+    grab row is in by then, and only what is missing both times is reported.
+    """
+    first = await _unrecorded_once(redis, database, keys, limit)
+    if not first:
+        return []
+    seen = {_identity(m) for m in first}
+    return [m for m in await _unrecorded_once(redis, database, keys, limit) if _identity(m) in seen]
+
+
+def _identity(mismatch: Mismatch) -> tuple[Any, ...]:
+    return tuple(mismatch.get(k) for k in ("kind", "packet_id", "user_id", "seq"))
+
+
+async def _unrecorded_once(
+    redis: Any, database: Database, keys: Keys, limit: int
+) -> list[Mismatch]:
     # The same grab: same user, amount and instant (a grab row's time is the script's, as
     # the acknowledgement's is). A user who grabbed again after a rebuild has another
     # instant, even when chance gives them the same amount.
