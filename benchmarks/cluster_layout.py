@@ -91,7 +91,7 @@ async def idle_rounds(services: Services) -> dict[int, dict[str, float]]:
             "write-behind (both pending reads)": await timed(
                 lambda: asyncio.gather(services.outbox.pending(), services.packets.writer.pending())
             ),
-            "sweep_locks": await timed(lambda: services.teams.expire_locks(200)),
+            "sweep_locks": await timed(lambda: services.teams.sweeps.expire_locks(200)),
             "expire_packets": await timed(lambda: services.packets.expire_due()),
             "backlog gauges": await timed(lambda: services.packets.writer.measure_backlog()),
         }

@@ -3,7 +3,7 @@ with one replica, every mutating call followed by WAIT 1 (one per coalesced batc
 the same calls answered at once, side by side on the same two servers; and grabs made one
 at a time, where each call pays its own WAIT (the latency it adds).
 
-Both contenders are the production wiring (RedPacketService / TeamService, calls
+Both contenders are the production wiring (RedPacketService / the team engine, calls
 coalesced) on the same primary, with their own key prefixes; they are measured in
 alternation, round after round (benchmarks/interleave.py), and the figure is the median of
 the same-round ratios of their rates, wait / no wait. The replica is on the same machine

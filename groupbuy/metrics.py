@@ -165,7 +165,7 @@ def counts_outcomes(
 
 
 def lock_outcome(outcome: Outcome) -> str:
-    """The label of a successful TeamService.lock: `existing` for a repeat, else `locked`."""
+    """The label of a successful seat lock or join: `existing` for a repeat, else `locked`."""
     return "existing" if outcome.body.get("existing") else "locked"
 
 

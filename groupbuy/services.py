@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import metrics, migrations
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.locks.records import project_team_records
-from groupbuy.locks.service import TeamService
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
@@ -64,7 +64,7 @@ class Services:
     keys: Keys
     clock: RedisClock
     outbox: OutboxWriter
-    teams: TeamService
+    teams: TeamEngine
     packets: RedPacketService
     reconciler: Reconciler
     jobs: JobRunner
@@ -101,7 +101,7 @@ def build_services(
         reachability=reachability,
         dead_letters=dead_letters,
     )
-    teams = TeamService(backends, settings.teams, outbox)
+    teams = TeamEngine.build(backends, settings.teams, outbox)
     limits = settings.redpackets
     writer = PacketRecordWriter(
         backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters

@@ -56,11 +56,11 @@ async def _clean_system(services: Services) -> None:
     services.clock.advance(60)
     assert await packets.expire_due() == {"due": 1, "expired": 1}
     await packets.writer.drain_all()
-    await teams.create_activity("act", team_size=2)
-    await teams.open_team("act", "L1", team_id="formed", order_id="o1")
-    await teams.lock("act", "formed", "m1")
-    await teams.confirm("act", "formed", "m1", "o2")
-    await teams.open_team("act", "L2", team_id="open", order_id="o3")
+    await teams.activities.create_activity("act", team_size=2)
+    await teams.activities.open_team("act", "L1", team_id="formed", order_id="o1")
+    await teams.seats.lock("act", "formed", "m1")
+    await teams.seats.confirm("act", "formed", "m1", "o2")
+    await teams.activities.open_team("act", "L2", team_id="open", order_id="o3")
     services.clock.advance(1)  # the first run starts after everything above
 
 
@@ -173,15 +173,15 @@ async def test_mismatch_numbers_and_nothing_is_fixed(services: Services) -> None
 async def test_records_still_in_a_stream_are_pending_not_mismatches(services: Services) -> None:
     await _clean_system(services)
     await services.packets.grab("live", "u5")  # recorded in the packet's stream only
-    await services.teams.lock("act", "open", "x")
+    await services.teams.seats.lock("act", "open", "x")
     services.clock.advance(301)  # the lock expires: the next read writes lock.expired
-    await services.teams.get_team("act", "open")
+    await services.teams.activities.get_team("act", "open")
     reconciler = _reconciler(services)
     report = await reconciler.run()
     assert report["mismatches"] == []
     assert report["pending_records"] == 2
     await services.packets.writer.drain_all()
-    await services.teams.record_pending()
+    await services.teams.sweeps.record_pending()
     report = await reconciler.run()
     assert (report["mismatches"], report["pending_records"]) == ([], 0)
 
@@ -200,8 +200,8 @@ async def test_later_runs_check_only_what_was_touched(services: Services) -> Non
     await services.packets.deposit("carol", 100, "dep-carol")
     await services.packets.grab("live", "u3")
     await services.packets.writer.drain_all()
-    await services.teams.lock("act", "open", "m2")
-    await services.teams.confirm("act", "open", "m2", "o4")  # the open team forms
+    await services.teams.seats.lock("act", "open", "m2")
+    await services.teams.seats.confirm("act", "open", "m2", "o4")  # the open team forms
     third = await reconciler.run()
     assert _counts(third) == (1, 1, 4)  # accounts: alice, u2, u3 and carol
     assert third["mismatches"] == []

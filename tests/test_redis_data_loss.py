@@ -192,26 +192,26 @@ async def test_a_lost_packet_past_its_expiry_refunds_what_sql_did_not_record(
 
 async def test_an_open_team_comes_back_with_its_members(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=3, lock_ttl_s=60)
-    opened = await teams.open_team("a", "L", team_id="t1", order_id="o-L")
-    await teams.lock("a", "t1", "m1")
-    await teams.confirm("a", "t1", "m1", "o-1")
-    await teams.lock("a", "t1", "m2")  # a lock lives only in Redis
+    await teams.activities.create_activity("a", team_size=3, lock_ttl_s=60)
+    opened = await teams.activities.open_team("a", "L", team_id="t1", order_id="o-L")
+    await teams.seats.lock("a", "t1", "m1")
+    await teams.seats.confirm("a", "t1", "m1", "o-1")
+    await teams.seats.lock("a", "t1", "m2")  # a lock lives only in Redis
     await _lose_redis(services)
 
-    team = await teams.get_team("a", "t1")
+    team = await teams.activities.get_team("a", "t1")
     assert team["status"] == "open"
     assert [m["user_id"] for m in team["members"]] == ["L", "m1"]
     assert team["deadline_at"] == opened.body["deadline_at"]
     assert team["locks"] == []
     # The shopper whose lock was lost locks again, pays, and the team forms.
     with pytest.raises(errors.LockRequired):
-        await teams.confirm("a", "t1", "m2", "o-2")
-    await teams.lock("a", "t1", "m2")
-    joined = await teams.confirm("a", "t1", "m2", "o-2")
+        await teams.seats.confirm("a", "t1", "m2", "o-2")
+    await teams.seats.lock("a", "t1", "m2")
+    joined = await teams.seats.confirm("a", "t1", "m2", "o-2")
     assert joined.body["formed"] is True
     # A repeated open of the same team finds it instead of opening a new one.
-    repeat = await teams.open_team("a", "L", team_id="t1", order_id="o-L")
+    repeat = await teams.activities.open_team("a", "L", team_id="t1", order_id="o-L")
     assert not repeat.created and repeat.body["status"] == "formed"
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report["mismatches"]
@@ -219,20 +219,20 @@ async def test_an_open_team_comes_back_with_its_members(services: Services) -> N
 
 async def test_a_lock_on_a_lost_team_rebuilds_it(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=2, lock_ttl_s=60)
-    await teams.open_team("a", "L", team_id="t1")
+    await teams.activities.create_activity("a", team_size=2, lock_ttl_s=60)
+    await teams.activities.open_team("a", "L", team_id="t1")
     await _lose_redis(services)
-    locked = await teams.lock("a", "t1", "m1")
+    locked = await teams.seats.lock("a", "t1", "m1")
     assert locked.created and locked.body["team_id"] == "t1"
     with pytest.raises(errors.TeamFull):
-        await teams.lock("a", "t1", "m2")
+        await teams.seats.lock("a", "t1", "m2")
 
 
 async def test_the_repair_job_rebuilds_what_redis_lost(services: Services) -> None:
     teams, packets = services.teams, services.packets
-    await teams.create_activity("a", team_size=3)
+    await teams.activities.create_activity("a", team_size=3)
     for i in range(3):
-        await teams.open_team("a", f"L{i}", team_id=f"t{i}")
+        await teams.activities.open_team("a", f"L{i}", team_id=f"t{i}")
     await _send(services, "pk", 300, 3)
     await packets.grab("pk", "u1")
     await packets.record_pending()

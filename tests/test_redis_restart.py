@@ -58,14 +58,14 @@ async def services(redis_server: RedisUnderTest, database_url: str) -> AsyncIter
 async def test_locks_work_after_a_redis_restart(
     redis_server: RedisUnderTest, services: Services
 ) -> None:
-    await services.teams.create_activity("a1")
-    await services.teams.open_team("a1", "L", team_id="t1")
-    assert (await services.teams.lock("a1", "t1", "u1")).created
+    await services.teams.activities.create_activity("a1")
+    await services.teams.activities.open_team("a1", "L", team_id="t1")
+    assert (await services.teams.seats.lock("a1", "t1", "u1")).created
     redis_server.kill()
     redis_server.restart()  # the scripts cache is gone; the AOF keeps the data
     assert not await services.scripts.loaded()
-    assert (await services.teams.lock("a1", "t1", "u2")).created
-    team = await services.teams.get_team("a1", "t1")
+    assert (await services.teams.seats.lock("a1", "t1", "u2")).created
+    team = await services.teams.activities.get_team("a1", "t1")
     assert [lock["user_id"] for lock in team["locks"]] == ["u1", "u2"]
 
 

@@ -104,7 +104,7 @@ async def create_idle_activities(services: Services, count: int, run: str) -> li
         for start in range(0, count, 10_000):
             await session.execute(insert(ActivityRow), rows[start : start + 10_000])
     opens: list[Callable[[], Awaitable[Any]]] = [
-        partial(services.teams.open_team, aid, "leader", team_id="t0") for aid in ids
+        partial(services.teams.activities.open_team, aid, "leader", team_id="t0") for aid in ids
     ]
     await gather_limited(opens, limit=64)
     return ids

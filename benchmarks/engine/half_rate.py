@@ -103,15 +103,15 @@ async def half_rate(
             return str(answer["status"])
     else:
         aid = f"half-{tag}"
-        await services.teams.create_activity(aid, team_size=50)
+        await services.teams.activities.create_activity(aid, team_size=50)
         teams = [f"t{t}" for t in range(max(1, total // 40 + 1))]
         await gather_limited(
-            [partial(services.teams.open_team, aid, f"L{t}", team_id=t) for t in teams]
+            [partial(services.teams.activities.open_team, aid, f"L{t}", team_id=t) for t in teams]
         )
 
         async def call(i: int) -> str:
             try:
-                await services.teams.lock(aid, teams[i % len(teams)], f"h{i}")
+                await services.teams.seats.lock(aid, teams[i % len(teams)], f"h{i}")
             except errors.GroupBuyError as exc:
                 return exc.code
             return "locked"

@@ -29,10 +29,10 @@ async def mixed_setup(services: Services, run: str) -> tuple[list[str], list[str
     teams = [f"t{i}" for i in range(MIXED_TEAMS)]
     packets = [f"mixp{i}-{run}" for i in range(MIXED_PACKETS)]
     for aid in activities:
-        await services.teams.create_activity(aid, team_size=TEAM_SIZE)
+        await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
     await gather_limited(
         [
-            partial(services.teams.open_team, a, f"lead-{t}", team_id=t)
+            partial(services.teams.activities.open_team, a, f"lead-{t}", team_id=t)
             for a in activities
             for t in teams
         ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import errors, metrics
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.service import RedPacketService
@@ -51,7 +51,7 @@ class Job:
 
 def build_jobs(
     settings: Settings,
-    teams: TeamService,
+    teams: TeamEngine,
     packets: RedPacketService,
     reconciler: Reconciler,
     redis: Any,
@@ -63,17 +63,17 @@ def build_jobs(
     flush_interval_s = settings.outbox.flush_interval_s
 
     async def sweep_locks() -> Report:
-        return await teams.expire_locks(batch)
+        return await teams.sweeps.expire_locks(batch)
 
     async def expire_teams() -> Report:
-        return await teams.expire_due(batch)
+        return await teams.sweeps.expire_due(batch)
 
     async def flush_records(seconds: float | None = None) -> Report:
         # A scheduled run has `seconds` (less than its interval): it stops in time for its next
         # tick, and what is left is that run's. A run by hand writes everything waiting.
         within = RunTime(seconds)
         try:
-            team_records = await teams.record_pending(within)
+            team_records = await teams.sweeps.record_pending(within)
             packet_records = await packets.record_pending(within)
         except Exception:
             # SQL down or locked: the backlog grows, and the gauges must show it while the
@@ -93,10 +93,10 @@ def build_jobs(
     async def repair() -> Report:
         return {
             **await packets.repair_pending(),
-            **await teams.release_ended(),
+            **await teams.sweeps.release_ended(),
             **await packets.release_ended(),
             # the slow safety net under the indexes the other jobs read: a page per run
-            **await teams.reindex(restore_limit=schedule.restore_batch),
+            **await teams.sweeps.reindex(restore_limit=schedule.restore_batch),
             **await packets.reindex(restore_limit=schedule.restore_batch),
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }

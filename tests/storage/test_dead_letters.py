@@ -181,14 +181,14 @@ async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
     services: Services,
 ) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=3)
-    await teams.create_activity("a2", team_size=3)
-    await teams.open_team("a1", "L1", team_id="t1")
+    await teams.activities.create_activity("a1", team_size=3)
+    await teams.activities.create_activity("a2", team_size=3)
+    await teams.activities.open_team("a1", "L1", team_id="t1")
     before = dead_letters_counted("teams")
     fields = {"type": "team.renamed", "activity_id": "a1", "team_id": "t1", "at_ms": "1"}
     bad = await poison(services, services.keys.outbox("a1"), **fields)
-    await teams.open_team("a1", "L2", team_id="t2")
-    await teams.open_team("a2", "L3", team_id="t3")
+    await teams.activities.open_team("a1", "L2", team_id="t2")
+    await teams.activities.open_team("a2", "L3", team_id="t3")
 
     await services.outbox.flush_pending()
 

@@ -129,7 +129,7 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
     packets = services.packets
     await packets.deposit("sender", 1_000, "funds")
     await packets.send("sender", 1_000, 10, packet_id="pk")
-    await services.teams.create_activity("act")
+    await services.teams.activities.create_activity("act")
     grabs_key = services.keys.packet_keys("pk").grabs
     answer = await packets.grab("pk", "u1")
     assert answer["status"] == "grabbed"
@@ -148,7 +148,7 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
             assert primary.hexists(grabs_key, "u2")  # applied on the primary
         # A read-only script and the rate limits do not wait for the replica.
         with pytest.raises(errors.NoLock):
-            await services.teams.current_lock("act", "u2")
+            await services.teams.seats.current_lock("act", "u2")
         assert await services.ratelimit.take("grab", "key", "u2") is not None
     finally:
         replicated.resume_replica()
@@ -205,7 +205,7 @@ async def test_the_write_behind_writes_to_sql_only_what_the_replica_holds(
     packets, teams = services.packets, services.teams
     await packets.deposit("sender", 1_000, "funds")
     await packets.send("sender", 1_000, 10, packet_id="pk")
-    await teams.create_activity("act")
+    await teams.activities.create_activity("act")
     assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
     await services.jobs.run("flush_records")
     assert await recorded(services) == ({"u1"}, set())
@@ -215,7 +215,7 @@ async def test_the_write_behind_writes_to_sql_only_what_the_replica_holds(
         with pytest.raises(errors.RedisReplicationTimeout):
             await packets.grab("pk", "u2")  # applied on the primary only
         with pytest.raises(errors.RedisReplicationTimeout):
-            await teams.open_team("act", "leader", team_id="t1")
+            await teams.activities.open_team("act", "leader", team_id="t1")
         # Each writer reads the records, and neither writes them: the replica lacks them.
         with pytest.raises(errors.RedisReplicationTimeout) as refused:
             await packets.writer.drain("pk")
