@@ -241,7 +241,7 @@ class Keys:
         record; groupbuy.ops.blocklist). The scripts that let a user take a seat or money read
         it in the same call, so it is passed in their KEYS. Without a slot: the one hash
         (what the scripts read on one Redis server). With a slot, in the cluster layout:
-        that slot's copy, user_id -> 'blocked_at_ms', the one the scripts of the slot's
+        that slot's copy, user_id -> '1', the one the scripts of the slot's
         activities, packets and senders read (groupbuy.storage.slots writes it when the slot
         joins the directory)."""
         if slot is None:
