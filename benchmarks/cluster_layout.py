@@ -30,7 +30,7 @@ from groupbuy import migrations
 from groupbuy.services import Services, build_services, settle_heap
 from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
-from groupbuy.storage.keys import SLOTS
+from groupbuy.storage.layout import SLOTS
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.storage.slots import SlotDirectory
 

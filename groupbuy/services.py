@@ -29,13 +29,7 @@ from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
-from groupbuy.storage.durability import (
-    RedisNotDurable,
-    RedisTopologyMismatch,
-    check_durability,
-    check_replicas,
-    check_topology,
-)
+from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.ratelimit import RateLimitService
@@ -159,11 +153,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await services.redis.aclose()
         raise
     try:
-        await check_topology(services.redis, services.settings.redis)
-        await check_durability(
-            services.redis, services.reachability.where, services.settings.redis.strict
-        )
-        await check_replicas(services.redis, services.settings.redis)
+        await check_redis(services.redis, services.settings.redis, services.reachability.where)
     except (RedisNotDurable, RedisTopologyMismatch):
         await services.database.dispose()
         await services.redis.aclose()
