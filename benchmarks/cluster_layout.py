@@ -92,7 +92,7 @@ async def idle_rounds(services: Services) -> dict[int, dict[str, float]]:
                 lambda: asyncio.gather(services.outbox.pending(), services.packets.writer.pending())
             ),
             "sweep_locks": await timed(lambda: services.teams.sweeps.expire_locks(200)),
-            "expire_packets": await timed(lambda: services.packets.expire_due()),
+            "expire_packets": await timed(lambda: services.packets.sweeps.expire_due()),
             "backlog gauges": await timed(lambda: services.packets.writer.measure_backlog()),
         }
     return figures

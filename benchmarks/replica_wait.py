@@ -98,8 +98,8 @@ def lone_grabs(
     async def trial(index: int) -> Trial:
         packet_id = f"lone-{run}-{label}-{index}"
         sender = f"lone-sender-{run}-{label}"
-        await services.packets.deposit(sender, grabs * 100, packet_id)
-        await services.packets.send(sender, grabs * 100, grabs, packet_id=packet_id)
+        await services.packets.accounts.deposit(sender, grabs * 100, packet_id)
+        await services.packets.sending.send(sender, grabs * 100, grabs, packet_id=packet_id)
         requests = [(packet_id, f"u{n}") for n in range(grabs)]
         seconds, latencies, answers = await run_grabs(
             lambda p, u: groupbuy_grab(services, p, u), requests, 1

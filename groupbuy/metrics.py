@@ -170,7 +170,7 @@ def lock_outcome(outcome: Outcome) -> str:
 
 
 def grab_outcome(body: dict[str, Any]) -> str:
-    """The label of a successful RedPacketService.grab: its status."""
+    """The label of a successful GrabService.grab: its status."""
     return str(body["status"])
 
 

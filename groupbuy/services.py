@@ -22,7 +22,7 @@ from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import Settings
 from groupbuy.storage.backends import Backends
@@ -59,7 +59,7 @@ class Services:
     clock: RedisClock
     outbox: OutboxWriter
     teams: TeamEngine
-    packets: RedPacketService
+    packets: RedPackets
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
@@ -101,7 +101,7 @@ def build_services(
         backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
-    packets = RedPacketService(
+    packets = RedPackets.build(
         backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)

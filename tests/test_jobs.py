@@ -91,7 +91,7 @@ async def test_jobs_running_twice_at_once_change_nothing_twice(
     await teams.activities.open_team("a1", "L", team_id="t1", order_id="oL")
     await teams.seats.lock("a1", "t1", "u1")
     await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=20)
-    await packets.grab("pk", "g1")
+    await packets.grabs.grab("pk", "g1")
     services.clock.advance(20)
     names = ["sweep_locks", "expire_teams", "expire_packets", "flush_records"]
     for _ in range(2):
@@ -113,12 +113,12 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     await teams.seats.lock("a1", "formed", "u1")
     await teams.seats.confirm("a1", "formed", "u1", "o1")
     await teams.activities.open_team("a1", "L2", team_id="fails")
-    await packets.deposit("s", 100, "funds")
-    await packets.send("s", 10, 2, packet_id="sold")
-    await packets.grab("sold", "g1")
-    await packets.grab("sold", "g2")
-    await packets.send("s", 50, 5, packet_id="expires", expires_in_s=30)
-    await packets.grab("expires", "g1")
+    await packets.accounts.deposit("s", 100, "funds")
+    await packets.sending.send("s", 10, 2, packet_id="sold")
+    await packets.grabs.grab("sold", "g1")
+    await packets.grabs.grab("sold", "g2")
+    await packets.sending.send("s", 50, 5, packet_id="expires", expires_in_s=30)
+    await packets.grabs.grab("expires", "g1")
     assert await redis.dbsize() > baseline
     services.clock.advance(30)
     for name in ["sweep_locks", "expire_teams", "expire_packets", "flush_records", "repair"]:
@@ -128,8 +128,8 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     assert await redis.dbsize() == baseline, await redis.keys("*")
     # what Redis forgot, SQL answers
     assert (await teams.activities.get_team("a1", "formed"))["status"] == "formed"
-    assert (await packets.get("sold"))["status"] == "sold_out"
-    assert (await packets.grab("expires", "g1"))["status"] == "already_grabbed"
+    assert (await packets.reads.get("sold"))["status"] == "sold_out"
+    assert (await packets.grabs.grab("expires", "g1"))["status"] == "already_grabbed"
     # and the activity comes back to Redis when it is used again
     assert (await teams.activities.open_team("a1", "L3", team_id="again")).created
     await assert_money_conserved(services)
@@ -155,7 +155,7 @@ async def test_jobs_are_counted_and_flush_records_reports_the_backlog(
     packets = services.packets
     await sent_packet_via_services(100, 5, funds=100, sender_id="s")
     for user in ("a", "b"):
-        await packets.grab("pk", user)
+        await packets.grabs.grab("pk", user)
     report = await run(services, "flush_records")
     assert report["packet_records"] == 2 and report["backlog"] == 0 and report["lag_s"] == 0
     assert runs("flush_records") == before + 1
@@ -219,14 +219,14 @@ async def test_a_flush_run_takes_a_batch_of_each_packet_in_turn(
     """One huge stream does not hold up the others: the small packets are in SQL after the
     huge one's first batch, long before its last."""
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
-    await packets.send("sender", 1_000, 40, packet_id="huge")
+    await packets.accounts.deposit("sender", 10_000, "funds")
+    await packets.sending.send("sender", 1_000, 40, packet_id="huge")
     for n in range(30):  # its records are the oldest: the run starts with it
-        await packets.grab("huge", f"u{n}")
+        await packets.grabs.grab("huge", f"u{n}")
     for small in ("s1", "s2", "s3"):
-        await packets.send("sender", 100, 10, packet_id=small)
+        await packets.sending.send("sender", 100, 10, packet_id=small)
         for n in range(3):
-            await packets.grab(small, f"u{n}")
+            await packets.grabs.grab(small, f"u{n}")
     monkeypatch.setattr(packets.writer, "_batch_size", 5)  # the huge stream: 6 batches
     batches: list[str] = []
 
@@ -248,11 +248,11 @@ async def test_a_scheduled_flush_run_stops_in_time_and_the_next_runs_go_on(
     """A run given less time than one batch takes applies that one batch (every run moves)
     and leaves the rest to the next runs, whatever the machine's speed."""
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
+    await packets.accounts.deposit("sender", 10_000, "funds")
     for packet in ("p1", "p2"):
-        await packets.send("sender", 100, 10, packet_id=packet)
+        await packets.sending.send("sender", 100, 10, packet_id=packet)
         for n in range(4):
-            await packets.grab(packet, f"u{n}")
+            await packets.grabs.grab(packet, f"u{n}")
 
     async def slow(session: Any, records: list[dict[str, str]]) -> None:
         await asyncio.sleep(0.1)  # a batch slower than the run's whole time

@@ -305,11 +305,11 @@ async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
     """SQL locked or down: the flush fails every round, and the gauges an operator watches
     must still show the records piling up (they were left at their last good value)."""
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 100, 5, packet_id="p1")
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 100, 5, packet_id="p1")
     metrics.WRITEBACK_BACKLOG.set(0)
     for user in ("u1", "u2", "u3"):
-        await packets.grab("p1", user)
+        await packets.grabs.grab("p1", user)
 
     def locked() -> Any:
         raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))

@@ -65,10 +65,16 @@ async def spread_grabs(services: Services, run: str) -> Trial:
     """SPREAD_PACKETS packets of SPREAD_SHARES shares; every share wanted by two users."""
     packets = [f"spread-{run}-{n}" for n in range(SPREAD_PACKETS)]
     sender = f"spread-sender-{run}"
-    await services.packets.deposit(sender, SPREAD_PACKETS * SPREAD_SHARES * 100, sender)
+    await services.packets.accounts.deposit(sender, SPREAD_PACKETS * SPREAD_SHARES * 100, sender)
     await gather_limited(
         [
-            partial(services.packets.send, sender, SPREAD_SHARES * 100, SPREAD_SHARES, packet_id=p)
+            partial(
+                services.packets.sending.send,
+                sender,
+                SPREAD_SHARES * 100,
+                SPREAD_SHARES,
+                packet_id=p,
+            )
             for p in packets
         ]
     )

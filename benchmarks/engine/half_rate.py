@@ -94,9 +94,9 @@ async def half_rate(
     if kind == "grab":
         # enough packets of at most 5,000 shares (the config caps a packet at 10,000)
         packets = [f"half-{tag}-{p}" for p in range(total // 5000 + 1)]
-        await services.packets.deposit(f"hs-{tag}", len(packets) * 10_000, f"half-{tag}")
+        await services.packets.accounts.deposit(f"hs-{tag}", len(packets) * 10_000, f"half-{tag}")
         for packet_id in packets:
-            await services.packets.send(f"hs-{tag}", 10_000, 5000, packet_id=packet_id)
+            await services.packets.sending.send(f"hs-{tag}", 10_000, 5000, packet_id=packet_id)
 
         async def call(i: int) -> str:
             answer = await groupbuy_grab(services, packets[i % len(packets)], f"h{i}")

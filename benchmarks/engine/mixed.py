@@ -38,9 +38,9 @@ async def mixed_setup(services: Services, run: str) -> tuple[list[str], list[str
         ]
     )
     sender, amount = f"mixsender-{run}", MIXED_SHARES * 100
-    await services.packets.deposit(sender, amount * MIXED_PACKETS, f"mix-{run}")
+    await services.packets.accounts.deposit(sender, amount * MIXED_PACKETS, f"mix-{run}")
     for pid in packets:
-        await services.packets.send(sender, amount, MIXED_SHARES, packet_id=pid)
+        await services.packets.sending.send(sender, amount, MIXED_SHARES, packet_id=pid)
     return activities, teams, packets
 
 

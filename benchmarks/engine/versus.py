@@ -87,8 +87,10 @@ def grab_engine(
     async def trial(index: int) -> Trial:
         packet_id, amount = f"vs-{run}-{label}-{index}", sizes.versus_shares * 100
         sender = f"vs-sender-{run}-{label}"
-        await services.packets.deposit(sender, amount, f"vs-{run}-{label}-{index}")
-        await services.packets.send(sender, amount, sizes.versus_shares, packet_id=packet_id)
+        await services.packets.accounts.deposit(sender, amount, f"vs-{run}-{label}-{index}")
+        await services.packets.sending.send(
+            sender, amount, sizes.versus_shares, packet_id=packet_id
+        )
         requests = [(packet_id, u) for u in _flash(sizes, index)]
         seconds, latencies, answers = await run_grabs(
             lambda p, u: groupbuy_grab(services, p, u), requests, CALLERS

@@ -17,7 +17,7 @@ from groupbuy import errors, metrics
 from groupbuy.locks.engine import TeamEngine
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import Settings
 from groupbuy.storage.outbox import RunTime
 
@@ -52,7 +52,7 @@ class Job:
 def build_jobs(
     settings: Settings,
     teams: TeamEngine,
-    packets: RedPacketService,
+    packets: RedPackets,
     reconciler: Reconciler,
     redis: Any,
     blocklist: BlocklistService,
@@ -74,7 +74,7 @@ def build_jobs(
         within = RunTime(seconds)
         try:
             team_records = await teams.sweeps.record_pending(within)
-            packet_records = await packets.record_pending(within)
+            packet_records = await packets.sweeps.record_pending(within)
         except Exception:
             # SQL down or locked: the backlog grows, and the gauges must show it while the
             # flush keeps failing (the run's own error is the one to raise).
@@ -92,12 +92,12 @@ def build_jobs(
 
     async def repair() -> Report:
         return {
-            **await packets.repair_pending(),
+            **await packets.sending.repair_pending(),
             **await teams.sweeps.release_ended(),
-            **await packets.release_ended(),
+            **await packets.sweeps.release_ended(),
             # the slow safety net under the indexes the other jobs read: a page per run
             **await teams.sweeps.reindex(restore_limit=schedule.restore_batch),
-            **await packets.reindex(restore_limit=schedule.restore_batch),
+            **await packets.sweeps.reindex(restore_limit=schedule.restore_batch),
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
@@ -105,7 +105,7 @@ def build_jobs(
         "sweep_locks": Job("sweep_locks", schedule.sweep_interval_s, sweep_locks),
         "expire_teams": Job("expire_teams", schedule.sweep_interval_s, expire_teams),
         "expire_packets": Job(
-            "expire_packets", schedule.expire_packets_interval_s, packets.expire_due
+            "expire_packets", schedule.expire_packets_interval_s, packets.sweeps.expire_due
         ),
         "flush_records": Job("flush_records", flush_interval_s, flush_records, flush_records),
         "repair": Job("repair", schedule.repair_interval_s, repair),

@@ -7,7 +7,6 @@ Ids here use every character class SPEC §2 allows ('-' and '_' included).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -23,6 +22,7 @@ from groupbuy.locks.scripts import TeamScripts
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.replies import Grabbed, GrabReply
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
@@ -166,24 +166,23 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
         assert packet_codec.parse_event_key(key) is None  # not the packet engine's
 
 
-async def _grab(services: Services, packet_id: str, user: str) -> list[Any]:
+async def _grab(services: Services, packet_id: str, user: str) -> GrabReply:
     packets = PacketScripts(services.scripts, services.keys, services.clock)
-    reply = await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
-    return [reply.code, *reply.rest]
+    return await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
 
 
 async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Services) -> None:
     packets, redis, keys = services.packets, services.redis, services.keys
-    await packets.deposit("send-er_1", 1_000, "ref_42-a")
-    await packets.send("send-er_1", 300, 3, packet_id="pk-1_a", expires_in_s=60)
-    await packets.send("send-er_1", 7, 1, packet_id="pk-2_b")
+    await packets.accounts.deposit("send-er_1", 1_000, "ref_42-a")
+    await packets.sending.send("send-er_1", 300, 3, packet_id="pk-1_a", expires_in_s=60)
+    await packets.sending.send("send-er_1", 7, 1, packet_id="pk-2_b")
 
     replies = {}
     for user in ("u-1", "u_2"):
-        code, amount, *_rest = await _grab(services, "pk-1_a", user)
-        assert PacketCode(int(code)) is PacketCode.OK
-        replies[user] = int(amount)
-    assert PacketCode(int((await _grab(services, "pk-2_b", "u-1"))[0])) is PacketCode.OK
+        grabbed = await _grab(services, "pk-1_a", user)
+        assert grabbed.code is PacketCode.OK and isinstance(grabbed, Grabbed)
+        replies[user] = grabbed.amount_cents
+    assert (await _grab(services, "pk-2_b", "u-1")).code is PacketCode.OK
 
     raw_grabs = await redis.hgetall(keys.packet_keys("pk-1_a").grabs)
     grabs = {user: packet_codec.parse_grab(value) for user, value in raw_grabs.items()}
@@ -199,8 +198,8 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
     } == {user: tuple(g)[:3] for user, g in grabs.items()}
 
     services.clock.advance(61)
-    assert await packets.expire_due() == {"due": 1, "expired": 1}
-    await packets.record_pending()
+    assert await packets.sweeps.expire_due() == {"due": 1, "expired": 1}
+    await packets.sweeps.record_pending()
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "pk-1_a"))).all()
     assert {r.user_id: (r.seq, r.amount_cents, to_ms(r.grabbed_at)) for r in rows} == {
@@ -234,11 +233,11 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
 
 async def test_sql_built_keys_equal_the_python_built_ones(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("send-er_1", 100, "ref-1")
-    await packets.send("send-er_1", 10, 2, packet_id="pk-1_a", expires_in_s=60)
+    await packets.accounts.deposit("send-er_1", 100, "ref-1")
+    await packets.sending.send("send-er_1", 10, 2, packet_id="pk-1_a", expires_in_s=60)
     for user in ("u-1", "u_2"):
-        await packets.grab("pk-1_a", user)
-    await packets.record_pending()
+        await packets.grabs.grab("pk-1_a", user)
+    await packets.sweeps.record_pending()
     async with services.database.sessions() as session:
         grab_keys = (
             await session.execute(

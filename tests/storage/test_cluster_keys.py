@@ -176,22 +176,22 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     assert (await teams.activities.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
     await teams.sweeps.reindex()
 
-    await packets.deposit("s1", 10_000, "funds")
-    await packets.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
-    await packets.grab("pk1", "g1")
-    await packets.get("pk1")
+    await packets.accounts.deposit("s1", 10_000, "funds")
+    await packets.sending.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
+    await packets.grabs.grab("pk1", "g1")
+    await packets.reads.get("pk1")
     with pytest.raises(errors.InsufficientFunds):
-        await packets.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
-    await packets.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
-    await packets.record_pending()
+        await packets.sending.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
+    await packets.sending.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
+    await packets.sweeps.record_pending()
     pk3 = keys.packet_keys("pk3")
     await redis.delete(pk3.hash, pk3.shares, pk3.grabs, pk3.outbox)
-    await packets.grab("pk3", "g2")  # rebuilt from SQL first
+    await packets.grabs.grab("pk3", "g2")  # rebuilt from SQL first
     await redis.xadd(keys.packet_outbox("pk3"), {"type": "grab", "packet_id": "pk3"})
-    await packets.record_pending()  # the malformed record goes to the dead letters
+    await packets.sweeps.record_pending()  # the malformed record goes to the dead letters
     services.clock.advance(120)
-    assert (await packets.expire_due())["expired"] == 1
-    await packets.reindex()
+    assert (await packets.sweeps.expire_due())["expired"] == 1
+    await packets.sweeps.reindex()
 
     await services.ratelimit.take("grab", "key1", "g1")
     scheduler = build_scheduler(services)
@@ -245,10 +245,10 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     packet_ids = ids_in_slots(keys.packet_outbox, "pk", 40) + ids_in_one_slot(
         keys.packet_outbox, "y", 5
     )
-    await packets.deposit("sender", 10**9, "funds")
+    await packets.accounts.deposit("sender", 10**9, "funds")
     for packet_id in packet_ids:
-        await packets.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
-        await packets.grab(packet_id, "g1")
+        await packets.sending.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
+        await packets.grabs.grab(packet_id, "g1")
     slots_used = {keys.activity_slot(a) for a in activities} | {
         keys.packet_slot(p) for p in packet_ids
     }
@@ -269,7 +269,7 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     assert (await teams.sweeps.expire_locks(batch=2))["locks_expired"] == len(activities)
     services.clock.advance(60)
     assert (await teams.sweeps.expire_due(batch=2))["teams_failed"] == 2 * len(activities)
-    assert (await packets.expire_due(batch=2))["expired"] == len(packet_ids)
+    assert (await packets.sweeps.expire_due(batch=2))["expired"] == len(packet_ids)
     assert len(await services.outbox.pending()) == len(activities)
     await services.jobs.run("flush_records")
     assert await events_of(services, "lock.expired") == len(activities)
@@ -294,10 +294,10 @@ async def test_the_repair_job_lists_again_the_slots_a_lost_directory_held(
         await teams.activities.create_activity(activity_id, team_size=3, lock_ttl_s=60)
         await teams.activities.open_team(activity_id, "lead", team_id="t1")
         await teams.seats.lock(activity_id, "t1", "u1")
-    await packets.deposit("sender", 10**6, "funds")
+    await packets.accounts.deposit("sender", 10**6, "funds")
     packet_ids = ids_in_slots(keys.packet_outbox, "pk", 10)
     for packet_id in packet_ids:
-        await packets.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
+        await packets.sending.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
     await services.redis.delete(keys.slot_directory())  # Redis lost it
     services.clock.advance(61)
     assert (await services.jobs.run("sweep_locks"))["locks_expired"] == 0  # nothing found
@@ -320,8 +320,8 @@ async def refusals(services: Services, user: str, activity_id: str, packet_id: s
         "lock": lambda: teams.seats.lock(activity_id, "t1", user),
         "join": lambda: teams.seats.join(activity_id, user),
         "confirm": lambda: teams.seats.confirm(activity_id, "t1", user, "o1"),
-        "grab": lambda: packets.grab(packet_id, user),
-        "send": lambda: packets.send(user, 10, 1, packet_id=f"{user}-{packet_id}"),
+        "grab": lambda: packets.grabs.grab(packet_id, user),
+        "send": lambda: packets.sending.send(user, 10, 1, packet_id=f"{user}-{packet_id}"),
     }
     refused: list[str] = []
     for name, call in calls.items():
@@ -342,13 +342,13 @@ async def test_a_block_is_enforced_in_every_slot_before_and_after_it(
 ) -> None:
     services = cluster_services
     teams, packets, keys = services.teams, services.packets, services.keys
-    await packets.deposit("bad", 10**6, "bad-funds")
-    await packets.deposit("sender", 10**6, "funds")
+    await packets.accounts.deposit("bad", 10**6, "bad-funds")
+    await packets.accounts.deposit("sender", 10**6, "funds")
 
     async def make(activity_id: str, packet_id: str) -> None:
         await teams.activities.create_activity(activity_id, team_size=5)
         await teams.activities.open_team(activity_id, "lead", team_id="t1")
-        await packets.send("sender", 100, 5, packet_id=packet_id)
+        await packets.sending.send("sender", 100, 5, packet_id=packet_id)
 
     def pairs(activity_prefix: str, packet_prefix: str) -> list[tuple[str, str]]:
         """Five (activity, packet) ids, each in a slot of its own."""
