@@ -3,21 +3,21 @@
 Redis holds the live state and decides every change in one Lua script; the script writes
 the change's record to the activity's outbox stream in the same atomic call, and only a
 confirm waits for that record to reach SQL. When a script finds no team or activity,
-Redis may have lost it: `TeamRecovery` brings it back from SQL, and the call is made
-again; a team Redis let go after it ended answers from its SQL record (`TeamHistory`).
+Redis may have lost it: the `MissingTeam` hook (TeamRecovery) brings it back from SQL,
+and the call is made again; a team Redis let go after it ended answers from its SQL
+record (`TeamHistory`).
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.bodies import lock_outcome
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.history import TeamHistory
-from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.replies import (
     Confirmed,
@@ -43,6 +43,16 @@ from groupbuy.storage.timefmt import iso_ms
 _SWITCH_ATTEMPTS = 5
 
 
+class MissingTeam(Protocol):
+    """What the hot path does when Redis does not hold a team or activity (TeamRecovery)."""
+
+    async def bring_back(self, activity_id: str, team_id: str) -> bool:
+        """Rebuild the team in Redis from SQL; False when SQL has no open team to rebuild."""
+
+    async def bring_back_activity(self, activity_id: str) -> None:
+        """Put the activity's copy back in Redis from SQL (ActivityNotFound when unknown)."""
+
+
 class SeatService:
     """Seat locks and membership: lock, join, unlock, confirm, and a user's current lock."""
 
@@ -53,7 +63,7 @@ class SeatService:
         defaults: TeamSettings,
         activities: ActivityCopy,
         history: TeamHistory,
-        recovery: TeamRecovery,
+        recovery: MissingTeam,
     ) -> None:
         self._teams = scripts
         self._outbox = outbox
