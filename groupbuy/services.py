@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import metrics, migrations
-from groupbuy.locks.records import project_team_records
 from groupbuy.locks.service import TeamService
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
@@ -37,7 +37,7 @@ from groupbuy.storage.durability import (
     check_topology,
 )
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.outbox import RecordWriter
 from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.redis_client import (
@@ -48,7 +48,6 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
-from groupbuy.storage.slots import SlotDirectory
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +62,22 @@ class Services:
     scripts: Scripts
     keys: Keys
     clock: RedisClock
-    outbox: OutboxWriter
+    team_writer: TeamRecordWriter
+    packet_writer: PacketRecordWriter
     teams: TeamService
     packets: RedPacketService
+    acks: AckJournal  # the grabs this process acknowledged, journalled for reconciliation
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
     blocklist: BlocklistService
     ratelimit: RateLimitService
     dead_letters: DeadLetters
+
+    @property
+    def writers(self) -> tuple[RecordWriter, ...]:
+        """Each engine's write-behind: teams, then packets."""
+        return (self.team_writer, self.packet_writer)
 
 
 def build_services(
@@ -88,31 +94,23 @@ def build_services(
     reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
     dead_letters = DeadLetters(backends)
-    outbox = OutboxWriter(
-        redis,
-        scripts,
-        database,
-        project_team_records,
-        settings.outbox.batch_size,
-        index_of=lambda activity_id: keys.pending_activities(keys.activity_slot(activity_id)),
-        index_in=keys.pending_activities,
-        stream_of=keys.outbox,
-        slots=SlotDirectory(redis, keys),
-        reachability=reachability,
-        dead_letters=dead_letters,
-    )
-    teams = TeamService(backends, settings.teams, outbox)
-    limits = settings.redpackets
-    writer = PacketRecordWriter(
-        backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
+    batch_size, limits = settings.outbox.batch_size, settings.redpackets
+    team_writer = TeamRecordWriter(backends, batch_size, dead_letters, reachability)
+    teams = TeamService(backends, settings.teams, team_writer)
+    packet_writer = PacketRecordWriter(
+        backends, batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
     packets = RedPacketService(
-        backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
+        backends, limits, packet_writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
     blocklist = BlocklistService(backends)
-    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis, blocklist))
+    jobs = JobRunner(
+        build_jobs(
+            settings, teams, packets, team_writer, packet_writer, reconciler, redis, blocklist
+        )
+    )
     return Services(
         settings,
         redis,
@@ -120,9 +118,11 @@ def build_services(
         scripts,
         keys,
         clock,
-        outbox,
+        team_writer,
+        packet_writer,
         teams,
         packets,
+        acks,
         reconciler,
         jobs,
         reachability,
@@ -187,13 +187,13 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()
-    services.packets.acks.start()
+    services.acks.start()
     settle_heap()
     try:
         yield services
     finally:
         await jobs.stop()
-        await services.packets.acks.stop()
+        await services.acks.stop()
         await services.database.dispose()
         await services.scripts.aclose()
         await services.redis.aclose()

@@ -27,13 +27,13 @@ from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, Team
 from groupbuy.locks.records import recorded_version
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.view import TeamView
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.metrics import LOCK_OUTCOMES, RESTORED, counts_outcomes, lock_outcome
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
-from groupbuy.storage.outbox import OutboxWriter, RunTime
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import optional_int, reply_dict
 from groupbuy.storage.slots import due_in
@@ -56,7 +56,9 @@ _CALLS_AT_ONCE = 32
 class TeamService(UsesBackends):
     """The group-buy engine."""
 
-    def __init__(self, backends: Backends, defaults: TeamSettings, outbox: OutboxWriter) -> None:
+    def __init__(
+        self, backends: Backends, defaults: TeamSettings, outbox: TeamRecordWriter
+    ) -> None:
         super().__init__(backends)
         self._defaults = defaults
         self._outbox = outbox
@@ -207,7 +209,7 @@ class TeamService(UsesBackends):
         _refuse_for_user(code, leader_id, rest)
         if code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(code)
-        await self._outbox.flush_quietly(activity_id)
+        await self._outbox.drain_quietly(activity_id)
         return Outcome(_team_body(activity_id, team_id, rest), code is TeamCode.OK)
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
@@ -487,7 +489,7 @@ class TeamService(UsesBackends):
         # a member in Redis (no lock left to expire) and written the record to the outbox in
         # the same call: SQL away, this raises (503 database_unavailable), the record waits
         # in Redis, and the backend's retry answers EXISTING once a flush has it in SQL.
-        await self._outbox.flush(activity_id)
+        await self._outbox.drain(activity_id)
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
         formed_by_this, *snapshot = rest
@@ -509,11 +511,6 @@ class TeamService(UsesBackends):
             "locked_at": iso_ms(int(locked_at)),
             "expires_at": iso_ms(int(expires_at)),
         }
-
-    async def record_pending(self, within: RunTime | None = None) -> int:
-        """Write the waiting outbox records of every activity the pending index lists to SQL,
-        until `within` runs out; returns how many."""
-        return await self._outbox.flush_pending(within)
 
     # -- what time does (the scheduled jobs) ------------------------------------------
 
@@ -569,7 +566,7 @@ class TeamService(UsesBackends):
                     # sweep, so a team indexed meanwhile is never hidden behind a later score.
                     await self._teams.reindex(activity_id, team_index(activity_id), due_index)
                     if touched:
-                        await self._outbox.flush_quietly(activity_id)
+                        await self._outbox.drain_quietly(activity_id)
                 if len(due) == batch and fresh:
                     more.append(slot)
             if not more:

@@ -23,7 +23,13 @@ from groupbuy.metrics import GRAB_OUTCOMES, RESTORED, counts_outcomes, grab_outc
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.codec import deposit_key, grab_value, packet_debit_key, packet_event_key
+from groupbuy.redpacket.codec import (
+    PacketRefunded,
+    deposit_key,
+    grab_value,
+    packet_debit_key,
+    packet_event_key,
+)
 from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.records import apply_packet_records
@@ -35,7 +41,6 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
-from groupbuy.storage.outbox import RunTime
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.scripts import reply_dict
 from groupbuy.storage.slots import due_in
@@ -331,7 +336,7 @@ class RedPacketService(UsesBackends):
         # Its time ran out before it ever reached Redis: nobody grabbed, all goes back.
         # The same record a packet_expire script would have written, applied the same way
         # (its ledger and event keys make a second application, from any path, a no-op).
-        refund = {
+        refund: PacketRefunded = {
             "type": "packet.refunded",
             "at_ms": str(to_ms(row.expires_at)),
             "packet_id": row.packet_id,
@@ -553,11 +558,6 @@ class RedPacketService(UsesBackends):
                 break
             slots = more
         return {"due": len(seen), "expired": expired}
-
-    async def record_pending(self, within: RunTime | None = None) -> int:
-        """Write every packet's waiting grab and ending records to SQL, a batch of each packet
-        in turn, until `within` runs out; returns how many."""
-        return await self.writer.drain_all(within)
 
     async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
         """Put back lost index entries for the next page of SQL's unfinished packets: the
