@@ -59,11 +59,11 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
 
     async def trial(index: int) -> Trial:
         sender, tag = f"wb-{run}", f"wb-{run}-{index}"
-        await services.packets.deposit(sender, PACKETS * SHARES * 100, tag)
+        await services.packets.accounts.deposit(sender, PACKETS * SHARES * 100, tag)
         requests = []
         for p in range(PACKETS):
             packet_id = f"{tag}-{p}"
-            await services.packets.send(sender, SHARES * 100, SHARES, packet_id=packet_id)
+            await services.packets.sending.send(sender, SHARES * 100, SHARES, packet_id=packet_id)
             requests += [(packet_id, u) for u in flash_requests(USERS, random.Random(p))]
         random.Random(index).shuffle(requests)
         _seconds, _latencies, answers = await run_grabs(

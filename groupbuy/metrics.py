@@ -176,12 +176,12 @@ def counts_outcomes(
 
 
 def lock_outcome(outcome: Outcome) -> str:
-    """The label of a successful TeamService.lock: `existing` for a repeat, else `locked`."""
+    """The label of a successful seat lock or join: `existing` for a repeat, else `locked`."""
     return "existing" if outcome.body.get("existing") else "locked"
 
 
 def grab_outcome(body: dict[str, Any]) -> str:
-    """The label of a successful RedPacketService.grab: its status."""
+    """The label of a successful GrabService.grab: its status."""
     return str(body["status"])
 
 

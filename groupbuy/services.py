@@ -15,27 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import metrics, migrations
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import Settings
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
-from groupbuy.storage.durability import (
-    RedisNotDurable,
-    RedisTopologyMismatch,
-    check_durability,
-    check_replicas,
-    check_topology,
-)
+from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import RecordWriter
 from groupbuy.storage.ratelimit import RateLimitService
@@ -63,10 +57,8 @@ class Services:
     keys: Keys
     clock: RedisClock
     team_writer: TeamRecordWriter
-    packet_writer: PacketRecordWriter
-    teams: TeamService
-    packets: RedPacketService
-    acks: AckJournal  # the grabs this process acknowledged, journalled for reconciliation
+    teams: TeamEngine
+    packets: RedPackets  # the packet writer and the grab journal are its `writer`, `acks`
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
@@ -77,7 +69,7 @@ class Services:
     @property
     def writers(self) -> tuple[RecordWriter, ...]:
         """Each engine's write-behind: teams, then packets."""
-        return (self.team_writer, self.packet_writer)
+        return (self.team_writer, self.packets.writer)
 
 
 def build_services(
@@ -96,12 +88,12 @@ def build_services(
     dead_letters = DeadLetters(backends)
     batch_size, limits = settings.outbox.batch_size, settings.redpackets
     team_writer = TeamRecordWriter(backends, batch_size, dead_letters, reachability)
-    teams = TeamService(backends, settings.teams, team_writer)
+    teams = TeamEngine.build(backends, settings.teams, team_writer)
     packet_writer = PacketRecordWriter(
         backends, batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
-    packets = RedPacketService(
+    packets = RedPackets.build(
         backends, limits, packet_writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
@@ -119,10 +111,8 @@ def build_services(
         keys,
         clock,
         team_writer,
-        packet_writer,
         teams,
         packets,
-        acks,
         reconciler,
         jobs,
         reachability,
@@ -159,11 +149,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await services.redis.aclose()
         raise
     try:
-        await check_topology(services.redis, services.settings.redis)
-        await check_durability(
-            services.redis, services.reachability.where, services.settings.redis.strict
-        )
-        await check_replicas(services.redis, services.settings.redis)
+        await check_redis(services.redis, services.settings.redis, services.reachability.where)
     except (RedisNotDurable, RedisTopologyMismatch):
         await services.database.dispose()
         await services.redis.aclose()
@@ -187,13 +173,13 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()
-    services.acks.start()
+    services.packets.acks.start()
     settle_heap()
     try:
         yield services
     finally:
         await jobs.stop()
-        await services.acks.stop()
+        await services.packets.acks.stop()
         await services.database.dispose()
         await services.scripts.aclose()
         await services.redis.aclose()

@@ -305,11 +305,11 @@ async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
     """SQL locked or down: the flush fails every round, and the gauges an operator watches
     must still show the records piling up (they were left at their last good value)."""
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 100, 5, packet_id="p1")
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 100, 5, packet_id="p1")
     metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(0)
     for user in ("u1", "u2", "u3"):
-        await packets.grab("p1", user)
+        await packets.grabs.grab("p1", user)
 
     def locked() -> Any:
         raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
@@ -336,9 +336,9 @@ async def test_team_records_have_the_writeback_gauges_and_counter_of_grab_record
 
     monkeypatch.setattr(services.team_writer, "drain_quietly", sql_away)
     teams = services.teams
-    await teams.create_activity("a1", lock_ttl_s=5)
-    await teams.open_team("a1", "L1", team_id="t1")
-    await teams.open_team("a1", "L2", team_id="t2")
+    await teams.activities.create_activity("a1", lock_ttl_s=5)
+    await teams.activities.open_team("a1", "L1", team_id="t1")
+    await teams.activities.open_team("a1", "L2", team_id="t2")
     written = sample("groupbuy_writeback_records_total")
     report = await metrics.update_writeback(services.team_writer, services.redis)
     assert (report["backlog_records"], report["streams"]) == (2, 1), report

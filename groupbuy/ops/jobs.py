@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import errors, metrics
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import Settings
 from groupbuy.storage.outbox import RecordWriter, RunTime
 
@@ -51,8 +51,8 @@ class Job:
 
 def build_jobs(
     settings: Settings,
-    teams: TeamService,
-    packets: RedPacketService,
+    teams: TeamEngine,
+    packets: RedPackets,
     team_writer: RecordWriter,
     packet_writer: RecordWriter,
     reconciler: Reconciler,
@@ -66,10 +66,10 @@ def build_jobs(
     flush_interval_s = settings.outbox.flush_interval_s
 
     async def sweep_locks() -> Report:
-        return await teams.expire_locks(batch)
+        return await teams.sweeps.expire_locks(batch)
 
     async def expire_teams() -> Report:
-        return await teams.expire_due(batch)
+        return await teams.sweeps.expire_due(batch)
 
     async def flush_records(seconds: float | None = None) -> Report:
         # A scheduled run has `seconds` (less than its interval): it stops in time for its next
@@ -98,12 +98,12 @@ def build_jobs(
 
     async def repair() -> Report:
         return {
-            **await packets.repair_pending(),
-            **await teams.release_ended(),
-            **await packets.release_ended(),
+            **await packets.sending.repair_pending(),
+            **await teams.sweeps.release_ended(),
+            **await packets.sweeps.release_ended(),
             # the slow safety net under the indexes the other jobs read: a page per run
-            **await teams.reindex(restore_limit=schedule.restore_batch),
-            **await packets.reindex(restore_limit=schedule.restore_batch),
+            **await teams.sweeps.reindex(restore_limit=schedule.restore_batch),
+            **await packets.sweeps.reindex(restore_limit=schedule.restore_batch),
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
@@ -111,7 +111,7 @@ def build_jobs(
         "sweep_locks": Job("sweep_locks", schedule.sweep_interval_s, sweep_locks),
         "expire_teams": Job("expire_teams", schedule.sweep_interval_s, expire_teams),
         "expire_packets": Job(
-            "expire_packets", schedule.expire_packets_interval_s, packets.expire_due
+            "expire_packets", schedule.expire_packets_interval_s, packets.sweeps.expire_due
         ),
         "flush_records": Job("flush_records", flush_interval_s, flush_records, flush_records),
         "repair": Job("repair", schedule.repair_interval_s, repair),

@@ -300,6 +300,4 @@ def _entries(reply: Any) -> Entries:
 
 def _missing_stream(exc: redis.exceptions.ResponseError) -> bool:
     """Whether a stream command failed because the stream (and so its group) is gone."""
-    message = str(exc)
-    # Redis says NOGROUP; fakeredis words it differently.
-    return "NOGROUP" in message or "requires the key to exist" in message
+    return "NOGROUP" in str(exc)
