@@ -89,7 +89,9 @@ async def idle_rounds(services: Services) -> dict[int, dict[str, float]]:
         await redis.sadd(keys.slot_directory(), *range(size))
         figures[size] = {
             "write-behind (both pending reads)": await timed(
-                lambda: asyncio.gather(services.outbox.pending(), services.packets.writer.pending())
+                lambda: asyncio.gather(
+                    services.team_writer.pending(), services.packets.writer.pending()
+                )
             ),
             "sweep_locks": await timed(lambda: services.teams.sweeps.expire_locks(200)),
             "expire_packets": await timed(lambda: services.packets.sweeps.expire_due()),

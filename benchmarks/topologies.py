@@ -74,7 +74,7 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
         latencies, rows = [], 0
         while True:  # what flush_records does, round after round, until nothing is left
             round_began = time.perf_counter()
-            applied = await services.packets.sweeps.record_pending()
+            applied = await services.packets.writer.drain_all()
             if not applied:
                 break
             rows += applied

@@ -16,7 +16,7 @@ from typing import Any
 
 from groupbuy import metrics, migrations
 from groupbuy.locks.engine import TeamEngine
-from groupbuy.locks.records import project_team_records
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
@@ -31,7 +31,7 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
 from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.outbox import RecordWriter
 from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.redis_client import (
@@ -42,7 +42,6 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
-from groupbuy.storage.slots import SlotDirectory
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +56,20 @@ class Services:
     scripts: Scripts
     keys: Keys
     clock: RedisClock
-    outbox: OutboxWriter
+    team_writer: TeamRecordWriter
     teams: TeamEngine
-    packets: RedPackets
+    packets: RedPackets  # the packet writer and the grab journal are its `writer`, `acks`
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
     blocklist: BlocklistService
     ratelimit: RateLimitService
     dead_letters: DeadLetters
+
+    @property
+    def writers(self) -> tuple[RecordWriter, ...]:
+        """Each engine's write-behind: teams, then packets."""
+        return (self.team_writer, self.packets.writer)
 
 
 def build_services(
@@ -82,31 +86,23 @@ def build_services(
     reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
     dead_letters = DeadLetters(backends)
-    outbox = OutboxWriter(
-        redis,
-        scripts,
-        database,
-        project_team_records,
-        settings.outbox.batch_size,
-        index_of=lambda activity_id: keys.pending_activities(keys.activity_slot(activity_id)),
-        index_in=keys.pending_activities,
-        stream_of=keys.outbox,
-        slots=SlotDirectory(redis, keys),
-        reachability=reachability,
-        dead_letters=dead_letters,
-    )
-    teams = TeamEngine.build(backends, settings.teams, outbox)
-    limits = settings.redpackets
-    writer = PacketRecordWriter(
-        backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
+    batch_size, limits = settings.outbox.batch_size, settings.redpackets
+    team_writer = TeamRecordWriter(backends, batch_size, dead_letters, reachability)
+    teams = TeamEngine.build(backends, settings.teams, team_writer)
+    packet_writer = PacketRecordWriter(
+        backends, batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
     packets = RedPackets.build(
-        backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
+        backends, limits, packet_writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
     blocklist = BlocklistService(backends)
-    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis, blocklist))
+    jobs = JobRunner(
+        build_jobs(
+            settings, teams, packets, team_writer, packet_writer, reconciler, redis, blocklist
+        )
+    )
     return Services(
         settings,
         redis,
@@ -114,7 +110,7 @@ def build_services(
         scripts,
         keys,
         clock,
-        outbox,
+        team_writer,
         teams,
         packets,
         reconciler,

@@ -61,7 +61,7 @@ async def test_activities_and_packets_spread_over_every_shard_and_all_work(
         team = await teams.activities.get_team(f"act{n}", "t")
         assert team["status"] == "formed" and not team["locks"], team
     # The write-behind finds the work of every shard (both flush jobs' own calls).
-    await services.outbox.flush_pending()
+    await services.team_writer.drain_all()
     await services.packets.writer.drain_all()
     async with services.database.sessions() as session:
         grabs = await session.scalar(select(func.count()).select_from(GrabRow))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
@@ -159,7 +160,9 @@ async def test_jobs_are_counted_and_flush_records_reports_the_backlog(
     report = await run(services, "flush_records")
     assert report["packet_records"] == 2 and report["backlog"] == 0 and report["lag_s"] == 0
     assert runs("flush_records") == before + 1
-    assert REGISTRY.get_sample_value("groupbuy_writeback_backlog_records") == 0
+    assert (
+        REGISTRY.get_sample_value("groupbuy_writeback_backlog_records", {"engine": "packets"}) == 0
+    )
 
 
 async def test_lost_due_entries_are_found_again_by_the_repair(
@@ -230,7 +233,7 @@ async def test_a_flush_run_takes_a_batch_of_each_packet_in_turn(
     monkeypatch.setattr(packets.writer, "_batch_size", 5)  # the huge stream: 6 batches
     batches: list[str] = []
 
-    async def logged(session: Any, records: list[dict[str, str]]) -> None:
+    async def logged(session: Any, records: list[PacketRecord]) -> None:
         batches.append(records[0]["packet_id"])
         await apply_packet_records(session, records)
 
@@ -254,7 +257,7 @@ async def test_a_scheduled_flush_run_stops_in_time_and_the_next_runs_go_on(
         for n in range(4):
             await packets.grabs.grab(packet, f"u{n}")
 
-    async def slow(session: Any, records: list[dict[str, str]]) -> None:
+    async def slow(session: Any, records: list[PacketRecord]) -> None:
         await asyncio.sleep(0.1)  # a batch slower than the run's whole time
         await apply_packet_records(session, records)
 

@@ -183,7 +183,7 @@ async def test_records_still_in_a_stream_are_pending_not_mismatches(services: Se
     assert report["mismatches"] == []
     assert report["pending_records"] == 2
     await services.packets.writer.drain_all()
-    await services.teams.sweeps.record_pending()
+    await services.team_writer.drain_all()
     report = await reconciler.run()
     assert (report["mismatches"], report["pending_records"]) == ([], 0)
 

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from groupbuy import errors
 from groupbuy.api.app import create_app
+from groupbuy.redpacket.codec import parse_packet_record
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
@@ -68,7 +69,7 @@ async def test_a_packet_comes_back_with_its_recorded_grabs(services: Services) -
     packets = services.packets
     await _send(services, "pk", 1_000, 10)
     before = {u: (await packets.grabs.grab("pk", u))["amount_cents"] for u in ("u1", "u2", "u3")}
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     # An earlier grabber gets the same answer; nobody recorded grabs twice.
@@ -82,7 +83,7 @@ async def test_a_packet_comes_back_with_its_recorded_grabs(services: Services) -
     later = [await _try_grab(services, "pk", f"n{i}") for i in range(8)]
     assert [r["status"] for r in later] == ["grabbed"] * 7 + ["sold_out"]
     assert later[6]["remaining_count"] == 0
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 10
     assert sorted(seq for seq, _ in rows.values()) == list(range(1, 11))
@@ -98,14 +99,14 @@ async def test_racing_callers_rebuild_a_packet_once(services: Services) -> None:
     await _send(services, "pk", 5_000, 50)
     for u in ("u1", "u2"):
         await packets.grabs.grab("pk", u)
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     answers = await asyncio.gather(*(_try_grab(services, "pk", f"n{i}") for i in range(60)))
     statuses = [a["status"] for a in answers]
     assert statuses.count("grabbed") == 48 and statuses.count("sold_out") == 12
     assert await _epoch(services, "pk") == 1  # one rebuild for 60 callers
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 50 and sum(c for _, c in rows.values()) == 5_000
     await assert_money_conserved(services)
@@ -116,7 +117,7 @@ async def test_grabs_lost_before_sql_had_them_are_reported(services: Services) -
     await _send(services, "pk", 1_000, 10)
     for u in ("u1", "u2", "u3"):
         await packets.grabs.grab("pk", u)
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     # The writer is stopped: these two are acknowledged, journaled, and only in Redis.
     lost = {u: (await packets.grabs.grab("pk", u))["amount_cents"] for u in ("u4", "u5")}
     assert await packets.acks.flush() == 5
@@ -128,7 +129,7 @@ async def test_grabs_lost_before_sql_had_them_are_reported(services: Services) -
     for i in range(6):
         await _try_grab(services, "pk", f"n{i}")
     await packets.acks.flush()
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     await assert_money_conserved(services)
 
     report = await services.reconciler.run()
@@ -156,8 +157,8 @@ async def test_records_of_the_lost_state_are_fenced_out(services: Services) -> N
     for i in range(6):
         await packets.grabs.grab("pk", f"n{i}")
     async with services.database.transaction() as session:
-        await apply_packet_records(session, in_flight)
-    await packets.sweeps.record_pending()
+        await apply_packet_records(session, [parse_packet_record(f) for f in in_flight])
+    await packets.writer.drain_all()
 
     rows = await _grab_rows(services, "pk")
     assert set(rows) == {f"n{i}" for i in range(6)}  # u1, u2 were not applied on top
@@ -178,12 +179,12 @@ async def test_a_lost_packet_past_its_expiry_refunds_what_sql_did_not_record(
     packets = services.packets
     await _send(services, "pk", 900, 3, expires_in_s=60)
     await packets.grabs.grab("pk", "u1")
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     await _lose_redis(services)
     services.clock.advance(61)
     report = await services.jobs.run("repair")
     assert report["packets_restored"] == 1
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     body = await packets.reads.get("pk")
     assert body["status"] == "expired"
     assert body["refunded_cents"] == 900 - body["grabs"][0]["amount_cents"]
@@ -235,7 +236,7 @@ async def test_the_repair_job_rebuilds_what_redis_lost(services: Services) -> No
         await teams.activities.open_team("a", f"L{i}", team_id=f"t{i}")
     await _send(services, "pk", 300, 3)
     await packets.grabs.grab("pk", "u1")
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     report = await services.jobs.run("repair")
@@ -259,12 +260,13 @@ async def test_new_grabs_follow_every_recorded_seq(services: Services) -> None:
     # SQL got seq 1, 2, 3 and 5, not 4 (its record was still on its way) when Redis lost all.
     records = [fields for _id, fields in await redis.xrange(keys.packet_outbox("pk"))]
     async with services.database.transaction() as session:
-        await apply_packet_records(session, [r for r in records if r["user_id"] != "u4"])
+        kept = [parse_packet_record(r) for r in records if r["user_id"] != "u4"]
+        await apply_packet_records(session, kept)
     await _lose_redis(services)
 
     answers = [await _try_grab(services, "pk", f"n{i}") for i in range(5)]
     assert [a["status"] for a in answers] == ["grabbed"] * 4 + ["sold_out"]
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 8  # no new grab collided with seq 5
     assert sorted(seq for seq, _ in rows.values()) == [1, 2, 3, 5, 6, 7, 8, 9]
@@ -314,7 +316,7 @@ async def test_redis_flushed_mid_storm_loses_nothing_unreported(services: Servic
 
     async def write_behind() -> None:
         while not stop.is_set():
-            await packets.sweeps.record_pending()
+            await packets.writer.drain_all()
             await packets.acks.flush()
             await asyncio.sleep(0.005)
 
@@ -332,7 +334,7 @@ async def test_redis_flushed_mid_storm_loses_nothing_unreported(services: Servic
     stop.set()
     await writer
     await packets.acks.flush()
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
 
     await assert_money_conserved(services)
     rows = await _grab_rows(services, "pk")

@@ -25,12 +25,12 @@ from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.replies import Listed, Opened, TeamRead
 from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
-from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.timefmt import from_ms
 
 
@@ -41,7 +41,7 @@ class ActivityService(UsesBackends):
         self,
         backends: Backends,
         defaults: TeamSettings,
-        outbox: OutboxWriter,
+        outbox: TeamRecordWriter,
         scripts: TeamScripts,
         activities: ActivityCopy,
         history: TeamHistory,
@@ -150,7 +150,7 @@ class ActivityService(UsesBackends):
         refuse_for_user(opened, leader_id)
         if not isinstance(opened, Opened):
             raise_for(opened.code)
-        await self._outbox.flush_quietly(activity_id)
+        await self._outbox.drain_quietly(activity_id)
         return Outcome(opened.team.body(), opened.code is TeamCode.OK)
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.seats import SeatService
 from groupbuy.locks.sweeps import TeamSweeps
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends
-from groupbuy.storage.outbox import OutboxWriter
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,10 @@ class TeamEngine:
     recovery: TeamRecovery  # rebuilding what Redis lost, from SQL
 
     @classmethod
-    def build(cls, backends: Backends, defaults: TeamSettings, outbox: OutboxWriter) -> TeamEngine:
-        """Wire the parts over one set of backends, sharing the scripts and the outbox."""
+    def build(
+        cls, backends: Backends, defaults: TeamSettings, outbox: TeamRecordWriter
+    ) -> TeamEngine:
+        """Wire the parts over one set of backends, sharing the scripts and the record writer."""
         scripts = TeamScripts(backends.scripts, backends.keys, backends.clock)
         copies = ActivityCopy(backends)
         history = TeamHistory(backends, copies)

@@ -31,11 +31,11 @@ from groupbuy.locks.replies import (
     UserLock,
 )
 from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
-from groupbuy.storage.outbox import OutboxWriter
 from groupbuy.storage.timefmt import iso_ms
 
 # A user switching teams needs a second call naming the old team; more tries than
@@ -59,7 +59,7 @@ class SeatService:
     def __init__(
         self,
         scripts: TeamScripts,
-        outbox: OutboxWriter,
+        outbox: TeamRecordWriter,
         defaults: TeamSettings,
         activities: ActivityCopy,
         history: TeamHistory,
@@ -159,7 +159,7 @@ class SeatService:
         # a member in Redis (no lock left to expire) and written the record to the outbox in
         # the same call: SQL away, this raises (503 database_unavailable), the record waits
         # in Redis, and the backend's retry answers EXISTING once a flush has it in SQL.
-        await self._outbox.flush(activity_id)
+        await self._outbox.drain(activity_id)
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
         body = {"team": reply.team.body(), "formed": reply.formed}

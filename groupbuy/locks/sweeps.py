@@ -18,8 +18,8 @@ from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.replies import Swept
 from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.storage.outbox import OutboxWriter, RunTime
 from groupbuy.storage.slots import due_in
 
 # The repair job's re-index page: activities per run.
@@ -29,12 +29,13 @@ _CALLS_AT_ONCE = 32
 
 
 class TeamSweeps(UsesBackends):
-    """The team engine's scheduled work: expiry sweeps, the write-behind, the repair pass."""
+    """The team engine's scheduled work: expiry sweeps and the repair pass (the
+    write-behind job calls the TeamRecordWriter itself)."""
 
     def __init__(
         self,
         backends: Backends,
-        outbox: OutboxWriter,
+        outbox: TeamRecordWriter,
         scripts: TeamScripts,
         recovery: TeamRecovery,
     ) -> None:
@@ -43,11 +44,6 @@ class TeamSweeps(UsesBackends):
         self._teams = scripts
         self._recovery = recovery
         self._reindex_after = ""  # where the repair job's next re-index page starts
-
-    async def record_pending(self, within: RunTime | None = None) -> int:
-        """Write the waiting outbox records of every activity the pending index lists to SQL,
-        until `within` runs out; returns how many."""
-        return await self._outbox.flush_pending(within)
 
     async def expire_locks(self, batch: int) -> dict[str, int]:
         """Remove every expired seat lock (one lock.expired record each); safe to repeat."""
@@ -101,7 +97,7 @@ class TeamSweeps(UsesBackends):
                     # sweep, so a team indexed meanwhile is never hidden behind a later score.
                     await self._teams.reindex(activity_id, team_index(activity_id), due_index)
                     if touched:
-                        await self._outbox.flush_quietly(activity_id)
+                        await self._outbox.drain_quietly(activity_id)
                 if len(due) == batch and fresh:
                     more.append(slot)
             if not more:

@@ -19,7 +19,7 @@ from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import Settings
-from groupbuy.storage.outbox import RunTime
+from groupbuy.storage.outbox import RecordWriter, RunTime
 
 Report = dict[str, Any]
 
@@ -53,11 +53,14 @@ def build_jobs(
     settings: Settings,
     teams: TeamEngine,
     packets: RedPackets,
+    team_writer: RecordWriter,
+    packet_writer: RecordWriter,
     reconciler: Reconciler,
     redis: Any,
     blocklist: BlocklistService,
 ) -> list[Job]:
-    """Every job, built from the services it calls."""
+    """Every job, built from the services it calls (the writers: each engine's
+    write-behind)."""
     schedule = settings.scheduler
     batch = schedule.sweep_batch
     flush_interval_s = settings.outbox.flush_interval_s
@@ -72,22 +75,25 @@ def build_jobs(
         # A scheduled run has `seconds` (less than its interval): it stops in time for its next
         # tick, and what is left is that run's. A run by hand writes everything waiting.
         within = RunTime(seconds)
+        writers = (team_writer, packet_writer)
         try:
-            team_records = await teams.sweeps.record_pending(within)
-            packet_records = await packets.sweeps.record_pending(within)
+            team_records = await team_writer.drain_all(within)
+            packet_records = await packet_writer.drain_all(within)
         except Exception:
             # SQL down or locked: the backlog grows, and the gauges must show it while the
             # flush keeps failing (the run's own error is the one to raise).
-            with contextlib.suppress(Exception):
-                await metrics.update_writeback(packets.writer, redis)
+            for writer in writers:
+                with contextlib.suppress(Exception):
+                    await metrics.update_writeback(writer, redis)
             raise
-        writeback = await metrics.update_writeback(packets.writer, redis)  # sets the gauges
+        # sets the gauges; the report sums the engines' backlogs and takes the oldest lag
+        writebacks = [await metrics.update_writeback(writer, redis) for writer in writers]
         return {
             "team_records": team_records,
             "packet_records": packet_records,
             "complete": not within.ran_out,
-            "backlog": writeback["backlog_records"],
-            "lag_s": writeback["lag_seconds"],
+            "backlog": sum(w["backlog_records"] for w in writebacks),
+            "lag_s": max((w["lag_seconds"] for w in writebacks), default=0.0),
         }
 
     async def repair() -> Report:

@@ -31,7 +31,7 @@ class RedPackets:
     grabs: GrabService  # the hot path
     reads: ReadService  # a packet with its grabs
     recovery: RecoveryService  # packets Redis lost, rebuilt from SQL
-    sweeps: SweepService  # expiry, write-behind, re-index, release
+    sweeps: SweepService  # expiry, re-index, release
     writer: PacketRecordWriter  # Redis's records -> SQL
     acks: AckJournal  # the journal of grabs answered `grabbed`
 

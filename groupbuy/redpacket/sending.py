@@ -17,7 +17,7 @@ from sqlalchemy import CursorResult, delete, select, update
 from groupbuy import errors
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
-from groupbuy.redpacket.codec import packet_debit_key, packet_event_key
+from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import raise_for
 from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, recorded_args
 from groupbuy.redpacket.models import PacketRow
@@ -249,7 +249,7 @@ class SendService(UsesBackends):
         # Its time ran out before it ever reached Redis: nobody grabbed, all goes back.
         # The same record a packet_expire script would have written, applied the same way
         # (its ledger and event keys make a second application, from any path, a no-op).
-        refund = {
+        refund: PacketRefunded = {
             "type": "packet.refunded",
             "at_ms": str(to_ms(row.expires_at)),
             "packet_id": row.packet_id,

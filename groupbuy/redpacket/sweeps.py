@@ -1,8 +1,8 @@
 """SweepService: what time does to packets, run by the scheduled jobs.
 
-Expire the packets whose time is up (their refund recorded once), write Redis's records
-behind to SQL, put back lost index entries (rebuilding packets Redis lost), and release
-from Redis the ended packets SQL holds in full.
+Expire the packets whose time is up (their refund recorded once), put back lost index
+entries (rebuilding packets Redis lost), and release from Redis the ended packets SQL holds
+in full. The write-behind job calls the PacketRecordWriter itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from groupbuy.redpacket.replies import Closed
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.storage.outbox import RunTime
 from groupbuy.storage.slots import due_in
 
 # The repair job's re-index page: SQL rows per run.
@@ -27,7 +26,7 @@ REINDEX_PAGE = 5000
 
 
 class SweepService(UsesBackends):
-    """Expiry, the write-behind, re-indexing and release of packets: safe to repeat."""
+    """Expiry, re-indexing and release of packets: safe to repeat."""
 
     def __init__(
         self,
@@ -78,11 +77,6 @@ class SweepService(UsesBackends):
                 break
             slots = more
         return {"due": len(seen), "expired": expired}
-
-    async def record_pending(self, within: RunTime | None = None) -> int:
-        """Write every packet's waiting grab and ending records to SQL, a batch of each packet
-        in turn, until `within` runs out; returns how many."""
-        return await self._writer.drain_all(within)
 
     async def reindex(self, page: int = REINDEX_PAGE, restore_limit: int = 500) -> dict[str, int]:
         """Put back lost index entries for the next page of SQL's unfinished packets: the

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from groupbuy import errors
+from groupbuy.locks.codec import TeamRecord
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.services import Services
 from groupbuy.storage.db import DatabaseUnreachable
@@ -53,9 +54,9 @@ async def test_lock_expiry_is_recorded_by_the_writer(services: Services) -> None
     await teams.seats.lock("a1", "t1", "u1")
     services.clock.advance(5)
     await teams.activities.get_team("a1", "t1")  # the lazy check notices the expiry
-    assert await services.outbox.flush("a1") == 1
+    assert await services.team_writer.drain("a1") == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]
-    assert await services.outbox.flush("a1") == 0
+    assert await services.team_writer.drain("a1") == 0
 
 
 async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
@@ -68,15 +69,15 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
     await teams.seats.lock("a1", "t1", "u2")
 
     calls = {"n": 0}
-    real_project = services.outbox._project
+    real_project = services.team_writer._project
 
-    async def dying_project(session: Any, batch: list[dict[str, str]]) -> Any:
+    async def dying_project(session: Any, batch: list[TeamRecord]) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:  # the database goes away on the second batch, before its commit
             raise DatabaseUnreachable("[Errno 111] Connect call failed")
         return await real_project(session, batch)
 
-    monkeypatch.setattr(services.outbox, "_project", dying_project)
+    monkeypatch.setattr(services.team_writer, "_project", dying_project)
     await teams.seats.confirm("a1", "t1", "u1", "o1")  # its record lands (batch 1)
     # Not answered while its record is not in SQL (the API answers 503 database_unavailable);
     # the script made u2 a member and the team formed, in Redis, with the records waiting.
@@ -84,7 +85,7 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
         await teams.seats.confirm("a1", "t1", "u2", "o2")
     assert await services.redis.xlen(services.keys.outbox("a1")) == 2
     assert await _count(services, MemberRow) == 2
-    monkeypatch.setattr(services.outbox, "_project", real_project)
+    monkeypatch.setattr(services.team_writer, "_project", real_project)
 
     repeat = await teams.seats.confirm("a1", "t1", "u2", "o2")  # the backend's retry: recorded now
     assert not repeat.created and repeat.body["formed"] is True
@@ -96,7 +97,7 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
         "team.formed",
     ]
     assert await _count(services, MemberRow) == 3
-    assert await services.outbox.flush("a1") == 0
+    assert await services.team_writer.drain("a1") == 0
 
 
 @pytest.mark.parametrize("batch", [10, 500])
@@ -112,14 +113,14 @@ async def test_a_flush_ends_while_the_activity_keeps_writing(
         "a1", "L", team_id="t1"
     )  # flushed: the stream is empty
     stream = services.keys.outbox("a1")
-    real_project = services.outbox._project
+    real_project = services.team_writer._project
 
-    async def slow_project(session: Any, batch: list[dict[str, str]]) -> Any:
+    async def slow_project(session: Any, batch: list[TeamRecord]) -> Any:
         await asyncio.sleep(0.02)
         return await real_project(session, batch)
 
-    monkeypatch.setattr(services.outbox, "_project", slow_project)
-    monkeypatch.setattr(services.outbox, "_batch_size", batch)  # 10: several batches
+    monkeypatch.setattr(services.team_writer, "_project", slow_project)
+    monkeypatch.setattr(services.team_writer, "_batch_size", batch)  # 10: several batches
     written = 0
     stop = asyncio.Event()
 
@@ -136,12 +137,12 @@ async def test_a_flush_ends_while_the_activity_keeps_writing(
     try:
         await asyncio.sleep(0.2)
         there = written
-        applied = await asyncio.wait_for(services.outbox.flush("a1"), timeout=10)
+        applied = await asyncio.wait_for(services.team_writer.drain("a1"), timeout=10)
         assert not writing.done()  # it returned while the writes went on
     finally:
         stop.set()
         await writing
-        await services.outbox.flush("a1")  # the rest, and nothing left running at the end
+        await services.team_writer.drain("a1")  # the rest, and nothing left running at the end
     assert there <= applied < written
     async with services.database.sessions() as session:
         keys = set(await session.scalars(select(EventRow.dedup_key)))
@@ -176,7 +177,7 @@ async def test_entries_applied_twice_record_once(services: Services) -> None:
             "seq": "2",
         },
     )
-    assert await services.outbox.flush("a1") == 2
+    assert await services.team_writer.drain("a1") == 2
     assert await _count(services, EventRow) == 3
     assert await _count(services, MemberRow) == 2
 
@@ -248,11 +249,11 @@ async def test_team_records_are_found_without_reading_every_activity(
     pending = services.keys.pending_activities()
     assert await services.redis.zrange(pending, 0, -1) == ["a7"]
     with sql_statements(services.database) as statements:
-        assert await teams.sweeps.record_pending() == 1
+        assert await services.team_writer.drain_all() == 1
     assert statements and not any("FROM activities" in s for s in statements), statements
     assert await services.redis.zrange(pending, 0, -1) == []
     assert await _event_types(services) == 20 * ["team.opened"] + ["lock.expired"]
-    assert await teams.sweeps.record_pending() == 0
+    assert await services.team_writer.drain_all() == 0
 
 
 async def test_a_lost_pending_entry_of_an_activity_is_found_again_by_the_repair(
@@ -265,7 +266,7 @@ async def test_a_lost_pending_entry_of_an_activity_is_found_again_by_the_repair(
     services.clock.advance(5)
     await teams.activities.get_team("a1", "t1")
     await services.redis.zrem(services.keys.pending_activities(), "a1")  # the entry is lost
-    assert await teams.sweeps.record_pending() == 0
+    assert await services.team_writer.drain_all() == 0
     assert await teams.sweeps.reindex() == {"activities_reindexed": 1, "teams_restored": 0}
-    assert await teams.sweeps.record_pending() == 1
+    assert await services.team_writer.drain_all() == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]

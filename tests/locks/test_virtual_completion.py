@@ -21,7 +21,7 @@ DEADLINE_S = 60
 
 
 async def _formed_events(services: Services) -> list[dict[str, Any]]:
-    await services.teams.sweeps.record_pending()
+    await services.team_writer.drain_all()
     async with services.database.sessions() as session:
         rows = await session.scalars(select(EventRow).where(EventRow.type == "team.formed"))
         return [json.loads(row.data) for row in rows]

@@ -124,7 +124,7 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
     assert team_codec.member_list(listed) == formed == "lead-1|,user_2|order-2,user-3|order_3"
 
     # The write-behind: member rows hold what the values said, events the codec's keys.
-    assert await services.teams.sweeps.record_pending() == 4
+    assert await services.team_writer.drain_all() == 4
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(MemberRow).where(MemberRow.team_id == TID))).all()
     assert {r.user_id: (r.seq, to_ms(r.joined_at), r.order_id) for r in rows} == {
@@ -153,7 +153,7 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
     await teams.lock(TID, "user_8")  # past the deadline: the script fails the team lazily
     failed = [r for r in await _stream(services, keys.outbox(AID)) if r["type"] == "team.failed"]
     assert [team_codec.parse_member_list(r["members"]) for r in failed] == [[("lead-1", "o-1")]]
-    await services.teams.sweeps.record_pending()
+    await services.team_writer.drain_all()
     found = await _event_keys(services)
     assert found == {
         team_codec.team_event_key("team.opened", AID, TID),
@@ -199,7 +199,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
 
     services.clock.advance(61)
     assert await packets.sweeps.expire_due() == {"due": 1, "expired": 1}
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "pk-1_a"))).all()
     assert {r.user_id: (r.seq, r.amount_cents, to_ms(r.grabbed_at)) for r in rows} == {
@@ -237,7 +237,7 @@ async def test_sql_built_keys_equal_the_python_built_ones(services: Services) ->
     await packets.sending.send("send-er_1", 10, 2, packet_id="pk-1_a", expires_in_s=60)
     for user in ("u-1", "u_2"):
         await packets.grabs.grab("pk-1_a", user)
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         grab_keys = (
             await session.execute(

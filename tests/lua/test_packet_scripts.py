@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.replies import (
     AdmitReply,
@@ -27,6 +28,7 @@ from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source
+from groupbuy.storage.typedrecords import record_keys
 
 PID = "pk1"
 RETENTION_MS = 3_600_000
@@ -467,3 +469,55 @@ async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harn
         1,
     ]
     assert await h.redis.xlen(dead) == 1
+
+
+async def _grab_until_sold_out(h: Harness) -> None:
+    await h.create([5, 3])
+    await h.grab("u1")
+    await h.grab("u2")
+
+
+async def _expire(h: Harness) -> None:
+    await h.create([5, 3, 2], ttl_ms=10_000)
+    await h.grab("u1")
+    h.shift_ms += 10_000
+    await h.packets.expire(PID)
+
+
+async def _grab_after_the_deadline(h: Harness) -> None:
+    await h.create([4, 4], ttl_ms=1_000)
+    h.shift_ms += 1_000
+    await h.grab("u1")
+
+
+async def _restore_recorded(h: Harness) -> None:
+    await _restore(h, [("u1", "1|6|1000"), ("u2", "2|4|1001")], [])
+
+
+EMITTING = {
+    "packet_grab": (_grab_until_sold_out, ["grab", "grab", "packet.sold_out"]),
+    "packet_expire": (_expire, ["grab", "packet.refunded"]),
+    "packet_grab late": (_grab_after_the_deadline, ["packet.refunded"]),
+    "packet_restore": (_restore_recorded, ["packet.sold_out"]),
+}
+
+
+def test_the_emitting_scripts_cover_every_record_type() -> None:
+    types = {kind for _run, kinds in EMITTING.values() for kind in kinds}
+    assert types == set(packet_codec.PACKET_RECORDS)
+
+
+@pytest.mark.parametrize("site", sorted(EMITTING))
+async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(
+    h: Harness, site: str
+) -> None:
+    """Each emit({...}) site against the codec's TypedDict of its record type: a field
+    renamed, added or dropped in Lua fails here rather than in the write-behind."""
+    run, kinds = EMITTING[site]
+    await run(h)
+    records = await h.records()
+    assert [fields["type"] for fields in records] == kinds
+    for fields in records:
+        record = packet_codec.parse_packet_record(fields)
+        required, optional = record_keys(packet_codec.PACKET_RECORDS[fields["type"]])
+        assert set(fields) == set(record) == required | optional, fields

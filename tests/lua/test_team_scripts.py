@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
@@ -35,6 +36,7 @@ from groupbuy.locks.scripts import TeamScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_names, script_source
+from groupbuy.storage.typedrecords import record_keys
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 AID = "act1"
@@ -828,3 +830,54 @@ async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Ha
     assert page_ids(second) == ["aZ", "a_1"] and second.next is None
     # A cursor between ids: a-1 < a0 < a1, and a1 has left.
     assert page_ids(await h.page(1, (str(seat_score(1, now)), "a0"))) == ["aZ"]
+
+
+async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Harness) -> None:
+    """Each emit({...}) site against the codec's TypedDict of its record type: a field
+    renamed, added or dropped in Lua fails here rather than in the write-behind."""
+    await h.activity(3)
+    seen = 0
+
+    async def emitted() -> list[str]:
+        nonlocal seen
+        records = await h.records()
+        new, seen = records[seen:], len(records)
+        return [r["type"] + (" virtual" if "virtual_seats" in r else "") for r in new]
+
+    await h.open("t1", "L", "oL")
+    assert await emitted() == ["team.opened"]  # team_open
+    await h.lock("t1", "u1")
+    await h.lock("t1", "u2")
+    await h.confirm("t1", "u1", "o1")
+    await h.confirm("t1", "u2", "o2")  # the last seat
+    assert await emitted() == ["team.member_joined", "team.member_joined", "team.formed"]
+    await h.open("t2")
+    await h.lock("t2", "u3")
+    await h.open("t3")
+    await h.open("t5")
+    await h.lock("t5", "u5")
+    # The team's own TTL is over before the one the user's key holds: a switch records it.
+    await h.redis.hset(h.keys.team(AID, "t5"), "lock_ttl_ms", 1)
+    await h.redis.hset(h.keys.activity(AID), "virtual_min", 1)
+    await h.open("t4")  # one real member is enough: formed virtually at its deadline
+    assert await emitted() == ["team.opened"] * 4
+    h.shift_ms += 5
+    await h.lock("t3", "u5", other="t5")  # team_lock: the lock u5 leaves had expired
+    assert await emitted() == ["lock.expired"]
+    h.shift_ms += TTL_MS
+    await h.sweep("t2")  # _team_lib's lazy checks: u3's lock
+    assert await emitted() == ["lock.expired"]
+    h.shift_ms += DEADLINE_MS
+    await h.sweep("t2")
+    await h.sweep("t4")
+    assert await emitted() == ["team.failed", "team.formed virtual"]
+
+    for fields in await h.records():
+        record = team_codec.parse_team_record(fields)
+        required, optional = record_keys(team_codec.TEAM_RECORDS[fields["type"]])
+        assert set(fields) == set(record), fields  # no field the type does not have
+        # Every field of the type, but a confirm's team.formed has no virtual seats.
+        unused = {"virtual_seats"} if fields["type"] == "team.formed" else set()
+        assert (required | optional) - set(fields) <= unused, fields
+    types = {fields["type"] for fields in await h.records()}
+    assert types == set(team_codec.TEAM_RECORDS)

@@ -93,7 +93,7 @@ async def test_grabs_resent_after_a_stall_answer_grabbed_once_each(
     assert sorted(a["remaining_count"] for a in answers.values()) == list(range(GRABBERS))
 
     # Each grabbed answer is one grab row and one ledger credit of the answered amount.
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "stalled"))).all()
         credits = (

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
+from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import (
     AcknowledgedGrabRow,
     GrabRow,
@@ -146,7 +147,7 @@ async def test_a_drain_waits_for_the_batch_another_drain_of_the_packet_holds(
             await caller_go_on.wait()
         return await real_xautoclaim(*args, **kwargs)
 
-    async def apply(session: Any, records: list[dict[str, str]]) -> None:
+    async def apply(session: Any, records: list[PacketRecord]) -> None:
         if asyncio.current_task() is drains.get("flush"):  # delivered to it, not committed yet
             flush_holds_batch.set()
             await flush_go_on.wait()
@@ -208,7 +209,7 @@ async def test_a_grab_lists_its_packet_until_the_ack_that_empties_the_stream(
     first_id = (await services.redis.xrange(services.keys.packet_outbox("pk"), count=1))[0][0]
     assert await services.redis.zscore(pending, "pk") == int(first_id.split("-")[0])
     assert await writer.measure_backlog() == (2, int(first_id.split("-")[0]), 1)
-    assert await services.packets.sweeps.record_pending() == 2
+    assert await services.packets.writer.drain_all() == 2
     assert await services.redis.zscore(pending, "pk") is None
     assert await writer.measure_backlog() == (0, None, 0)
     await assert_recorded_once(services, won)
@@ -283,7 +284,7 @@ async def test_the_repair_reindexes_a_page_at_a_time(services: Services) -> None
         }
         listed.append(await services.redis.zcard(services.keys.pending_packets()))
     assert listed == [2, 4, 5, 5]
-    assert await packets.sweeps.record_pending() == 10  # five grabs, five sold_out records
+    assert await packets.writer.drain_all() == 10  # five grabs, five sold_out records
 
 
 async def test_the_journal_keeps_its_answers_while_sql_is_away_within_a_bound(
@@ -364,7 +365,7 @@ async def test_packet_versions_count_its_changes_in_bodies_and_events(
     answers = await asyncio.gather(*(grab(f"u{i}") for i in range(15)))
     assert answers.count("grabbed") == 10
     assert (await packets.reads.get("pv"))["version"] == 1 + 10 + 1  # sent, grabs, sold out
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.execute(select(EventRow.type, EventRow.data))).all()
     versions = {kind: json.loads(data)["version"] for kind, data in rows}

@@ -170,7 +170,7 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     await teams.seats.lock("act1", "t2", "u3")
     services.clock.advance(61)
     assert (await teams.sweeps.expire_locks(100))["locks_expired"] == 1
-    await teams.sweeps.record_pending()
+    await services.team_writer.drain_all()
     await teams.sweeps.release_ended()
     await redis.delete(*keys.team_keys("act1", "t2").named().values())
     assert (await teams.activities.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
@@ -183,12 +183,12 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     with pytest.raises(errors.InsufficientFunds):
         await packets.sending.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
     await packets.sending.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
-    await packets.sweeps.record_pending()
+    await packets.writer.drain_all()
     pk3 = keys.packet_keys("pk3")
     await redis.delete(pk3.hash, pk3.shares, pk3.grabs, pk3.outbox)
     await packets.grabs.grab("pk3", "g2")  # rebuilt from SQL first
     await redis.xadd(keys.packet_outbox("pk3"), {"type": "grab", "packet_id": "pk3"})
-    await packets.sweeps.record_pending()  # the malformed record goes to the dead letters
+    await packets.writer.drain_all()  # the malformed record goes to the dead letters
     services.clock.advance(120)
     assert (await packets.sweeps.expire_due())["expired"] == 1
     await packets.sweeps.reindex()
@@ -232,7 +232,7 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     async def sql_away(activity_id: str) -> None:
         """The flush a team call makes before answering fails: records wait in Redis."""
 
-    monkeypatch.setattr(services.outbox, "flush_quietly", sql_away)
+    monkeypatch.setattr(services.team_writer, "drain_quietly", sql_away)
     # Activities in 40 slots, and 5 more sharing one slot (more than a batch in one index).
     activities = ids_in_slots(keys.activity, "act", 40) + ids_in_one_slot(keys.activity, "x", 5)
     for activity_id in activities:
@@ -255,11 +255,11 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     assert len(slots_used) >= 70
 
     # The write-behind: every stream of every slot is listed, and drained.
-    assert sorted(await services.outbox.pending()) == sorted(activities)
+    assert sorted(await services.team_writer.pending()) == sorted(activities)
     records, oldest_ms, streams = await packets.writer.measure_backlog()
     assert (records, streams) == (len(packet_ids), len(packet_ids)) and oldest_ms
     await services.jobs.run("flush_records")
-    assert await services.outbox.pending() == [] and await packets.writer.pending() == []
+    assert await services.team_writer.pending() == [] and await packets.writer.pending() == []
     members = select(func.count()).select_from(MemberRow)
     assert await count_rows(services, members) == 2 * len(activities)  # both leaders
     assert await count_rows(services, select(func.count()).select_from(GrabRow)) == len(packet_ids)
@@ -270,7 +270,7 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     services.clock.advance(60)
     assert (await teams.sweeps.expire_due(batch=2))["teams_failed"] == 2 * len(activities)
     assert (await packets.sweeps.expire_due(batch=2))["expired"] == len(packet_ids)
-    assert len(await services.outbox.pending()) == len(activities)
+    assert len(await services.team_writer.pending()) == len(activities)
     await services.jobs.run("flush_records")
     assert await events_of(services, "lock.expired") == len(activities)
     assert await events_of(services, "team.failed") == 2 * len(activities)

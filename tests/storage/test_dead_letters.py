@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.redpacket.codec import GrabRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
@@ -43,7 +44,7 @@ def refuse_grab_rows_of(user_id: str, monkeypatch: pytest.MonkeyPatch, error: st
 
     real_row = records._grab_row
 
-    def refuse(f: dict[str, str]) -> dict[str, object]:
+    def refuse(f: GrabRecord) -> dict[str, object]:
         if f["user_id"] == user_id:
             raise ValueError(error)
         return real_row(f)
@@ -61,9 +62,8 @@ async def test_a_poison_grab_record_is_dead_lettered_and_the_rest_applied(
 ) -> None:
     stream = services.keys.packet_outbox("pk")
     won = await grab_some(services, ["u0", "u1", "u2"])
-    bad = await poison(
-        services, stream, type="grab", packet_id="pk", user_id="ghost", seq="9", amount_cents="x"
-    )
+    fields = {"type": "grab", "packet_id": "pk", "user_id": "ghost", "seq": "9", "at_ms": "1"}
+    bad = await poison(services, stream, **fields, amount_cents="x")
     won |= {
         user: (await services.packets.grabs.grab("pk", user))["amount_cents"] for user in ["u3"]
     }
@@ -192,7 +192,7 @@ async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
     await teams.activities.open_team("a1", "L2", team_id="t2")
     await teams.activities.open_team("a2", "L3", team_id="t3")
 
-    await services.outbox.flush_pending()
+    await services.team_writer.drain_all()
 
     async with services.database.sessions() as session:
         recorded = set((await session.execute(select(TeamRow.activity_id, TeamRow.team_id))).all())
@@ -202,7 +202,7 @@ async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
     assert (row.stream, row.owner_id, row.entry_id) == ("teams", "a1", bad)
     assert row.error == "ValueError: unknown team record type 'team.renamed'"
     assert dead_letters_counted("teams") == before + 1
-    assert await services.outbox.pending() == []
+    assert await services.team_writer.pending() == []
 
 
 async def test_the_admin_view_pages_dead_letters_oldest_first(services: Services) -> None:

@@ -221,7 +221,7 @@ async def test_the_write_behind_writes_to_sql_only_what_the_replica_holds(
             await packets.writer.drain("pk")
         assert refused.value.extra == {"replicas_acknowledged": 0, "replicas_wanted": 1}
         with pytest.raises(errors.RedisReplicationTimeout):
-            await services.outbox.flush("act")
+            await services.team_writer.drain("act")
         assert await recorded(services) == ({"u1"}, set())
         with pytest.raises(errors.RedisReplicationTimeout):  # the job, likewise
             await services.jobs.run("flush_records")
