@@ -13,9 +13,9 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping
-from typing import Literal, NamedTuple, TypedDict, cast
+from typing import Literal, NamedTuple, TypedDict
 
-from groupbuy.storage.typedrecords import record_fields
+from groupbuy.storage.typedrecords import parse_record
 
 FIELD = "|"  # between the fields of a Redis value
 ITEM = ","  # between the members of a member list
@@ -286,8 +286,5 @@ TEAM_RECORDS: dict[str, type[TeamRecord]] = {
 
 def parse_team_record(fields: Mapping[str, str]) -> TeamRecord:
     """An outbox entry's fields as the team record its `type` names: ValueError for an
-    unknown type, KeyError for a missing field (see `record_fields`)."""
-    shape = TEAM_RECORDS.get(fields.get("type", ""))
-    if shape is None:
-        raise ValueError(f"unknown team record type {fields.get('type')!r}")
-    return cast(TeamRecord, record_fields(shape, fields))
+    unknown type, KeyError for a missing field."""
+    return parse_record("team", TEAM_RECORDS, fields)

@@ -9,11 +9,11 @@ Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2): neither '|' nor ':' occurs insid
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple, TypedDict, cast
+from typing import Literal, NamedTuple, TypedDict
 
 from sqlalchemy import SQLColumnExpression, String, literal
 
-from groupbuy.storage.typedrecords import record_fields
+from groupbuy.storage.typedrecords import parse_record
 
 FIELD = "|"  # between the fields of a Redis value
 KEY = ":"  # between the parts of a business key or an event key
@@ -222,8 +222,5 @@ PACKET_RECORDS: dict[str, type[PacketRecord]] = {
 
 def parse_packet_record(fields: Mapping[str, str]) -> PacketRecord:
     """An outbox entry's fields as the packet record its `type` names: ValueError for an
-    unknown type, KeyError for a missing field (see `record_fields`)."""
-    shape = PACKET_RECORDS.get(fields.get("type", ""))
-    if shape is None:
-        raise ValueError(f"unknown packet record type {fields.get('type')!r}")
-    return cast(PacketRecord, record_fields(shape, fields))
+    unknown type, KeyError for a missing field."""
+    return parse_record("packet", PACKET_RECORDS, fields)

@@ -8,7 +8,9 @@ parser and the tests that hold the scripts to the types share one definition.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
+
+R = TypeVar("R")
 
 
 def record_keys(shape: Any) -> tuple[frozenset[str], frozenset[str]]:
@@ -25,3 +27,12 @@ def record_fields(shape: Any, fields: Mapping[str, str]) -> dict[str, str]:
         if key not in fields:
             raise KeyError(key)
     return {key: value for key, value in fields.items() if key in required or key in optional}
+
+
+def parse_record(engine: str, shapes: Mapping[str, type[R]], fields: Mapping[str, str]) -> R:
+    """An outbox entry's fields as the record type its `type` field names among `shapes`:
+    ValueError for an unknown type, KeyError for a missing field (see `record_fields`)."""
+    shape = shapes.get(fields.get("type", ""))
+    if shape is None:
+        raise ValueError(f"unknown {engine} record type {fields.get('type')!r}")
+    return cast(R, record_fields(shape, fields))
