@@ -41,7 +41,7 @@ for row in rows:
 """
 COMMANDS = {
     "engine": ["-c", _ENGINE],
-    "http": ["-m", "benchmarks.http_level", "--part", "one_worker"],
+    "http": ["-m", "benchmarks.http_level", "--part", "1 worker"],
 }
 
 Key = tuple[str, str, str]
