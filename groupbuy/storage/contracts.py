@@ -136,7 +136,9 @@ class ScriptContract:
             raise TypeError(f"{self.name}: arguments {sorted(args)} are not {sorted(names)}")
         if more and self.more_argv is None:
             raise TypeError(f"{self.name} takes no further arguments")
-        return [*(args[name] for name in names), *more]
+        out = [args[name] for name in names]
+        out.extend(more)
+        return out
 
     async def call(
         self,
