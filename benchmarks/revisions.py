@@ -87,7 +87,13 @@ def compare(base: Path, head: Path, level: str, rounds: int) -> dict[Key, list[f
         rates = {}
         for name in rotation(list(trees), index):
             print(f"[revisions] round {index + 1}/{rounds}: {name} ({level})", flush=True)
-            rates[name] = trial(trees[name], level)
+            try:
+                rates[name] = trial(trees[name], level)
+            except RuntimeError as failed:  # said, and the round left out of the figures
+                print(f"[revisions] round {index + 1} left out: {failed}", flush=True)
+                break
+        if len(rates) < len(trees):
+            continue
         for key in rates["base"].keys() & rates["head"].keys():
             ratios[key].append(rates["head"][key] / rates["base"][key])
     return ratios
