@@ -28,10 +28,6 @@ from groupbuy.webhooks.store import EndpointStore, secrets_in_use
 
 log = logging.getLogger(__name__)
 
-# A claim outlives the attempt's timeout by this much: the time to record the attempt,
-# and room for clocks of several replicas that differ a little.
-CLAIM_MARGIN_MS = 30_000
-
 
 def wall_clock_ms() -> int:
     """The process's clock in epoch milliseconds (production's; tests pass their own)."""
@@ -54,7 +50,7 @@ class Deliverer:
         self._store = store
         self.sender = sender
         self._clock = clock
-        self._claim_ms = round(settings.timeout_s * 1000) + CLAIM_MARGIN_MS
+        self._claim_ms = round((settings.timeout_s + settings.claim_margin_s) * 1000)
         self._disable_after_ms = settings.disable_after_s * 1000
         self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
         self._wake = asyncio.Event()

@@ -6,10 +6,13 @@ mid-answer), recording every request it got."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -28,6 +31,7 @@ class Received:
     body: bytes
     answer: str
     at: float
+    client_port: int = 0  # the sender's local port (which process sent it)
 
 
 @dataclass
@@ -39,6 +43,9 @@ class Receiver:
     default: str = "200"
     received: list[Received] = field(default_factory=list)
     hang_s: float = 30.0
+    # Requests being answered now, and the most at once so far.
+    active: int = 0
+    most_active: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -58,13 +65,25 @@ class Receiver:
             return self.script.pop(0) if self.script else self.default
 
     async def handle(self, request: Request) -> Response:
+        self.active += 1  # one event loop: no lock needed
+        self.most_active = max(self.most_active, self.active)
+        try:
+            return await self._answer(request)
+        finally:
+            self.active -= 1
+
+    async def _answer(self, request: Request) -> Response:
         body = await request.body()
         answer = self._next()
-        self.received.append(Received(dict(request.headers), body, answer, time.monotonic()))
+        port = request.client.port if request.client else 0
+        self.received.append(Received(dict(request.headers), body, answer, time.monotonic(), port))
         code, _colon, arg = answer.partition(":")
         if code == "hang":
             await asyncio.sleep(self.hang_s)
             return Response(b"late", 200)
+        if code == "slow":
+            await asyncio.sleep(float(arg or "0.5"))
+            return Response(b"slowly", 200)
         if code == "big":
             return Response(b"x" * (1024 * 1024), 200)
         if code == "cut":
@@ -86,6 +105,15 @@ class Receiver:
             assert time.monotonic() < deadline, f"{len(self.received)} of {count} arrived"
             time.sleep(0.01)
         return list(self.received)
+
+
+async def arrived(receiver: Receiver, count: int, timeout_s: float = 10.0) -> list[Received]:
+    """As Receiver.wait_for, from a coroutine: the test's loop goes on (its deliverer too)."""
+    deadline = time.monotonic() + timeout_s
+    while len(receiver.received) < count:
+        assert time.monotonic() < deadline, f"{len(receiver.received)} of {count} arrived"
+        await asyncio.sleep(0.01)
+    return list(receiver.received)
 
 
 async def _cut_short() -> AsyncIterator[bytes]:
@@ -133,3 +161,23 @@ def running_receiver(port: int | None = None) -> Iterator[Receiver]:
         yield receiver
     finally:
         stop_receiver(server, thread)
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local TCP ports of a process's sockets (Linux /proc): which process a receiver's
+    client was."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
