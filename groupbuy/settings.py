@@ -340,7 +340,7 @@ class WebhookSettings(_Section):
     allow_private_networks: bool = False
     # How often the deliverer looks for new events and due retries when nothing woke it.
     poll_interval_s: Annotated[float, Field(ge=0.01, le=60)] = 0.2
-    # A claim on a delivery lasts timeout_s plus this: time to record the attempt, and room
+    # A claim on deliveries lasts 4 x timeout_s plus this: time to record the attempts, and room
     # for replicas' clocks that differ a little. A killed process's deliveries wait this long.
     claim_margin_s: Annotated[float, Field(ge=0.1, le=3600)] = 30.0
     # A delivery body over this is not sent: the delivery fails at once, with the reason.

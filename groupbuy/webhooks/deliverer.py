@@ -21,12 +21,18 @@ from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.webhooks import queue
 from groupbuy.webhooks.models import EndpointRow
-from groupbuy.webhooks.queue import Claimed
+from groupbuy.webhooks.queue import Claimed, Outcome
+from groupbuy.webhooks.recorder import Recorder
 from groupbuy.webhooks.sender import Reply, Sender
 from groupbuy.webhooks.signing import headers
 from groupbuy.webhooks.store import EndpointStore, secrets_in_use
 
 log = logging.getLogger(__name__)
+
+# A process claims up to this many times `max_in_flight` deliveries of an endpoint at once,
+# and attempts `max_in_flight` of them at a time: the next ones are claimed while the
+# current ones are in flight, so a fast endpoint is not held to one claim per round trip.
+CLAIM_ROUNDS = 4
 
 
 def wall_clock_ms() -> int:
@@ -50,35 +56,61 @@ class Deliverer:
         self._store = store
         self.sender = sender
         self._clock = clock
-        self._claim_ms = round((settings.timeout_s + settings.claim_margin_s) * 1000)
+        # One process works an endpoint at a time (queue.claim): its claims, this process's.
+        self._owner = queue.new_owner()
+        self._claim_batch = settings.max_in_flight * CLAIM_ROUNDS
+        # A batch is attempted within CLAIM_ROUNDS rounds of at most timeout_s each.
+        claim_s = CLAIM_ROUNDS * settings.timeout_s + settings.claim_margin_s
+        self._claim_ms = round(claim_s * 1000)
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._unattempted: list[Claimed] = []
         self._disable_after_ms = settings.disable_after_s * 1000
         self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
+        self._recorder = Recorder(self._complete)
+        # The endpoints as last read, and when (a pass reads them again, and derives new
+        # deliveries, at most once per poll interval; claims read the rest from SQL).
+        self._endpoints: list[EndpointRow] = []
+        self._derived_at: float | None = None
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
 
-    async def tick(self) -> int:
-        """One pass: derive new deliveries, then claim and start what is due for every
-        enabled endpoint with a free slot; returns how many attempts it started."""
-        endpoints = await self._store.rows()
-        if not endpoints:
-            return 0
+    async def tick(self, derive: bool = True) -> int:
+        """One pass: derive new deliveries (unless `derive` is False and the last
+        derivation is younger than the poll interval), then claim and start what is due for
+        every enabled endpoint with a free slot; returns how many attempts it started."""
         now = self._clock()
-        await queue.derive(self._db, now)
+        fresh = self._derived_at is not None and (
+            time.monotonic() - self._derived_at < self._settings.poll_interval_s
+        )
+        if derive or not fresh:
+            self._endpoints = await self._store.rows()
+            self._derived_at = time.monotonic()
+            if self._endpoints:
+                await queue.derive(self._db, now)
         started = 0
-        for endpoint in endpoints:
+        for endpoint in self._endpoints:
             if endpoint.disabled:
                 continue
-            room = self._settings.max_in_flight - len(self._in_flight.get(endpoint.endpoint_id, ()))
-            if room <= 0:
+            held = len(self._in_flight.get(endpoint.endpoint_id, ()))
+            # Claim again once a round's worth of room is free: fewer, larger claims.
+            if self._claim_batch - held < self._settings.max_in_flight:
                 continue
             claims = await queue.claim(
-                self._db, endpoint.endpoint_id, now, self._settings.max_in_flight, self._claim_ms
+                self._db,
+                endpoint.endpoint_id,
+                now,
+                self._claim_batch,
+                self._claim_ms,
+                self._owner,
             )
             for claimed in claims:
                 self._start(endpoint, claimed)
             started += len(claims)
         return started
+
+    async def _complete(self, outcomes: list[Outcome]) -> list[queue.Completion]:
+        return await queue.complete(self._db, outcomes, self._disable_after_ms)
 
     def _start(self, endpoint: EndpointRow, claimed: Claimed) -> None:
         task = asyncio.create_task(self._attempt(endpoint, claimed))
@@ -92,8 +124,19 @@ class Deliverer:
         task.add_done_callback(done)
 
     async def _attempt(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+        slots = self._slots.setdefault(
+            endpoint.endpoint_id, asyncio.Semaphore(self._settings.max_in_flight)
+        )
         try:
-            await self._deliver(endpoint, claimed)
+            # The slot covers the HTTP attempt only: the next one starts while this one's
+            # outcome is written (in a batch with the others that ended meanwhile).
+            async with slots:
+                if self._stopping:  # given back at stop, due again at once
+                    self._unattempted.append(claimed)
+                    return
+                reply = await self._send(endpoint, claimed)
+            if reply is not None:
+                await self._record(endpoint, claimed, reply)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -105,12 +148,14 @@ class Deliverer:
                 type(error).__name__,
             )
 
-    async def _deliver(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+    async def _send(self, endpoint: EndpointRow, claimed: Claimed) -> Reply | None:
+        """POST the delivery, signed now; None when its body is over the bound (then it has
+        failed at once, with the reason)."""
         if len(claimed.body) > self._settings.max_payload_bytes:
             reason = f"payload_too_large: {len(claimed.body)} bytes"
             await queue.fail_unsendable(self._db, claimed, reason, self._clock())
             metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, "failed").inc()
-            return
+            return None
         sent_at = self._clock()
         signed = headers(
             secrets_in_use(endpoint, sent_at), claimed.webhook_id, sent_at // 1000, claimed.body
@@ -119,9 +164,10 @@ class Deliverer:
         metrics.WEBHOOK_ATTEMPT_SECONDS.labels(endpoint.endpoint_id).observe(
             reply.duration_ms / 1000
         )
-        completion = await queue.complete(
-            self._db, claimed, reply, self._clock(), self._disable_after_ms
-        )
+        return reply
+
+    async def _record(self, endpoint: EndpointRow, claimed: Claimed, reply: Reply) -> None:
+        completion = await self._recorder.record(Outcome(claimed, reply, self._clock()))
         metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, _outcome(reply, completion)).inc()
         if completion.disabled:
             log.warning(
@@ -132,6 +178,7 @@ class Deliverer:
 
     def wake(self) -> None:
         """Start a pass now rather than at the next poll (new work was queued)."""
+        self._derived_at = None
         self._wake.set()
 
     async def settle(self) -> None:
@@ -145,15 +192,21 @@ class Deliverer:
         self._loop = asyncio.create_task(self._run(), name="webhook-deliverer")
 
     async def _run(self) -> None:
+        woken = False
         while not self._stopping:
             self._wake.clear()
             try:
-                await self.tick()
+                # Woken by an ended attempt: claim its successors now; new events are
+                # looked for once per poll interval.
+                await self.tick(derive=not woken)
             except Exception as error:  # SQL away: said by the database's reachability
                 if not self._db.reachability.failed(error):
                     log.warning("webhook deliverer pass failed", exc_info=True)
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), self._settings.poll_interval_s)
+                woken = True
+            except TimeoutError:
+                woken = False
 
     async def stop(self) -> None:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
@@ -171,6 +224,11 @@ class Deliverer:
             for group in self._in_flight.values():
                 for task in group:
                     task.cancel()
+        await self._recorder.aclose()
+        if self._unattempted:
+            with contextlib.suppress(Exception):  # else their claims expire
+                await queue.release(self._db, self._unattempted)
+            self._unattempted = []
         await self.sender.aclose()
 
 

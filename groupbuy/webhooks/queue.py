@@ -16,7 +16,17 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, and_, func, or_, select, update
+from sqlalchemy import (
+    CursorResult,
+    Table,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -34,6 +44,8 @@ DERIVE_BATCH = 2000
 REPLAY_BATCH = 2000
 STATUSES = ("pending", "delivered", "failed")
 DISABLED_EVENT = "endpoint.disabled"
+# A claim token is the claiming process's prefix of this many characters, then a random part.
+OWNER_CHARS = 16
 
 
 class _Lost(Exception):
@@ -191,17 +203,25 @@ def _earlier_pending() -> Any:
     )
 
 
+def new_owner() -> str:
+    """A process's claim prefix: the first half of each claim token it takes."""
+    return secrets.token_hex(OWNER_CHARS // 2)
+
+
 async def claim(
     database: Database,
     endpoint_id: str,
     now_ms: int,
-    max_in_flight: int,
+    limit: int,
     claim_ms: int,
+    owner: str,
 ) -> list[Claimed]:
-    """Claim the endpoint's due deliveries, up to `max_in_flight` in flight at once, in feed
-    order; with `ordering: "entity"` only the first pending delivery of each entity. None
+    """Claim the endpoint's due deliveries for the process `owner`, up to `limit` claimed at
+    once, in feed order; with `ordering: "entity"` only the first pending delivery of each
+    entity. None while another process holds claims on the endpoint (one process works an
+    endpoint at a time, so its bound on attempts in flight holds for the endpoint), and none
     when the endpoint is disabled or gone."""
-    token = secrets.token_hex(16)
+    token = owner + secrets.token_hex(OWNER_CHARS // 2)
     async with database.transaction() as session:
         held = await session.execute(
             update(EndpointRow)
@@ -213,10 +233,16 @@ async def claim(
         if ordering is None:
             return []
         pending = (DeliveryRow.endpoint_id == endpoint_id) & (DeliveryRow.status == "pending")
-        in_flight = await session.scalar(
-            select(func.count()).where(pending, DeliveryRow.claim_until_ms > now_ms)
+        mine = func.substr(DeliveryRow.claim_token, 1, OWNER_CHARS) == owner
+        claimed = await session.execute(
+            select(mine, func.count())
+            .where(pending, DeliveryRow.claim_until_ms > now_ms)
+            .group_by(mine)
         )
-        room = max_in_flight - int(in_flight or 0)
+        counts = {bool(is_mine): int(n) for is_mine, n in claimed.all()}
+        if counts.get(False):
+            return []
+        room = limit - counts.get(True, 0)
         if room <= 0:
             return []
         due = select(DeliveryRow.id).where(
@@ -271,77 +297,116 @@ class Completion:
     disabled: str | None = None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One ended attempt to record: the claim it ran under, the reply, when it ended."""
+
+    claimed: Claimed
+    reply: Reply
+    ended_ms: int
+
+
 async def complete(
-    database: Database,
-    claimed: Claimed,
-    reply: Reply,
-    now_ms: int,
-    disable_after_ms: int,
-    max_answer: int = 1024,
-) -> Completion:
-    """Record an attempt and what follows from it: delivered on a 2xx; on a 410 the endpoint
-    is disabled and the delivery stays pending; otherwise the next try is scheduled (a
-    Retry-After on 429/503 counted) or, past the schedule, the delivery has failed; an
-    endpoint that has failed for `disable_after_ms` is disabled. An `endpoint.disabled`
-    event enters the feed once per disabling."""
+    database: Database, outcomes: list[Outcome], disable_after_ms: int, max_answer: int = 1024
+) -> list[Completion]:
+    """Record attempts, in one transaction, and what follows from each: delivered on a 2xx;
+    on a 410 the endpoint is disabled and the delivery stays pending; otherwise the next try
+    is scheduled (a Retry-After on 429/503 counted) or, past the schedule, the delivery has
+    failed; an endpoint that has failed for `disable_after_ms` is disabled. An
+    `endpoint.disabled` event enters the feed once per disabling. A delivery changes only
+    under the claim the attempt ran with (a claim that expired and was taken over by
+    another process leaves the delivery to that process; the attempt is still recorded)."""
+    if not outcomes:
+        return []
     async with database.transaction() as session:
-        session.add(
-            AttemptRow(
-                delivery_id=claimed.delivery_id,
-                at_ms=now_ms,
-                status_code=reply.status_code,
-                error=reply.error,
-                duration_ms=reply.duration_ms,
-                answer=reply.answer[:max_answer].decode("utf-8", "replace"),
-            )
-        )
-        mine = (DeliveryRow.id == claimed.delivery_id) & (DeliveryRow.claim_token == claimed.token)
-        released = {"claim_token": None, "claim_until_ms": None, "ended_ms": now_ms}
-        endpoint = EndpointRow.endpoint_id == claimed.endpoint_id
-        if reply.succeeded:
-            await session.execute(
-                update(DeliveryRow)
-                .where(mine)
-                .values(status="delivered", tries=DeliveryRow.tries + 1, **released)
-            )
-            await session.execute(
-                update(EndpointRow)
-                .where(endpoint, EndpointRow.failing_since_ms.is_not(None))
-                .values(failing_since_ms=None)
-            )
-            return Completion("delivered")
-        if reply.status_code == 410:
-            # Stays pending, due at once: enabling the endpoint again sends it first.
-            await session.execute(
-                update(DeliveryRow).where(mine).values(next_ms=now_ms, **released)
-            )
-            disabled = await _disable(session, claimed.endpoint_id, "gone", now_ms)
-            return Completion("pending", "gone" if disabled else None)
-        retry_after = None
-        if reply.status_code in RETRY_AFTER_STATUSES:
-            retry_after = parse_retry_after(reply.retry_after, now_ms)
-        wait = retry_wait_ms(claimed.tries + 1, retry_after)
-        status = "failed" if wait is None else "pending"
         await session.execute(
-            update(DeliveryRow)
-            .where(mine)
-            .values(
-                status=status,
-                tries=DeliveryRow.tries + 1,
-                next_ms=now_ms + (wait or 0),
-                **released,
+            insert(AttemptRow),
+            [
+                {
+                    "delivery_id": o.claimed.delivery_id,
+                    "at_ms": o.ended_ms,
+                    "status_code": o.reply.status_code,
+                    "error": o.reply.error,
+                    "duration_ms": o.reply.duration_ms,
+                    "answer": o.reply.answer[:max_answer].decode("utf-8", "replace"),
+                }
+                for o in outcomes
+            ],
+        )
+        succeeded = [o for o in outcomes if o.reply.succeeded]
+        if succeeded:
+            # executemany: one round trip for the whole batch's successes.
+            table = cast(Table, DeliveryRow.__table__)
+            await session.execute(
+                update(table)
+                .where(
+                    table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token")
+                )
+                .values(
+                    status="delivered",
+                    tries=table.c.tries + 1,
+                    claim_token=None,
+                    claim_until_ms=None,
+                    ended_ms=bindparam("ended"),
+                ),
+                [
+                    {
+                        "delivery": o.claimed.delivery_id,
+                        "token": o.claimed.token,
+                        "ended": o.ended_ms,
+                    }
+                    for o in succeeded
+                ],
             )
+            for endpoint_id in sorted({o.claimed.endpoint_id for o in succeeded}):
+                await session.execute(
+                    update(EndpointRow)
+                    .where(
+                        EndpointRow.endpoint_id == endpoint_id,
+                        EndpointRow.failing_since_ms.is_not(None),
+                    )
+                    .values(failing_since_ms=None)
+                )
+        return [
+            Completion("delivered")
+            if o.reply.succeeded
+            else await _failed(session, o, disable_after_ms)
+            for o in outcomes
+        ]
+
+
+async def _failed(session: AsyncSession, outcome: Outcome, disable_after_ms: int) -> Completion:
+    claimed, reply, now_ms = outcome.claimed, outcome.reply, outcome.ended_ms
+    mine = (DeliveryRow.id == claimed.delivery_id) & (DeliveryRow.claim_token == claimed.token)
+    released = {"claim_token": None, "claim_until_ms": None, "ended_ms": now_ms}
+    endpoint = EndpointRow.endpoint_id == claimed.endpoint_id
+    if reply.status_code == 410:
+        # Stays pending, due at once: enabling the endpoint again sends it first.
+        await session.execute(update(DeliveryRow).where(mine).values(next_ms=now_ms, **released))
+        disabled = await _disable(session, claimed.endpoint_id, "gone", now_ms)
+        return Completion("pending", "gone" if disabled else None)
+    retry_after = None
+    if reply.status_code in RETRY_AFTER_STATUSES:
+        retry_after = parse_retry_after(reply.retry_after, now_ms)
+    wait = retry_wait_ms(claimed.tries + 1, retry_after)
+    status = "failed" if wait is None else "pending"
+    await session.execute(
+        update(DeliveryRow)
+        .where(mine)
+        .values(
+            status=status, tries=DeliveryRow.tries + 1, next_ms=now_ms + (wait or 0), **released
         )
-        await session.execute(
-            update(EndpointRow)
-            .where(endpoint, EndpointRow.failing_since_ms.is_(None))
-            .values(failing_since_ms=now_ms)
-        )
-        since = await session.scalar(select(EndpointRow.failing_since_ms).where(endpoint))
-        failing_long = since is not None and now_ms - since >= disable_after_ms
-        if failing_long and await _disable(session, claimed.endpoint_id, "failing", now_ms):
-            return Completion(status, "failing")
-        return Completion(status)
+    )
+    await session.execute(
+        update(EndpointRow)
+        .where(endpoint, EndpointRow.failing_since_ms.is_(None))
+        .values(failing_since_ms=now_ms)
+    )
+    since = await session.scalar(select(EndpointRow.failing_since_ms).where(endpoint))
+    failing_long = since is not None and now_ms - since >= disable_after_ms
+    if failing_long and await _disable(session, claimed.endpoint_id, "failing", now_ms):
+        return Completion(status, "failing")
+    return Completion(status)
 
 
 async def _disable(session: AsyncSession, endpoint_id: str, reason: str, now_ms: int) -> bool:
@@ -360,13 +425,16 @@ async def _disable(session: AsyncSession, endpoint_id: str, reason: str, now_ms:
     return True
 
 
-async def release(database: Database, claimed: Claimed) -> None:
-    """Give a claim back unattempted (the process is stopping): due again at once."""
+async def release(database: Database, claims: list[Claimed]) -> None:
+    """Give claims back unattempted (the process is stopping): due again at once, for any
+    process."""
+    table = cast(Table, DeliveryRow.__table__)
     async with database.transaction() as session:
         await session.execute(
-            update(DeliveryRow)
-            .where(DeliveryRow.id == claimed.delivery_id, DeliveryRow.claim_token == claimed.token)
-            .values(claim_token=None, claim_until_ms=None)
+            update(table)
+            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
+            .values(claim_token=None, claim_until_ms=None),
+            [{"delivery": c.delivery_id, "token": c.token} for c in claims],
         )
 
 

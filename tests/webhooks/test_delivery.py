@@ -20,7 +20,7 @@ from groupbuy.webhooks.models import DeliveryRow
 from groupbuy.webhooks.schedule import RETRY_WAITS_S
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
-from tests.support.receiver import Receiver
+from tests.support.receiver import Receiver, arrived
 from tests.support.webhooks import FakeClock, feed, team_event, verified
 
 
@@ -205,16 +205,25 @@ async def test_feed_ordering_goes_on_past_a_failing_delivery(
     assert sorted(r.headers["webhook-id"] for r in receiver.received) == ["evt_1", "evt_2"]
 
 
-async def test_in_flight_attempts_per_endpoint_are_bounded(
-    db: Database, hooks: WebhookService, receiver: Receiver
+async def test_in_flight_attempts_per_endpoint_are_bounded_and_one_process_works_it(
+    db: Database, hooks: WebhookService, receiver: Receiver, clock: FakeClock
 ) -> None:
-    receiver.hang_s = 0.5
+    receiver.hang_s = 0.3
     receiver.answer_with(default="hang")
     await register(hooks, receiver)
-    await feed(db, *(team_event("team.opened", f"t{i}", 1) for i in range(10)))
-    assert await hooks.deliverer.tick() == 4  # max_in_flight of the tests' settings
-    assert await hooks.deliverer.tick() == 0
+    await feed(db, *(team_event("team.opened", f"t{i}", 1) for i in range(40)))
+    # It claims four rounds of max_in_flight (4 in the tests' settings) at once ...
+    assert await hooks.deliverer.tick() == 16
+    # ... and while it holds them, another process claims none of the endpoint's.
+    other = WebhookService(db, hooks.settings, clock=clock)
+    try:
+        assert await other.deliverer.tick() == 0
+    finally:
+        await other.deliverer.stop()
+    await arrived(receiver, 4)
     await hooks.deliverer.settle()
+    assert receiver.most_active == 4  # never more attempts at once than max_in_flight
+    assert len(receiver.received) == 16
 
 
 async def test_one_delivery_is_claimed_by_one_process_and_an_expired_claim_is_taken_over(
@@ -225,8 +234,10 @@ async def test_one_delivery_is_claimed_by_one_process_and_an_expired_claim_is_ta
     await queue.derive(db, clock())
     # A process claims it and dies before attempting (kill -9: its claim stays).
     claim_ms = 31_000
-    [held] = await queue.claim(db, "shop", clock(), 8, claim_ms)
-    assert await queue.claim(db, "shop", clock(), 8, claim_ms) == []
+    dead = queue.new_owner()
+    [held] = await queue.claim(db, "shop", clock(), 8, claim_ms, dead)
+    assert await queue.claim(db, "shop", clock(), 8, claim_ms, dead) == []
+    assert await queue.claim(db, "shop", clock(), 8, claim_ms, queue.new_owner()) == []
     other = WebhookService(db, hooks.settings, clock=clock)
     try:
         assert await run_pass(other) == 0
