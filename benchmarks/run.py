@@ -28,6 +28,7 @@ from benchmarks.http_level import FULL, QUICK, run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
+from benchmarks.webhooks import run_webhooks
 from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import server_binary, start_redis
 
@@ -313,6 +314,8 @@ def main() -> None:
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))
             rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
+            print("== webhooks: delivery throughput, commit-to-delivery lag, dead endpoints")
+            rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(
