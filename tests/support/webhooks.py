@@ -3,6 +3,7 @@ received delivery verified with the Standard Webhooks reference library."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import UTC, datetime
@@ -35,7 +36,8 @@ async def feed(database: Database, *events: tuple[str, dict[str, Any]], at_ms: i
     stamp = at_ms or time.time_ns() // 1_000_000
     async with database.transaction() as session:
         for kind, data in events:
-            key = f"test:{kind}:{json.dumps(data, sort_keys=True)}"
+            digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+            key = f"test:{kind}:{digest}"
             await record_event(session, Event(kind, stamp, key, data))
 
 

@@ -357,3 +357,22 @@ async def test_metrics_measure_queue_depth_and_lag(
     clock.advance(7)
     await run_pass(hooks)
     assert (await hooks.measure())["shop"] == (0, 0.0)
+
+
+async def test_a_body_over_the_bound_is_not_sent_and_fails_with_the_reason(
+    db: Database, receiver: Receiver, clock: FakeClock
+) -> None:
+    settings = WebhookSettings(allow_http=True, allow_private_networks=True, max_payload_bytes=1024)
+    hooks = WebhookService(db, settings, clock=clock)
+    try:
+        await register(hooks, receiver)
+        await feed(db, team_event("team.formed", "t1", 3, note="x" * 2000))
+        await feed(db, team_event("team.formed", "t2", 3))
+        await run_pass(hooks)
+        assert [r.headers["webhook-id"] for r in receiver.received] == ["evt_2"]
+        failed = (await hooks.deliveries("shop", "failed", None, 10))["deliveries"]
+        [attempt] = failed[0]["attempts"]
+        assert failed[0]["webhook_id"] == "evt_1"
+        assert attempt["error"].startswith("payload_too_large")
+    finally:
+        await hooks.deliverer.stop()
