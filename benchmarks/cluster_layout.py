@@ -30,7 +30,7 @@ from groupbuy import migrations
 from groupbuy.services import Services, build_services, settle_heap
 from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
-from groupbuy.storage.keys import SLOTS
+from groupbuy.storage.layout import SLOTS
 from groupbuy.storage.redis_client import connect_redis
 from groupbuy.storage.slots import SlotDirectory
 
@@ -89,10 +89,12 @@ async def idle_rounds(services: Services) -> dict[int, dict[str, float]]:
         await redis.sadd(keys.slot_directory(), *range(size))
         figures[size] = {
             "write-behind (both pending reads)": await timed(
-                lambda: asyncio.gather(services.outbox.pending(), services.packets.writer.pending())
+                lambda: asyncio.gather(
+                    services.team_writer.pending(), services.packets.writer.pending()
+                )
             ),
-            "sweep_locks": await timed(lambda: services.teams.expire_locks(200)),
-            "expire_packets": await timed(lambda: services.packets.expire_due()),
+            "sweep_locks": await timed(lambda: services.teams.sweeps.expire_locks(200)),
+            "expire_packets": await timed(lambda: services.packets.sweeps.expire_due()),
             "backlog gauges": await timed(lambda: services.packets.writer.measure_backlog()),
         }
     return figures

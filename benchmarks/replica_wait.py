@@ -3,7 +3,7 @@ with one replica, every mutating call followed by WAIT 1 (one per coalesced batc
 the same calls answered at once, side by side on the same two servers; and grabs made one
 at a time, where each call pays its own WAIT (the latency it adds).
 
-Both contenders are the production wiring (RedPacketService / TeamService, calls
+Both contenders are the production wiring (RedPacketService / the team engine, calls
 coalesced) on the same primary, with their own key prefixes; they are measured in
 alternation, round after round (benchmarks/interleave.py), and the figure is the median of
 the same-round ratios of their rates, wait / no wait. The replica is on the same machine
@@ -98,8 +98,8 @@ def lone_grabs(
     async def trial(index: int) -> Trial:
         packet_id = f"lone-{run}-{label}-{index}"
         sender = f"lone-sender-{run}-{label}"
-        await services.packets.deposit(sender, grabs * 100, packet_id)
-        await services.packets.send(sender, grabs * 100, grabs, packet_id=packet_id)
+        await services.packets.accounts.deposit(sender, grabs * 100, packet_id)
+        await services.packets.sending.send(sender, grabs * 100, grabs, packet_id=packet_id)
         requests = [(packet_id, f"u{n}") for n in range(grabs)]
         seconds, latencies, answers = await run_grabs(
             lambda p, u: groupbuy_grab(services, p, u), requests, 1

@@ -59,11 +59,11 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
 
     async def trial(index: int) -> Trial:
         sender, tag = f"wb-{run}", f"wb-{run}-{index}"
-        await services.packets.deposit(sender, PACKETS * SHARES * 100, tag)
+        await services.packets.accounts.deposit(sender, PACKETS * SHARES * 100, tag)
         requests = []
         for p in range(PACKETS):
             packet_id = f"{tag}-{p}"
-            await services.packets.send(sender, SHARES * 100, SHARES, packet_id=packet_id)
+            await services.packets.sending.send(sender, SHARES * 100, SHARES, packet_id=packet_id)
             requests += [(packet_id, u) for u in flash_requests(USERS, random.Random(p))]
         random.Random(index).shuffle(requests)
         _seconds, _latencies, answers = await run_grabs(
@@ -74,7 +74,7 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
         latencies, rows = [], 0
         while True:  # what flush_records does, round after round, until nothing is left
             round_began = time.perf_counter()
-            applied = await services.packets.record_pending()
+            applied = await services.packets.writer.drain_all()
             if not applied:
                 break
             rows += applied

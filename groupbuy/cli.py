@@ -139,15 +139,13 @@ def serve(args: argparse.Namespace) -> int:
 async def _check_redis(settings: Settings) -> None:
     """The start-up durability check on a client of its own (RedisNotDurable when strict);
     an unreachable Redis is left to the services' start, which reports it."""
-    from groupbuy.storage.durability import check_durability, check_replicas, check_topology
+    from groupbuy.storage.durability import check_redis
     from groupbuy.storage.reachability import unreachable
     from groupbuy.storage.redis_client import connect_redis
 
     client = connect_redis(settings.redis)
     try:
-        await check_topology(client, settings.redis)
-        await check_durability(client, describe(settings.redis), settings.redis.strict)
-        await check_replicas(client, settings.redis)
+        await check_redis(client, settings.redis, describe(settings.redis))
     except Exception as error:
         if not unreachable(error):
             raise

@@ -1,4 +1,8 @@
-"""One exception tree: every error the API can answer, with its HTTP status and stable code."""
+"""One exception tree: every error the API can answer, with its HTTP status and stable code.
+
+A status sits on its class so that subclasses inherit it (every Conflict is a 409) and
+SPEC.md's table reads off the tree; the problem+json body an error becomes is the API
+layer's (groupbuy/api/problems.py, `problem_body`)."""
 
 from __future__ import annotations
 
@@ -16,17 +20,6 @@ class GroupBuyError(Exception):
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.extra = extra
-
-    def to_problem(self) -> dict[str, Any]:
-        """The RFC 9457 body for this error."""
-        return {
-            "type": f"https://groupbuy.dev/problems/{self.code}",
-            "title": self.title,
-            "status": self.status_code,
-            "code": self.code,
-            "detail": self.detail,
-            **self.extra,
-        }
 
 
 class InvalidRequest(GroupBuyError):

@@ -58,25 +58,31 @@ HTTP_DURATION = Histogram(
 # process answers it (the backlog is global in Redis), and after each flush_records run.
 # A measure counts the records of this many streams at most (oldest first): ~40 us of the
 # client's time each, so a scrape stays well under a second however large the backlog.
+# Each write-behind metric is labelled by engine: teams (activity outbox streams) or
+# packets (packet outbox streams).
 COUNTED_STREAMS = 5000
 WRITEBACK_BACKLOG = Gauge(
     "groupbuy_writeback_backlog_records",
-    "Grab records waiting in packet outbox streams to be written to SQL, measured in Redis "
-    "at this scrape (the last value when Redis did not answer). Counts the records of the "
-    f"{COUNTED_STREAMS} oldest streams at most: a lower bound when "
+    "Records waiting in outbox streams to be written to SQL, by engine (teams|packets), "
+    "measured in Redis at this scrape (the last value when Redis did not answer). Counts "
+    f"the records of the {COUNTED_STREAMS} oldest streams at most: a lower bound when "
     "groupbuy_writeback_backlog_streams is above that.",
+    ["engine"],
     multiprocess_mode="livemostrecent",
 )
 WRITEBACK_STREAMS = Gauge(
     "groupbuy_writeback_backlog_streams",
-    "Packet outbox streams with grab records waiting to be written to SQL, measured in "
-    "Redis at this scrape (the last value when Redis did not answer).",
+    "Outbox streams with records waiting to be written to SQL, by engine (teams|packets), "
+    "measured in Redis at this scrape (the last value when Redis did not answer).",
+    ["engine"],
     multiprocess_mode="livemostrecent",
 )
 WRITEBACK_LAG = Gauge(
     "groupbuy_writeback_lag_seconds",
-    "Age of the oldest grab record waiting in a packet outbox stream (0 when none), "
-    "measured in Redis at this scrape (the last value when Redis did not answer).",
+    "Age of the oldest record waiting in an outbox stream (0 when none), by engine "
+    "(teams|packets), measured in Redis at this scrape (the last value when Redis did not "
+    "answer).",
+    ["engine"],
     multiprocess_mode="livemostrecent",
 )
 # Webhooks: outcomes and latency counted by the process that made the attempt; the
@@ -106,6 +112,11 @@ WEBHOOK_QUEUE = Gauge(
     "measured in SQL at this scrape.",
     ["endpoint"],
     multiprocess_mode="livemostrecent",
+)
+WRITEBACK_RECORDS = Counter(
+    "groupbuy_writeback_records_total",
+    "Outbox records written to SQL by this process's write-behind, by engine (teams|packets).",
+    ["engine"],
 )
 JOB_RUNS = Counter(
     "groupbuy_job_runs_total", "Scheduled job runs by job and result (ok|error).", ["job", "result"]
@@ -193,12 +204,12 @@ def counts_outcomes(
 
 
 def lock_outcome(outcome: Outcome) -> str:
-    """The label of a successful TeamService.lock: `existing` for a repeat, else `locked`."""
+    """The label of a successful seat lock or join: `existing` for a repeat, else `locked`."""
     return "existing" if outcome.body.get("existing") else "locked"
 
 
 def grab_outcome(body: dict[str, Any]) -> str:
-    """The label of a successful RedPacketService.grab: its status."""
+    """The label of a successful GrabService.grab: its status."""
     return str(body["status"])
 
 
@@ -219,7 +230,12 @@ def track_job(name: str) -> Iterator[None]:
 
 
 class Backlog(Protocol):
-    """What update_writeback measures: the packet record writer."""
+    """What update_writeback measures: an engine's record writer."""
+
+    @property
+    def engine(self) -> str:
+        """The engine's label: teams or packets."""
+        ...
 
     async def measure_backlog(self, most: int) -> tuple[int, int | None, int]:
         """(records waiting in the `most` oldest streams, ms timestamp of the oldest one or
@@ -228,7 +244,7 @@ class Backlog(Protocol):
 
 
 async def update_writeback(backlog: Backlog, redis: Any) -> dict[str, Any]:
-    """Measure the grab records waiting in packet outbox streams and set the gauges.
+    """Measure the records waiting in one engine's outbox streams and set its gauges.
 
     The lag compares the oldest waiting record's stream id with Redis's TIME (stream
     ids come from that clock). Returns what it set.
@@ -239,9 +255,9 @@ async def update_writeback(backlog: Backlog, redis: Any) -> dict[str, Any]:
         seconds, micros = await redis.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
-    WRITEBACK_BACKLOG.set(records)
-    WRITEBACK_STREAMS.set(streams)
-    WRITEBACK_LAG.set(lag_s)
+    WRITEBACK_BACKLOG.labels(engine=backlog.engine).set(records)
+    WRITEBACK_STREAMS.labels(engine=backlog.engine).set(streams)
+    WRITEBACK_LAG.labels(engine=backlog.engine).set(lag_s)
     return {"backlog_records": records, "lag_seconds": lag_s, "streams": streams}
 
 

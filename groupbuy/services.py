@@ -15,29 +15,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import metrics, migrations
-from groupbuy.locks.records import project_team_records
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
+from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import Settings
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
-from groupbuy.storage.durability import (
-    RedisNotDurable,
-    RedisTopologyMismatch,
-    check_durability,
-    check_replicas,
-    check_topology,
-)
+from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.outbox import OutboxWriter
+from groupbuy.storage.outbox import RecordWriter
 from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.redis_client import (
@@ -48,7 +42,6 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
-from groupbuy.storage.slots import SlotDirectory
 from groupbuy.webhooks.service import WebhookService
 
 log = logging.getLogger(__name__)
@@ -64,9 +57,9 @@ class Services:
     scripts: Scripts
     keys: Keys
     clock: RedisClock
-    outbox: OutboxWriter
-    teams: TeamService
-    packets: RedPacketService
+    team_writer: TeamRecordWriter
+    teams: TeamEngine
+    packets: RedPackets  # the packet writer and the grab journal are its `writer`, `acks`
     reconciler: Reconciler
     jobs: JobRunner
     reachability: Reachability  # logs each change of Redis's reachability once
@@ -74,6 +67,11 @@ class Services:
     ratelimit: RateLimitService
     dead_letters: DeadLetters
     webhooks: WebhookService
+
+    @property
+    def writers(self) -> tuple[RecordWriter, ...]:
+        """Each engine's write-behind: teams, then packets."""
+        return (self.team_writer, self.packets.writer)
 
 
 def build_services(
@@ -90,31 +88,23 @@ def build_services(
     reachability = Reachability(describe(settings.redis))
     backends = Backends(redis, scripts, database, keys, clock)
     dead_letters = DeadLetters(backends)
-    outbox = OutboxWriter(
-        redis,
-        scripts,
-        database,
-        project_team_records,
-        settings.outbox.batch_size,
-        index_of=lambda activity_id: keys.pending_activities(keys.activity_slot(activity_id)),
-        index_in=keys.pending_activities,
-        stream_of=keys.outbox,
-        slots=SlotDirectory(redis, keys),
-        reachability=reachability,
-        dead_letters=dead_letters,
-    )
-    teams = TeamService(backends, settings.teams, outbox)
-    limits = settings.redpackets
-    writer = PacketRecordWriter(
-        backends, settings.outbox.batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
+    batch_size, limits = settings.outbox.batch_size, settings.redpackets
+    team_writer = TeamRecordWriter(backends, batch_size, dead_letters, reachability)
+    teams = TeamEngine.build(backends, settings.teams, team_writer)
+    packet_writer = PacketRecordWriter(
+        backends, batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
-    packets = RedPacketService(
-        backends, limits, writer, acks, resend_window_ms=resend_window_ms(settings.redis)
+    packets = RedPackets.build(
+        backends, limits, packet_writer, acks, resend_window_ms=resend_window_ms(settings.redis)
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
     blocklist = BlocklistService(backends)
-    jobs = JobRunner(build_jobs(settings, teams, packets, reconciler, redis, blocklist))
+    jobs = JobRunner(
+        build_jobs(
+            settings, teams, packets, team_writer, packet_writer, reconciler, redis, blocklist
+        )
+    )
     return Services(
         settings,
         redis,
@@ -122,7 +112,7 @@ def build_services(
         scripts,
         keys,
         clock,
-        outbox,
+        team_writer,
         teams,
         packets,
         reconciler,
@@ -162,11 +152,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await services.redis.aclose()
         raise
     try:
-        await check_topology(services.redis, services.settings.redis)
-        await check_durability(
-            services.redis, services.reachability.where, services.settings.redis.strict
-        )
-        await check_replicas(services.redis, services.settings.redis)
+        await check_redis(services.redis, services.settings.redis, services.reachability.where)
     except (RedisNotDurable, RedisTopologyMismatch):
         await services.database.dispose()
         await services.redis.aclose()

@@ -149,6 +149,13 @@ def test_there_is_no_import_cycle() -> None:
     assert find_cycle(graph()) is None
 
 
+def test_the_grab_path_reaches_recovery_only_through_its_hook() -> None:
+    """The hot path's module imports none of the red-packet parts that bring a packet back,
+    send or sweep: recovery is handed in (RedPackets.build) behind one hook."""
+    others = {f"groupbuy.redpacket.{part}" for part in ("recovery", "sending", "sweeps", "engine")}
+    assert graph()["groupbuy.redpacket.grabs"] & others == set()
+
+
 def test_only_the_api_knows_http() -> None:
     found = modules()
     known = set(found)
@@ -217,3 +224,79 @@ def test_tests_share_helpers_through_tests_support_only() -> None:
             if target.split(".")[0] == "benchmarks" and path.name != "test_benchmark_report.py":
                 offenders.append(f"{name} imports {target}")
     assert offenders == []
+
+
+# The layers that call scripts through their wrappers: none of them may pick a key out of a
+# key list by position (storage builds the key groups; its generic lists, such as the keys
+# of one pipelined command, are not script key groups).
+DOMAIN_LAYERS = ("groupbuy.locks", "groupbuy.redpacket", "groupbuy.ops", "groupbuy.api")
+WRAPPERS = ("groupbuy.locks.scripts", "groupbuy.redpacket.scripts")
+# The engines' size bounds: a reader takes in one module, or one class, at a sitting.
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 300
+
+
+def _named(node: ast.expr) -> str:
+    """The name an expression ends in: `keys`, `self._keys`, `k.team_keys(...)`."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _by_position(index: ast.expr) -> bool:
+    if isinstance(index, ast.Slice):
+        return any(isinstance(b, ast.Constant) for b in (index.lower, index.upper))
+    if isinstance(index, ast.UnaryOp):  # keys[-1]
+        index = index.operand
+    return isinstance(index, ast.Constant) and isinstance(index.value, int)
+
+
+def test_no_key_list_is_indexed_by_position_outside_the_wrappers() -> None:
+    found = []
+    for name, path in modules().items():
+        if layer_of(name)[0] not in DOMAIN_LAYERS or name in WRAPPERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Subscript) or not _by_position(node.slice):
+                continue
+            if _named(node.value).lstrip("_").endswith("keys"):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def test_the_position_finder_sees_key_lists() -> None:
+    source = "a = keys[3]\nb = self._keys[:2]\nc = k.team_keys('a')[-1]\nd = rows[0]\n"
+    hits = [
+        ast.unparse(n)
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Subscript)
+        and _by_position(n.slice)
+        and _named(n.value).lstrip("_").endswith("keys")
+    ]
+    assert hits == ["keys[3]", "self._keys[:2]", "k.team_keys('a')[-1]"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_modules_and_classes_stay_small(engine: str) -> None:
+    too_big = []
+    for name, path in modules().items():
+        if layer_of(name)[0] != engine:
+            continue
+        source = path.read_text(encoding="utf-8")
+        if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
+            too_big.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef) or node.end_lineno is None:
+                continue
+            if (size := node.end_lineno - node.lineno + 1) > MAX_CLASS_LINES:
+                too_big.append(f"{name}.{node.name}: {size} lines")
+    assert too_big == []
+
+
+def test_the_seat_path_reaches_recovery_only_through_its_hook() -> None:
+    """The hot path's module imports none of the team parts that bring a team back, sweep
+    or administer: recovery is handed in (TeamEngine.build) behind one hook."""
+    others = {f"groupbuy.locks.{part}" for part in ("recovery", "sweeps", "activities", "engine")}
+    assert graph()["groupbuy.locks.seats"] & others == set()

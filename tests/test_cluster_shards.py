@@ -36,19 +36,19 @@ async def test_activities_and_packets_spread_over_every_shard_and_all_work(
     services: Services, redis_url: str
 ) -> None:
     teams, packets = services.teams, services.packets
-    await packets.deposit("sender", PACKETS * 300, "funding")
+    await packets.accounts.deposit("sender", PACKETS * 300, "funding")
     for n in range(ACTIVITIES):
         aid = f"act{n}"
-        await teams.create_activity(aid, team_size=2)
-        await teams.open_team(aid, f"lead{n}", team_id="t")
-        await teams.lock(aid, "t", f"joiner{n}")
-        await teams.confirm(aid, "t", f"joiner{n}", f"order{n}")
+        await teams.activities.create_activity(aid, team_size=2)
+        await teams.activities.open_team(aid, f"lead{n}", team_id="t")
+        await teams.seats.lock(aid, "t", f"joiner{n}")
+        await teams.seats.confirm(aid, "t", f"joiner{n}", f"order{n}")
     for n in range(PACKETS):
-        await packets.send("sender", 300, 3, packet_id=f"pk{n}")
+        await packets.sending.send("sender", 300, 3, packet_id=f"pk{n}")
         for user in range(3):
-            await packets.grab(f"pk{n}", f"grabber{user}")
+            await packets.grabs.grab(f"pk{n}", f"grabber{user}")
         with pytest.raises(errors.SoldOut):
-            await packets.grab(f"pk{n}", "grabber3")
+            await packets.grabs.grab(f"pk{n}", "grabber3")
 
     activity_shards = shard_counts(redis_url, f"{services.keys.prefix}:{{a:*:activity")
     packet_shards = shard_counts(redis_url, f"{services.keys.prefix}:{{p:*:packet")
@@ -58,10 +58,10 @@ async def test_activities_and_packets_spread_over_every_shard_and_all_work(
     assert sum(packet_shards.values()) == PACKETS
 
     for n in range(ACTIVITIES):
-        team = await teams.get_team(f"act{n}", "t")
+        team = await teams.activities.get_team(f"act{n}", "t")
         assert team["status"] == "formed" and not team["locks"], team
     # The write-behind finds the work of every shard (both flush jobs' own calls).
-    await services.outbox.flush_pending()
+    await services.team_writer.drain_all()
     await services.packets.writer.drain_all()
     async with services.database.sessions() as session:
         grabs = await session.scalar(select(func.count()).select_from(GrabRow))

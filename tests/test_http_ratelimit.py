@@ -260,8 +260,8 @@ async def test_200_concurrent_grabs_against_a_limit_of_50_let_exactly_50_through
     services: Services = build_services(limited_settings, redis=redis_client, database=database)
     app = create_app(limited_settings, services)
     async with running(services, scheduler=False):
-        await services.packets.deposit("sender", 10_000, "funds")
-        await services.packets.send("sender", 10_000, 500, packet_id="p1")
+        await services.packets.accounts.deposit("sender", 10_000, "funds")
+        await services.packets.sending.send("sender", 10_000, 500, packet_id="p1")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             answers = await asyncio.gather(
@@ -270,7 +270,7 @@ async def test_200_concurrent_grabs_against_a_limit_of_50_let_exactly_50_through
                     for i in range(200)
                 )
             )
-        packet = await services.packets.get("p1")
+        packet = await services.packets.reads.get("p1")
     statuses = Counter(a.status_code for a in answers)
     assert statuses == {200: 50, 429: 150}, statuses
     assert len(packet["grabs"]) == 50

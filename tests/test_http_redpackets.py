@@ -142,7 +142,7 @@ def drain(client: TestClient) -> None:
 
 
 def expire_due(client: TestClient) -> Any:
-    return portal(client).call(app_services(client).packets.expire_due)
+    return portal(client).call(app_services(client).packets.sweeps.expire_due)
 
 
 def advance(client: TestClient, seconds: float) -> None:

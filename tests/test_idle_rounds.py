@@ -30,18 +30,18 @@ async def idle_world(services: Services) -> None:
     """Live packets nobody grabs, activities whose open team holds a live lock, all
     recorded: nothing waits and nothing is due."""
     packets, teams = services.packets, services.teams
-    await packets.deposit("sender", PACKETS * 10, "funds")
+    await packets.accounts.deposit("sender", PACKETS * 10, "funds")
     gate = asyncio.Semaphore(16)
 
     async def send(i: int) -> None:
         async with gate:
-            await packets.send("sender", 10, 2, packet_id=f"idle{i}")
+            await packets.sending.send("sender", 10, 2, packet_id=f"idle{i}")
 
     async def activity(i: int) -> None:
         async with gate:
-            await teams.create_activity(f"a{i}", team_size=3)
-            await teams.open_team(f"a{i}", "L", team_id="t1")
-            await teams.lock(f"a{i}", "t1", "u1")
+            await teams.activities.create_activity(f"a{i}", team_size=3)
+            await teams.activities.open_team(f"a{i}", "L", team_id="t1")
+            await teams.seats.lock(f"a{i}", "t1", "u1")
 
     await asyncio.gather(*(send(i) for i in range(PACKETS)))
     await asyncio.gather(*(activity(i) for i in range(ACTIVITIES)))
@@ -71,9 +71,9 @@ async def test_a_round_with_work_visits_only_what_has_work(
     services: Services, redis_client: Any
 ) -> None:
     await idle_world(services)
-    await services.packets.grab("idle7", "g1")
-    await services.teams.unlock("a3", "t1", "u1")
-    await services.teams.confirm("a4", "t1", "u1", "o1")  # recorded at once, by the confirm
+    await services.packets.grabs.grab("idle7", "g1")
+    await services.teams.seats.unlock("a3", "t1", "u1")
+    await services.teams.seats.confirm("a4", "t1", "u1", "o1")  # recorded at once, by the confirm
     with sql_statements(services.database) as statements:
         before = await commands_processed(redis_client)
         report = await services.jobs.run("flush_records")

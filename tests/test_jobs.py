@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
@@ -34,11 +35,11 @@ async def run(services: Services, name: str) -> dict[str, Any]:
 
 async def test_sweep_locks_expires_each_lock_once(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=4, lock_ttl_s=10)
+    await teams.activities.create_activity("a1", team_size=4, lock_ttl_s=10)
     for t in range(3):
-        await teams.open_team("a1", f"L{t}", team_id=f"t{t}")
+        await teams.activities.open_team("a1", f"L{t}", team_id=f"t{t}")
         for u in range(2):
-            await teams.lock("a1", f"t{t}", f"u{t}{u}")
+            await teams.seats.lock("a1", f"t{t}", f"u{t}{u}")
     report = await run(services, "sweep_locks")
     assert report["locks_expired"] == 0 and report["teams"] == 0  # nothing due yet
     services.clock.advance(10)
@@ -50,7 +51,7 @@ async def test_sweep_locks_expires_each_lock_once(services: Services) -> None:
     assert sorted(e["user_id"] for e in expired) == sorted(
         f"u{t}{u}" for t in range(3) for u in range(2)
     )
-    team = await teams.get_team("a1", "t0")
+    team = await teams.activities.get_team("a1", "t0")
     assert team["locks"] == [] and team["free_seats"] == 3
 
 
@@ -58,12 +59,12 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
     services: Services,
 ) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=2, team_deadline_s=60)
-    await teams.open_team("a1", "L1", team_id="open", order_id="o-L1")
-    await teams.open_team("a1", "L2", team_id="formed", order_id="o-L2")
-    await teams.lock("a1", "formed", "u2")
-    await teams.confirm("a1", "formed", "u2", "o-u2")
-    await teams.lock("a1", "open", "u1")
+    await teams.activities.create_activity("a1", team_size=2, team_deadline_s=60)
+    await teams.activities.open_team("a1", "L1", team_id="open", order_id="o-L1")
+    await teams.activities.open_team("a1", "L2", team_id="formed", order_id="o-L2")
+    await teams.seats.lock("a1", "formed", "u2")
+    await teams.seats.confirm("a1", "formed", "u2", "o-u2")
+    await teams.seats.lock("a1", "open", "u1")
     services.clock.advance(60)
     report = await run(services, "expire_teams")
     assert report["teams_failed"] == 1
@@ -77,19 +78,21 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
             "version": 3,  # opened, locked, failed (the live lock ends with the team)
         }
     ]
-    assert (await teams.get_team("a1", "formed"))["status"] == "formed"  # formed teams never fail
-    assert (await teams.get_team("a1", "open"))["status"] == "failed"
+    assert (await teams.activities.get_team("a1", "formed"))[
+        "status"
+    ] == "formed"  # formed teams never fail
+    assert (await teams.activities.get_team("a1", "open"))["status"] == "failed"
 
 
 async def test_jobs_running_twice_at_once_change_nothing_twice(
     services: Services, sent_packet_via_services: SendPacketViaServices
 ) -> None:
     teams, packets = services.teams, services.packets
-    await teams.create_activity("a1", lock_ttl_s=5, team_deadline_s=20)
-    await teams.open_team("a1", "L", team_id="t1", order_id="oL")
-    await teams.lock("a1", "t1", "u1")
+    await teams.activities.create_activity("a1", lock_ttl_s=5, team_deadline_s=20)
+    await teams.activities.open_team("a1", "L", team_id="t1", order_id="oL")
+    await teams.seats.lock("a1", "t1", "u1")
     await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=20)
-    await packets.grab("pk", "g1")
+    await packets.grabs.grab("pk", "g1")
     services.clock.advance(20)
     names = ["sweep_locks", "expire_teams", "expire_packets", "flush_records"]
     for _ in range(2):
@@ -106,17 +109,17 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     """SPEC §4.9: once teams and packets have ended and been swept, their keys are gone."""
     redis, teams, packets = services.redis, services.teams, services.packets
     baseline = await redis.dbsize()
-    await teams.create_activity("a1", team_size=2, lock_ttl_s=5, team_deadline_s=30)
-    await teams.open_team("a1", "L1", team_id="formed")
-    await teams.lock("a1", "formed", "u1")
-    await teams.confirm("a1", "formed", "u1", "o1")
-    await teams.open_team("a1", "L2", team_id="fails")
-    await packets.deposit("s", 100, "funds")
-    await packets.send("s", 10, 2, packet_id="sold")
-    await packets.grab("sold", "g1")
-    await packets.grab("sold", "g2")
-    await packets.send("s", 50, 5, packet_id="expires", expires_in_s=30)
-    await packets.grab("expires", "g1")
+    await teams.activities.create_activity("a1", team_size=2, lock_ttl_s=5, team_deadline_s=30)
+    await teams.activities.open_team("a1", "L1", team_id="formed")
+    await teams.seats.lock("a1", "formed", "u1")
+    await teams.seats.confirm("a1", "formed", "u1", "o1")
+    await teams.activities.open_team("a1", "L2", team_id="fails")
+    await packets.accounts.deposit("s", 100, "funds")
+    await packets.sending.send("s", 10, 2, packet_id="sold")
+    await packets.grabs.grab("sold", "g1")
+    await packets.grabs.grab("sold", "g2")
+    await packets.sending.send("s", 50, 5, packet_id="expires", expires_in_s=30)
+    await packets.grabs.grab("expires", "g1")
     assert await redis.dbsize() > baseline
     services.clock.advance(30)
     for name in ["sweep_locks", "expire_teams", "expire_packets", "flush_records", "repair"]:
@@ -125,11 +128,11 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     assert report["activities_released"] == 0  # nothing left to release the second time
     assert await redis.dbsize() == baseline, await redis.keys("*")
     # what Redis forgot, SQL answers
-    assert (await teams.get_team("a1", "formed"))["status"] == "formed"
-    assert (await packets.get("sold"))["status"] == "sold_out"
-    assert (await packets.grab("expires", "g1"))["status"] == "already_grabbed"
+    assert (await teams.activities.get_team("a1", "formed"))["status"] == "formed"
+    assert (await packets.reads.get("sold"))["status"] == "sold_out"
+    assert (await packets.grabs.grab("expires", "g1"))["status"] == "already_grabbed"
     # and the activity comes back to Redis when it is used again
-    assert (await teams.open_team("a1", "L3", team_id="again")).created
+    assert (await teams.activities.open_team("a1", "L3", team_id="again")).created
     await assert_money_conserved(services)
 
 
@@ -153,23 +156,25 @@ async def test_jobs_are_counted_and_flush_records_reports_the_backlog(
     packets = services.packets
     await sent_packet_via_services(100, 5, funds=100, sender_id="s")
     for user in ("a", "b"):
-        await packets.grab("pk", user)
+        await packets.grabs.grab("pk", user)
     report = await run(services, "flush_records")
     assert report["packet_records"] == 2 and report["backlog"] == 0 and report["lag_s"] == 0
     assert runs("flush_records") == before + 1
-    assert REGISTRY.get_sample_value("groupbuy_writeback_backlog_records") == 0
+    assert (
+        REGISTRY.get_sample_value("groupbuy_writeback_backlog_records", {"engine": "packets"}) == 0
+    )
 
 
 async def test_lost_due_entries_are_found_again_by_the_repair(
     services: Services, sent_packet_via_services: SendPacketViaServices
 ) -> None:
     teams, keys = services.teams, services.keys
-    await teams.create_activity("a1", lock_ttl_s=5, team_deadline_s=60)
-    await teams.open_team("a1", "L", team_id="t1")
-    await teams.lock("a1", "t1", "u1")
-    await teams.create_activity("a2", lock_ttl_s=5, team_deadline_s=3600)
-    await teams.open_team("a2", "L", team_id="t1")
-    await teams.lock("a2", "t1", "u1")
+    await teams.activities.create_activity("a1", lock_ttl_s=5, team_deadline_s=60)
+    await teams.activities.open_team("a1", "L", team_id="t1")
+    await teams.seats.lock("a1", "t1", "u1")
+    await teams.activities.create_activity("a2", lock_ttl_s=5, team_deadline_s=3600)
+    await teams.activities.open_team("a2", "L", team_id="t1")
+    await teams.seats.lock("a2", "t1", "u1")
     await sent_packet_via_services(100, 4, funds=100, sender_id="s", expires_in_s=5)
     # Every entry lost (on Redis Cluster, from the indexes of each activity's and packet's slot).
     lost = {keys.due_packets(keys.packet_slot("pk"))}
@@ -201,8 +206,8 @@ async def test_an_idle_round_reads_no_sql(
 ) -> None:
     from tests.support.counting import sql_statements
 
-    await services.teams.create_activity("a1")
-    await services.teams.open_team("a1", "L", team_id="t1")
+    await services.teams.activities.create_activity("a1")
+    await services.teams.activities.open_team("a1", "L", team_id="t1")
     await sent_packet_via_services(100, 4, funds=100, sender_id="s")
     await run(services, "flush_records")
     for name in ["flush_records", "sweep_locks", "expire_teams", "expire_packets"]:
@@ -217,18 +222,18 @@ async def test_a_flush_run_takes_a_batch_of_each_packet_in_turn(
     """One huge stream does not hold up the others: the small packets are in SQL after the
     huge one's first batch, long before its last."""
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
-    await packets.send("sender", 1_000, 40, packet_id="huge")
+    await packets.accounts.deposit("sender", 10_000, "funds")
+    await packets.sending.send("sender", 1_000, 40, packet_id="huge")
     for n in range(30):  # its records are the oldest: the run starts with it
-        await packets.grab("huge", f"u{n}")
+        await packets.grabs.grab("huge", f"u{n}")
     for small in ("s1", "s2", "s3"):
-        await packets.send("sender", 100, 10, packet_id=small)
+        await packets.sending.send("sender", 100, 10, packet_id=small)
         for n in range(3):
-            await packets.grab(small, f"u{n}")
+            await packets.grabs.grab(small, f"u{n}")
     monkeypatch.setattr(packets.writer, "_batch_size", 5)  # the huge stream: 6 batches
     batches: list[str] = []
 
-    async def logged(session: Any, records: list[dict[str, str]]) -> None:
+    async def logged(session: Any, records: list[PacketRecord]) -> None:
         batches.append(records[0]["packet_id"])
         await apply_packet_records(session, records)
 
@@ -246,13 +251,13 @@ async def test_a_scheduled_flush_run_stops_in_time_and_the_next_runs_go_on(
     """A run given less time than one batch takes applies that one batch (every run moves)
     and leaves the rest to the next runs, whatever the machine's speed."""
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
+    await packets.accounts.deposit("sender", 10_000, "funds")
     for packet in ("p1", "p2"):
-        await packets.send("sender", 100, 10, packet_id=packet)
+        await packets.sending.send("sender", 100, 10, packet_id=packet)
         for n in range(4):
-            await packets.grab(packet, f"u{n}")
+            await packets.grabs.grab(packet, f"u{n}")
 
-    async def slow(session: Any, records: list[dict[str, str]]) -> None:
+    async def slow(session: Any, records: list[PacketRecord]) -> None:
         await asyncio.sleep(0.1)  # a batch slower than the run's whole time
         await apply_packet_records(session, records)
 

@@ -305,11 +305,11 @@ async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
     """SQL locked or down: the flush fails every round, and the gauges an operator watches
     must still show the records piling up (they were left at their last good value)."""
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 100, 5, packet_id="p1")
-    metrics.WRITEBACK_BACKLOG.set(0)
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 100, 5, packet_id="p1")
+    metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(0)
     for user in ("u1", "u2", "u3"):
-        await packets.grab("p1", user)
+        await packets.grabs.grab("p1", user)
 
     def locked() -> Any:
         raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
@@ -317,8 +317,40 @@ async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
     monkeypatch.setattr(services.database, "transaction", locked)
     with pytest.raises(sqlalchemy.exc.OperationalError):
         await services.jobs.run("flush_records")
-    assert metrics.WRITEBACK_BACKLOG._value.get() == 3
-    assert metrics.WRITEBACK_LAG._value.get() >= 0
+    assert metrics.WRITEBACK_BACKLOG.labels(engine="packets")._value.get() == 3
+    assert metrics.WRITEBACK_LAG.labels(engine="packets")._value.get() >= 0
+
+
+async def test_team_records_have_the_writeback_gauges_and_counter_of_grab_records(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Team records wait in Redis as grab records do: the same gauges and counter show
+    them, labelled engine="teams"."""
+    from prometheus_client import REGISTRY
+
+    async def sql_away(activity_id: str) -> None:
+        """The drain a team call makes before answering fails: records wait in Redis."""
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"engine": "teams"}) or 0.0
+
+    monkeypatch.setattr(services.team_writer, "drain_quietly", sql_away)
+    teams = services.teams
+    await teams.activities.create_activity("a1", lock_ttl_s=5)
+    await teams.activities.open_team("a1", "L1", team_id="t1")
+    await teams.activities.open_team("a1", "L2", team_id="t2")
+    written = sample("groupbuy_writeback_records_total")
+    report = await metrics.update_writeback(services.team_writer, services.redis)
+    assert (report["backlog_records"], report["streams"]) == (2, 1), report
+    assert sample("groupbuy_writeback_backlog_records") == 2
+    assert sample("groupbuy_writeback_backlog_streams") == 1
+    assert sample("groupbuy_writeback_lag_seconds") == report["lag_seconds"] >= 0
+
+    flushed = await services.jobs.run("flush_records")
+    assert (flushed["team_records"], flushed["backlog"], flushed["lag_s"]) == (2, 0, 0)
+    assert sample("groupbuy_writeback_backlog_records") == 0
+    assert sample("groupbuy_writeback_backlog_streams") == 0
+    assert sample("groupbuy_writeback_records_total") == written + 2
 
 
 def test_update_writeback_reports_the_backlog_and_zero_after_draining(
@@ -338,15 +370,17 @@ def test_update_writeback_reports_the_backlog_and_zero_after_draining(
     assert report["backlog_records"] == portal(client).call(svc.packets.writer.backlog)
     assert 0.05 <= report["lag_seconds"] < 60, report
     page = scrape(client)
-    assert value(page, "groupbuy_writeback_backlog_records") == 3
-    assert value(page, "groupbuy_writeback_lag_seconds") >= report["lag_seconds"]  # measured again
+    assert value(page, "groupbuy_writeback_backlog_records", engine="packets") == 3
+    assert (
+        value(page, "groupbuy_writeback_lag_seconds", engine="packets") >= report["lag_seconds"]
+    )  # measured again
 
     assert portal(client).call(svc.packets.writer.drain_all) == 3
     drained = portal(client).call(metrics.update_writeback, svc.packets.writer, svc.redis)
     assert (drained["backlog_records"], drained["lag_seconds"]) == (0, 0.0), drained
     page = scrape(client)
-    assert value(page, "groupbuy_writeback_backlog_records") == 0
-    assert value(page, "groupbuy_writeback_lag_seconds") == 0
+    assert value(page, "groupbuy_writeback_backlog_records", engine="packets") == 0
+    assert value(page, "groupbuy_writeback_lag_seconds", engine="packets") == 0
 
 
 def test_the_gauges_are_the_backlog_in_redis_at_each_scrape_while_it_drains(
@@ -400,10 +434,12 @@ def test_the_gauges_are_the_backlog_in_redis_at_each_scrape_while_it_drains(
                 records, streams, oldest_ms, before_ms = loop.call(in_redis)
                 page = scrape(client)
                 after_ms = loop.call(in_redis)[3]
-                gauge = value(page, "groupbuy_writeback_backlog_records")
+                gauge = value(page, "groupbuy_writeback_backlog_records", engine="packets")
                 assert gauge == records, (gauge, records)
-                assert value(page, "groupbuy_writeback_backlog_streams") == streams
-                lag = value(page, "groupbuy_writeback_lag_seconds")
+                assert (
+                    value(page, "groupbuy_writeback_backlog_streams", engine="packets") == streams
+                )
+                lag = value(page, "groupbuy_writeback_lag_seconds", engine="packets")
                 if oldest_ms is None:
                     assert lag == 0
                 else:
@@ -417,8 +453,8 @@ def test_the_gauges_are_the_backlog_in_redis_at_each_scrape_while_it_drains(
         # a batch of each packet in turn; the gauge above 0 until the last batch is in SQL
         assert seen == [31, 26, 21, 16, 11, 6, 4, 2, 0]
         page = scrape(client)
-    assert value(page, "groupbuy_writeback_backlog_records") == 0
-    assert value(page, "groupbuy_writeback_lag_seconds") == 0
+    assert value(page, "groupbuy_writeback_backlog_records", engine="packets") == 0
+    assert value(page, "groupbuy_writeback_lag_seconds", engine="packets") == 0
 
 
 def test_a_scrape_answers_when_the_backlog_takes_too_long_to_measure(
@@ -428,11 +464,13 @@ def test_a_scrape_answers_when_the_backlog_takes_too_long_to_measure(
         await asyncio.Event().wait()
         raise AssertionError("not reached")
 
-    metrics.WRITEBACK_BACKLOG.set(7)
+    metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(7)
     monkeypatch.setattr(metrics, "update_writeback", never)
     monkeypatch.setattr(system, "_MEASURE_WAIT_S", 0.05)
     page = scrape(client)
-    assert value(page, "groupbuy_writeback_backlog_records") == 7  # the last measure's
+    assert (
+        value(page, "groupbuy_writeback_backlog_records", engine="packets") == 7
+    )  # the last measure's
     slow = [r for r in caplog.records if "took over 0.05 s to measure" in r.getMessage()]
     assert [r.levelno for r in slow] == [logging.WARNING]
 
@@ -468,7 +506,7 @@ def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
     worker = """
         from groupbuy import metrics
         metrics.LOCK_OUTCOMES.labels(operation="lock", outcome="locked").inc()
-        metrics.WRITEBACK_BACKLOG.set(7)
+        metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(7)
         with metrics.track_job("flush_records"):
             pass
     """
@@ -476,7 +514,7 @@ def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
     run_python(worker, env)
     scraper = """
         from groupbuy import metrics
-        metrics.WRITEBACK_BACKLOG.set(9)
+        metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(9)
         metrics.process_exited()  # a stopped worker's live gauges no longer count
         body, content_type = metrics.render()
         assert content_type.startswith("text/plain"), content_type
@@ -485,7 +523,7 @@ def test_multiprocess_mode_adds_up_the_worker_processes(tmp_path: Path) -> None:
     page = parse(run_python(scraper, env))
     assert value(page, "groupbuy_lock_outcomes_total", operation="lock", outcome="locked") == 2
     assert value(page, "groupbuy_job_runs_total", job="flush_records", result="ok") == 2
-    assert value(page, "groupbuy_writeback_backlog_records") == 7
+    assert value(page, "groupbuy_writeback_backlog_records", engine="packets") == 7
     assert any(path.name.startswith("counter_") for path in tmp_path.iterdir())
 
 

@@ -43,24 +43,24 @@ def _counts(report: dict[str, Any]) -> tuple[int, int, int]:
 async def _clean_system(services: Services) -> None:
     """Deposits, a sold-out, an expired and an active packet, a formed and an open team."""
     packets, teams = services.packets, services.teams
-    await packets.deposit("alice", 10_000, "dep-alice")
-    await packets.deposit("bob", 5_000, "dep-bob")
-    await packets.send("alice", 300, 3, packet_id="sold")
+    await packets.accounts.deposit("alice", 10_000, "dep-alice")
+    await packets.accounts.deposit("bob", 5_000, "dep-bob")
+    await packets.sending.send("alice", 300, 3, packet_id="sold")
     for user in ("u1", "u2", "u3"):
-        await packets.grab("sold", user)
-    await packets.send("bob", 400, 4, packet_id="old", expires_in_s=60)
-    await packets.grab("old", "u1")
-    await packets.grab("old", "u4")
-    await packets.send("alice", 500, 5, packet_id="live", expires_in_s=3600)
-    await packets.grab("live", "u2")
+        await packets.grabs.grab("sold", user)
+    await packets.sending.send("bob", 400, 4, packet_id="old", expires_in_s=60)
+    await packets.grabs.grab("old", "u1")
+    await packets.grabs.grab("old", "u4")
+    await packets.sending.send("alice", 500, 5, packet_id="live", expires_in_s=3600)
+    await packets.grabs.grab("live", "u2")
     services.clock.advance(60)
-    assert await packets.expire_due() == {"due": 1, "expired": 1}
+    assert await packets.sweeps.expire_due() == {"due": 1, "expired": 1}
     await packets.writer.drain_all()
-    await teams.create_activity("act", team_size=2)
-    await teams.open_team("act", "L1", team_id="formed", order_id="o1")
-    await teams.lock("act", "formed", "m1")
-    await teams.confirm("act", "formed", "m1", "o2")
-    await teams.open_team("act", "L2", team_id="open", order_id="o3")
+    await teams.activities.create_activity("act", team_size=2)
+    await teams.activities.open_team("act", "L1", team_id="formed", order_id="o1")
+    await teams.seats.lock("act", "formed", "m1")
+    await teams.seats.confirm("act", "formed", "m1", "o2")
+    await teams.activities.open_team("act", "L2", team_id="open", order_id="o3")
     services.clock.advance(1)  # the first run starts after everything above
 
 
@@ -167,21 +167,23 @@ async def test_mismatch_numbers_and_nothing_is_fixed(services: Services) -> None
     refund = by_kind["refund_entry"]
     assert refund["packet_id"] == "old" and refund["entry_cents"] == refund["refunded_cents"] - 1
     # reported, not repaired
-    assert (await services.packets.account("u3"))["balance_cents"] == u3["ledger_cents"] + 7
+    assert (await services.packets.accounts.account("u3"))["balance_cents"] == u3[
+        "ledger_cents"
+    ] + 7
 
 
 async def test_records_still_in_a_stream_are_pending_not_mismatches(services: Services) -> None:
     await _clean_system(services)
-    await services.packets.grab("live", "u5")  # recorded in the packet's stream only
-    await services.teams.lock("act", "open", "x")
+    await services.packets.grabs.grab("live", "u5")  # recorded in the packet's stream only
+    await services.teams.seats.lock("act", "open", "x")
     services.clock.advance(301)  # the lock expires: the next read writes lock.expired
-    await services.teams.get_team("act", "open")
+    await services.teams.activities.get_team("act", "open")
     reconciler = _reconciler(services)
     report = await reconciler.run()
     assert report["mismatches"] == []
     assert report["pending_records"] == 2
     await services.packets.writer.drain_all()
-    await services.teams.record_pending()
+    await services.team_writer.drain_all()
     report = await reconciler.run()
     assert (report["mismatches"], report["pending_records"]) == ([], 0)
 
@@ -197,11 +199,11 @@ async def test_later_runs_check_only_what_was_touched(services: Services) -> Non
     assert _counts(second) == (1, 1, 2)  # accounts: the live packet's sender and grabber
     assert second["id"] != first["id"] and second["mismatches"] == []
 
-    await services.packets.deposit("carol", 100, "dep-carol")
-    await services.packets.grab("live", "u3")
+    await services.packets.accounts.deposit("carol", 100, "dep-carol")
+    await services.packets.grabs.grab("live", "u3")
     await services.packets.writer.drain_all()
-    await services.teams.lock("act", "open", "m2")
-    await services.teams.confirm("act", "open", "m2", "o4")  # the open team forms
+    await services.teams.seats.lock("act", "open", "m2")
+    await services.teams.seats.confirm("act", "open", "m2", "o4")  # the open team forms
     third = await reconciler.run()
     assert _counts(third) == (1, 1, 4)  # accounts: alice, u2, u3 and carol
     assert third["mismatches"] == []
@@ -214,15 +216,15 @@ async def test_later_runs_check_only_what_was_touched(services: Services) -> Non
 async def test_an_ending_recorded_late_is_still_checked(services: Services) -> None:
     """An expiry takes effect at the deadline, which may be before the previous run."""
     packets = services.packets
-    await packets.deposit("alice", 1_000, "dep-alice")
-    await packets.send("alice", 100, 2, packet_id="soon", expires_in_s=10)
-    await packets.grab("soon", "u1")
+    await packets.accounts.deposit("alice", 1_000, "dep-alice")
+    await packets.sending.send("alice", 100, 2, packet_id="soon", expires_in_s=10)
+    await packets.grabs.grab("soon", "u1")
     await packets.writer.drain_all()
     services.clock.advance(20)  # due, but no expiry job has run yet
     reconciler = _reconciler(services)
     first = await reconciler.run()
     assert (first["packets_checked"], first["mismatches"]) == (1, [])
-    await packets.expire_due()
+    await packets.sweeps.expire_due()
     await packets.writer.drain_all()
     await _shift_refund(services, "soon", "alice", 5)
     second = await reconciler.run()
@@ -243,7 +245,7 @@ async def test_a_difference_seen_only_once_is_a_race_not_a_mismatch(
         live = await snapshots(chunk)
         calls.append(list(chunk))
         if len(calls) == 1:  # a grab lands and is recorded after Redis was read, before SQL
-            await services.packets.grab("live", "late")
+            await services.packets.grabs.grab("live", "late")
             await services.packets.writer.drain_all()
         return live
 
@@ -286,7 +288,7 @@ async def test_a_grab_written_between_the_ack_reads_is_not_reported_lost(
     services: Services,
 ) -> None:
     await _clean_system(services)
-    await services.packets.grab("live", "late")  # answered, journaled, not yet in SQL
+    await services.packets.grabs.grab("live", "late")  # answered, journaled, not yet in SQL
     await services.packets.acks.flush()
     redis = _WriterRunsBeforeStreamsAreRead(services)
     lost = await unrecorded_acks(redis, services.database, services.keys, limit=100)

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from groupbuy import errors
 from groupbuy.api.app import create_app
+from groupbuy.redpacket.codec import parse_packet_record
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
@@ -36,14 +37,14 @@ from tests.support.money import assert_money_conserved
 
 
 async def _send(services: Services, packet_id: str, amount: int, count: int, **extra: Any) -> None:
-    await services.packets.deposit("sender", amount, f"funds-{packet_id}")
-    await services.packets.send("sender", amount, count, packet_id=packet_id, **extra)
+    await services.packets.accounts.deposit("sender", amount, f"funds-{packet_id}")
+    await services.packets.sending.send("sender", amount, count, packet_id=packet_id, **extra)
 
 
 async def _try_grab(services: Services, packet_id: str, user_id: str) -> dict[str, Any]:
     """The grab's answer, or {"status": <error code>} when it was refused."""
     try:
-        return await services.packets.grab(packet_id, user_id)
+        return await services.packets.grabs.grab(packet_id, user_id)
     except errors.GroupBuyError as refused:
         return {"status": refused.code}
 
@@ -67,27 +68,27 @@ async def _lose_redis(services: Services) -> None:
 async def test_a_packet_comes_back_with_its_recorded_grabs(services: Services) -> None:
     packets = services.packets
     await _send(services, "pk", 1_000, 10)
-    before = {u: (await packets.grab("pk", u))["amount_cents"] for u in ("u1", "u2", "u3")}
-    await packets.record_pending()
+    before = {u: (await packets.grabs.grab("pk", u))["amount_cents"] for u in ("u1", "u2", "u3")}
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     # An earlier grabber gets the same answer; nobody recorded grabs twice.
-    again = await packets.grab("pk", "u2")
+    again = await packets.grabs.grab("pk", "u2")
     assert again == {"status": "already_grabbed", "amount_cents": before["u2"]}
     assert await _epoch(services, "pk") == 1
-    body = await packets.get("pk")
+    body = await packets.reads.get("pk")
     assert body["status"] == "active" and body["remaining_count"] == 7
     assert {g["user_id"]: g["amount_cents"] for g in body["grabs"]} == before
 
     later = [await _try_grab(services, "pk", f"n{i}") for i in range(8)]
     assert [r["status"] for r in later] == ["grabbed"] * 7 + ["sold_out"]
     assert later[6]["remaining_count"] == 0
-    await packets.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 10
     assert sorted(seq for seq, _ in rows.values()) == list(range(1, 11))
     assert sum(cents for _, cents in rows.values()) == 1_000
-    assert (await packets.get("pk"))["status"] == "sold_out"
+    assert (await packets.reads.get("pk"))["status"] == "sold_out"
     await assert_money_conserved(services)
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report["mismatches"]
@@ -97,15 +98,15 @@ async def test_racing_callers_rebuild_a_packet_once(services: Services) -> None:
     packets = services.packets
     await _send(services, "pk", 5_000, 50)
     for u in ("u1", "u2"):
-        await packets.grab("pk", u)
-    await packets.record_pending()
+        await packets.grabs.grab("pk", u)
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     answers = await asyncio.gather(*(_try_grab(services, "pk", f"n{i}") for i in range(60)))
     statuses = [a["status"] for a in answers]
     assert statuses.count("grabbed") == 48 and statuses.count("sold_out") == 12
     assert await _epoch(services, "pk") == 1  # one rebuild for 60 callers
-    await packets.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 50 and sum(c for _, c in rows.values()) == 5_000
     await assert_money_conserved(services)
@@ -115,20 +116,20 @@ async def test_grabs_lost_before_sql_had_them_are_reported(services: Services) -
     packets = services.packets
     await _send(services, "pk", 1_000, 10)
     for u in ("u1", "u2", "u3"):
-        await packets.grab("pk", u)
-    await packets.record_pending()
+        await packets.grabs.grab("pk", u)
+    await packets.writer.drain_all()
     # The writer is stopped: these two are acknowledged, journaled, and only in Redis.
-    lost = {u: (await packets.grab("pk", u))["amount_cents"] for u in ("u4", "u5")}
+    lost = {u: (await packets.grabs.grab("pk", u))["amount_cents"] for u in ("u4", "u5")}
     assert await packets.acks.flush() == 5
     await _lose_redis(services)
 
     # u4 grabs again on the rebuilt packet (what was lost is lost); the others as usual.
-    regrab = await packets.grab("pk", "u4")
+    regrab = await packets.grabs.grab("pk", "u4")
     assert regrab["status"] == "grabbed"
     for i in range(6):
         await _try_grab(services, "pk", f"n{i}")
     await packets.acks.flush()
-    await packets.record_pending()
+    await packets.writer.drain_all()
     await assert_money_conserved(services)
 
     report = await services.reconciler.run()
@@ -149,15 +150,15 @@ async def test_grabs_lost_before_sql_had_them_are_reported(services: Services) -
 async def test_records_of_the_lost_state_are_fenced_out(services: Services) -> None:
     packets, redis, keys = services.packets, services.redis, services.keys
     await _send(services, "pk", 600, 6)
-    first = {u: (await packets.grab("pk", u))["amount_cents"] for u in ("u1", "u2")}
+    first = {u: (await packets.grabs.grab("pk", u))["amount_cents"] for u in ("u1", "u2")}
     # A writer had read these records when Redis lost them; it commits after the rebuild.
     in_flight = [fields for _id, fields in await redis.xrange(keys.packet_outbox("pk"))]
     await _lose_redis(services)
     for i in range(6):
-        await packets.grab("pk", f"n{i}")
+        await packets.grabs.grab("pk", f"n{i}")
     async with services.database.transaction() as session:
-        await apply_packet_records(session, in_flight)
-    await packets.record_pending()
+        await apply_packet_records(session, [parse_packet_record(f) for f in in_flight])
+    await packets.writer.drain_all()
 
     rows = await _grab_rows(services, "pk")
     assert set(rows) == {f"n{i}" for i in range(6)}  # u1, u2 were not applied on top
@@ -177,14 +178,14 @@ async def test_a_lost_packet_past_its_expiry_refunds_what_sql_did_not_record(
 ) -> None:
     packets = services.packets
     await _send(services, "pk", 900, 3, expires_in_s=60)
-    await packets.grab("pk", "u1")
-    await packets.record_pending()
+    await packets.grabs.grab("pk", "u1")
+    await packets.writer.drain_all()
     await _lose_redis(services)
     services.clock.advance(61)
     report = await services.jobs.run("repair")
     assert report["packets_restored"] == 1
-    await packets.record_pending()
-    body = await packets.get("pk")
+    await packets.writer.drain_all()
+    body = await packets.reads.get("pk")
     assert body["status"] == "expired"
     assert body["refunded_cents"] == 900 - body["grabs"][0]["amount_cents"]
     await assert_money_conserved(services)
@@ -192,26 +193,26 @@ async def test_a_lost_packet_past_its_expiry_refunds_what_sql_did_not_record(
 
 async def test_an_open_team_comes_back_with_its_members(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=3, lock_ttl_s=60)
-    opened = await teams.open_team("a", "L", team_id="t1", order_id="o-L")
-    await teams.lock("a", "t1", "m1")
-    await teams.confirm("a", "t1", "m1", "o-1")
-    await teams.lock("a", "t1", "m2")  # a lock lives only in Redis
+    await teams.activities.create_activity("a", team_size=3, lock_ttl_s=60)
+    opened = await teams.activities.open_team("a", "L", team_id="t1", order_id="o-L")
+    await teams.seats.lock("a", "t1", "m1")
+    await teams.seats.confirm("a", "t1", "m1", "o-1")
+    await teams.seats.lock("a", "t1", "m2")  # a lock lives only in Redis
     await _lose_redis(services)
 
-    team = await teams.get_team("a", "t1")
+    team = await teams.activities.get_team("a", "t1")
     assert team["status"] == "open"
     assert [m["user_id"] for m in team["members"]] == ["L", "m1"]
     assert team["deadline_at"] == opened.body["deadline_at"]
     assert team["locks"] == []
     # The shopper whose lock was lost locks again, pays, and the team forms.
     with pytest.raises(errors.LockRequired):
-        await teams.confirm("a", "t1", "m2", "o-2")
-    await teams.lock("a", "t1", "m2")
-    joined = await teams.confirm("a", "t1", "m2", "o-2")
+        await teams.seats.confirm("a", "t1", "m2", "o-2")
+    await teams.seats.lock("a", "t1", "m2")
+    joined = await teams.seats.confirm("a", "t1", "m2", "o-2")
     assert joined.body["formed"] is True
     # A repeated open of the same team finds it instead of opening a new one.
-    repeat = await teams.open_team("a", "L", team_id="t1", order_id="o-L")
+    repeat = await teams.activities.open_team("a", "L", team_id="t1", order_id="o-L")
     assert not repeat.created and repeat.body["status"] == "formed"
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report["mismatches"]
@@ -219,23 +220,23 @@ async def test_an_open_team_comes_back_with_its_members(services: Services) -> N
 
 async def test_a_lock_on_a_lost_team_rebuilds_it(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=2, lock_ttl_s=60)
-    await teams.open_team("a", "L", team_id="t1")
+    await teams.activities.create_activity("a", team_size=2, lock_ttl_s=60)
+    await teams.activities.open_team("a", "L", team_id="t1")
     await _lose_redis(services)
-    locked = await teams.lock("a", "t1", "m1")
+    locked = await teams.seats.lock("a", "t1", "m1")
     assert locked.created and locked.body["team_id"] == "t1"
     with pytest.raises(errors.TeamFull):
-        await teams.lock("a", "t1", "m2")
+        await teams.seats.lock("a", "t1", "m2")
 
 
 async def test_the_repair_job_rebuilds_what_redis_lost(services: Services) -> None:
     teams, packets = services.teams, services.packets
-    await teams.create_activity("a", team_size=3)
+    await teams.activities.create_activity("a", team_size=3)
     for i in range(3):
-        await teams.open_team("a", f"L{i}", team_id=f"t{i}")
+        await teams.activities.open_team("a", f"L{i}", team_id=f"t{i}")
     await _send(services, "pk", 300, 3)
-    await packets.grab("pk", "u1")
-    await packets.record_pending()
+    await packets.grabs.grab("pk", "u1")
+    await packets.writer.drain_all()
     await _lose_redis(services)
 
     report = await services.jobs.run("repair")
@@ -255,16 +256,17 @@ async def test_new_grabs_follow_every_recorded_seq(services: Services) -> None:
     packets, redis, keys = services.packets, services.redis, services.keys
     await _send(services, "pk", 800, 8)
     for u in ("u1", "u2", "u3", "u4", "u5"):
-        await packets.grab("pk", u)
+        await packets.grabs.grab("pk", u)
     # SQL got seq 1, 2, 3 and 5, not 4 (its record was still on its way) when Redis lost all.
     records = [fields for _id, fields in await redis.xrange(keys.packet_outbox("pk"))]
     async with services.database.transaction() as session:
-        await apply_packet_records(session, [r for r in records if r["user_id"] != "u4"])
+        kept = [parse_packet_record(r) for r in records if r["user_id"] != "u4"]
+        await apply_packet_records(session, kept)
     await _lose_redis(services)
 
     answers = [await _try_grab(services, "pk", f"n{i}") for i in range(5)]
     assert [a["status"] for a in answers] == ["grabbed"] * 4 + ["sold_out"]
-    await packets.record_pending()
+    await packets.writer.drain_all()
     rows = await _grab_rows(services, "pk")
     assert len(rows) == 8  # no new grab collided with seq 5
     assert sorted(seq for seq, _ in rows.values()) == [1, 2, 3, 5, 6, 7, 8, 9]
@@ -314,7 +316,7 @@ async def test_redis_flushed_mid_storm_loses_nothing_unreported(services: Servic
 
     async def write_behind() -> None:
         while not stop.is_set():
-            await packets.record_pending()
+            await packets.writer.drain_all()
             await packets.acks.flush()
             await asyncio.sleep(0.005)
 
@@ -332,7 +334,7 @@ async def test_redis_flushed_mid_storm_loses_nothing_unreported(services: Servic
     stop.set()
     await writer
     await packets.acks.flush()
-    await packets.record_pending()
+    await packets.writer.drain_all()
 
     await assert_money_conserved(services)
     rows = await _grab_rows(services, "pk")

@@ -133,7 +133,7 @@ async def test_a_send_refused_after_its_debit_is_taken_back(
 ) -> None:
     """Memory running out between the admission and the packet: debit, row and event go."""
     packets = services.packets
-    await packets.deposit("alice", 5_000, "d1")
+    await packets.accounts.deposit("alice", 5_000, "d1")
     call = services.scripts.call
 
     async def refuse_the_packet(name: str, keys: list[str], args: list[Any]) -> list[Any]:
@@ -145,14 +145,14 @@ async def test_a_send_refused_after_its_debit_is_taken_back(
 
     monkeypatch.setattr(services.scripts, "call", refuse_the_packet)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
-        await packets.send("alice", 1_000, 4, packet_id="p1")
-    assert (await packets.account("alice"))["balance_cents"] == 5_000
+        await packets.sending.send("alice", 1_000, 4, packet_id="p1")
+    assert (await packets.accounts.account("alice"))["balance_cents"] == 5_000
     async with services.database.sessions() as session:
         from groupbuy.storage.events import read_events
 
         assert (await read_events(session, 0, 100))["events"] == []
     monkeypatch.setattr(services.scripts, "call", call)
-    again = await packets.send("alice", 1_000, 4, packet_id="p1")
+    again = await packets.sending.send("alice", 1_000, 4, packet_id="p1")
     assert again.created
-    assert (await packets.account("alice"))["balance_cents"] == 4_000
-    assert (await packets.get("p1"))["remaining_count"] == 4
+    assert (await packets.accounts.account("alice"))["balance_cents"] == 4_000
+    assert (await packets.reads.get("p1"))["remaining_count"] == 4

@@ -58,14 +58,14 @@ async def services(redis_server: RedisUnderTest, database_url: str) -> AsyncIter
 async def test_locks_work_after_a_redis_restart(
     redis_server: RedisUnderTest, services: Services
 ) -> None:
-    await services.teams.create_activity("a1")
-    await services.teams.open_team("a1", "L", team_id="t1")
-    assert (await services.teams.lock("a1", "t1", "u1")).created
+    await services.teams.activities.create_activity("a1")
+    await services.teams.activities.open_team("a1", "L", team_id="t1")
+    assert (await services.teams.seats.lock("a1", "t1", "u1")).created
     redis_server.kill()
     redis_server.restart()  # the scripts cache is gone; the AOF keeps the data
     assert not await services.scripts.loaded()
-    assert (await services.teams.lock("a1", "t1", "u2")).created
-    team = await services.teams.get_team("a1", "t1")
+    assert (await services.teams.seats.lock("a1", "t1", "u2")).created
+    team = await services.teams.activities.get_team("a1", "t1")
     assert [lock["user_id"] for lock in team["locks"]] == ["u1", "u2"]
 
 
@@ -77,14 +77,14 @@ async def test_grabs_survive_a_redis_restart_before_they_are_recorded(
     """SPEC §4.5: with appendfsync always, every answered grab ends up in SQL after a crash."""
     packets = services.packets
     await sent_packet_via_services(100, 10, funds=100)
-    won = {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
+    won = {f"u{i}": (await packets.grabs.grab("pk", f"u{i}"))["amount_cents"] for i in range(6)}
     redis_server.kill()
     redis_server.restart()
     assert await packets.writer.drain_all() == 6
     for user, amount in won.items():
-        assert (await packets.account(user))["balance_cents"] == amount
-        assert await packets.grab("pk", user) == {
+        assert (await packets.accounts.account(user))["balance_cents"] == amount
+        assert await packets.grabs.grab("pk", user) == {
             "status": "already_grabbed",
             "amount_cents": amount,
         }
-    assert (await packets.grab("pk", "u9"))["remaining_count"] == 3
+    assert (await packets.grabs.grab("pk", "u9"))["remaining_count"] == 3

@@ -22,14 +22,14 @@ async def test_sweep_ten_thousand_expired_locks(
     services: Services, redis_client: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     teams = services.teams
-    await teams.create_activity("big", team_size=LOCKS_PER_TEAM + 1, lock_ttl_s=60)
+    await teams.activities.create_activity("big", team_size=LOCKS_PER_TEAM + 1, lock_ttl_s=60)
     gate = asyncio.Semaphore(64)
 
     async def fill(t: int) -> None:
         async with gate:
-            await teams.open_team("big", f"L{t}", team_id=f"t{t}")
+            await teams.activities.open_team("big", f"L{t}", team_id=f"t{t}")
             for u in range(LOCKS_PER_TEAM):
-                await teams.lock("big", f"t{t}", f"u{t}-{u}")
+                await teams.seats.lock("big", f"t{t}", f"u{t}-{u}")
 
     await asyncio.gather(*(fill(t) for t in range(TEAMS)))
     await redis_client.config_set("slowlog-log-slower-than", 0)

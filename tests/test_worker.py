@@ -47,7 +47,7 @@ async def test_worker_process_records_grabs(
     packets = services.packets
     await sent_packet_via_services(100, 10, funds=100)
     for i in range(7):
-        await packets.grab("pk", f"u{i}")
+        await packets.grabs.grab("pk", f"u{i}")
     assert await packets.writer.backlog() == 7
 
     worker = await start_worker(services, tmp_path, GROUPBUY_OUTBOX_FLUSH_INTERVAL_S="0.1")
@@ -57,7 +57,7 @@ async def test_worker_process_records_grabs(
         while await count(services, GrabRow) < 7 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         assert await count(services, GrabRow) == 7
-        assert (await packets.account("u0"))["balance_cents"] > 0
+        assert (await packets.accounts.account("u0"))["balance_cents"] > 0
         worker.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(worker.communicate(), 20)
     finally:

@@ -36,8 +36,8 @@ from groupbuy.testing.servers import start_redis
 async def _round(services: Services, journal: bool, run: str, shares: int, users: int) -> Any:
     packets = services.packets
     packet_id, amount = f"ack-{run}", shares * 100
-    await packets.deposit(f"s-{run}", amount, f"ack-{run}")
-    await packets.send(f"s-{run}", amount, shares, packet_id=packet_id)
+    await packets.accounts.deposit(f"s-{run}", amount, f"ack-{run}")
+    await packets.sending.send(f"s-{run}", amount, shares, packet_id=packet_id)
     requests = [(packet_id, u) for u in flash_requests(users, random.Random(run))]
     real_note = AckJournal.note
     if journal:

@@ -104,7 +104,7 @@ async def create_idle_activities(services: Services, count: int, run: str) -> li
         for start in range(0, count, 10_000):
             await session.execute(insert(ActivityRow), rows[start : start + 10_000])
     opens: list[Callable[[], Awaitable[Any]]] = [
-        partial(services.teams.open_team, aid, "leader", team_id="t0") for aid in ids
+        partial(services.teams.activities.open_team, aid, "leader", team_id="t0") for aid in ids
     ]
     await gather_limited(opens, limit=64)
     return ids
@@ -244,11 +244,13 @@ async def credit_latency(
                 break
             await asyncio.sleep(0.02)
         sender = f"flash-sender-{run}"
-        await services.packets.deposit(sender, FLASH_PACKETS * shares * 100, f"credit-{run}")
+        await services.packets.accounts.deposit(
+            sender, FLASH_PACKETS * shares * 100, f"credit-{run}"
+        )
         rng = random.Random(7)
         for p in range(FLASH_PACKETS):
             packet_id = f"credit-{run}-{p}"
-            await services.packets.send(sender, shares * 100, shares, packet_id=packet_id)
+            await services.packets.sending.send(sender, shares * 100, shares, packet_id=packet_id)
             requests = flash_requests(users, rng)
             await asyncio.gather(*(grab(packet_id, u) for u in requests))
             await asyncio.sleep(FLASH_GAP_S)

@@ -65,10 +65,16 @@ async def spread_grabs(services: Services, run: str) -> Trial:
     """SPREAD_PACKETS packets of SPREAD_SHARES shares; every share wanted by two users."""
     packets = [f"spread-{run}-{n}" for n in range(SPREAD_PACKETS)]
     sender = f"spread-sender-{run}"
-    await services.packets.deposit(sender, SPREAD_PACKETS * SPREAD_SHARES * 100, sender)
+    await services.packets.accounts.deposit(sender, SPREAD_PACKETS * SPREAD_SHARES * 100, sender)
     await gather_limited(
         [
-            partial(services.packets.send, sender, SPREAD_SHARES * 100, SPREAD_SHARES, packet_id=p)
+            partial(
+                services.packets.sending.send,
+                sender,
+                SPREAD_SHARES * 100,
+                SPREAD_SHARES,
+                packet_id=p,
+            )
             for p in packets
         ]
     )
@@ -94,10 +100,12 @@ async def spread_locks(services: Services, run: str) -> Trial:
     teams = services.teams
     activities = [f"spread-{run}-{n}" for n in range(SPREAD_ACTIVITIES)]
     await gather_limited(
-        [partial(teams.create_activity, a, team_size=TEAM_SIZE) for a in activities]
+        [partial(teams.activities.create_activity, a, team_size=TEAM_SIZE) for a in activities]
     )
     pairs = [(a, f"t{n}") for a in activities for n in range(SPREAD_TEAMS)]
-    await gather_limited([partial(teams.open_team, a, f"lead-{t}", team_id=t) for a, t in pairs])
+    await gather_limited(
+        [partial(teams.activities.open_team, a, f"lead-{t}", team_id=t) for a, t in pairs]
+    )
     rng = random.Random(5)
     meter, outcomes = Meter(CONCURRENCY), Counter[str]()
 
@@ -106,12 +114,12 @@ async def spread_locks(services: Services, run: str) -> Trial:
 
         async def lock_then_unlock() -> None:
             try:
-                await teams.lock(aid, tid, user)
+                await teams.seats.lock(aid, tid, user)
             except errors.TeamFull:
                 outcomes["team_full"] += 1
                 return
             outcomes["locked"] += 1
-            await teams.unlock(aid, tid, user)
+            await teams.seats.unlock(aid, tid, user)
             outcomes["unlocked"] += 1
 
         await meter.measure(lock_then_unlock)
@@ -119,7 +127,7 @@ async def spread_locks(services: Services, run: str) -> Trial:
     began = time.perf_counter()
     await asyncio.gather(*(locker(f"u{n}") for n in range(SPREAD_LOCKERS)))
     seconds = time.perf_counter() - began
-    left = [await teams.get_team(a, t) for a, t in pairs]
+    left = [await teams.activities.get_team(a, t) for a, t in pairs]
     correct = {
         **outcomes,
         "no_locks_left": all(not team["locks"] for team in left),

@@ -154,7 +154,7 @@ def flash_requests(users: int, rng: random.Random) -> list[str]:
 async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[str, Any]:
     """The service's grab, with errors turned into a status."""
     try:
-        return await services.packets.grab(packet_id, user)
+        return await services.packets.grabs.grab(packet_id, user)
     except errors.GroupBuyError as exc:
         return {"status": exc.code}
 

@@ -35,8 +35,8 @@ async def run_grabs(
 async def flash_grab_groupbuy(services: Services, sizes: Sizes, run: str) -> dict[str, Any]:
     """One packet of K shares, U users plus double taps, through RedPacketService.grab."""
     packet_id, amount = f"flash-{run}", sizes.shares * 100
-    await services.packets.deposit(f"sender-{run}", amount, f"flash-{run}")
-    await services.packets.send(f"sender-{run}", amount, sizes.shares, packet_id=packet_id)
+    await services.packets.accounts.deposit(f"sender-{run}", amount, f"flash-{run}")
+    await services.packets.sending.send(f"sender-{run}", amount, sizes.shares, packet_id=packet_id)
     requests = [(packet_id, u) for u in flash_requests(sizes.users, random.Random(1))]
     seconds, latencies, answers = await run_grabs(
         lambda p, u: groupbuy_grab(services, p, u), requests

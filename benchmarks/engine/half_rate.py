@@ -94,24 +94,24 @@ async def half_rate(
     if kind == "grab":
         # enough packets of at most 5,000 shares (the config caps a packet at 10,000)
         packets = [f"half-{tag}-{p}" for p in range(total // 5000 + 1)]
-        await services.packets.deposit(f"hs-{tag}", len(packets) * 10_000, f"half-{tag}")
+        await services.packets.accounts.deposit(f"hs-{tag}", len(packets) * 10_000, f"half-{tag}")
         for packet_id in packets:
-            await services.packets.send(f"hs-{tag}", 10_000, 5000, packet_id=packet_id)
+            await services.packets.sending.send(f"hs-{tag}", 10_000, 5000, packet_id=packet_id)
 
         async def call(i: int) -> str:
             answer = await groupbuy_grab(services, packets[i % len(packets)], f"h{i}")
             return str(answer["status"])
     else:
         aid = f"half-{tag}"
-        await services.teams.create_activity(aid, team_size=50)
+        await services.teams.activities.create_activity(aid, team_size=50)
         teams = [f"t{t}" for t in range(max(1, total // 40 + 1))]
         await gather_limited(
-            [partial(services.teams.open_team, aid, f"L{t}", team_id=t) for t in teams]
+            [partial(services.teams.activities.open_team, aid, f"L{t}", team_id=t) for t in teams]
         )
 
         async def call(i: int) -> str:
             try:
-                await services.teams.lock(aid, teams[i % len(teams)], f"h{i}")
+                await services.teams.seats.lock(aid, teams[i % len(teams)], f"h{i}")
             except errors.GroupBuyError as exc:
                 return exc.code
             return "locked"

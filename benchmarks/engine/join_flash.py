@@ -20,18 +20,20 @@ JOIN_TEAM_SIZE = 3
 
 
 async def join_flash_groupbuy(services: Services, sizes: Sizes, run: str) -> dict[str, Any]:
-    """T teams of 3 with their leader, U shoppers each joining once through TeamService.join."""
+    """T teams of 3 with their leader, U shoppers each joining once through SeatService.join."""
     aid = f"join-{run}"
     teams = services.teams
-    await teams.create_activity(aid, team_size=JOIN_TEAM_SIZE)
+    await teams.activities.create_activity(aid, team_size=JOIN_TEAM_SIZE)
     team_ids = [f"t{i}" for i in range(sizes.join_teams)]
-    await gather_limited([partial(teams.open_team, aid, f"lead-{t}", team_id=t) for t in team_ids])
+    await gather_limited(
+        [partial(teams.activities.open_team, aid, f"lead-{t}", team_id=t) for t in team_ids]
+    )
     free = sizes.join_teams * (JOIN_TEAM_SIZE - 1)
     meter, taps = Meter(CONCURRENCY), list[Tap]()
 
     async def join(user: str) -> Any:
         try:
-            return await teams.join(aid, user)
+            return await teams.seats.join(aid, user)
         except errors.GroupBuyError as exc:
             return exc.code
 

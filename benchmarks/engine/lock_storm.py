@@ -96,7 +96,7 @@ class Sampler:
 
 
 class GroupbuyTeams:
-    """TeamService calls answering a short outcome string."""
+    """The team engine's seat calls answering a short outcome string."""
 
     EXPECTED = {"team_full", "team_formed", "team_failed", "already_member"}
 
@@ -105,7 +105,7 @@ class GroupbuyTeams:
 
     async def lock(self, aid: str, tid: str, user: str) -> str:
         try:
-            outcome = await self.teams.lock(aid, tid, user)
+            outcome = await self.teams.seats.lock(aid, tid, user)
         except errors.GroupBuyError as exc:
             return exc.code
         if not outcome.created:
@@ -114,13 +114,13 @@ class GroupbuyTeams:
 
     async def unlock(self, aid: str, tid: str, user: str) -> str:
         try:
-            return "unlocked" if await self.teams.unlock(aid, tid, user) else "no_lock"
+            return "unlocked" if await self.teams.seats.unlock(aid, tid, user) else "no_lock"
         except errors.GroupBuyError as exc:
             return exc.code
 
     async def confirm(self, aid: str, tid: str, user: str) -> str:
         try:
-            await self.teams.confirm(aid, tid, user, f"o-{user}")
+            await self.teams.seats.confirm(aid, tid, user, f"o-{user}")
         except errors.GroupBuyError as exc:
             return exc.code
         return "confirmed"
@@ -221,10 +221,10 @@ async def storm(
 async def lock_storm_groupbuy(services: Services, sizes: Sizes, run: str) -> dict[str, Any]:
     """T teams of one activity, storm users locking, switching, unlocking, confirming."""
     aid = f"storm-{run}"
-    await services.teams.create_activity(aid, team_size=TEAM_SIZE)
+    await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
     teams = [f"t{i}" for i in range(sizes.teams)]
     await gather_limited(
-        [partial(services.teams.open_team, aid, f"lead-{t}", team_id=t) for t in teams]
+        [partial(services.teams.activities.open_team, aid, f"lead-{t}", team_id=t) for t in teams]
     )
     pairs = [(aid, t) for t in teams]
     sampler = Sampler(lambda: groupbuy_snapshot(services, pairs))

@@ -29,18 +29,18 @@ async def mixed_setup(services: Services, run: str) -> tuple[list[str], list[str
     teams = [f"t{i}" for i in range(MIXED_TEAMS)]
     packets = [f"mixp{i}-{run}" for i in range(MIXED_PACKETS)]
     for aid in activities:
-        await services.teams.create_activity(aid, team_size=TEAM_SIZE)
+        await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
     await gather_limited(
         [
-            partial(services.teams.open_team, a, f"lead-{t}", team_id=t)
+            partial(services.teams.activities.open_team, a, f"lead-{t}", team_id=t)
             for a in activities
             for t in teams
         ]
     )
     sender, amount = f"mixsender-{run}", MIXED_SHARES * 100
-    await services.packets.deposit(sender, amount * MIXED_PACKETS, f"mix-{run}")
+    await services.packets.accounts.deposit(sender, amount * MIXED_PACKETS, f"mix-{run}")
     for pid in packets:
-        await services.packets.send(sender, amount, MIXED_SHARES, packet_id=pid)
+        await services.packets.sending.send(sender, amount, MIXED_SHARES, packet_id=pid)
     return activities, teams, packets
 
 

@@ -47,8 +47,8 @@ def grab_trial(services: Services, name: str, grab: Grab) -> Callable[[int], Awa
     async def trial(index: int) -> Trial:
         packet_id = f"rl-{name.replace(' ', '-')}-{index}"
         amount = GRABS * 10
-        await services.packets.deposit("rl-sender", amount, packet_id)
-        await services.packets.send("rl-sender", amount, GRABS, packet_id=packet_id)
+        await services.packets.accounts.deposit("rl-sender", amount, packet_id)
+        await services.packets.sending.send("rl-sender", amount, GRABS, packet_id=packet_id)
         meter = Meter(CALLERS)
         users = [f"{packet_id}-u{i}" for i in range(GRABS)]
         loop = asyncio.get_running_loop()

@@ -45,7 +45,7 @@ async def create_packets_pipelined(services: Services, count: int) -> list[str]:
 async def create_teams_pipelined(services: Services, aid: str, count: int) -> list[str]:
     """`count` open teams of one activity through team_open, pipelined in batches."""
     keys = services.keys
-    await services.teams.create_activity(aid, team_size=SCALING_TEAM_SIZE)
+    await services.teams.activities.create_activity(aid, team_size=SCALING_TEAM_SIZE)
     sha = await services.redis.script_load(script_source("team_open"))
     ids = [f"t{i}" for i in range(count)]
 

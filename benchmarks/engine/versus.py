@@ -3,7 +3,7 @@
 - flash grab: the engine (RedPacketService.grab, auto_pipeline on), the same engine with
   auto_pipeline off, and the seed-style Lua peer (benchmarks/seed_peer.py), each round a
   fresh packet and the same requests for all three;
-- seat locks: TeamService.lock (on and off) and the peer's lock script, each round fresh
+- seat locks: SeatService.lock (on and off) and the peer's lock script, each round fresh
   teams and the same (user, team) requests for all three;
 - fresh grabs: the engine against redis-benchmark running EVALSHA of lua/packet_grab.lua
   (-c 50 -P 1), a new user every call for both.
@@ -87,8 +87,10 @@ def grab_engine(
     async def trial(index: int) -> Trial:
         packet_id, amount = f"vs-{run}-{label}-{index}", sizes.versus_shares * 100
         sender = f"vs-sender-{run}-{label}"
-        await services.packets.deposit(sender, amount, f"vs-{run}-{label}-{index}")
-        await services.packets.send(sender, amount, sizes.versus_shares, packet_id=packet_id)
+        await services.packets.accounts.deposit(sender, amount, f"vs-{run}-{label}-{index}")
+        await services.packets.sending.send(
+            sender, amount, sizes.versus_shares, packet_id=packet_id
+        )
         requests = [(packet_id, u) for u in _flash(sizes, index)]
         seconds, latencies, answers = await run_grabs(
             lambda p, u: groupbuy_grab(services, p, u), requests, CALLERS
@@ -176,10 +178,13 @@ def lock_engine(
 
     async def trial(index: int) -> Trial:
         aid = f"vs-{run}-{label}-{index}"
-        await services.teams.create_activity(aid, team_size=TEAM_SIZE)
+        await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
         teams = [f"t{i}" for i in range(sizes.versus_teams)]
         await gather_limited(
-            [partial(services.teams.open_team, aid, f"lead-{t}", team_id=t) for t in teams]
+            [
+                partial(services.teams.activities.open_team, aid, f"lead-{t}", team_id=t)
+                for t in teams
+            ]
         )
         requests = _lock_requests(sizes, index)
         seconds, latencies, answers = await _run_locks(partial(engine.lock, aid), requests)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis.exceptions
 from starlette.exceptions import HTTPException
@@ -24,13 +25,26 @@ CLIENT_CLOSED_REQUEST = 499
 it was read (nginx's "client closed request"); nothing is sent."""
 
 
+def problem_body(error: errors.GroupBuyError) -> dict[str, Any]:
+    """The RFC 9457 body for an error: its type URL, title, status, code, detail and the
+    context it carries."""
+    return {
+        "type": f"https://groupbuy.dev/problems/{error.code}",
+        "title": error.title,
+        "status": error.status_code,
+        "code": error.code,
+        "detail": error.detail,
+        **error.extra,
+    }
+
+
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
     """An application/problem+json answer for an error."""
     headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
     if isinstance(error, errors.RateLimited):
         headers = {"Retry-After": str(error.extra["retry_after_s"])}
     return FastJSONResponse(
-        error.to_problem(),
+        problem_body(error),
         status_code=error.status_code,
         media_type="application/problem+json",
         headers=headers,

@@ -1,4 +1,4 @@
-"""HTTP endpoints of accounts and red packets (parse, call RedPacketService, answer)."""
+"""HTTP endpoints of accounts and red packets (parse, call the red-packet engine, answer)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from groupbuy.api.endpoints import (
     created_response,
     json_response,
 )
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
 
 
@@ -63,33 +63,33 @@ class Grab(StrictBody):
     user_id: Id
 
 
-def _service(request: Request) -> RedPacketService:
-    service: RedPacketService = request.app.state.services.packets
-    return service
+def _packets(request: Request) -> RedPackets:
+    packets: RedPackets = request.app.state.services.packets
+    return packets
 
 
 async def deposit(request: Request, body: Deposit) -> Response:
     user_id = request.path_params["user_id"]
     return created_response(
-        await _service(request).deposit(user_id, body.amount_cents, body.reference)
+        await _packets(request).accounts.deposit(user_id, body.amount_cents, body.reference)
     )
 
 
 async def get_account(request: Request) -> Response:
-    return json_response(await _service(request).account(request.path_params["user_id"]))
+    return json_response(await _packets(request).accounts.account(request.path_params["user_id"]))
 
 
 async def send_packet(request: Request, body: PacketSend) -> Response:
-    return created_response(await _service(request).send(**body.model_dump()))
+    return created_response(await _packets(request).sending.send(**body.model_dump()))
 
 
 async def grab_packet(request: Request, body: Grab) -> Response:
     packet_id = request.path_params["packet_id"]
-    return json_response(await _service(request).grab(packet_id, body.user_id))
+    return json_response(await _packets(request).grabs.grab(packet_id, body.user_id))
 
 
 async def get_packet(request: Request) -> Response:
-    return json_response(await _service(request).get(request.path_params["packet_id"]))
+    return json_response(await _packets(request).reads.get(request.path_params["packet_id"]))
 
 
 _NO_PACKET: Problems = {errors.PacketNotFound: "no packet has this id"}

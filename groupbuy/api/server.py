@@ -38,6 +38,7 @@ from uvicorn.server import ServerState
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from groupbuy import errors
+from groupbuy.api.problems import problem_body
 from groupbuy.settings import ServerSettings
 
 
@@ -69,7 +70,7 @@ _LINGER_S = 1.0
 
 
 def _refusal(error: errors.GroupBuyError) -> bytes:
-    body = orjson.dumps(error.to_problem())
+    body = orjson.dumps(problem_body(error))
     return b"".join(
         [
             f"HTTP/1.1 {error.status_code} {error.title}\r\n".encode("latin-1"),

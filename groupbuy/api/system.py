@@ -82,8 +82,8 @@ async def prometheus_metrics(request: Request) -> Response:
     # scrape still answers when Redis does not: the gauges then keep their last values.
     services = request.app.state.services
     try:
-        measure = metrics.update_writeback(services.packets.writer, services.redis)
-        await asyncio.wait_for(measure, _MEASURE_WAIT_S)
+        measures = [metrics.update_writeback(w, services.redis) for w in services.writers]
+        await asyncio.wait_for(asyncio.gather(*measures), _MEASURE_WAIT_S)
     except TimeoutError:
         log.warning("the write-behind backlog took over %g s to measure", _MEASURE_WAIT_S)
     except Exception as error:

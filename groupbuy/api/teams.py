@@ -1,4 +1,4 @@
-"""HTTP endpoints of activities, teams and seat locks (parse, call TeamService, answer)."""
+"""HTTP endpoints of activities, teams and seat locks (parse, call the team engine, answer)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from groupbuy.api.endpoints import (
     json_response,
 )
 from groupbuy.locks.codec import parse_page_cursor
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
 
 
@@ -110,15 +110,15 @@ class TeamsQuery(LaxQuery):
         return value
 
 
-def _service(request: Request) -> TeamService:
-    service: TeamService = request.app.state.services.teams
-    return service
+def _teams(request: Request) -> TeamEngine:
+    teams: TeamEngine = request.app.state.services.teams
+    return teams
 
 
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
     virtual, limits = body.virtual_completion, body.limits or ActivityLimits()
     fields = body.model_dump(exclude={"virtual_completion", "limits"})
-    outcome = await _service(request).create_activity(
+    outcome = await _teams(request).activities.create_activity(
         **fields,
         virtual_min_members=virtual.min_members if virtual else None,
         **limits.model_dump(),
@@ -127,11 +127,13 @@ async def create_activity(request: Request, body: ActivityCreate) -> Response:
 
 
 async def get_activity(request: Request) -> Response:
-    return json_response(await _service(request).get_activity(request.path_params["activity_id"]))
+    return json_response(
+        await _teams(request).activities.get_activity(request.path_params["activity_id"])
+    )
 
 
 async def open_team(request: Request, body: TeamOpen) -> Response:
-    outcome = await _service(request).open_team(
+    outcome = await _teams(request).activities.open_team(
         request.path_params["activity_id"], **body.model_dump()
     )
     return created_response(outcome)
@@ -139,24 +141,24 @@ async def open_team(request: Request, body: TeamOpen) -> Response:
 
 async def get_team(request: Request) -> Response:
     p = request.path_params
-    return json_response(await _service(request).get_team(p["activity_id"], p["team_id"]))
+    return json_response(await _teams(request).activities.get_team(p["activity_id"], p["team_id"]))
 
 
 async def lock_seat(request: Request, body: LockRequest) -> Response:
     p = request.path_params
     return created_response(
-        await _service(request).lock(p["activity_id"], p["team_id"], body.user_id)
+        await _teams(request).seats.lock(p["activity_id"], p["team_id"], body.user_id)
     )
 
 
 async def join_team(request: Request, body: LockRequest) -> Response:
     return created_response(
-        await _service(request).join(request.path_params["activity_id"], body.user_id)
+        await _teams(request).seats.join(request.path_params["activity_id"], body.user_id)
     )
 
 
 async def list_teams(request: Request, query: TeamsQuery) -> Response:
-    page = await _service(request).list_open_teams(
+    page = await _teams(request).activities.list_open_teams(
         request.path_params["activity_id"], query.limit, query.cursor
     )
     return json_response(page)
@@ -164,13 +166,13 @@ async def list_teams(request: Request, query: TeamsQuery) -> Response:
 
 async def unlock_seat(request: Request) -> Response:
     p = request.path_params
-    released = await _service(request).unlock(p["activity_id"], p["team_id"], p["user_id"])
+    released = await _teams(request).seats.unlock(p["activity_id"], p["team_id"], p["user_id"])
     return json_response({"released": released})
 
 
 async def confirm_member(request: Request, body: MemberConfirm) -> Response:
     p = request.path_params
-    outcome = await _service(request).confirm(
+    outcome = await _teams(request).seats.confirm(
         p["activity_id"], p["team_id"], body.user_id, body.order_id
     )
     return created_response(outcome)
@@ -178,7 +180,7 @@ async def confirm_member(request: Request, body: MemberConfirm) -> Response:
 
 async def get_user_lock(request: Request) -> Response:
     p = request.path_params
-    return json_response(await _service(request).current_lock(p["activity_id"], p["user_id"]))
+    return json_response(await _teams(request).seats.current_lock(p["activity_id"], p["user_id"]))
 
 
 _TEAM = "/v1/activities/{activity_id}/teams/{team_id}"

@@ -1,7 +1,8 @@
 """Every string the team scripts, Python and SQL share, built and parsed in one place.
 
-The scripts (lua/_team_lib.lua and the team_* scripts) write the Redis values; these
-functions read them back, and build the same strings where Python or a test needs one.
+The scripts (lua/_team_lib.lua and the team_* scripts) write the Redis values and the
+outbox records (`emit({...})`); these functions and types read them back, and build the
+same strings where Python or a test needs one.
 Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2), so neither '|', ',' nor ':' can occur
 inside a field; a value that does not split into its fields is a bug and raises ValueError.
 """
@@ -11,8 +12,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Literal, NamedTuple, TypedDict
+
+from groupbuy.storage.typedrecords import parse_record
 
 FIELD = "|"  # between the fields of a Redis value
 ITEM = ","  # between the members of a member list
@@ -201,3 +204,87 @@ def parse_event_key(key: str) -> TeamEventKey | None:
     user_id = tail[0] if extra >= 1 else None
     locked_at_ms = _int(tail[1], "event key", key) if extra == 2 else None
     return TeamEventKey(event_type, activity_id, team_id, user_id, locked_at_ms)
+
+
+# -- outbox records: the fields each `emit({...})` of the team scripts writes -------------
+
+
+class _Versioned(TypedDict, total=False):
+    version: str  # the team's version after the change (records from before versions: none)
+
+
+class TeamOpened(_Versioned):
+    """lua/team_open.lua: a team and its leader, the first member."""
+
+    type: Literal["team.opened"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    leader_id: str
+    order_id: str  # '' when the leader has no order
+    size: str
+    deadline_ms: str
+
+
+class MemberJoined(_Versioned):
+    """lua/team_confirm.lua: a member whose seat lock was confirmed."""
+
+    type: Literal["team.member_joined"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    order_id: str  # '' when the member has no order
+    seq: str
+
+
+class _Formed(_Versioned, total=False):
+    virtual_seats: str  # seats filled virtually at the deadline (a confirm's record: none)
+
+
+class TeamFormed(_Formed):
+    """lua/team_confirm.lua (the last seat) or lua/_team_lib.lua (the deadline): a full team."""
+
+    type: Literal["team.formed"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    members: str  # a member list (`member_list`)
+
+
+class TeamFailed(_Versioned):
+    """lua/_team_lib.lua: a team whose deadline passed before it was full."""
+
+    type: Literal["team.failed"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    members: str  # a member list (`member_list`)
+
+
+class LockExpired(_Versioned):
+    """lua/_team_lib.lua, lua/team_lock.lua: a seat lock whose time ran out."""
+
+    type: Literal["lock.expired"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    locked_at_ms: str
+
+
+TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired
+TEAM_RECORDS: dict[str, type[TeamRecord]] = {
+    "team.opened": TeamOpened,
+    "team.member_joined": MemberJoined,
+    "team.formed": TeamFormed,
+    "team.failed": TeamFailed,
+    "lock.expired": LockExpired,
+}
+"""Every team record type by its `type` field."""
+
+
+def parse_team_record(fields: Mapping[str, str]) -> TeamRecord:
+    """An outbox entry's fields as the team record its `type` names: ValueError for an
+    unknown type, KeyError for a missing field."""
+    return parse_record("team", TEAM_RECORDS, fields)

@@ -9,6 +9,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
+from groupbuy.locks.codec import MemberJoined, TeamFailed, TeamFormed, TeamOpened, TeamRecord
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event, EventRow
@@ -19,7 +20,7 @@ def _members(encoded: str) -> list[dict[str, Any]]:
     return [m._asdict() for m in codec.parse_member_list(encoded)]
 
 
-def _member_row(f: dict[str, str], user_id: str, seq: int) -> dict[str, Any]:
+def _member_row(f: TeamOpened | MemberJoined, user_id: str, seq: int) -> dict[str, Any]:
     return {
         "activity_id": f["activity_id"],
         "team_id": f["team_id"],
@@ -30,7 +31,7 @@ def _member_row(f: dict[str, str], user_id: str, seq: int) -> dict[str, Any]:
     }
 
 
-async def project_team_records(session: AsyncSession, records: list[dict[str, str]]) -> list[Event]:
+async def project_team_records(session: AsyncSession, records: list[TeamRecord]) -> list[Event]:
     """Apply a batch of team-script outbox entries to SQL and return their events in order.
 
     New teams and members go in with one executemany each, whatever the batch size (a
@@ -40,7 +41,7 @@ async def project_team_records(session: AsyncSession, records: list[dict[str, st
     """
     teams: list[dict[str, Any]] = []
     members: list[dict[str, Any]] = []
-    endings: list[tuple[dict[str, str], str, str]] = []
+    endings: list[tuple[TeamFormed | TeamFailed, str, str]] = []
     events = [_versioned(_project(f, teams, members, endings), f) for f in records]
     if teams:
         await session.execute(
@@ -59,7 +60,7 @@ async def project_team_records(session: AsyncSession, records: list[dict[str, st
     return events
 
 
-def _versioned(event: Event, f: dict[str, str]) -> Event:
+def _versioned(event: Event, f: TeamRecord) -> Event:
     """The event with the team's version after the change in its data (records written
     before teams had versions carry none)."""
     if "version" in f:
@@ -91,15 +92,15 @@ async def recorded_version(session: AsyncSession, activity_id: str, team_id: str
 
 
 def _project(
-    f: dict[str, str],
+    f: TeamRecord,
     teams: list[dict[str, Any]],
     members: list[dict[str, Any]],
-    endings: list[tuple[dict[str, str], str, str]],
+    endings: list[tuple[TeamFormed | TeamFailed, str, str]],
 ) -> Event:
-    """The event of one entry; the rows it stands for are added to the lists."""
+    """The event of one record; the rows it stands for are added to the lists."""
     kind, aid, tid, at_ms = f["type"], f["activity_id"], f["team_id"], int(f["at_ms"])
     base = {"activity_id": aid, "team_id": tid}
-    if kind == "team.opened":
+    if f["type"] == "team.opened":
         teams.append(
             {
                 **base,
@@ -113,20 +114,19 @@ def _project(
         members.append(_member_row(f, f["leader_id"], 1))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), data)
-    if kind == "team.member_joined":
+    if f["type"] == "team.member_joined":
         members.append(_member_row(f, f["user_id"], int(f["seq"])))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid, f["user_id"]), data)
-    if kind in ("team.formed", "team.failed"):
-        status, column = (
-            ("formed", "formed_at") if kind == "team.formed" else ("failed", "failed_at")
-        )
-        endings.append((f, status, column))
+    if f["type"] == "team.formed" or f["type"] == "team.failed":
         members_data: dict[str, Any] = {**base, "members": _members(f["members"])}
-        if kind == "team.formed":
+        if f["type"] == "team.formed":
+            endings.append((f, "formed", "formed_at"))
             members_data["virtual_seats"] = int(f.get("virtual_seats", 0))
+        else:
+            endings.append((f, "failed", "failed_at"))
         return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members_data)
-    if kind == "lock.expired":
+    if f["type"] == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
         data = {
             **base,

@@ -3,16 +3,27 @@
 The contracts below are the only place that knows the order of these scripts' KEYS and
 ARGV (docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the
 `local` lines of the scripts against them). A wrapper takes named key groups and
-arguments and answers the reply with its code as a TeamCode.
+arguments and answers the reply parsed (groupbuy/locks/replies.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.locks.codes import TeamCode
+from groupbuy.locks import replies
+from groupbuy.locks.replies import (
+    ConfirmReply,
+    JoinReply,
+    Listed,
+    LockReply,
+    OpenReply,
+    Swept,
+    TeamRead,
+    TeamReply,
+    Unlocked,
+    UserLock,
+)
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.contracts import ScriptCaller, ScriptContract, Slot, slots
 from groupbuy.storage.keys import ActivityKeys, Keys, TeamKeys
@@ -228,18 +239,6 @@ CONTRACTS = (
 )
 
 
-@dataclass(frozen=True)
-class TeamReply:
-    """A team script's answer: its code, and the fields after it (see the contract)."""
-
-    code: TeamCode
-    rest: list[Any]
-
-
-def _reply(reply: list[Any]) -> TeamReply:
-    return TeamReply(TeamCode(int(reply[0])), list(reply[1:]))
-
-
 class TeamScripts:
     """The team scripts of one registry, called with named keys and arguments."""
 
@@ -262,7 +261,7 @@ class TeamScripts:
 
     async def open(
         self, activity_id: str, team_id: str, leader_id: str, order_id: str, retention_ms: int
-    ) -> TeamReply:
+    ) -> OpenReply:
         """team_open."""
         keys = TEAM_OPEN.key_list(
             *self._team(activity_id, team_id),
@@ -276,11 +275,12 @@ class TeamScripts:
             leader_order_id=order_id,
             retention_ms=retention_ms,
         )
-        return _reply(await TEAM_OPEN.call(self._scripts, keys, args))
+        reply = await TEAM_OPEN.call(self._scripts, keys, args)
+        return replies.parse_open(reply, activity_id, team_id)
 
     async def lock(
         self, activity_id: str, team_id: str, user_id: str, other_team_id: str
-    ) -> TeamReply:
+    ) -> LockReply:
         """team_lock; `other_team_id` ('' for none) is the team the user may hold a lock in."""
         other: dict[str, str] = {}
         if other_team_id:
@@ -293,19 +293,19 @@ class TeamScripts:
             **other,
         )
         args = self._team_args(activity_id, team_id, user_id=user_id, other_team_id=other_team_id)
-        return _reply(await TEAM_LOCK.call(self._scripts, keys, args))
+        return replies.parse_lock(await TEAM_LOCK.call(self._scripts, keys, args), team_id)
 
-    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> TeamReply:
+    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> Unlocked | TeamReply:
         """team_unlock."""
         keys = TEAM_UNLOCK.key_list(
             *self._team(activity_id, team_id), user_lock=self._keys.user_lock(activity_id, user_id)
         )
         args = self._team_args(activity_id, team_id, user_id=user_id)
-        return _reply(await TEAM_UNLOCK.call(self._scripts, keys, args))
+        return replies.parse_unlock(await TEAM_UNLOCK.call(self._scripts, keys, args))
 
     async def confirm(
         self, activity_id: str, team_id: str, user_id: str, order_id: str
-    ) -> TeamReply:
+    ) -> ConfirmReply:
         """team_confirm."""
         keys = TEAM_CONFIRM.key_list(
             *self._team(activity_id, team_id),
@@ -313,21 +313,20 @@ class TeamScripts:
             blocklist=self._keys.activity_blocklist(activity_id),
         )
         args = self._team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
-        return _reply(await TEAM_CONFIRM.call(self._scripts, keys, args))
+        reply = await TEAM_CONFIRM.call(self._scripts, keys, args)
+        return replies.parse_confirm(reply, activity_id, team_id)
 
-    async def read(self, activity_id: str, team_id: str) -> TeamReply:
+    async def read(self, activity_id: str, team_id: str) -> TeamRead | TeamReply:
         """team_read."""
         keys = TEAM_READ.key_list(*self._team(activity_id, team_id))
-        return _reply(
-            await TEAM_READ.call(self._scripts, keys, self._team_args(activity_id, team_id))
-        )
+        reply = await TEAM_READ.call(self._scripts, keys, self._team_args(activity_id, team_id))
+        return replies.parse_read(reply, activity_id, team_id)
 
-    async def sweep(self, activity_id: str, team_id: str) -> TeamReply:
+    async def sweep(self, activity_id: str, team_id: str) -> Swept | TeamReply:
         """team_sweep."""
         keys = TEAM_SWEEP.key_list(*self._team(activity_id, team_id))
-        return _reply(
-            await TEAM_SWEEP.call(self._scripts, keys, self._team_args(activity_id, team_id))
-        )
+        reply = await TEAM_SWEEP.call(self._scripts, keys, self._team_args(activity_id, team_id))
+        return replies.parse_sweep(reply)
 
     async def restore(
         self, activity_id: str, team_id: str, members: Sequence[str], **fields: Any
@@ -335,7 +334,7 @@ class TeamScripts:
         """team_restore; `fields` are the named ARGV after the common ones."""
         keys = TEAM_RESTORE.key_list(*self._team(activity_id, team_id))
         args = self._team_args(activity_id, team_id, **fields)
-        return _reply(await TEAM_RESTORE.call(self._scripts, keys, args, members))
+        return replies.parse_restore(await TEAM_RESTORE.call(self._scripts, keys, args, members))
 
     def _pick_args(
         self, activity_id: str, candidates: int, cursor: Sequence[Any], **rest: Any
@@ -356,7 +355,7 @@ class TeamScripts:
 
     async def join(
         self, activity_id: str, user_id: str, candidates: int, cursor: Sequence[Any]
-    ) -> TeamReply:
+    ) -> JoinReply:
         """team_join from `cursor` (score, team_id; '' '' from the top)."""
         keys = TEAM_JOIN.key_list(
             self._keys.activity_keys(activity_id),
@@ -365,24 +364,24 @@ class TeamScripts:
             blocklist=self._keys.activity_blocklist(activity_id),
         )
         args = self._pick_args(activity_id, candidates, cursor, user_id=user_id)
-        return _reply(await TEAM_JOIN.call(self._scripts, keys, args))
+        return replies.parse_join(await TEAM_JOIN.call(self._scripts, keys, args))
 
     async def list(
         self, activity_id: str, page_size: int, candidates: int, cursor: Sequence[Any]
-    ) -> TeamReply:
+    ) -> Listed | TeamReply:
         """team_list from `cursor`."""
         keys = TEAM_LIST.key_list(
             self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
         )
         args = self._pick_args(activity_id, candidates, cursor, page_size=page_size)
-        return _reply(await TEAM_LIST.call(self._scripts, keys, args))
+        reply = await TEAM_LIST.call(self._scripts, keys, args)
+        return replies.parse_list(reply, activity_id)
 
-    async def user_lock(self, activity_id: str, user_id: str) -> TeamReply:
+    async def user_lock(self, activity_id: str, user_id: str) -> UserLock | TeamReply:
         """user_lock_read."""
         keys = USER_LOCK_READ.key_list(user_lock=self._keys.user_lock(activity_id, user_id))
-        return _reply(
-            await USER_LOCK_READ.call(self._scripts, keys, {"shift_ms": self._clock.shift_ms})
-        )
+        reply = await USER_LOCK_READ.call(self._scripts, keys, {"shift_ms": self._clock.shift_ms})
+        return replies.parse_user_lock(reply)
 
     async def reindex(self, activity_id: str, team_index: str, due_index: str) -> bool:
         """activity_reindex; whether the activity is still due."""

@@ -4,7 +4,7 @@ SQL holds the record (the `blocked_users` table); Redis holds a copy in one hash
 (`Keys.blocked_users`: user_id -> 'blocked_at_ms|reason') that the scripts of a seat lock,
 join, open, confirm, grab and send read in the same call as the operation, so a block
 takes effect atomically with them. In Redis Cluster those scripts read the copy of their
-own slot instead (user_id -> 'blocked_at_ms'), one per slot in use: a change writes the
+own slot instead (user_id -> '1'), one per slot in use: a change writes the
 hash and then every slot's copy (groupbuy/storage/slots.py). A change writes SQL and Redis
 under one lock, and `sync` (at start and in the repair job) rebuilds each copy from SQL
 when it differs, e.g. after Redis lost its data.
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
-from groupbuy.storage.slots import copy_value, each_slot
+from groupbuy.storage.slots import COPY_VALUE, each_slot
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 REASON_MAX = 500  # characters of an admin's note on a block
@@ -41,11 +41,6 @@ class BlockedUserRow(Base):
 def redis_value(row: BlockedUserRow) -> str:
     """The Redis copy's value for a blocked user (the scripts only test that the field exists)."""
     return f"{to_ms(row.blocked_at)}|{row.reason or ''}"
-
-
-def _copy_of(row: BlockedUserRow) -> str:
-    """A slot's copy's value for a blocked user (Redis Cluster)."""
-    return copy_value(redis_value(row))
 
 
 def _body(row: BlockedUserRow) -> dict[str, Any]:
@@ -89,7 +84,7 @@ class BlocklistService(UsesBackends):
             await self._redis.hset(self._keys.blocked_users(), user_id, value)
             await self._on_each(
                 await self._slot_copies(),
-                lambda pipe, key: pipe.hset(key, user_id, copy_value(value)),
+                lambda pipe, key: pipe.hset(key, user_id, COPY_VALUE),
             )
             body = _body(row)
         return body
@@ -143,7 +138,12 @@ class BlocklistService(UsesBackends):
                 pipe.delete(copy)
                 for start in range(0, len(rows), REBUILD_CHUNK):
                     chunk = rows[start : start + REBUILD_CHUNK]
-                    value = redis_value if copy == key else _copy_of
-                    pipe.hset(copy, mapping={row.user_id: value(row) for row in chunk})
+                    pipe.hset(
+                        copy,
+                        mapping={
+                            row.user_id: redis_value(row) if copy == key else COPY_VALUE
+                            for row in chunk
+                        },
+                    )
                 await pipe.execute()
         return {"blocked_users": len(rows), "blocklist_rebuilt": len(stale)}

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupbuy import errors, metrics
-from groupbuy.locks.service import TeamService
+from groupbuy.locks.engine import TeamEngine
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.reconcile import Reconciler
-from groupbuy.redpacket.service import RedPacketService
+from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import Settings
-from groupbuy.storage.outbox import RunTime
+from groupbuy.storage.outbox import RecordWriter, RunTime
 
 Report = dict[str, Any]
 
@@ -51,53 +51,59 @@ class Job:
 
 def build_jobs(
     settings: Settings,
-    teams: TeamService,
-    packets: RedPacketService,
+    teams: TeamEngine,
+    packets: RedPackets,
+    team_writer: RecordWriter,
+    packet_writer: RecordWriter,
     reconciler: Reconciler,
     redis: Any,
     blocklist: BlocklistService,
 ) -> list[Job]:
-    """Every job, built from the services it calls."""
+    """Every job, built from the services it calls (the writers: each engine's
+    write-behind)."""
     schedule = settings.scheduler
     batch = schedule.sweep_batch
     flush_interval_s = settings.outbox.flush_interval_s
 
     async def sweep_locks() -> Report:
-        return await teams.expire_locks(batch)
+        return await teams.sweeps.expire_locks(batch)
 
     async def expire_teams() -> Report:
-        return await teams.expire_due(batch)
+        return await teams.sweeps.expire_due(batch)
 
     async def flush_records(seconds: float | None = None) -> Report:
         # A scheduled run has `seconds` (less than its interval): it stops in time for its next
         # tick, and what is left is that run's. A run by hand writes everything waiting.
         within = RunTime(seconds)
+        writers = (team_writer, packet_writer)
         try:
-            team_records = await teams.record_pending(within)
-            packet_records = await packets.record_pending(within)
+            team_records = await team_writer.drain_all(within)
+            packet_records = await packet_writer.drain_all(within)
         except Exception:
             # SQL down or locked: the backlog grows, and the gauges must show it while the
             # flush keeps failing (the run's own error is the one to raise).
-            with contextlib.suppress(Exception):
-                await metrics.update_writeback(packets.writer, redis)
+            for writer in writers:
+                with contextlib.suppress(Exception):
+                    await metrics.update_writeback(writer, redis)
             raise
-        writeback = await metrics.update_writeback(packets.writer, redis)  # sets the gauges
+        # sets the gauges; the report sums the engines' backlogs and takes the oldest lag
+        writebacks = [await metrics.update_writeback(writer, redis) for writer in writers]
         return {
             "team_records": team_records,
             "packet_records": packet_records,
             "complete": not within.ran_out,
-            "backlog": writeback["backlog_records"],
-            "lag_s": writeback["lag_seconds"],
+            "backlog": sum(w["backlog_records"] for w in writebacks),
+            "lag_s": max((w["lag_seconds"] for w in writebacks), default=0.0),
         }
 
     async def repair() -> Report:
         return {
-            **await packets.repair_pending(),
-            **await teams.release_ended(),
-            **await packets.release_ended(),
+            **await packets.sending.repair_pending(),
+            **await teams.sweeps.release_ended(),
+            **await packets.sweeps.release_ended(),
             # the slow safety net under the indexes the other jobs read: a page per run
-            **await teams.reindex(restore_limit=schedule.restore_batch),
-            **await packets.reindex(restore_limit=schedule.restore_batch),
+            **await teams.sweeps.reindex(restore_limit=schedule.restore_batch),
+            **await packets.sweeps.reindex(restore_limit=schedule.restore_batch),
             **await blocklist.sync(),  # Redis's copy of the blocked users, rebuilt if lost
         }
 
@@ -105,7 +111,7 @@ def build_jobs(
         "sweep_locks": Job("sweep_locks", schedule.sweep_interval_s, sweep_locks),
         "expire_teams": Job("expire_teams", schedule.sweep_interval_s, expire_teams),
         "expire_packets": Job(
-            "expire_packets", schedule.expire_packets_interval_s, packets.expire_due
+            "expire_packets", schedule.expire_packets_interval_s, packets.sweeps.expire_due
         ),
         "flush_records": Job("flush_records", flush_interval_s, flush_records, flush_records),
         "repair": Job("repair", schedule.repair_interval_s, repair),

@@ -1,16 +1,19 @@
 """Every string the packet scripts, Python and SQL share, built and parsed in one place.
 
-The grab value is written by lua/packet_grab.lua; ledger business keys and event dedup
-keys are written by Python into SQL and rebuilt by reconciliation inside SQL statements,
-so each key has a Python builder and an SQL-expression builder made from the same parts.
-Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2): neither '|' nor ':' occurs inside a field.
-"""
+The grab value and the outbox records (`emit({...})`) are written by the packet scripts;
+ledger business keys and event dedup keys are written by Python into SQL and rebuilt by
+reconciliation inside SQL statements, so each key has a Python builder and an
+SQL-expression builder made from the same parts.
+Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2): neither '|' nor ':' occurs inside a field."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Literal, NamedTuple, TypedDict
 
 from sqlalchemy import SQLColumnExpression, String, literal
+
+from groupbuy.storage.typedrecords import parse_record
 
 FIELD = "|"  # between the fields of a Redis value
 KEY = ":"  # between the parts of a business key or an event key
@@ -163,3 +166,61 @@ def parse_event_key(key: str) -> PacketEventKey | None:
     if len(parts) != 1 or not parts[0]:
         raise ValueError(f"event key {key!r} is not '<type>:<packet_id>'")
     return PacketEventKey(event_type, parts[0])
+
+
+# -- outbox records: the fields each `emit({...})` of the packet scripts writes -----------
+
+
+class _Fenced(TypedDict, total=False):
+    epoch: str  # the epoch of the Redis state that wrote it (records from before epochs: 0)
+
+
+class GrabRecord(_Fenced):
+    """lua/packet_grab.lua: one grabbed share."""
+
+    type: Literal["grab"]
+    at_ms: str
+    packet_id: str
+    user_id: str
+    amount_cents: str
+    seq: str
+
+
+class _Ending(_Fenced, total=False):
+    version: str  # the packet's version after the change (records from before versions: none)
+
+
+class PacketSoldOut(_Ending):
+    """lua/packet_grab.lua (the last share) or lua/packet_restore.lua: nothing left."""
+
+    type: Literal["packet.sold_out"]
+    at_ms: str
+    packet_id: str
+    sender_id: str
+
+
+class PacketRefunded(_Ending):
+    """lua/_packet_lib.lua (an expiry), or a packet that expired before it was sent: the
+    rest goes back to the sender."""
+
+    type: Literal["packet.refunded"]
+    at_ms: str
+    packet_id: str
+    sender_id: str
+    refunded_cents: str
+    remaining_count: str
+
+
+PacketRecord = GrabRecord | PacketSoldOut | PacketRefunded
+PACKET_RECORDS: dict[str, type[PacketRecord]] = {
+    "grab": GrabRecord,
+    "packet.sold_out": PacketSoldOut,
+    "packet.refunded": PacketRefunded,
+}
+"""Every packet record type by its `type` field."""
+
+
+def parse_packet_record(fields: Mapping[str, str]) -> PacketRecord:
+    """An outbox entry's fields as the packet record its `type` names: ValueError for an
+    unknown type, KeyError for a missing field."""
+    return parse_record("packet", PACKET_RECORDS, fields)

@@ -31,11 +31,6 @@ _ERRORS: dict[PacketCode, type[errors.GroupBuyError]] = {
 }
 
 
-def split_reply(reply: list[Any]) -> tuple[PacketCode, list[Any]]:
-    """(code, rest) of a script reply; an unknown code is a bug and raises."""
-    return PacketCode(int(reply[0])), list(reply[1:])
-
-
 def raise_for(code: PacketCode, detail: str | None = None, **extra: Any) -> NoReturn:
     """Raise the API error that a failure code stands for."""
     error = _ERRORS.get(code)

@@ -8,7 +8,15 @@ from typing import cast
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.redpacket.codec import grab_credit_key, packet_event_key, refund_key
+from groupbuy.redpacket.codec import (
+    GrabRecord,
+    PacketRecord,
+    PacketRefunded,
+    PacketSoldOut,
+    grab_credit_key,
+    packet_event_key,
+    refund_key,
+)
 from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow, PacketRow
 from groupbuy.storage.db import dialect_insert
@@ -18,7 +26,7 @@ from groupbuy.storage.timefmt import from_ms
 log = logging.getLogger(__name__)
 
 
-async def apply_packet_records(session: AsyncSession, records: list[dict[str, str]]) -> None:
+async def apply_packet_records(session: AsyncSession, records: list[PacketRecord]) -> None:
     """Apply a batch of packet-script records to SQL; records applied before change nothing.
 
     Grabs, the bulk of the traffic, go in with three statements per batch (grab rows,
@@ -27,7 +35,13 @@ async def apply_packet_records(session: AsyncSession, records: list[dict[str, st
     SQL since) are fenced out: their grabs are kept as acknowledged grabs to report.
     """
     records = await _fence(session, records)
-    grabs = [f for f in records if f["type"] == "grab"]
+    grabs: list[GrabRecord] = []
+    endings: list[PacketSoldOut | PacketRefunded] = []
+    for f in records:
+        if f["type"] == "grab":
+            grabs.append(f)
+        else:
+            endings.append(f)
     if grabs:
         # Parameters as a list (executemany): the statement compiles once and is cached;
         # a multi-row VALUES clause compiled anew for every batch, ~9x slower.
@@ -48,17 +62,16 @@ async def apply_packet_records(session: AsyncSession, records: list[dict[str, st
             ),
             [{"p": f["packet_id"], "u": f["user_id"], "e": record_epoch(f)} for f in grabs],
         )
-    for f in records:
-        if f["type"] != "grab":
-            await _apply_ending(session, f)
+    for ending in endings:
+        await _apply_ending(session, ending)
 
 
-def record_epoch(f: dict[str, str]) -> int:
+def record_epoch(f: PacketRecord) -> int:
     """The epoch of the Redis state that wrote a record (records before epochs: 0)."""
     return int(f.get("epoch", "0"))
 
 
-async def _fence(session: AsyncSession, records: list[dict[str, str]]) -> list[dict[str, str]]:
+async def _fence(session: AsyncSession, records: list[PacketRecord]) -> list[PacketRecord]:
     """The records of each packet's current epoch; the others are set aside.
 
     On PostgreSQL the packets' rows are share-locked first, so a rebuild (which locks its
@@ -91,7 +104,7 @@ async def _fence(session: AsyncSession, records: list[dict[str, str]]) -> list[d
     return current
 
 
-def acknowledged_grab(f: dict[str, str], source: str) -> dict[str, object]:
+def acknowledged_grab(f: GrabRecord, source: str) -> dict[str, object]:
     """The acknowledged_grabs row of a grab record."""
     return {
         "packet_id": f["packet_id"],
@@ -104,7 +117,7 @@ def acknowledged_grab(f: dict[str, str], source: str) -> dict[str, object]:
     }
 
 
-def _grab_row(f: dict[str, str]) -> dict[str, object]:
+def _grab_row(f: GrabRecord) -> dict[str, object]:
     return {
         "packet_id": f["packet_id"],
         "user_id": f["user_id"],
@@ -114,7 +127,7 @@ def _grab_row(f: dict[str, str]) -> dict[str, object]:
     }
 
 
-def _grab_credit(f: dict[str, str]) -> dict[str, object]:
+def _grab_credit(f: GrabRecord) -> dict[str, object]:
     return {
         "business_key": grab_credit_key(f["packet_id"], f["user_id"]),
         "user_id": f["user_id"],
@@ -124,16 +137,16 @@ def _grab_credit(f: dict[str, str]) -> dict[str, object]:
     }
 
 
-async def _apply_ending(session: AsyncSession, f: dict[str, str]) -> None:
+async def _apply_ending(session: AsyncSession, f: PacketSoldOut | PacketRefunded) -> None:
     kind, packet_id, at_ms = f["type"], f["packet_id"], int(f["at_ms"])
     at = from_ms(at_ms)
     data: dict[str, object] = {"packet_id": packet_id, "sender_id": f["sender_id"]}
     if "version" in f:  # records written before packets had versions carry none
         data["version"] = int(f["version"])
-    if kind == "packet.sold_out":
+    if f["type"] == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
         await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
-    elif kind == "packet.refunded":
+    elif f["type"] == "packet.refunded":
         refunded = int(f["refunded_cents"])
         await post_entry(
             session,

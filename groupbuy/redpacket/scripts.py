@@ -3,16 +3,30 @@
 The contracts below are the only place that knows the order of these scripts' KEYS and
 ARGV (docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the
 `local` lines of the scripts against them). A wrapper takes named keys and arguments and
-answers the reply with its code as a PacketCode.
+answers the reply parsed into the dataclass of its shape (replies.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.replies import (
+    AdmitReply,
+    CreateReply,
+    ExpireReply,
+    GrabReply,
+    ReadReply,
+    RestoreReply,
+    Unadmitted,
+    admit_reply,
+    create_reply,
+    expire_reply,
+    grab_reply,
+    read_reply,
+    restore_reply,
+    unadmit_reply,
+)
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.contracts import ScriptCaller, ScriptContract, Slot, slots
 from groupbuy.storage.keys import Keys
@@ -141,20 +155,9 @@ CONTRACTS = (
 )
 
 
-@dataclass(frozen=True)
-class PacketReply:
-    """A packet script's answer: its code, and the fields after it (see the contract)."""
-
-    code: PacketCode
-    rest: list[Any]
-
-
-def _reply(reply: list[Any]) -> PacketReply:
-    return PacketReply(PacketCode(int(reply[0])), list(reply[1:]))
-
-
 class PacketScripts:
-    """The packet scripts of one registry, called with named keys and arguments."""
+    """The packet scripts of one registry, called with named keys and arguments; each answers
+    its reply parsed (replies.py)."""
 
     def __init__(self, scripts: ScriptCaller, keys: Keys, clock: RedisClock) -> None:
         self._scripts = scripts
@@ -167,47 +170,51 @@ class PacketScripts:
         packet_id: str,
         more: Sequence[Any] = (),
         **args: Any,
-    ) -> PacketReply:
+    ) -> list[Any]:
         keys = contract.key_list(self._keys.packet_keys(packet_id))
         named = {"packet_id": packet_id, "shift_ms": self._clock.shift_ms, **args}
-        return _reply(await contract.call(self._scripts, keys, named, more))
+        reply: list[Any] = await contract.call(self._scripts, keys, named, more)
+        return reply
 
-    async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> PacketReply:
+    async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> CreateReply:
         """packet_create; `recorded`: the packet as SQL records it (sender_id ... retention_ms)."""
-        return await self._packet(PACKET_CREATE, packet_id, shares, **recorded)
+        return create_reply(await self._packet(PACKET_CREATE, packet_id, shares, **recorded))
 
     async def restore(
         self, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
-    ) -> PacketReply:
+    ) -> RestoreReply:
         """packet_restore."""
-        return await self._packet(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
+        reply = await self._packet(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
+        return restore_reply(reply)
 
     async def grab(
         self, packet_id: str, user_id: str, request_token: str, resend_window_ms: int
-    ) -> PacketReply:
+    ) -> GrabReply:
         """packet_grab."""
-        return await self._packet(
+        reply = await self._packet(
             PACKET_GRAB,
             packet_id,
             user_id=user_id,
             request_token=request_token,
             resend_window_ms=resend_window_ms,
         )
+        return grab_reply(reply)
 
-    async def read(self, packet_id: str) -> PacketReply:
+    async def read(self, packet_id: str) -> ReadReply:
         """packet_read."""
-        return await self._packet(PACKET_READ, packet_id)
+        return read_reply(await self._packet(PACKET_READ, packet_id))
 
-    async def expire(self, packet_id: str) -> PacketReply:
+    async def expire(self, packet_id: str) -> ExpireReply:
         """packet_expire."""
-        return await self._packet(PACKET_EXPIRE, packet_id)
+        return expire_reply(await self._packet(PACKET_EXPIRE, packet_id))
 
-    async def admit(self, blocklist: str, sender_day: str, **args: Any) -> PacketReply:
+    async def admit(self, blocklist: str, sender_day: str, **args: Any) -> AdmitReply:
         """packet_admit."""
         keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
-        return _reply(await PACKET_ADMIT.call(self._scripts, keys, args))
+        return admit_reply(await PACKET_ADMIT.call(self._scripts, keys, args))
 
-    async def unadmit(self, sender_day: str, packet_id: str) -> PacketReply:
+    async def unadmit(self, sender_day: str, packet_id: str) -> Unadmitted:
         """packet_unadmit."""
         keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
-        return _reply(await PACKET_UNADMIT.call(self._scripts, keys, {"packet_id": packet_id}))
+        args = {"packet_id": packet_id}
+        return unadmit_reply(await PACKET_UNADMIT.call(self._scripts, keys, args))

@@ -36,23 +36,25 @@ import os
 import secrets
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from groupbuy.redpacket.codec import parse_packet_record
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
-from groupbuy.storage.outbox import ROUND_STREAMS, RunTime, read_outbox
-from groupbuy.storage.slots import each_slot, oldest_first, oldest_scored
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.outbox import RecordWriter, RunTime, read_outbox
 
 log = logging.getLogger(__name__)
 
 GROUP = "writers"
-_PIPELINE_CHUNK = 500
 # Script calls in flight at once (coalesced into pipelines when auto_pipeline is on; a
 # connection each otherwise, so fewer than the pool holds).
 CALLS_AT_ONCE = 32
@@ -61,8 +63,34 @@ _ENDED = ("sold_out", "expired")
 Entries = list[tuple[str, dict[str, str]]]
 
 
-class PacketRecordWriter(UsesBackends):
+@dataclass(frozen=True)
+class PacketOutboxes:
+    """The packet records' layout: one outbox stream per packet, listed by packet id."""
+
+    keys: Keys
+
+    def stream(self, owner: str) -> str:
+        """The packet's outbox stream."""
+        return self.keys.packet_outbox(owner)
+
+    def index_of(self, owner: str) -> str:
+        """The pending index of the packet's slot."""
+        return self.keys.packet_keys(owner).pending
+
+    def index_in(self, slot: int | None) -> str:
+        """The pending index of packets of one slot."""
+        return self.keys.pending_packets(slot)
+
+
+async def apply_packet_fields(session: AsyncSession, fields: list[dict[str, str]]) -> None:
+    """Parse outbox entries' fields into packet records and apply them to SQL."""
+    await apply_packet_records(session, [parse_packet_record(f) for f in fields])
+
+
+class PacketRecordWriter(RecordWriter):
     """Drains packets' outbox streams into SQL as one consumer of the `writers` group."""
+
+    engine = "packets"
 
     def __init__(
         self,
@@ -72,10 +100,9 @@ class PacketRecordWriter(UsesBackends):
         consumer: str | None = None,
         dead_letters: DeadLetters | None = None,
     ) -> None:
-        super().__init__(backends)
-        self._dead = dead_letters or DeadLetters(backends)
-        self._dead.register("packets", apply_packet_records)
-        self._batch_size = batch_size
+        dead = dead_letters or DeadLetters(backends)
+        super().__init__(backends, PacketOutboxes(backends.keys), batch_size, dead)
+        self._dead.register(self.engine, apply_packet_fields)
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         # Per packet: the lock its drains take turns on, and how many drains want it.
@@ -95,15 +122,15 @@ class PacketRecordWriter(UsesBackends):
             else:
                 self._draining[packet_id] = (lock, users - 1)
 
-    async def drain(self, packet_id: str) -> int:
-        """Record every entry of one packet's stream now; returns how many were applied.
+    async def drain(self, owner: str) -> int:
+        """Record every entry of packet `owner`'s stream now; returns how many were applied.
 
         A drain of the same packet already running in this writer is waited for first: the
         batch it holds is this consumer's, delivered and not yet committed."""
-        async with self._one_drain_at_a_time(packet_id):
-            applied, more = await self._batch(packet_id)
+        async with self._one_drain_at_a_time(owner):
+            applied, more = await self._batch(owner)
             while more:
-                done, more = await self._batch(packet_id)
+                done, more = await self._batch(owner)
                 applied += done
             return applied
 
@@ -114,7 +141,7 @@ class PacketRecordWriter(UsesBackends):
             return await self._batch(packet_id)
 
     async def _batch(self, packet_id: str) -> tuple[int, bool]:
-        stream = self._keys.packet_outbox(packet_id)
+        stream = self.layout.stream(packet_id)
         try:
             entries = await self._next_batch(stream)
         except redis.exceptions.ResponseError as exc:
@@ -131,7 +158,8 @@ class PacketRecordWriter(UsesBackends):
         async def apply(batch: Entries) -> None:
             nonlocal status
             async with self._db.transaction() as session:
-                await apply_packet_records(session, [fields for _entry_id, fields in batch])
+                records = [parse_packet_record(fields) for _entry_id, fields in batch]
+                await apply_packet_records(session, records)
                 status = await session.scalar(
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
                 )
@@ -140,8 +168,8 @@ class PacketRecordWriter(UsesBackends):
         if poisoned:
             # Out of the stream (into the dead letters) before the rest is acknowledged,
             # and the status read again: the last sub-batch may have been the poison.
-            pending = self._keys.packet_keys(packet_id).pending
-            await self._dead.bury("packets", packet_id, stream, pending, GROUP, poisoned)
+            pending = self.layout.index_of(packet_id)
+            await self._dead.bury(self.engine, packet_id, stream, pending, GROUP, poisoned)
             async with self._db.sessions() as session:
                 status = await session.scalar(
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
@@ -154,7 +182,7 @@ class PacketRecordWriter(UsesBackends):
             await self._mark_done_if_ended(packet_id)
         # What is left may be another consumer's (read, not yet acknowledged): the next
         # batch then finds nothing and the drain ends.
-        return len(done), left > 0
+        return self._written(len(done)), left > 0
 
     async def ack(self, packet_id: str, ids: list[str], ended: bool = False) -> int:
         """Acknowledge and delete recorded entries (the stream too once `ended` and empty),
@@ -226,12 +254,6 @@ class PacketRecordWriter(UsesBackends):
             )
             return list(rows.all())
 
-    async def pending(self, limit: int = ROUND_STREAMS) -> list[str]:
-        """The packets whose streams have records waiting, oldest record first (at most
-        `limit`, over the pending index of every slot in use)."""
-        indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
-        return await oldest_first(self._redis, indexes, limit)
-
     async def drain_all(self, within: RunTime | None = None) -> int:
         """Record what the packets the pending index lists have waiting, oldest record first,
         a batch of each in turn (one huge stream does not hold up the others), until nothing
@@ -266,36 +288,6 @@ class PacketRecordWriter(UsesBackends):
             chunk = packet_ids[start : start + CALLS_AT_ONCE]
             await asyncio.gather(*(self.ack(packet_id, []) for packet_id in chunk))
 
-    async def measure_backlog(self, most: int = ROUND_STREAMS) -> tuple[int, int | None, int]:
-        """(records waiting, ms timestamp of the oldest one or None, streams with records).
-
-        From the pending index (of every slot in use): its size is the number of streams, its
-        lowest score the oldest waiting record; acknowledged records are deleted, so the
-        lengths of the listed streams are the records. One round trip when nothing waits
-        (per node in Redis Cluster); else one more for the `most` oldest streams and a
-        pipelined XLEN of each: beyond `most` streams the records are a lower bound (the
-        `most` oldest streams' records).
-        """
-        indexes = [self._keys.pending_packets(slot) for slot in await self._slots.in_use()]
-        sizes = await each_slot(self._redis, indexes, lambda pipe, key: pipe.zcard(key))
-        streams = sum(int(size) for size in sizes)
-        if not streams:
-            return 0, None, 0
-        oldest = await oldest_scored(self._redis, indexes, most)
-        if not oldest:  # drained since
-            return 0, None, 0
-        records = 0
-        for start in range(0, len(oldest), _PIPELINE_CHUNK):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for packet_id, _score in oldest[start : start + _PIPELINE_CHUNK]:
-                    pipe.xlen(self._keys.packet_outbox(packet_id))
-                records += sum(int(length) for length in await pipe.execute())
-        return records, int(oldest[0][1]), streams
-
-    async def backlog(self) -> int:
-        """Records written by scripts and not yet in SQL."""
-        return (await self.measure_backlog())[0]
-
 
 def _entries(reply: Any) -> Entries:
     """Entries of a one-stream XREADGROUP reply (a list under RESP2, a dict under RESP3)."""
@@ -308,6 +300,4 @@ def _entries(reply: Any) -> Entries:
 
 def _missing_stream(exc: redis.exceptions.ResponseError) -> bool:
     """Whether a stream command failed because the stream (and so its group) is gone."""
-    message = str(exc)
-    # Redis says NOGROUP; fakeredis words it differently.
-    return "NOGROUP" in message or "requires the key to exist" in message
+    return "NOGROUP" in str(exc)

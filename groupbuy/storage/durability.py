@@ -5,8 +5,9 @@ only. SPEC §5: that needs persistence that survives a crash (`appendonly yes`, 
 `appendfsync always`) and `maxmemory-policy noeviction`. The service reads those three
 settings when it starts and warns for each one that risks acknowledged writes, or, with
 `[redis] strict = true`, refuses to start. A server that does not let us read its CONFIG
-(a managed Redis often renames or forbids it) is said to be unchecked; fakeredis, the
-declared non-durable fallback, already warns of itself and is not checked.
+(a managed Redis often renames or forbids it) is said to be unchecked. Settings with no
+URL build the in-process fakeredis, the declared non-durable fallback: it warns of itself
+and `check_redis` does not check it.
 
 On a Redis Cluster each primary keeps its own shard, so each one is checked: one warning
 per primary and setting, each naming the primary.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import fakeredis
 import redis.asyncio as aioredis
 import redis.exceptions
 
@@ -36,10 +36,21 @@ class RedisTopologyMismatch(SettingsError):
     (otherwise the first script call fails with MOVED, or every call with a cluster error)."""
 
 
+async def check_redis(client: Any, settings: RedisSettings, where: str) -> None:
+    """The start-up checks of the Redis at `where`: its topology, its durability (not for
+    the in-process fakeredis, which warns of itself) and its replicas. RedisNotDurable or
+    RedisTopologyMismatch refuse the start."""
+    await check_topology(client, settings)
+    if not settings.embedded:
+        await check_durability(client, where, settings.strict)
+    await check_replicas(client, settings)
+
+
 async def check_topology(client: Any, settings: RedisSettings) -> None:
     """Refuse (RedisTopologyMismatch) a cluster node with `[redis] cluster = false`, and a
-    server that is not a cluster node with `cluster = true`."""
-    if isinstance(client, fakeredis.FakeAsyncRedis) or settings.sentinel:
+    server that is not a cluster node with `cluster = true`. Nothing to check behind
+    Sentinels (never a cluster) or in the in-process fakeredis (settings with no URL)."""
+    if settings.embedded or settings.sentinel:
         return
     if settings.cluster:
         try:
@@ -94,8 +105,6 @@ async def check_durability(client: Any, where: str, strict: bool) -> list[str]:
     """Read the settings (on every primary of a cluster) and warn of each risk (raise
     RedisNotDurable instead when `strict`); returns the risks found, each prefixed with its
     primary's `host:port` on a cluster. An unreachable Redis is the caller's to report."""
-    if isinstance(client, fakeredis.FakeAsyncRedis):
-        return []
     config: dict[str, dict[str, str]] = {}  # node ('' for one server) -> setting -> value
     try:
         for name in ("appendonly", "appendfsync", "maxmemory-policy"):

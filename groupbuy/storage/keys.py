@@ -7,57 +7,24 @@ live packet and activity: the streams with records for SQL, and what expires soo
 The scripts keep them in the same atomic call as the change they index, so they are
 passed in KEYS like every other key, and so is the copy of the blocked users they read.
 
-On one Redis server (``cluster=False``) each of those is one key outside every hash
-tag. In Redis Cluster a script's keys must share one slot, so there each becomes one key
-per slot (``cluster=True``): its hash tag is a short string that lands in the slot of the
-entity it indexes (`slot_tag`), and a script passes the indexes and the blocklist copy of
-its own entity's slot. The jobs read the indexes of every slot in the directory of slots
-in use (groupbuy/storage/slots.py; docs/architecture.md, "Indexes of waiting work").
+Those shared keys, with the dead-letter stream, belong to no entity: where they live is
+the key layout's business (groupbuy/storage/layout.py): once on one Redis server, once
+per slot in Redis Cluster. Their builders take an optional `slot` that only the cluster
+layout reads; the jobs read every copy listed in the directory of slots in use
+(groupbuy/storage/slots.py; docs/architecture.md, "Indexes of waiting work").
 """
 
 from __future__ import annotations
 
-import string
-from binascii import crc_hqx
-from dataclasses import dataclass
-from functools import cache, lru_cache
-
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from groupbuy.storage.contracts import KeyGroup
-
-SLOTS = REDIS_CLUSTER_HASH_SLOTS  # 16,384
-_TAG_CHARS = (string.digits + string.ascii_letters).encode()
+from groupbuy.storage.layout import ClusterLayout, KeyLayout, OneServer, Slot
 
 # After a team's hash key: its members hash and its locks zset.
 _MEMBERS = ":members"
 _LOCKS = ":locks"
-
-
-@cache
-def slot_tags() -> tuple[str, ...]:
-    """For each of the 16,384 slots, a three-character tag (digits and letters) that Redis
-    Cluster hashes to it: the hash tag of that slot's indexes. Built once per process in
-    ~15 ms from the CRC's linearity instead of hashing ~240,000 candidates: the CRC of
-    head + tail (2 bytes) is crc(tail) XOR crc(b"\0\0", starting from crc(head)), so for
-    each slot it is enough to look up, for a few heads, the tail whose CRC completes it."""
-    mask = SLOTS - 1
-    tails: dict[int, bytes] = {}
-    for first in _TAG_CHARS:
-        for second in _TAG_CHARS:
-            tail = bytes((first, second))
-            tails.setdefault(crc_hqx(tail, 0) & mask, tail)
-    heads = [(bytes((c,)), crc_hqx(b"\0\0", crc_hqx(bytes((c,)), 0)) & mask) for c in _TAG_CHARS]
-    tags: list[str] = []
-    for slot in range(SLOTS):
-        tag = next(head + tails[slot ^ shift] for head, shift in heads if slot ^ shift in tails)
-        tags.append(tag.decode())
-    return tuple(tags)
-
-
-def slot_tag(slot: int) -> str:
-    """The hash tag (without braces) of the per-slot keys of `slot`."""
-    return slot_tags()[slot]
 
 
 @dataclass(frozen=True)
@@ -73,8 +40,8 @@ class TeamKeys(KeyGroup):
 @dataclass(frozen=True)
 class ActivityKeys(KeyGroup):
     """The activity keys every team script takes: its outbox, lock, deadline and open-seat
-    indexes under its tag, and the pending, lock-due and deadline-due indexes (one each on
-    one Redis server; those of the activity's slot in Redis Cluster)."""
+    indexes under its tag, and the pending, lock-due and deadline-due indexes (the copies
+    of the shared keys the layout gives the activity)."""
 
     prefix = "activity_"
     outbox: str
@@ -89,8 +56,8 @@ class ActivityKeys(KeyGroup):
 @dataclass(frozen=True)
 class PacketKeys(KeyGroup):
     """The keys every packet script takes: state hash, queued shares, grabs, outbox (under
-    the packet's tag), then the pending and due indexes and the blocked users (one each on
-    one Redis server; those of the packet's slot in Redis Cluster)."""
+    the packet's tag), then the pending and due indexes and the blocked users (the copies
+    of the shared keys the layout gives the packet)."""
 
     prefix = "packet_"
     hash: str
@@ -104,44 +71,39 @@ class PacketKeys(KeyGroup):
 
 @dataclass(frozen=True)
 class Keys:
-    """Key builders under one prefix; `cluster` places the indexes and the blocklist copy
-    once per slot (Redis Cluster) instead of once (one Redis server)."""
+    """Key builders under one prefix; `cluster` picks the key layout of Redis Cluster (the
+    shared keys once per slot) instead of that of one Redis server (once)."""
 
     prefix: str = "gb"
     cluster: bool = False
+    layout: KeyLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.cluster:
-            slot_tags()  # built at start-up rather than inside the first request
+        object.__setattr__(self, "layout", ClusterLayout() if self.cluster else OneServer())
 
-    # -- slots (Redis Cluster) ------------------------------------------------------
+    # -- which copy of the shared keys an entity's scripts use (the layout decides) --------
 
-    def slot_of(self, key: str) -> int | None:
-        """The cluster slot of a key, or None on one Redis server (where there is one index
-        of each kind, not one per slot)."""
-        return key_slot(key.encode()) if self.cluster else None
+    def slot_of(self, key: str) -> Slot:
+        """The copy of the shared keys the scripts touching `key` use."""
+        return self.layout.slot_of(key)
 
-    def activity_slot(self, activity_id: str) -> int | None:
-        """The slot of every key of an activity (None on one Redis server)."""
-        return self.slot_of(self.activity(activity_id))
+    def activity_slot(self, activity_id: str) -> Slot:
+        """The copy of the shared keys an activity's scripts use."""
+        return self.layout.slot_of(self.activity(activity_id))
 
-    def packet_slot(self, packet_id: str) -> int | None:
-        """The slot of every key of a packet (None on one Redis server)."""
-        return self.slot_of(self._packet_tag(packet_id))
+    def packet_slot(self, packet_id: str) -> Slot:
+        """The copy of the shared keys a packet's scripts use."""
+        return self.layout.slot_of(self._packet_tag(packet_id))
 
-    def sender_slot(self, sender_id: str) -> int | None:
-        """The slot of a sender's daily counters (None on one Redis server)."""
-        return self.slot_of(self.sender_day(sender_id, 0))
+    def sender_slot(self, sender_id: str) -> Slot:
+        """The copy of the shared keys a sender's scripts use."""
+        return self.layout.slot_of(self.sender_day(sender_id, 0))
 
-    def _per_slot(self, slot: int | None, name: str) -> str:
-        if not self.cluster:
-            return f"{self.prefix}:{name}"
-        if slot is None:
-            raise ValueError(f"in Redis Cluster there is one {name} key per slot: name the slot")
-        return f"{self.prefix}:{{{slot_tag(slot)}}}:{name}"
+    def _shared(self, name: str, slot: Slot) -> str:
+        return self.layout.shared(self.prefix, name, slot)
 
     def slot_directory(self) -> str:
-        """Set of the slots in use (Redis Cluster only): each slot that holds or held an
+        """Set of the slots in use (Redis Cluster layout only): each slot that holds or held an
         activity, a packet or a sender's counters, added before their first key is written
         and never removed (at most 16,384 members). The jobs read the indexes of these
         slots; a block or unblock writes the blocklist copy of each."""
@@ -233,35 +195,35 @@ class Keys:
         free seat: the most taken seats first, then the oldest (what team_join reads)."""
         return f"{self._activity_tag(activity_id)}:open_seats"
 
-    def pending_activities(self, slot: int | None = None) -> str:
+    def pending_activities(self, slot: Slot = None) -> str:
         """Sorted set activity_id -> ms of the oldest record waiting in its outbox stream."""
-        return self._per_slot(slot, "pending:activities")
+        return self._shared("pending:activities", slot)
 
-    def pending_packets(self, slot: int | None = None) -> str:
+    def pending_packets(self, slot: Slot = None) -> str:
         """Sorted set packet_id -> ms of the oldest record waiting in its outbox stream."""
-        return self._per_slot(slot, "pending:packets")
+        return self._shared("pending:packets", slot)
 
-    def dead_letters(self, slot: int | None = None) -> str:
+    def dead_letters(self, slot: Slot = None) -> str:
         """Stream of the newest outbox records SQL could not apply (capped; the SQL table
         dead_letters keeps every one)."""
-        return self._per_slot(slot, "dead_letters")
+        return self._shared("dead_letters", slot)
 
-    def due_locks(self, slot: int | None = None) -> str:
+    def due_locks(self, slot: Slot = None) -> str:
         """Sorted set activity_id -> at most the earliest score of its lock index (when a
         lock of it expires first); what sweep_locks reads."""
-        return self._per_slot(slot, "due:locks")
+        return self._shared("due:locks", slot)
 
-    def due_deadlines(self, slot: int | None = None) -> str:
+    def due_deadlines(self, slot: Slot = None) -> str:
         """Sorted set activity_id -> at most the earliest deadline in its deadline index;
         what expire_teams reads."""
-        return self._per_slot(slot, "due:deadlines")
+        return self._shared("due:deadlines", slot)
 
-    def due_packets(self, slot: int | None = None) -> str:
+    def due_packets(self, slot: Slot = None) -> str:
         """Sorted set packet_id -> expiry of each active packet; what expire_packets reads."""
-        return self._per_slot(slot, "due:packets")
+        return self._shared("due:packets", slot)
 
-    def global_indexes(self, slot: int | None = None) -> list[str]:
-        """The indexes of waiting work (of one slot in Redis Cluster)."""
+    def global_indexes(self, slot: Slot = None) -> list[str]:
+        """The indexes of waiting work (of `slot`'s copy)."""
         return [
             self.pending_activities(slot),
             self.pending_packets(slot),
@@ -274,17 +236,17 @@ class Keys:
         """Marks a request signature as used (SET NX, with a TTL): a replay finds it."""
         return f"{self.prefix}:sig:{signature}"
 
-    def blocked_users(self, slot: int | None = None) -> str:
+    def blocked_users(self, slot: Slot = None) -> str:
         """Hash user_id -> 'blocked_at_ms|reason' of the users an admin blocked (SQL holds the
         record; groupbuy.ops.blocklist). The scripts that let a user take a seat or money read
         it in the same call, so it is passed in their KEYS. Without a slot: the one hash
-        (on one Redis server the scripts read it; in Redis Cluster the copy every per-slot
-        copy is made from). With a slot (Redis Cluster): that slot's copy, user_id ->
-        'blocked_at_ms', the one the scripts of the slot's activities, packets and senders
-        read (groupbuy.storage.slots writes it when the slot joins the directory)."""
+        (what the scripts read on one Redis server). With a slot, in the cluster layout:
+        that slot's copy, user_id -> '1', the one the scripts of the slot's
+        activities, packets and senders read (groupbuy.storage.slots writes it when the slot
+        joins the directory)."""
         if slot is None:
             return f"{self.prefix}:blocked_users"
-        return self._per_slot(slot, "blocked_users")
+        return self._shared("blocked_users", slot)
 
     def activity_blocklist(self, activity_id: str) -> str:
         """The blocked users hash the team scripts of an activity read (in its slot)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import fakeredis
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
@@ -30,6 +29,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
+from groupbuy.storage import fake_adapter
 from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline, ReplicaWait
 
 # Resends after a dropped connection, for plain commands and coalesced script calls alike.
@@ -40,10 +40,9 @@ BACKOFF_CAP_S = 0.5
 
 def connect_redis(settings: RedisSettings) -> Any:
     """An asyncio Redis client (a `RedisCluster` when `[redis] cluster`); with no URL, one on
-    a fresh fakeredis server (Lua via lupa)."""
+    a fresh fakeredis server (Lua via lupa; groupbuy/storage/fake_adapter.py)."""
     if settings.embedded:
-        server = fakeredis.FakeServer(version=(7, 0))
-        return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+        return fake_adapter.fake_redis()
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": settings.socket_timeout_s,
@@ -162,7 +161,7 @@ def resend_window_ms(settings: RedisSettings) -> int:
 def describe(settings: RedisSettings) -> str:
     """Where Redis is, for start-up messages (no credentials)."""
     if settings.embedded:
-        return "in-process fakeredis (not durable, one process)"
+        return fake_adapter.DESCRIPTION
     if settings.sentinel:
         return f"the primary of {settings.sentinel_service!r} (Sentinels {settings.sentinel})"
     where = settings.url.split("@")[-1]

@@ -8,8 +8,8 @@ check) loads them again.
 Every script's first line is a shebang declaring its flags (`#!lua` for a write Redis
 refuses up front when over maxmemory, `#!lua flags=allow-oom` or `flags=no-writes`): Redis
 reads them only on the very first line of the source, so the libraries a script requires
-go after it. fakeredis does not know the shebang: a registry on a fakeredis client sends
-the same source without that line.
+go after it. (fakeredis does not know the shebang; groupbuy/storage/fake_adapter.py drops
+it there, as Redis does, so every client is sent the same source.)
 
 On a Redis Cluster every primary needs every script (a call runs on the primary of its
 keys' slot): `load`, `loaded` and `reload_missing` ask every primary, and a NOSCRIPT from
@@ -25,7 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import redis.exceptions
 
 from groupbuy.storage.pipelining import (
@@ -59,8 +58,8 @@ def lua_dir() -> Path:
 
 @cache
 def script_source(name: str, flags: bool = True) -> str:
-    """The full source of a script: its shebang line (unless `flags` is false, for fakeredis),
-    its required libraries, then the rest of the script."""
+    """The full source of a script: its shebang line (unless `flags` is false: the Lua alone,
+    as the scripts' own tests read it), its required libraries, then the rest of the script."""
     directory = lua_dir()
     shebang, _newline, body = (
         (directory / f"{name}.lua").read_text(encoding="utf-8").partition("\n")
@@ -100,20 +99,17 @@ class Scripts:
         self,
         redis: Any,
         pipeline: AutoPipeline | ClusterAutoPipeline | None = None,
-        flags: bool | None = None,
         wait: ReplicaWait | None = None,
     ) -> None:
-        """`flags`: send each script with its shebang line; by default unless `redis` is a
-        fakeredis client (which refuses it). Both call paths use these sources and shas.
-        `wait`: the replicas to wait for (the pipeline, when given, must carry the same)."""
+        """Each script is sent with its shebang line; both call paths use these sources and
+        shas. `wait`: the replicas to wait for (the pipeline, when given, must carry the
+        same)."""
         self._redis = redis
         self._pipeline = pipeline
         self._wait = wait
         self._waited = frozenset(name for name in script_names() if waits_for_replicas(name))
-        if flags is None:
-            flags = not isinstance(redis, fakeredis.FakeAsyncRedis)
         self._scripts = {
-            name: redis.register_script(script_source(name, flags)) for name in script_names()
+            name: redis.register_script(script_source(name)) for name in script_names()
         }
 
     @property
@@ -131,7 +127,7 @@ class Scripts:
         return str(self._scripts[name].sha)
 
     def source(self, name: str) -> str:
-        """The source this registry sends for a script (with or without its shebang)."""
+        """The source this registry sends for a script (its shebang first)."""
         return str(self._scripts[name].script)
 
     async def load(self) -> None:

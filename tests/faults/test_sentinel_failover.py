@@ -142,8 +142,8 @@ async def test_with_wait_replicas_sql_takes_no_grab_the_promoted_replica_lacks(
     told: dict[str, int] = {}
     async with running(build_services(settings), scheduler=False) as services:
         packets = services.packets
-        await packets.deposit("sender", 100_000, "funds")
-        await packets.send("sender", 100_000, 1_000, packet_id="pk")
+        await packets.accounts.deposit("sender", 100_000, "funds")
+        await packets.sending.send("sender", 100_000, 1_000, packet_id="pk")
         for n in range(10):
             told[f"before{n}"] = (await _grab_until_answered(services, f"before{n}"))[1]
         await services.jobs.run("flush_records")
@@ -200,10 +200,10 @@ async def _grabs_across_a_failover(
     answers: dict[str, dict[str, Any]] = {"cut": {}, "cut_cents": {}}
     async with running(build_services(settings), scheduler=False) as services:
         packets = services.packets
-        await packets.deposit("sender", 100_000, "funds")
-        await packets.send("sender", 100_000, 1_000, packet_id="pk")
+        await packets.accounts.deposit("sender", 100_000, "funds")
+        await packets.sending.send("sender", 100_000, 1_000, packet_id="pk")
         for n in range(10):
-            assert (await packets.grab("pk", f"before{n}"))["status"] == "grabbed"
+            assert (await packets.grabs.grab("pk", f"before{n}"))["status"] == "grabbed"
         await services.jobs.run("flush_records")
         await asyncio.to_thread(watched.wait_for_replicas, 1)
 
@@ -277,7 +277,7 @@ def _cut_replication(watched: SentinelSet) -> None:
 async def _grab_once(services: Services, user_id: str) -> tuple[str, int]:
     """(status, cents) of one grab, or (the 503's code, 0)."""
     try:
-        answer = await services.packets.grab("pk", user_id)
+        answer = await services.packets.grabs.grab("pk", user_id)
     except errors.RedisReplicationTimeout as refused:
         return refused.code, 0
     return str(answer["status"]), int(answer["amount_cents"])

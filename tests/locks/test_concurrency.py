@@ -26,7 +26,7 @@ STORM_STEPS = 30
 async def _attempt(services: Services, aid: str, tid: str, user: str, start: asyncio.Event) -> str:
     await start.wait()
     try:
-        outcome = await services.teams.lock(aid, tid, user)
+        outcome = await services.teams.seats.lock(aid, tid, user)
     except errors.TeamFull:
         return "team_full"
     return "locked" if outcome.created else "existing"
@@ -36,11 +36,11 @@ async def test_many_clients_race_for_one_team(
     services: Services, capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     """250 clients at once on each 3-seat team: exactly 2 locks (the leader holds seat 1)."""
-    await services.teams.create_activity("race", team_size=3)
+    await services.teams.activities.create_activity("race", team_size=3)
     total_ops, total_s = 0, 0.0
     for round_no in range(TEAMS):
         tid = f"team{round_no}"
-        await services.teams.open_team("race", f"leader{round_no}", team_id=tid)
+        await services.teams.activities.open_team("race", f"leader{round_no}", team_id=tid)
         start = asyncio.Event()
         tasks = [
             asyncio.create_task(_attempt(services, "race", tid, f"r{round_no}u{i}", start))
@@ -53,7 +53,7 @@ async def test_many_clients_race_for_one_team(
         total_s += time.perf_counter() - began
         total_ops += CLIENTS
         assert results == {"locked": 2, "team_full": CLIENTS - 2}, results
-        team = await services.teams.get_team("race", tid)
+        team = await services.teams.activities.get_team("race", tid)
         assert len(team["locks"]) == 2 and team["free_seats"] == 0
     with capsys.disabled():
         print(
@@ -67,10 +67,10 @@ async def test_switching_storm_never_overfills_or_doubles(
 ) -> None:
     """Users lock, switch, unlock and confirm across teams while snapshots check the invariants."""
     aid = "storm"
-    await services.teams.create_activity(aid, team_size=6)
+    await services.teams.activities.create_activity(aid, team_size=6)
     teams = [f"s{i}" for i in range(40)]
     for tid in teams:
-        await services.teams.open_team(aid, f"lead-{tid}", team_id=tid)
+        await services.teams.activities.open_team(aid, f"lead-{tid}", team_id=tid)
     users = [f"user{i}" for i in range(200)]
     outcomes: Counter[str] = Counter()
     stop = asyncio.Event()
@@ -82,16 +82,16 @@ async def test_switching_storm_never_overfills_or_doubles(
             roll = rng.random()
             try:
                 if holding and roll < 0.03:
-                    await services.teams.confirm(aid, holding, user, f"o-{user}-{step}")
+                    await services.teams.seats.confirm(aid, holding, user, f"o-{user}-{step}")
                     outcomes["confirmed"] += 1
                     holding = None
                 elif holding and roll < 0.15:
-                    await services.teams.unlock(aid, holding, user)
+                    await services.teams.seats.unlock(aid, holding, user)
                     outcomes["unlock"] += 1
                     holding = None
                 else:
                     tid = rng.choice(teams)
-                    outcome = await services.teams.lock(aid, tid, user)
+                    outcome = await services.teams.seats.lock(aid, tid, user)
                     outcomes["switched" if outcome.body["released_team_id"] else "locked"] += 1
                     holding = tid
             except errors.GroupBuyError as exc:
@@ -120,7 +120,7 @@ async def test_switching_storm_never_overfills_or_doubles(
     assert samples >= 10 and outcomes["switched"] > 0 and outcomes["team_full"] > 0, outcomes
     # Membership is exact: nobody twice in a team, formed teams full, counts agree with SQL later.
     for tid in teams:
-        team = await services.teams.get_team(aid, tid)
+        team = await services.teams.activities.get_team(aid, tid)
         members = [m["user_id"] for m in team["members"]]
         assert len(members) == len(set(members)) <= team["size"]
         assert (
@@ -143,18 +143,18 @@ async def test_formed_is_told_to_exactly_one_confirm_per_team(
     retry racing its first attempt); `formed: true` reaches exactly one confirmer per team,
     and that confirmer's repeats say so too, nobody else's."""
     teams = services.teams
-    await teams.create_activity("f", team_size=4)
+    await teams.activities.create_activity("f", team_size=4)
     count = 40
     calls = []
     for t in range(count):
-        await teams.open_team("f", f"L{t}", team_id=f"t{t}")
+        await teams.activities.open_team("f", f"L{t}", team_id=f"t{t}")
         for u in range(3):
-            await teams.lock("f", f"t{t}", f"t{t}u{u}")
+            await teams.seats.lock("f", f"t{t}", f"t{t}u{u}")
             calls += [(f"t{t}", f"t{t}u{u}")] * 2
     random.Random(7).shuffle(calls)
 
     async def confirm(tid: str, user: str) -> tuple[str, str, bool]:
-        outcome = await teams.confirm("f", tid, user, f"o-{user}")
+        outcome = await teams.seats.confirm("f", tid, user, f"o-{user}")
         return tid, user, bool(outcome.body["formed"])
 
     answers = await asyncio.gather(*(confirm(t, u) for t, u in calls))
@@ -163,7 +163,7 @@ async def test_formed_is_told_to_exactly_one_confirm_per_team(
     for tid, user, formed in answers:  # both answers of a confirmer agree
         assert formed == ((tid, user) in formers)
     for t in range(count):
-        assert (await teams.get_team("f", f"t{t}"))["status"] == "formed"
+        assert (await teams.activities.get_team("f", f"t{t}"))["status"] == "formed"
     with capsys.disabled():
         print(
             f"\n[figures] formed race: {len(calls)} confirms (each sent twice) on {count} teams: "
@@ -178,12 +178,12 @@ async def test_versions_seen_by_concurrent_callers_are_distinct_and_count_the_ch
     answer that changed the team saw its own version, and the final version is the count of
     changes (open + locks + releases + members)."""
     teams = services.teams
-    await teams.create_activity("v", team_size=50)
-    await teams.open_team("v", "L", team_id="t")
+    await teams.activities.create_activity("v", team_size=50)
+    await teams.activities.open_team("v", "L", team_id="t")
 
     async def try_lock(user: str) -> int | None:
         try:
-            return int((await teams.lock("v", "t", user)).body["version"])
+            return int((await teams.seats.lock("v", "t", user)).body["version"])
         except errors.TeamFull:
             return None
 
@@ -193,14 +193,14 @@ async def test_versions_seen_by_concurrent_callers_are_distinct_and_count_the_ch
     payers, leavers = holders[:30], holders[30:]
 
     async def pay(user: str) -> int:
-        outcome = await teams.confirm("v", "t", user, f"o-{user}")
+        outcome = await teams.seats.confirm("v", "t", user, f"o-{user}")
         return int(outcome.body["team"]["version"])
 
     paid = await asyncio.gather(
-        *(pay(u) for u in payers), *(teams.unlock("v", "t", u) for u in leavers)
+        *(pay(u) for u in payers), *(teams.seats.unlock("v", "t", u) for u in leavers)
     )
     seen = [v for v in locked if v is not None] + [int(v) for v in paid[: len(payers)]]
     assert len(seen) == len(set(seen)) == 79
     assert all(paid[len(payers) :])  # every release released
-    team = await teams.get_team("v", "t")
+    team = await teams.activities.get_team("v", "t")
     assert team["version"] == 1 + 49 + 19 + 30

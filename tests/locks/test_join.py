@@ -31,7 +31,7 @@ async def tap(services: Services, aid: str, user: str, start: asyncio.Event) -> 
     await start.wait()
     began = time.perf_counter()
     try:
-        outcome = await services.teams.join(aid, user)
+        outcome = await services.teams.seats.join(aid, user)
     except errors.NoTeamAvailable:
         return Tap(user, "no_team_available", None, began, time.perf_counter())
     kind = "locked" if outcome.created else "existing"
@@ -72,10 +72,10 @@ async def test_shoppers_tapping_at_once_get_exactly_the_free_seats(
     """N shoppers join at once where F seats are free: min(N, F) locks, none over-filling a
     team at any instant, and no no_team_available while a seat was free."""
     teams, aid, size = services.teams, f"flash{shoppers}", 4
-    await teams.create_activity(aid, team_size=size)
+    await teams.activities.create_activity(aid, team_size=size)
     team_ids = [f"t{i:02d}" for i in range(40)]
     for tid in team_ids:
-        await teams.open_team(aid, f"lead-{tid}", team_id=tid)
+        await teams.activities.open_team(aid, f"lead-{tid}", team_id=tid)
     free = len(team_ids) * (size - 1)
     sampler = Sampler(services, redis_client, aid, team_ids)
     start = asyncio.Event()
@@ -95,7 +95,7 @@ async def test_shoppers_tapping_at_once_get_exactly_the_free_seats(
     assert over_filled == wrong == graded["duplicates"] == graded["spurious_failures"] == 0
     per_team = Counter(t.team_id for t in taps if t.outcome == "locked")
     for tid in team_ids:
-        team = await teams.get_team(aid, tid)
+        team = await teams.activities.get_team(aid, tid)
         assert len(team["locks"]) == per_team[tid], team
     # The index says the same: a team listed exactly when it has a free seat.
     listed = await indexed_open_seats(redis_client, services.keys, aid)
@@ -121,10 +121,10 @@ async def test_mixed_race_of_joins_named_locks_unlocks_and_payments(
     hold at every snapshot, every answer is one the API documents, and the open-seat index
     equals what the teams hold at the end."""
     teams, aid = services.teams, "mixed"
-    await teams.create_activity(aid, team_size=4)
+    await teams.activities.create_activity(aid, team_size=4)
     team_ids = [f"m{i:02d}" for i in range(80)]
     for tid in team_ids:
-        await teams.open_team(aid, f"lead-{tid}", team_id=tid)
+        await teams.activities.open_team(aid, f"lead-{tid}", team_id=tid)
     outcomes: Counter[str] = Counter()
     rng = random.Random(20261123)
     expected = {"team_full", "no_team_available", "already_member", "team_formed"}
@@ -135,18 +135,20 @@ async def test_mixed_race_of_joins_named_locks_unlocks_and_payments(
             roll = rng.random()
             try:
                 if holding and roll < 0.04:
-                    await teams.confirm(aid, holding, user, f"o-{user}-{step}")
+                    await teams.seats.confirm(aid, holding, user, f"o-{user}-{step}")
                     outcomes["confirmed"] += 1
                     holding = None
                 elif holding and roll < 0.3:
-                    outcomes["unlocked" if await teams.unlock(aid, holding, user) else "none"] += 1
+                    outcomes[
+                        "unlocked" if await teams.seats.unlock(aid, holding, user) else "none"
+                    ] += 1
                     holding = None
                 elif roll < 0.65:
-                    joined = await teams.join(aid, user)
+                    joined = await teams.seats.join(aid, user)
                     outcomes["joined" if joined.created else "join_existing"] += 1
                     holding = joined.body["team_id"]
                 else:
-                    locked = await teams.lock(aid, rng.choice(team_ids), user)
+                    locked = await teams.seats.lock(aid, rng.choice(team_ids), user)
                     switched = locked.created and locked.body["released_team_id"]
                     outcomes["switched" if switched else "locked"] += 1
                     holding = locked.body["team_id"]
@@ -168,7 +170,7 @@ async def test_mixed_race_of_joins_named_locks_unlocks_and_payments(
     listed = await indexed_open_seats(redis_client, services.keys, aid)
     assert listed == await recomputed_open_seats(redis_client, services.keys, aid)
     for tid in team_ids:
-        team = await teams.get_team(aid, tid)
+        team = await teams.activities.get_team(aid, tid)
         members = [m["user_id"] for m in team["members"]]
         assert len(members) == len(set(members)) <= team["size"]
         if team["status"] == "open":
@@ -193,7 +195,7 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
     A join finds that seat (never no_team_available), in a bounded number of commands."""
     teams, keys, aid = services.teams, services.keys, "big"
     team_scripts = TeamScripts(services.scripts, services.keys, services.clock)
-    await teams.create_activity(aid, team_size=2, lock_ttl_s=600)
+    await teams.activities.create_activity(aid, team_size=2, lock_ttl_s=600)
     team_ids = [f"t{i:05d}" for i in range(TEAMS)]
     last = team_ids[-1]
     gate = asyncio.Semaphore(64)
@@ -206,7 +208,7 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
 
     async def lock(tid: str) -> None:
         async with gate:
-            await teams.lock(aid, tid, f"holder-{tid}")
+            await teams.seats.lock(aid, tid, f"holder-{tid}")
 
     began = time.perf_counter()
     await asyncio.gather(*(open_team(tid) for tid in team_ids))
@@ -219,16 +221,16 @@ async def test_a_seat_freed_by_an_expired_lock_is_found_among_ten_thousand_full_
 
     counting = backend == "real"  # the server's own count, script commands included
     before = await commands_processed(redis_client) if counting else 0
-    joined = await teams.join(aid, "shopper")
+    joined = await teams.seats.join(aid, "shopper")
     commands = await commands_processed(redis_client) - before if counting else 0
     assert joined.created and joined.body["team_id"] == last, joined.body
     if counting:
         assert commands < 60, commands  # bounded: not one command per team
-    page = await teams.list_open_teams(aid, 100)
+    page = await teams.activities.list_open_teams(aid, 100)
     assert page == {"teams": [], "next_cursor": None}
     with pytest.raises(errors.NoTeamAvailable) as refused:
-        await teams.join(aid, "another")
-    first_other = await teams.get_team(aid, team_ids[0])
+        await teams.seats.join(aid, "another")
+    first_other = await teams.activities.get_team(aid, team_ids[0])
     assert refused.value.extra["next_unlock_at"] == first_other["next_unlock_at"]
     with capsys.disabled():
         counted = f", {commands} Redis commands" if counting else ""

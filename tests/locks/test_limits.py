@@ -17,51 +17,53 @@ DEADLINE_S = 60
 
 
 async def _join(services: Services, aid: str, tid: str, user: str) -> None:
-    await services.teams.lock(aid, tid, user)
-    await services.teams.confirm(aid, tid, user, f"o-{tid}-{user}")
+    await services.teams.seats.lock(aid, tid, user)
+    await services.teams.seats.confirm(aid, tid, user, f"o-{tid}-{user}")
 
 
 async def test_a_user_belongs_to_at_most_teams_per_user(services: Services) -> None:
     teams, keys = services.teams, services.keys
-    await teams.create_activity("a", team_size=3, teams_per_user=2)
-    await teams.open_team("a", "u", team_id="t1")
+    await teams.activities.create_activity("a", team_size=3, teams_per_user=2)
+    await teams.activities.open_team("a", "u", team_id="t1")
     assert await services.redis.get(keys.user_counter("a", "u", "teams")) == "1"
     for tid in ("t2", "t3", "t4"):
-        await teams.open_team("a", f"L-{tid}", team_id=tid)
+        await teams.activities.open_team("a", f"L-{tid}", team_id=tid)
     await _join(services, "a", "t2", "u")
     with pytest.raises(errors.UserLimitReached) as refused:
-        await teams.lock("a", "t3", "u")  # not sent to pay for a seat they may not take
+        await teams.seats.lock("a", "t3", "u")  # not sent to pay for a seat they may not take
     assert refused.value.extra == {"limit": 2, "current": 2, "limit_name": "teams_per_user"}
     with pytest.raises(errors.UserLimitReached):
-        await teams.open_team("a", "u", team_id="t5")
-    assert (await teams.get_team("a", "t3"))["locks"] == []
+        await teams.activities.open_team("a", "u", team_id="t5")
+    assert (await teams.activities.get_team("a", "t3"))["locks"] == []
 
 
 async def test_a_failed_team_gives_its_members_their_count_back(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=3, teams_per_user=1, team_deadline_s=DEADLINE_S)
-    await teams.open_team("a", "L", team_id="t1")
+    await teams.activities.create_activity(
+        "a", team_size=3, teams_per_user=1, team_deadline_s=DEADLINE_S
+    )
+    await teams.activities.open_team("a", "L", team_id="t1")
     await _join(services, "a", "t1", "m")
     services.clock.advance(DEADLINE_S)
-    await teams.open_team("a", "L2", team_id="t2")
-    assert (await teams.get_team("a", "t1"))["status"] == "failed"
+    await teams.activities.open_team("a", "L2", team_id="t2")
+    assert (await teams.activities.get_team("a", "t1"))["status"] == "failed"
     await _join(services, "a", "t2", "m")  # m's count came back with t1's failure
-    await teams.open_team("a", "L", team_id="t3")  # and the leader's
+    await teams.activities.open_team("a", "L", team_id="t3")  # and the leader's
     with pytest.raises(errors.UserLimitReached):
-        await teams.lock("a", "t3", "m")
+        await teams.seats.lock("a", "t3", "m")
 
 
 async def test_a_leader_leads_at_most_open_teams_per_leader(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a", team_size=2, open_teams_per_leader=1)
-    await teams.open_team("a", "L", team_id="t1")
+    await teams.activities.create_activity("a", team_size=2, open_teams_per_leader=1)
+    await teams.activities.open_team("a", "L", team_id="t1")
     with pytest.raises(errors.UserLimitReached) as refused:
-        await teams.open_team("a", "L", team_id="t2")
+        await teams.activities.open_team("a", "L", team_id="t2")
     assert refused.value.extra["limit_name"] == "open_teams_per_leader"
-    repeat = await teams.open_team("a", "L", team_id="t1")  # a repeat is not a new team
+    repeat = await teams.activities.open_team("a", "L", team_id="t1")  # a repeat is not a new team
     assert not repeat.created
     await _join(services, "a", "t1", "m")  # t1 forms: it is no longer open
-    assert (await teams.open_team("a", "L", team_id="t2")).created
+    assert (await teams.activities.open_team("a", "L", team_id="t2")).created
 
 
 @pytest.mark.parametrize("backend", [pytest.param("real", marks=pytest.mark.real)])
@@ -69,12 +71,12 @@ async def test_concurrent_confirms_by_one_user_never_pass_the_limit(services: Se
     """One shopper (3 teams at most, already in 2) locks and pays in 20 teams at once, five
     times over: they end in exactly 3 teams, and the counter says 3."""
     teams = services.teams
-    await teams.create_activity("r", team_size=3, teams_per_user=3)
+    await teams.activities.create_activity("r", team_size=3, teams_per_user=3)
     for t in range(2):
-        await teams.open_team("r", f"L{t}", team_id=f"had{t}")
+        await teams.activities.open_team("r", f"L{t}", team_id=f"had{t}")
         await _join(services, "r", f"had{t}", "u")
     for t in range(20):
-        await teams.open_team("r", f"L-t{t}", team_id=f"t{t}")
+        await teams.activities.open_team("r", f"L-t{t}", team_id=f"t{t}")
 
     async def lock_and_pay(tid: str) -> str:
         try:
@@ -89,7 +91,7 @@ async def test_concurrent_confirms_by_one_user_never_pass_the_limit(services: Se
     member_of = [
         t
         for t in range(20)
-        if "u" in [m["user_id"] for m in (await teams.get_team("r", f"t{t}"))["members"]]
+        if "u" in [m["user_id"] for m in (await teams.activities.get_team("r", f"t{t}"))["members"]]
     ]
     assert len(member_of) == 1
     counter = await services.redis.get(services.keys.user_counter("r", "u", "teams"))

@@ -1,7 +1,7 @@
 """Property-based tests of seat locking (SPEC §1.1, §3 Teams and Joining any team, §4
 guarantees 1, 2 and 8).
 
-A hypothesis state machine drives TeamService on fakeredis and checks every answer
+A hypothesis state machine drives the team engine on fakeredis and checks every answer
 against a small Python model of what SPEC says must be true; after every step it
 reads every team and every user's current lock back and checks the guarantees, and
 checks the activity's open-seat index against a recomputation from the teams' own keys.
@@ -94,7 +94,7 @@ def _frozen_redis_clock(start_s: float, shift_ms: Callable[[], int]) -> Iterator
 
 
 class _Stack:
-    """TeamService on a fresh fakeredis server and SQLite file, on its own event loop."""
+    """The team engine on a fresh fakeredis server and SQLite file, on its own event loop."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -213,7 +213,7 @@ class _Model:
         return held[0] if held else None
 
     def team_body(self, team_id: str) -> dict[str, Any]:
-        """The team exactly as TeamService.get_team must report it."""
+        """The team exactly as ActivityService.get_team must report it."""
         t = self.teams[team_id]
         locks = sorted((at, user) for user, at in t.locks.items())
         return {
@@ -438,14 +438,16 @@ class TeamMachine(RuleBasedStateMachine):
         self.stack = _Stack()
         self.model = _Model(team_size, self.stack.start_ms)
         self.users = [f"u{i}" for i in range(n_users)]
-        activity = self.teams.create_activity(
+        activity = self.teams.activities.create_activity(
             ACTIVITY, team_size=team_size, lock_ttl_s=LOCK_TTL_S, team_deadline_s=TEAM_DEADLINE_S
         )
         self.stack.run(activity)
         for index, (leader, gap) in enumerate(zip(leaders, gaps, strict=False)):
             self._advance(gap)
             team_id, leader_id = f"t{index}", self.users[leader % n_users]
-            outcome = self.stack.run(self.teams.open_team(ACTIVITY, leader_id, team_id=team_id))
+            outcome = self.stack.run(
+                self.teams.activities.open_team(ACTIVITY, leader_id, team_id=team_id)
+            )
             assert outcome.created
             self.model.open(team_id, leader_id)
             self.team_ids.append(team_id)
@@ -466,19 +468,19 @@ class TeamMachine(RuleBasedStateMachine):
         assert self.stack is not None
         if kind == "lock":
             user, team_id = args
-            actual = _answer(self.stack, self.teams.lock(ACTIVITY, team_id, user))
+            actual = _answer(self.stack, self.teams.seats.lock(ACTIVITY, team_id, user))
             expected = self.model.lock(user, team_id)
         elif kind == "join":
             (user,) = args
-            actual = _answer(self.stack, self.teams.join(ACTIVITY, user))
+            actual = _answer(self.stack, self.teams.seats.join(ACTIVITY, user))
             expected = self.model.join(user)
         elif kind == "unlock":
             user, team_id = args
-            actual = _answer(self.stack, self.teams.unlock(ACTIVITY, team_id, user))
+            actual = _answer(self.stack, self.teams.seats.unlock(ACTIVITY, team_id, user))
             expected = self.model.unlock(user, team_id)
         else:
             user, team_id, order = args
-            actual = _answer(self.stack, self.teams.confirm(ACTIVITY, team_id, user, order))
+            actual = _answer(self.stack, self.teams.seats.confirm(ACTIVITY, team_id, user, order))
             expected = self.model.confirm(user, team_id, order)
         assert actual == expected, f"{kind}{args} at +{self._elapsed_s()}s"
         event(f"{kind}: {_label(actual)}")
@@ -505,7 +507,9 @@ class TeamMachine(RuleBasedStateMachine):
         if len(self.team_ids) >= MAX_TEAMS + 2:
             return
         team_id, leader_id = f"t{len(self.team_ids)}", self._user(leader)
-        outcome = self.stack.run(self.teams.open_team(ACTIVITY, leader_id, team_id=team_id))
+        outcome = self.stack.run(
+            self.teams.activities.open_team(ACTIVITY, leader_id, team_id=team_id)
+        )
         assert outcome.created
         self.model.open(team_id, leader_id)
         self.team_ids.append(team_id)
@@ -586,12 +590,14 @@ class TeamMachine(RuleBasedStateMachine):
             self.read_after_step = True
             return
         self.model.settle()
-        teams = [self.stack.run(self.teams.get_team(ACTIVITY, tid)) for tid in self.team_ids]
+        teams = [
+            self.stack.run(self.teams.activities.get_team(ACTIVITY, tid)) for tid in self.team_ids
+        ]
         for team in teams:
             _check_team(team, self.model.now_ms)
         holder = _check_one_lock_per_user(teams)
         for user in self.users:
-            current = _answer(self.stack, self.teams.current_lock(ACTIVITY, user))
+            current = _answer(self.stack, self.teams.seats.current_lock(ACTIVITY, user))
             if user in holder:
                 assert current[0] == "ok" and current[1]["team_id"] == holder[user], (user, current)
             else:
@@ -600,7 +606,7 @@ class TeamMachine(RuleBasedStateMachine):
         for team in teams:
             assert team == self.model.team_body(team["team_id"])
         # The list of open teams: the order a join picks in, each team as get_team answers.
-        page = self.stack.run(self.teams.list_open_teams(ACTIVITY, 100))
+        page = self.stack.run(self.teams.activities.list_open_teams(ACTIVITY, 100))
         listed = [self.model.team_body(t.team_id) for t in self.model.with_free_seats()]
         assert page == {"teams": listed, "next_cursor": None}
 
@@ -631,14 +637,18 @@ def test_switching_out_of_a_team_past_its_deadline_releases_nothing() -> None:
     stack = _Stack()
     try:
         teams, clock = stack.services.teams, stack.services.clock
-        stack.run(teams.create_activity(ACTIVITY, team_size=3, lock_ttl_s=10, team_deadline_s=60))
-        stack.run(teams.open_team(ACTIVITY, "leader_a", team_id="a"))  # deadline +60 s
+        stack.run(
+            teams.activities.create_activity(
+                ACTIVITY, team_size=3, lock_ttl_s=10, team_deadline_s=60
+            )
+        )
+        stack.run(teams.activities.open_team(ACTIVITY, "leader_a", team_id="a"))  # deadline +60 s
         clock.advance(30)
-        stack.run(teams.open_team(ACTIVITY, "leader_b", team_id="b"))  # deadline +90 s
+        stack.run(teams.activities.open_team(ACTIVITY, "leader_b", team_id="b"))  # deadline +90 s
         clock.advance(25)
-        stack.run(teams.lock(ACTIVITY, "a", "u1"))  # expires at +65 s
+        stack.run(teams.seats.lock(ACTIVITY, "a", "u1"))  # expires at +65 s
         clock.advance(6)  # +61 s: team a failed at +60 s; u1's lock there went with it
-        switched = stack.run(teams.lock(ACTIVITY, "b", "u1"))
+        switched = stack.run(teams.seats.lock(ACTIVITY, "b", "u1"))
         assert switched.body["released_team_id"] is None, switched.body
     finally:
         stack.close()
@@ -665,14 +675,18 @@ def test_lock_attempts_without_time_fill_exactly_the_free_seats(
     stack = _Stack()
     try:
         services = stack.services.teams
-        stack.run(services.create_activity(ACTIVITY, team_size=size, lock_ttl_s=LOCK_TTL_S))
+        stack.run(
+            services.activities.create_activity(ACTIVITY, team_size=size, lock_ttl_s=LOCK_TTL_S)
+        )
         team_ids = [f"t{i}" for i in range(3)]
         for index, tid in enumerate(team_ids):
-            stack.run(services.open_team(ACTIVITY, f"u{index}", team_id=tid))  # u0..u2 lead
+            stack.run(
+                services.activities.open_team(ACTIVITY, f"u{index}", team_id=tid)
+            )  # u0..u2 lead
         holder: dict[str, str] = {}
         for user_index, team_index in attempts:
             user, tid = f"u{user_index}", team_ids[team_index]
-            answer = _answer(stack, services.lock(ACTIVITY, tid, user))
+            answer = _answer(stack, services.seats.lock(ACTIVITY, tid, user))
             if user == f"u{team_index}":
                 assert answer[:2] == ("error", "already_member"), (user, tid, answer)
             elif holder.get(user) == tid:
@@ -683,7 +697,7 @@ def test_lock_attempts_without_time_fill_exactly_the_free_seats(
                 assert answer[:2] == ("ok", True), (user, tid, answer)
                 assert answer[2]["released_team_id"] == holder.get(user), (user, tid, answer)
                 holder[user] = tid
-        teams = [stack.run(services.get_team(ACTIVITY, tid)) for tid in team_ids]
+        teams = [stack.run(services.activities.get_team(ACTIVITY, tid)) for tid in team_ids]
         for team in teams:
             _check_team(team, stack.start_ms)
             granted = sorted(user for user, tid in holder.items() if tid == team["team_id"])

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from groupbuy import errors
+from groupbuy.locks.codec import TeamRecord
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.services import Services
 from groupbuy.storage.db import DatabaseUnreachable
@@ -29,10 +30,10 @@ async def _event_types(services: Services) -> list[str]:
 
 async def _formed_team(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=2)
-    await teams.open_team("a1", "L", team_id="t1", order_id="oL")
-    await teams.lock("a1", "t1", "u1")
-    await teams.confirm("a1", "t1", "u1", "o1")
+    await teams.activities.create_activity("a1", team_size=2)
+    await teams.activities.open_team("a1", "L", team_id="t1", order_id="oL")
+    await teams.seats.lock("a1", "t1", "u1")
+    await teams.seats.confirm("a1", "t1", "u1", "o1")
 
 
 async def test_open_and_confirm_are_recorded_at_once(services: Services) -> None:
@@ -48,45 +49,45 @@ async def test_open_and_confirm_are_recorded_at_once(services: Services) -> None
 
 async def test_lock_expiry_is_recorded_by_the_writer(services: Services) -> None:
     teams = services.teams
-    await teams.create_activity("a1", lock_ttl_s=5)
-    await teams.open_team("a1", "L", team_id="t1")
-    await teams.lock("a1", "t1", "u1")
+    await teams.activities.create_activity("a1", lock_ttl_s=5)
+    await teams.activities.open_team("a1", "L", team_id="t1")
+    await teams.seats.lock("a1", "t1", "u1")
     services.clock.advance(5)
-    await teams.get_team("a1", "t1")  # the lazy check notices the expiry
-    assert await services.outbox.flush("a1") == 1
+    await teams.activities.get_team("a1", "t1")  # the lazy check notices the expiry
+    assert await services.team_writer.drain("a1") == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]
-    assert await services.outbox.flush("a1") == 0
+    assert await services.team_writer.drain("a1") == 0
 
 
 async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=3)
-    await teams.open_team("a1", "L", team_id="t1")
-    await teams.lock("a1", "t1", "u1")
-    await teams.lock("a1", "t1", "u2")
+    await teams.activities.create_activity("a1", team_size=3)
+    await teams.activities.open_team("a1", "L", team_id="t1")
+    await teams.seats.lock("a1", "t1", "u1")
+    await teams.seats.lock("a1", "t1", "u2")
 
     calls = {"n": 0}
-    real_project = services.outbox._project
+    real_project = services.team_writer._project
 
-    async def dying_project(session: Any, batch: list[dict[str, str]]) -> Any:
+    async def dying_project(session: Any, batch: list[TeamRecord]) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:  # the database goes away on the second batch, before its commit
             raise DatabaseUnreachable("[Errno 111] Connect call failed")
         return await real_project(session, batch)
 
-    monkeypatch.setattr(services.outbox, "_project", dying_project)
-    await teams.confirm("a1", "t1", "u1", "o1")  # its record lands (batch 1)
+    monkeypatch.setattr(services.team_writer, "_project", dying_project)
+    await teams.seats.confirm("a1", "t1", "u1", "o1")  # its record lands (batch 1)
     # Not answered while its record is not in SQL (the API answers 503 database_unavailable);
     # the script made u2 a member and the team formed, in Redis, with the records waiting.
     with pytest.raises(DatabaseUnreachable):
-        await teams.confirm("a1", "t1", "u2", "o2")
+        await teams.seats.confirm("a1", "t1", "u2", "o2")
     assert await services.redis.xlen(services.keys.outbox("a1")) == 2
     assert await _count(services, MemberRow) == 2
-    monkeypatch.setattr(services.outbox, "_project", real_project)
+    monkeypatch.setattr(services.team_writer, "_project", real_project)
 
-    repeat = await teams.confirm("a1", "t1", "u2", "o2")  # the backend's retry: recorded now
+    repeat = await teams.seats.confirm("a1", "t1", "u2", "o2")  # the backend's retry: recorded now
     assert not repeat.created and repeat.body["formed"] is True
     assert await services.redis.xlen(services.keys.outbox("a1")) == 0
     assert await _event_types(services) == [
@@ -96,7 +97,7 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
         "team.formed",
     ]
     assert await _count(services, MemberRow) == 3
-    assert await services.outbox.flush("a1") == 0
+    assert await services.team_writer.drain("a1") == 0
 
 
 @pytest.mark.parametrize("batch", [10, 500])
@@ -107,17 +108,19 @@ async def test_a_flush_ends_while_the_activity_keeps_writing(
     keeps writing faster than SQL takes its records (several replicas writing one
     database) must not hold up the flush, nor every confirm and job that waits on it, for
     as long as its writes go on. Later entries are the next flush's."""
-    await services.teams.create_activity("a1")
-    await services.teams.open_team("a1", "L", team_id="t1")  # flushed: the stream is empty
+    await services.teams.activities.create_activity("a1")
+    await services.teams.activities.open_team(
+        "a1", "L", team_id="t1"
+    )  # flushed: the stream is empty
     stream = services.keys.outbox("a1")
-    real_project = services.outbox._project
+    real_project = services.team_writer._project
 
-    async def slow_project(session: Any, batch: list[dict[str, str]]) -> Any:
+    async def slow_project(session: Any, batch: list[TeamRecord]) -> Any:
         await asyncio.sleep(0.02)
         return await real_project(session, batch)
 
-    monkeypatch.setattr(services.outbox, "_project", slow_project)
-    monkeypatch.setattr(services.outbox, "_batch_size", batch)  # 10: several batches
+    monkeypatch.setattr(services.team_writer, "_project", slow_project)
+    monkeypatch.setattr(services.team_writer, "_batch_size", batch)  # 10: several batches
     written = 0
     stop = asyncio.Event()
 
@@ -134,12 +137,12 @@ async def test_a_flush_ends_while_the_activity_keeps_writing(
     try:
         await asyncio.sleep(0.2)
         there = written
-        applied = await asyncio.wait_for(services.outbox.flush("a1"), timeout=10)
+        applied = await asyncio.wait_for(services.team_writer.drain("a1"), timeout=10)
         assert not writing.done()  # it returned while the writes went on
     finally:
         stop.set()
         await writing
-        await services.outbox.flush("a1")  # the rest, and nothing left running at the end
+        await services.team_writer.drain("a1")  # the rest, and nothing left running at the end
     assert there <= applied < written
     async with services.database.sessions() as session:
         keys = set(await session.scalars(select(EventRow.dedup_key)))
@@ -174,22 +177,22 @@ async def test_entries_applied_twice_record_once(services: Services) -> None:
             "seq": "2",
         },
     )
-    assert await services.outbox.flush("a1") == 2
+    assert await services.team_writer.drain("a1") == 2
     assert await _count(services, EventRow) == 3
     assert await _count(services, MemberRow) == 2
 
 
 async def test_team_read_falls_back_to_sql_after_redis_let_go(services: Services) -> None:
     await _formed_team(services)
-    live = await services.teams.get_team("a1", "t1")
+    live = await services.teams.activities.get_team("a1", "t1")
     for key in services.keys.team_keys("a1", "t1").named().values():
         await services.redis.delete(key)
-    recorded = await services.teams.get_team("a1", "t1")
+    recorded = await services.teams.activities.get_team("a1", "t1")
     assert recorded == live
     with pytest.raises(errors.TeamFormed):
-        await services.teams.lock("a1", "t1", "u9")
+        await services.teams.seats.lock("a1", "t1", "u9")
     with pytest.raises(errors.TeamFormed):
-        await services.teams.confirm("a1", "t1", "u9", "o9")
+        await services.teams.seats.confirm("a1", "t1", "u9", "o9")
 
 
 async def test_a_repeated_confirm_after_redis_let_the_team_go_answers_the_same(
@@ -198,37 +201,37 @@ async def test_a_repeated_confirm_after_redis_let_the_team_go_answers_the_same(
     """A confirm sent again once the formed team is only in SQL (its answer was lost, or was
     a 503 while SQL was away): the same answer as the first, not team_formed."""
     await _formed_team(services)
-    first = await services.teams.confirm("a1", "t1", "u1", "o1")
+    first = await services.teams.seats.confirm("a1", "t1", "u1", "o1")
     assert first.body["formed"] is True
-    await services.teams.release_ended()
+    await services.teams.sweeps.release_ended()
     assert not await services.redis.exists(services.keys.team_keys("a1", "t1").hash)
-    again = await services.teams.confirm("a1", "t1", "u1", "o1")
+    again = await services.teams.seats.confirm("a1", "t1", "u1", "o1")
     assert (again.body, again.created) == (first.body, False)
     with pytest.raises(errors.TeamFormed):  # another order of the same user is not a repeat
-        await services.teams.confirm("a1", "t1", "u1", "o2")
-    leader = await services.teams.confirm("a1", "t1", "L", "oL")  # as Redis answers it
+        await services.teams.seats.confirm("a1", "t1", "u1", "o2")
+    leader = await services.teams.seats.confirm("a1", "t1", "L", "oL")  # as Redis answers it
     assert (leader.body["formed"], leader.created) == (False, False)
 
 
 async def test_activity_lost_by_redis_is_restored_from_sql(services: Services) -> None:
-    await services.teams.create_activity("a1", team_size=4)
+    await services.teams.activities.create_activity("a1", team_size=4)
     await services.redis.delete(services.keys.activity("a1"))
-    outcome = await services.teams.open_team("a1", "L", team_id="t1")
+    outcome = await services.teams.activities.open_team("a1", "L", team_id="t1")
     assert outcome.created and outcome.body["size"] == 4
 
 
 async def test_unknown_activity_and_team(services: Services) -> None:
     with pytest.raises(errors.ActivityNotFound):
-        await services.teams.get_team("nope", "t1")
+        await services.teams.activities.get_team("nope", "t1")
     with pytest.raises(errors.ActivityNotFound):
-        await services.teams.lock("nope", "t1", "u1")
+        await services.teams.seats.lock("nope", "t1", "u1")
     with pytest.raises(errors.ActivityNotFound):
-        await services.teams.open_team("nope", "L")
-    await services.teams.create_activity("a1")
+        await services.teams.activities.open_team("nope", "L")
+    await services.teams.activities.create_activity("a1")
     with pytest.raises(errors.TeamNotFound):
-        await services.teams.lock("a1", "t1", "u1")
+        await services.teams.seats.lock("a1", "t1", "u1")
     with pytest.raises(errors.TeamNotFound):
-        await services.teams.unlock("a1", "t1", "u1")
+        await services.teams.seats.unlock("a1", "t1", "u1")
 
 
 async def test_team_records_are_found_without_reading_every_activity(
@@ -238,32 +241,32 @@ async def test_team_records_are_found_without_reading_every_activity(
 
     teams = services.teams
     for i in range(20):
-        await teams.create_activity(f"a{i}", lock_ttl_s=5)
-        await teams.open_team(f"a{i}", "L", team_id="t1")
-    await teams.lock("a7", "t1", "u1")
+        await teams.activities.create_activity(f"a{i}", lock_ttl_s=5)
+        await teams.activities.open_team(f"a{i}", "L", team_id="t1")
+    await teams.seats.lock("a7", "t1", "u1")
     services.clock.advance(5)
-    await teams.get_team("a7", "t1")  # the lazy check records the lock's expiry
+    await teams.activities.get_team("a7", "t1")  # the lazy check records the lock's expiry
     pending = services.keys.pending_activities()
     assert await services.redis.zrange(pending, 0, -1) == ["a7"]
     with sql_statements(services.database) as statements:
-        assert await teams.record_pending() == 1
+        assert await services.team_writer.drain_all() == 1
     assert statements and not any("FROM activities" in s for s in statements), statements
     assert await services.redis.zrange(pending, 0, -1) == []
     assert await _event_types(services) == 20 * ["team.opened"] + ["lock.expired"]
-    assert await teams.record_pending() == 0
+    assert await services.team_writer.drain_all() == 0
 
 
 async def test_a_lost_pending_entry_of_an_activity_is_found_again_by_the_repair(
     services: Services,
 ) -> None:
     teams = services.teams
-    await teams.create_activity("a1", lock_ttl_s=5)
-    await teams.open_team("a1", "L", team_id="t1")
-    await teams.lock("a1", "t1", "u1")
+    await teams.activities.create_activity("a1", lock_ttl_s=5)
+    await teams.activities.open_team("a1", "L", team_id="t1")
+    await teams.seats.lock("a1", "t1", "u1")
     services.clock.advance(5)
-    await teams.get_team("a1", "t1")
+    await teams.activities.get_team("a1", "t1")
     await services.redis.zrem(services.keys.pending_activities(), "a1")  # the entry is lost
-    assert await teams.record_pending() == 0
-    assert await teams.reindex() == {"activities_reindexed": 1, "teams_restored": 0}
-    assert await teams.record_pending() == 1
+    assert await services.team_writer.drain_all() == 0
+    assert await teams.sweeps.reindex() == {"activities_reindexed": 1, "teams_restored": 0}
+    assert await services.team_writer.drain_all() == 1
     assert await _event_types(services) == ["team.opened", "lock.expired"]

@@ -21,7 +21,7 @@ DEADLINE_S = 60
 
 
 async def _formed_events(services: Services) -> list[dict[str, Any]]:
-    await services.teams.record_pending()
+    await services.team_writer.drain_all()
     async with services.database.sessions() as session:
         rows = await session.scalars(select(EventRow).where(EventRow.type == "team.formed"))
         return [json.loads(row.data) for row in rows]
@@ -30,31 +30,31 @@ async def _formed_events(services: Services) -> list[dict[str, Any]]:
 async def _activity_with_teams(services: Services) -> None:
     """Teams of 4 that form virtually with 2 members: t2 has 2, t3 has 3, t1 only its leader."""
     teams = services.teams
-    created = await teams.create_activity(
+    created = await teams.activities.create_activity(
         "v", team_size=4, team_deadline_s=DEADLINE_S, virtual_min_members=2
     )
     assert created.body["virtual_completion"] == {"min_members": 2}
     for tid, joiners in (("t1", 0), ("t2", 1), ("t3", 2)):
-        await teams.open_team("v", f"L-{tid}", team_id=tid)
+        await teams.activities.open_team("v", f"L-{tid}", team_id=tid)
         for i in range(joiners):
-            await teams.lock("v", tid, f"{tid}-m{i}")
-            await teams.confirm("v", tid, f"{tid}-m{i}", f"o-{tid}-{i}")
-    await teams.lock("v", "t2", "holder")  # a live lock at the deadline ends with the team
+            await teams.seats.lock("v", tid, f"{tid}-m{i}")
+            await teams.seats.confirm("v", tid, f"{tid}-m{i}", f"o-{tid}-{i}")
+    await teams.seats.lock("v", "t2", "holder")  # a live lock at the deadline ends with the team
 
 
 async def test_a_lazy_check_forms_a_team_with_enough_members(services: Services) -> None:
     teams = services.teams
     await _activity_with_teams(services)
-    opened = await teams.get_team("v", "t2")
+    opened = await teams.activities.get_team("v", "t2")
     services.clock.advance(DEADLINE_S)
 
-    t2 = await teams.get_team("v", "t2")
+    t2 = await teams.activities.get_team("v", "t2")
     assert (t2["status"], t2["virtual_seats"], t2["locks"]) == ("formed", 2, [])
     assert t2["formed_at"] == opened["deadline_at"] and t2["free_seats"] == 0
-    assert (await teams.get_team("v", "t3"))["virtual_seats"] == 1
-    assert (await teams.get_team("v", "t1"))["status"] == "failed"  # below min_members
+    assert (await teams.activities.get_team("v", "t3"))["virtual_seats"] == 1
+    assert (await teams.activities.get_team("v", "t1"))["status"] == "failed"  # below min_members
     with pytest.raises(errors.TeamFormed):
-        await teams.lock("v", "t2", "late")
+        await teams.seats.lock("v", "t2", "late")
     formed = {e["team_id"]: e for e in await _formed_events(services)}
     assert {t: e["virtual_seats"] for t, e in formed.items()} == {"t2": 2, "t3": 1}
     assert [m["user_id"] for m in formed["t2"]["members"]] == ["L-t2", "t2-m0"]
@@ -62,18 +62,18 @@ async def test_a_lazy_check_forms_a_team_with_enough_members(services: Services)
     assert report["mismatch_count"] == 0, report["mismatches"]
     # Redis lets the ended teams go: SQL answers the same virtual seats.
     await services.jobs.run("repair")
-    assert (await teams.get_team("v", "t2"))["virtual_seats"] == 2
+    assert (await teams.activities.get_team("v", "t2"))["virtual_seats"] == 2
 
 
 async def test_the_job_forms_them_and_two_schedulers_do_it_once(services: Services) -> None:
     await _activity_with_teams(services)
     services.clock.advance(DEADLINE_S)
-    reports = await asyncio.gather(*(services.teams.expire_due(50) for _ in range(2)))
+    reports = await asyncio.gather(*(services.teams.sweeps.expire_due(50) for _ in range(2)))
     assert sum(r["teams_formed_virtually"] for r in reports) == 2
     assert sum(r["teams_failed"] for r in reports) == 1
     events = await _formed_events(services)
     assert sorted((e["team_id"], e["virtual_seats"]) for e in events) == [("t2", 2), ("t3", 1)]
-    again = await services.teams.expire_due(50)
+    again = await services.teams.sweeps.expire_due(50)
     assert again["teams_formed_virtually"] == 0 and again["teams_failed"] == 0
 
 

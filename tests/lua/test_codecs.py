@@ -7,7 +7,6 @@ Ids here use every character class SPEC §2 allows ('-' and '_' included).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -18,10 +17,12 @@ from sqlalchemy import String, create_engine, literal, select
 from groupbuy.locks import codec as team_codec
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import MemberRow
+from groupbuy.locks.replies import Confirmed, Locked, LockReply, OpenReply
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.replies import Grabbed, GrabReply
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
@@ -55,42 +56,44 @@ async def _ledger(services: Services) -> dict[str, tuple[str, str, int]]:
 
 
 class Teams:
-    """Calls the team scripts directly, as TeamService does, so the outbox can be read raw."""
+    """Calls the team scripts directly, as the engine does, so the outbox can be read raw."""
 
     def __init__(self, services: Services) -> None:
         self.scripts = TeamScripts(services.scripts, services.keys, services.clock)
 
-    async def open(self, team_id: str, leader: str, order: str) -> list[Any]:
-        reply = await self.scripts.open(AID, team_id, leader, order, RETENTION_MS)
-        return [reply.code, *reply.rest]
+    async def open(self, team_id: str, leader: str, order: str) -> OpenReply:
+        return await self.scripts.open(AID, team_id, leader, order, RETENTION_MS)
 
-    async def lock(self, team_id: str, user: str) -> list[Any]:
-        reply = await self.scripts.lock(AID, team_id, user, "")
-        return [reply.code, *reply.rest]
+    async def lock(self, team_id: str, user: str) -> LockReply:
+        return await self.scripts.lock(AID, team_id, user, "")
 
-    async def confirm(self, team_id: str, user: str, order: str) -> list[Any]:
+    async def confirm(self, team_id: str, user: str, order: str) -> tuple[TeamCode, bool]:
+        """The confirm's code and whether it formed the team."""
         reply = await self.scripts.confirm(AID, team_id, user, order)
-        return [reply.code, *reply.rest]
+        assert isinstance(reply, Confirmed), reply
+        return reply.code, reply.formed
 
 
 async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Services) -> None:
     teams, redis, keys = Teams(services), services.redis, services.keys
-    await services.teams.create_activity(AID, team_size=3, lock_ttl_s=60)
+    await services.teams.activities.create_activity(AID, team_size=3, lock_ttl_s=60)
     opened = await teams.open(TID, "lead-1", "")  # a leader without an order
-    assert opened[0] == TeamCode.OK
+    assert opened.code == TeamCode.OK
 
     locks: dict[str, tuple[int, int]] = {}
     for user in ("user_2", "user-3"):
-        code, locked_at, expires_at, released, _version = await teams.lock(TID, user)
-        assert (TeamCode(int(code)), released) == (TeamCode.OK, "")
-        locks[user] = (int(locked_at), int(expires_at))
+        locked = await teams.lock(TID, user)
+        assert isinstance(locked, Locked), locked
+        assert (locked.code, locked.released_team_id) == (TeamCode.OK, "")
+        locked_at, expires_at = locked.locked_at_ms, locked.expires_at_ms
+        locks[user] = (locked_at, expires_at)
         raw = await redis.get(keys.user_lock(AID, user))
         deadline = int(await redis.hget(keys.team(AID, TID), "deadline_ms"))
-        parsed = (TID, int(locked_at), int(expires_at), deadline)
+        parsed = (TID, locked_at, expires_at, deadline)
         assert team_codec.parse_current_lock(raw) == parsed
         assert team_codec.current_lock_value(*parsed) == raw
-    assert (await teams.confirm(TID, "user_2", "order-2"))[:2] == [TeamCode.OK, 0]
-    assert (await teams.confirm(TID, "user-3", "order_3"))[:2] == [TeamCode.OK, 1]
+    assert await teams.confirm(TID, "user_2", "order-2") == (TeamCode.OK, False)
+    assert await teams.confirm(TID, "user-3", "order_3") == (TeamCode.OK, True)
 
     raw_members = await redis.hgetall(keys.team_members(AID, TID))
     members = {user: team_codec.parse_member(value) for user, value in raw_members.items()}
@@ -121,7 +124,7 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
     assert team_codec.member_list(listed) == formed == "lead-1|,user_2|order-2,user-3|order_3"
 
     # The write-behind: member rows hold what the values said, events the codec's keys.
-    assert await services.teams.record_pending() == 4
+    assert await services.team_writer.drain_all() == 4
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(MemberRow).where(MemberRow.team_id == TID))).all()
     assert {r.user_id: (r.seq, to_ms(r.joined_at), r.order_id) for r in rows} == {
@@ -138,20 +141,23 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
 
 async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -> None:
     teams, keys = Teams(services), services.keys
-    await services.teams.create_activity(AID, team_size=3, lock_ttl_s=5, team_deadline_s=60)
+    await services.teams.activities.create_activity(
+        AID, team_size=3, lock_ttl_s=5, team_deadline_s=60
+    )
     await teams.open(TID, "lead-1", "o-1")
-    _code, locked_at, _expires, _released, _version = await teams.lock(TID, "user_9")
+    locked = await teams.lock(TID, "user_9")
+    assert isinstance(locked, Locked), locked
     services.clock.advance(5)
-    assert (await services.teams.expire_locks(100))["locks_expired"] == 1
+    assert (await services.teams.sweeps.expire_locks(100))["locks_expired"] == 1
     services.clock.advance(60)
     await teams.lock(TID, "user_8")  # past the deadline: the script fails the team lazily
     failed = [r for r in await _stream(services, keys.outbox(AID)) if r["type"] == "team.failed"]
     assert [team_codec.parse_member_list(r["members"]) for r in failed] == [[("lead-1", "o-1")]]
-    await services.teams.record_pending()
+    await services.team_writer.drain_all()
     found = await _event_keys(services)
     assert found == {
         team_codec.team_event_key("team.opened", AID, TID),
-        team_codec.team_event_key("lock.expired", AID, TID, "user_9", int(locked_at)),
+        team_codec.team_event_key("lock.expired", AID, TID, "user_9", locked.locked_at_ms),
         team_codec.team_event_key("team.failed", AID, TID),
     }
     for key in found:
@@ -160,24 +166,23 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
         assert packet_codec.parse_event_key(key) is None  # not the packet engine's
 
 
-async def _grab(services: Services, packet_id: str, user: str) -> list[Any]:
+async def _grab(services: Services, packet_id: str, user: str) -> GrabReply:
     packets = PacketScripts(services.scripts, services.keys, services.clock)
-    reply = await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
-    return [reply.code, *reply.rest]
+    return await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
 
 
 async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Services) -> None:
     packets, redis, keys = services.packets, services.redis, services.keys
-    await packets.deposit("send-er_1", 1_000, "ref_42-a")
-    await packets.send("send-er_1", 300, 3, packet_id="pk-1_a", expires_in_s=60)
-    await packets.send("send-er_1", 7, 1, packet_id="pk-2_b")
+    await packets.accounts.deposit("send-er_1", 1_000, "ref_42-a")
+    await packets.sending.send("send-er_1", 300, 3, packet_id="pk-1_a", expires_in_s=60)
+    await packets.sending.send("send-er_1", 7, 1, packet_id="pk-2_b")
 
     replies = {}
     for user in ("u-1", "u_2"):
-        code, amount, *_rest = await _grab(services, "pk-1_a", user)
-        assert PacketCode(int(code)) is PacketCode.OK
-        replies[user] = int(amount)
-    assert PacketCode(int((await _grab(services, "pk-2_b", "u-1"))[0])) is PacketCode.OK
+        grabbed = await _grab(services, "pk-1_a", user)
+        assert grabbed.code is PacketCode.OK and isinstance(grabbed, Grabbed)
+        replies[user] = grabbed.amount_cents
+    assert (await _grab(services, "pk-2_b", "u-1")).code is PacketCode.OK
 
     raw_grabs = await redis.hgetall(keys.packet_keys("pk-1_a").grabs)
     grabs = {user: packet_codec.parse_grab(value) for user, value in raw_grabs.items()}
@@ -193,8 +198,8 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
     } == {user: tuple(g)[:3] for user, g in grabs.items()}
 
     services.clock.advance(61)
-    assert await packets.expire_due() == {"due": 1, "expired": 1}
-    await packets.record_pending()
+    assert await packets.sweeps.expire_due() == {"due": 1, "expired": 1}
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "pk-1_a"))).all()
     assert {r.user_id: (r.seq, r.amount_cents, to_ms(r.grabbed_at)) for r in rows} == {
@@ -228,11 +233,11 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
 
 async def test_sql_built_keys_equal_the_python_built_ones(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("send-er_1", 100, "ref-1")
-    await packets.send("send-er_1", 10, 2, packet_id="pk-1_a", expires_in_s=60)
+    await packets.accounts.deposit("send-er_1", 100, "ref-1")
+    await packets.sending.send("send-er_1", 10, 2, packet_id="pk-1_a", expires_in_s=60)
     for user in ("u-1", "u_2"):
-        await packets.grab("pk-1_a", user)
-    await packets.record_pending()
+        await packets.grabs.grab("pk-1_a", user)
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         grab_keys = (
             await session.execute(

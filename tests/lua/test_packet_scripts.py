@@ -1,4 +1,5 @@
-"""Each packet script called directly (no service), on fakeredis and on a real redis-server."""
+"""Each packet script called directly through its wrapper (no service), on fakeredis and on a
+real redis-server; the replies arrive parsed, so a field out of place fails here."""
 
 from __future__ import annotations
 
@@ -6,18 +7,40 @@ from typing import Any
 
 import pytest
 
+from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.scripts import CONTRACTS as PACKET_CONTRACTS
-from groupbuy.redpacket.scripts import PACKET_EXPIRE
+from groupbuy.redpacket.replies import (
+    AdmitReply,
+    Admitted,
+    AlreadyGrabbed,
+    Closed,
+    CodeOnly,
+    Ended,
+    Grabbed,
+    GrabReply,
+    OverCap,
+    PacketState,
+    Restored,
+    RestoreReply,
+    Unadmitted,
+)
+from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source
+from groupbuy.storage.typedrecords import record_keys
 
 PID = "pk1"
 RETENTION_MS = 3_600_000
 WINDOW_MS = 30_000  # packet_grab's resend window
 
-
-CONTRACTS = {contract.name: contract for contract in PACKET_CONTRACTS}
+# The replies that are a code alone.
+OK = CodeOnly(PacketCode.OK)
+EXISTING = CodeOnly(PacketCode.EXISTING)
+NOT_FOUND = CodeOnly(PacketCode.NOT_FOUND)
+SOLD_OUT = CodeOnly(PacketCode.SOLD_OUT)
+EXPIRED = CodeOnly(PacketCode.EXPIRED)
+USER_BLOCKED = CodeOnly(PacketCode.USER_BLOCKED)
 
 
 class Harness:
@@ -26,37 +49,39 @@ class Harness:
     def __init__(self, redis: Any) -> None:
         self.redis = redis
         self.scripts = Scripts(redis)
+        self.clock = RedisClock()
+        self.packets = PacketScripts(self.scripts, Keys("t"), self.clock)
         self.keys = Keys("t").packet_keys(PID)
-        self.shift_ms = 0
         self.tokens = 0
 
+    @property
+    def shift_ms(self) -> int:
+        return self.clock.shift_ms
+
+    @shift_ms.setter
+    def shift_ms(self, value: int) -> None:
+        self.clock.shift_ms = value
+
     async def now_ms(self) -> int:
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000 + self.shift_ms
+        return await self.clock.now_ms(self.redis)
 
-    async def call(self, name: str, *args: Any) -> list[Any]:
-        keys = CONTRACTS[name].key_list(self.keys)
-        reply = await self.scripts.call(name, keys, [PID, self.shift_ms, *args])
-        assert isinstance(reply, list), reply
-        return reply
-
-    async def grab(self, user: str, token: str | None = None) -> list[Any]:
+    async def grab(self, user: str, token: str | None = None) -> GrabReply:
         """packet_grab as the service calls it: a fresh request token unless one is given."""
         self.tokens += 1
-        return await self.call("packet_grab", user, token or f"tok{self.tokens}", WINDOW_MS)
+        return await self.packets.grab(PID, user, token or f"tok{self.tokens}", WINDOW_MS)
 
-    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> list[Any]:
+    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> CodeOnly:
         now = await self.now_ms()
-        return await self.call(
-            "packet_create",
-            "sender",
-            sum(shares),
-            len(shares),
-            "double_mean",
-            now,
-            now + ttl_ms,
-            RETENTION_MS,
-            *shares,
+        return await self.packets.create(
+            PID,
+            shares,
+            sender_id="sender",
+            amount_cents=sum(shares),
+            count=len(shares),
+            strategy="double_mean",
+            created_ms=now,
+            expires_ms=now + ttl_ms,
+            retention_ms=RETENTION_MS,
         )
 
     async def records(self) -> list[dict[str, str]]:
@@ -70,13 +95,15 @@ async def h(redis_client: Any) -> Harness:
     return harness
 
 
-def code(reply: list[Any]) -> PacketCode:
-    return PacketCode(int(reply[0]))
+def share(reply: GrabReply) -> tuple[int, int, int, int]:
+    """A `grabbed` reply's (amount_cents, remaining_count, seq, epoch); else the test fails."""
+    assert isinstance(reply, Grabbed), reply
+    return reply.amount_cents, reply.remaining_count, reply.seq, reply.epoch
 
 
 async def test_create_is_idempotent_and_sets_up_the_group(h: Harness) -> None:
-    assert await h.create([5, 3, 2]) == [PacketCode.OK]
-    assert await h.create([9, 9, 9]) == [PacketCode.EXISTING]
+    assert await h.create([5, 3, 2]) == OK
+    assert await h.create([9, 9, 9]) == EXISTING
     assert await h.redis.lrange(h.keys.shares, 0, -1) == ["5", "3", "2"]
     groups = await h.redis.xinfo_groups(h.keys.outbox)
     assert [g["name"] for g in groups] == ["writers"]
@@ -86,20 +113,20 @@ async def test_create_is_idempotent_and_sets_up_the_group(h: Harness) -> None:
 
 async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
     shares = [1] * 10_000
-    assert await h.create(shares) == [PacketCode.OK]
+    assert await h.create(shares) == OK
     assert await h.redis.llen(h.keys.shares) == 10_000
 
 
 async def test_grab_outcomes(h: Harness) -> None:
-    assert await h.grab("u1") == [PacketCode.NOT_FOUND]
+    assert await h.grab("u1") == NOT_FOUND
     await h.create([5, 3, 2])
     # {OK, amount, remaining, seq, epoch, now_ms}
-    assert (await h.grab("u1"))[:5] == [PacketCode.OK, 5, 2, 1, 0]
-    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 5]
-    assert (await h.grab("u2"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
-    assert (await h.grab("u3"))[:5] == [PacketCode.OK, 2, 0, 3, 0]
-    assert await h.grab("u4") == [PacketCode.SOLD_OUT]
-    assert await h.grab("u2") == [PacketCode.ALREADY_GRABBED, 3]
+    assert share(await h.grab("u1")) == (5, 2, 1, 0)
+    assert await h.grab("u1") == AlreadyGrabbed(5)
+    assert share(await h.grab("u2")) == (3, 1, 2, 0)
+    assert share(await h.grab("u3")) == (2, 0, 3, 0)
+    assert await h.grab("u4") == SOLD_OUT
+    assert await h.grab("u2") == AlreadyGrabbed(3)
     records = await h.records()
     assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
     assert [(r["user_id"], r["amount_cents"], r["seq"]) for r in records[:3]] == [
@@ -115,14 +142,14 @@ async def test_grab_outcomes(h: Harness) -> None:
 async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=600_000)
     first = await h.grab("u1", token="req-A")
-    assert first[:5] == [PacketCode.OK, 5, 2, 1, 0]
+    assert share(first) == (5, 2, 1, 0)
     # The same request token again (a resend of the same call): the same answer, nothing new.
     assert await h.grab("u1", token="req-A") == first
     # Another request of the same user is a repeat: already_grabbed with the same amount.
-    assert await h.grab("u1", token="req-B") == [PacketCode.ALREADY_GRABBED, 5]
-    assert (await h.grab("u2", token="req-C"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+    assert await h.grab("u1", token="req-B") == AlreadyGrabbed(5)
+    assert share(await h.grab("u2", token="req-C")) == (3, 1, 2, 0)
     last = await h.grab("u3", token="req-D")
-    assert last[:5] == [PacketCode.OK, 2, 0, 3, 0]
+    assert share(last) == (2, 0, 3, 0)
     # Resends after later grabs and after the sell-out still answer as their first run did.
     assert await h.grab("u1", token="req-A") == first
     assert await h.grab("u3", token="req-D") == last
@@ -132,32 +159,32 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     assert packet["version"] == "5"  # created, three grabs, sold out: no change by a resend
     # Past the resend window the token no longer counts: a plain repeat.
     h.shift_ms += WINDOW_MS + 1
-    assert await h.grab("u1", token="req-A") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.grab("u1", token="req-A") == AlreadyGrabbed(5)
 
 
 async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
     await h.create([5, 3, 2])
     first = await h.grab("early", token="req-E")
     await h.redis.hset(h.keys.blocklist, mapping={"bad": "1|", "early": "1|"})
-    assert await h.grab("bad") == [PacketCode.USER_BLOCKED]
+    assert await h.grab("bad") == USER_BLOCKED
     # What the user grabbed before the block is still answered, a resend too.
-    assert await h.grab("early") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.grab("early") == AlreadyGrabbed(5)
     assert await h.grab("early", token="req-E") == first
     assert [r["type"] for r in await h.records()] == ["grab"]
     assert await h.redis.llen(h.keys.shares) == 2
     await h.redis.hdel(h.keys.blocklist, "bad")
-    assert (await h.grab("bad"))[:5] == [PacketCode.OK, 3, 1, 2, 0]
+    assert share(await h.grab("bad")) == (3, 1, 2, 0)
 
 
 async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=10_000)
     await h.grab("u1")
-    assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
+    assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
     h.shift_ms += 10_000
-    assert await h.call("packet_expire") == [PacketCode.OK, 5]
-    assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
-    assert await h.grab("u2") == [PacketCode.EXPIRED]
-    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 5]
+    assert await h.packets.expire(PID) == Closed(5)
+    assert await h.packets.expire(PID) == Ended("expired")
+    assert await h.grab("u2") == EXPIRED
+    assert await h.grab("u1") == AlreadyGrabbed(5)
     refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
     assert len(refunds) == 1 and refunds[0]["refunded_cents"] == "5"
     assert not await h.redis.exists(h.keys.shares)
@@ -166,8 +193,8 @@ async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
 async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) -> None:
     await h.create([4, 4], ttl_ms=1_000)
     h.shift_ms += 1_000
-    assert await h.grab("u1") == [PacketCode.EXPIRED]
-    assert await h.call("packet_expire") == [PacketCode.EXISTING, "expired"]
+    assert await h.grab("u1") == EXPIRED
+    assert await h.packets.expire(PID) == Ended("expired")
     assert [r["type"] for r in await h.records()] == ["packet.refunded"]
 
 
@@ -175,18 +202,19 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
     await h.create([1], ttl_ms=1_000)
     await h.grab("u1")
     h.shift_ms += 5_000
-    assert await h.call("packet_expire") == [PacketCode.EXISTING, "sold_out"]
+    assert await h.packets.expire(PID) == Ended("sold_out")
     assert "packet.refunded" not in [r["type"] for r in await h.records()]
 
 
 async def test_read(h: Harness) -> None:
-    assert await h.call("packet_read") == [PacketCode.NOT_FOUND]
+    assert await h.packets.read(PID) == NOT_FOUND
     await h.create([2, 1])
     await h.grab("u1")
-    _code, packet, grabs, now = await h.call("packet_read")
-    assert dict(zip(packet[0::2], packet[1::2], strict=True))["remaining_count"] == "1"
-    assert grabs[0] == "u1" and grabs[1].startswith("1|2|")
-    assert int(now) > 0
+    state = await h.packets.read(PID)
+    assert isinstance(state, PacketState)
+    assert state.packet["remaining_count"] == "1"
+    assert list(state.grabs) == ["u1"] and state.grabs["u1"].startswith("1|2|")
+    assert state.now_ms > 0
 
 
 async def test_outbox_ack_with_the_group(h: Harness) -> None:
@@ -205,22 +233,33 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
     assert await h.redis.zscore(pending, PID) is None  # nothing waits: out of the index
 
 
-async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> list[Any]:
+async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> RestoreReply:
     """packet_restore of a 10-cent, 4-share packet at epoch 1 (version 100) with these grabs
     and shares."""
     now = await h.now_ms()
     flat = [part for grab in grabs for part in grab]
     gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
-    return await h.call(
-        "packet_restore", "sender", 10, 4, "double_mean", now, now + 60_000, RETENTION_MS,
-        1, gap, 100, len(grabs), *flat, *shares,
-    )  # fmt: skip
+    return await h.packets.restore(
+        PID,
+        [*flat, *shares],
+        sender_id="sender",
+        amount_cents=10,
+        count=4,
+        strategy="double_mean",
+        created_ms=now,
+        expires_ms=now + 60_000,
+        retention_ms=RETENTION_MS,
+        epoch=1,
+        seq_gap=gap,
+        version=100,
+        grab_count=len(grabs),
+    )
 
 
 async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -> None:
     grabs = [("u1", "1|4|1000"), ("u3", "3|2|1002")]  # seq 2 never reached SQL
-    assert await _restore(h, grabs, [3, 1]) == [PacketCode.OK, "active"]
-    assert await _restore(h, [], [1, 1, 1, 7]) == [PacketCode.EXISTING]  # nothing changed
+    assert await _restore(h, grabs, [3, 1]) == Restored("active")
+    assert await _restore(h, [], [1, 1, 1, 7]) == EXISTING  # nothing changed
     packet = await h.redis.hgetall(h.keys.hash)
     assert (packet["remaining_count"], packet["remaining_cents"], packet["epoch"]) == (
         "2",
@@ -228,9 +267,9 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         "1",
     )
     assert packet["version"] == "100"
-    assert await h.grab("u1") == [PacketCode.ALREADY_GRABBED, 4]
-    assert (await h.grab("u4"))[:5] == [PacketCode.OK, 3, 1, 4, 1]
-    assert (await h.grab("u5"))[:5] == [PacketCode.OK, 1, 0, 5, 1]
+    assert await h.grab("u1") == AlreadyGrabbed(4)
+    assert share(await h.grab("u4")) == (3, 1, 4, 1)
+    assert share(await h.grab("u5")) == (1, 0, 5, 1)
     records = await h.records()
     assert [(r["type"], r.get("seq"), r["epoch"]) for r in records] == [
         ("grab", "4", "1"),
@@ -243,16 +282,16 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
 
 async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) -> None:
     grabs = [("u1", "1|6|1000"), ("u2", "2|4|1001")]
-    assert await _restore(h, grabs, []) == [PacketCode.OK, "sold_out"]
+    assert await _restore(h, grabs, []) == Restored("sold_out")
     assert [r["type"] for r in await h.records()] == ["packet.sold_out"]
-    assert await h.grab("u3") == [PacketCode.SOLD_OUT]
+    assert await h.grab("u3") == SOLD_OUT
     assert await h.redis.zscore(h.keys.due, PID) is None
 
 
 async def test_packet_scripts_survive_script_flush(h: Harness) -> None:
     await h.create([1, 1])
     await h.redis.script_flush()
-    assert (await h.grab("u1"))[:3] == [PacketCode.OK, 1, 1]
+    assert share(await h.grab("u1"))[:2] == (1, 1)
 
 
 async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harness) -> None:
@@ -331,17 +370,16 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
     expires = int((await h.redis.hgetall(h.keys.hash))["expires_ms"])
     assert await h.redis.zscore(due, PID) == expires
     await h.redis.zrem(due, PID)  # lost: a check before the expiry puts it back
-    assert code(await h.call("packet_expire")) is PacketCode.NOT_DUE
+    assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
     assert await h.redis.zscore(due, PID) == expires
     h.shift_ms += 10_000
-    assert code(await h.call("packet_read")) is PacketCode.OK  # the lazy expiry ends it
+    assert (await h.packets.read(PID)).code is PacketCode.OK  # the lazy expiry ends it
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {PID: expires})  # a stale entry goes at the next check
-    assert code(await h.call("packet_expire")) is PacketCode.EXISTING
+    assert (await h.packets.expire(PID)).code is PacketCode.EXISTING
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {"gone": 1})  # so does one of a packet Redis no longer has
-    gone = PACKET_EXPIRE.key_list(Keys("t").packet_keys("gone"))
-    assert await h.scripts.call("packet_expire", gone, ["gone", 0]) == [PacketCode.NOT_FOUND]
+    assert await h.packets.expire("gone") == NOT_FOUND
     assert await h.redis.zscore(due, "gone") is None
 
 
@@ -358,24 +396,30 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
 
     async def admit(
         pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0, token: str = "other"
-    ) -> list[Any]:
-        args = ["snd", pid, amount, count_cap, amount_cap, 10**13, token]
-        return list(await h.scripts.call("packet_admit", [blocked, day], args))
+    ) -> AdmitReply:
+        return await h.packets.admit(
+            blocked,
+            day,
+            sender_id="snd",
+            packet_id=pid,
+            amount_cents=amount,
+            daily_count_cap=count_cap,
+            daily_amount_cap=amount_cap,
+            day_expire_at_ms=10**13,
+            request_token=token,
+        )
 
-    assert await admit("a", 5, count_cap=0) == [PacketCode.OK, 0]  # no cap: nothing counted
+    assert await admit("a", 5, count_cap=0) == Admitted(False)  # no cap: nothing counted
     assert not await h.redis.exists(day)
-    assert await admit("a", 5, token="req-1") == [PacketCode.OK, 1]
+    assert await admit("a", 5, token="req-1") == Admitted(True)
     # A resend of that call: counted by it; another request: counted once, not by this one.
-    assert await admit("a", 5, token="req-1") == [PacketCode.OK, 1]
-    assert await admit("a", 5) == [PacketCode.OK, 0]
-    assert await admit("b", 7) == [PacketCode.OK, 1]
-    assert await admit("c", 1) == [PacketCode.LIMIT_EXCEEDED, "sender_daily_count", "2", "2"]
-    assert await admit("c", 1, count_cap=0, amount_cap=12) == [
-        PacketCode.LIMIT_EXCEEDED,
-        "sender_daily_amount_cents",
-        "12",
-        "12",
-    ]
+    assert await admit("a", 5, token="req-1") == Admitted(True)
+    assert await admit("a", 5) == Admitted(False)
+    assert await admit("b", 7) == Admitted(True)
+    assert await admit("c", 1) == OverCap("sender_daily_count", 2, 2)
+    assert await admit("c", 1, count_cap=0, amount_cap=12) == OverCap(
+        "sender_daily_amount_cents", 12, 12
+    )
     assert await h.redis.hgetall(day) == {
         "a": "5|req-1",
         "b": "7|other",
@@ -384,16 +428,15 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
     }
     assert await h.redis.pexpiretime(day) == 10**13
 
-    unadmit = [PacketCode.OK, 1]
-    assert await h.scripts.call("packet_unadmit", [day], ["b"]) == unadmit
-    assert await h.scripts.call("packet_unadmit", [day], ["b"]) == [PacketCode.OK, 0]
+    assert await h.packets.unadmit(day, "b") == Unadmitted(True)
+    assert await h.packets.unadmit(day, "b") == Unadmitted(False)
     assert await h.redis.hgetall(day) == {"a": "5|req-1", "#count": "1", "#amount": "5"}
-    assert await admit("c", 1) == [PacketCode.OK, 1]
+    assert await admit("c", 1) == Admitted(True)
 
     await h.redis.hset(blocked, "snd", "1|")
-    assert await admit("d", 1) == [PacketCode.USER_BLOCKED]
+    assert await admit("d", 1) == USER_BLOCKED
     await h.redis.script_flush()
-    assert await admit("d", 1) == [PacketCode.USER_BLOCKED]
+    assert await admit("d", 1) == USER_BLOCKED
 
 
 async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harness) -> None:
@@ -426,3 +469,55 @@ async def test_outbox_bury_moves_an_entry_to_the_dead_letters_atomically(h: Harn
         1,
     ]
     assert await h.redis.xlen(dead) == 1
+
+
+async def _grab_until_sold_out(h: Harness) -> None:
+    await h.create([5, 3])
+    await h.grab("u1")
+    await h.grab("u2")
+
+
+async def _expire(h: Harness) -> None:
+    await h.create([5, 3, 2], ttl_ms=10_000)
+    await h.grab("u1")
+    h.shift_ms += 10_000
+    await h.packets.expire(PID)
+
+
+async def _grab_after_the_deadline(h: Harness) -> None:
+    await h.create([4, 4], ttl_ms=1_000)
+    h.shift_ms += 1_000
+    await h.grab("u1")
+
+
+async def _restore_recorded(h: Harness) -> None:
+    await _restore(h, [("u1", "1|6|1000"), ("u2", "2|4|1001")], [])
+
+
+EMITTING = {
+    "packet_grab": (_grab_until_sold_out, ["grab", "grab", "packet.sold_out"]),
+    "packet_expire": (_expire, ["grab", "packet.refunded"]),
+    "packet_grab late": (_grab_after_the_deadline, ["packet.refunded"]),
+    "packet_restore": (_restore_recorded, ["packet.sold_out"]),
+}
+
+
+def test_the_emitting_scripts_cover_every_record_type() -> None:
+    types = {kind for _run, kinds in EMITTING.values() for kind in kinds}
+    assert types == set(packet_codec.PACKET_RECORDS)
+
+
+@pytest.mark.parametrize("site", sorted(EMITTING))
+async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(
+    h: Harness, site: str
+) -> None:
+    """Each emit({...}) site against the codec's TypedDict of its record type: a field
+    renamed, added or dropped in Lua fails here rather than in the write-behind."""
+    run, kinds = EMITTING[site]
+    await run(h)
+    records = await h.records()
+    assert [fields["type"] for fields in records] == kinds
+    for fields in records:
+        record = packet_codec.parse_packet_record(fields)
+        required, optional = record_keys(packet_codec.PACKET_RECORDS[fields["type"]])
+        assert set(fields) == set(record) == required | optional, fields

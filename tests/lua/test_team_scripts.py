@@ -1,33 +1,70 @@
-"""Each team script called directly (no service), on fakeredis and on a real redis-server."""
+"""Each team script called through its wrapper (no service), on fakeredis and on a real
+redis-server; a few calls read the raw reply, the wire shape the parsers rely on."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
-from groupbuy.locks.codec import SEAT_WEIGHT, seat_score
+from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.replies import (
+    Confirmed,
+    ConfirmReply,
+    JoinReply,
+    LimitReached,
+    Listed,
+    Locked,
+    LockReply,
+    LookFurther,
+    NoSeatFree,
+    Opened,
+    OpenReply,
+    SeatsTaken,
+    Swept,
+    SwitchNeeded,
+    TeamRead,
+    TeamReply,
+    Unlocked,
+    UserLock,
+)
+from groupbuy.locks.scripts import TeamScripts
+from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_names, script_source
+from groupbuy.storage.typedrecords import record_keys
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 AID = "act1"
 TTL_MS = 10_000
 DEADLINE_MS = 60_000
 RETENTION_MS = 3_600_000
+R = TypeVar("R", bound=TeamReply)
 
 
 class Harness:
-    """Calls the scripts with the key layout the service uses, at a controllable time shift."""
+    """Calls the scripts through their wrappers (TeamScripts) with the key layout the service
+    uses, at a controllable time shift."""
 
     def __init__(self, redis: Any) -> None:
         self.redis = redis
         self.scripts = Scripts(redis)
         self.keys = Keys("t")
-        self.shift_ms = 0
+        self.clock = RedisClock()
+        self.teams = TeamScripts(self.scripts, self.keys, self.clock)
+
+    @property
+    def shift_ms(self) -> int:
+        """The scripts' clock shift: moving it lets time pass for them."""
+        return self.clock.shift_ms
+
+    @shift_ms.setter
+    def shift_ms(self, value: int) -> None:
+        self.clock.shift_ms = value
 
     async def activity(self, size: int = 3) -> None:
         await self.redis.hset(
@@ -35,108 +72,33 @@ class Harness:
             mapping={"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS},
         )
 
-    async def _call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply = await self.scripts.call(name, keys, args)
-        assert isinstance(reply, list), reply
-        return reply
+    async def open(self, tid: str, leader: str = "L", order: str = "") -> OpenReply:
+        return await self.teams.open(AID, tid, leader, order, RETENTION_MS)
 
-    async def team(
-        self, contract: Any, tid: str, more: list[Any] | None = None, **named: Any
-    ) -> list[Any]:
-        """A script naming a team: its keys and arguments by name, in the contract's order."""
-        keys = {k: v for k, v in named.items() if k in contract.key_names}
-        args = {
-            "activity_id": AID,
-            "team_id": tid,
-            "shift_ms": self.shift_ms,
-            "user_key_prefix": self.keys.user_key_prefix(AID),
-            **{k: v for k, v in named.items() if k not in keys},
-        }
-        key_list = contract.key_list(
-            self.keys.team_keys(AID, tid), self.keys.activity_keys(AID), **keys
-        )
-        return await self._call(contract.name, key_list, contract.arg_list(args, more or []))
+    async def lock(self, tid: str, user: str, other: str = "") -> LockReply:
+        return await self.teams.lock(AID, tid, user, other)
 
-    async def open(self, tid: str, leader: str = "L", order: str = "") -> list[Any]:
-        return await self.team(
-            contracts.TEAM_OPEN,
-            tid,
-            activity_hash=self.keys.activity(AID),
-            blocklist=self.keys.blocked_users(),
-            leader_id=leader,
-            leader_order_id=order,
-            retention_ms=RETENTION_MS,
-        )
+    async def unlock(self, tid: str, user: str) -> TeamReply:
+        return await self.teams.unlock(AID, tid, user)
 
-    async def lock(self, tid: str, user: str, other: str = "") -> list[Any]:
-        others: dict[str, Any] = {}
-        if other:
-            others = {
-                "other_hash": self.keys.team(AID, other),
-                "other_locks": self.keys.team_locks(AID, other),
-            }
-        return await self.team(
-            contracts.TEAM_LOCK,
-            tid,
-            user_lock=self.keys.user_lock(AID, user),
-            blocklist=self.keys.blocked_users(),
-            user_id=user,
-            other_team_id=other,
-            **others,
-        )
-
-    async def unlock(self, tid: str, user: str) -> list[Any]:
-        return await self.team(
-            contracts.TEAM_UNLOCK, tid, user_lock=self.keys.user_lock(AID, user), user_id=user
-        )
-
-    async def confirm(self, tid: str, user: str, order: str) -> list[Any]:
-        return await self.team(
-            contracts.TEAM_CONFIRM,
-            tid,
-            user_lock=self.keys.user_lock(AID, user),
-            blocklist=self.keys.blocked_users(),
-            user_id=user,
-            order_id=order,
-        )
-
-    def _pick_args(self, cursor: tuple[Any, str], candidates: int, **rest: Any) -> dict[str, Any]:
-        return {
-            "activity_id": AID,
-            "shift_ms": self.shift_ms,
-            "team_key_prefix": self.keys.team_key_prefix(AID),
-            "members_suffix": self.keys.members_suffix,
-            "locks_suffix": self.keys.locks_suffix,
-            "user_key_prefix": self.keys.user_key_prefix(AID),
-            "candidates": candidates,
-            "cursor_score": cursor[0],
-            "cursor_team_id": cursor[1],
-            **rest,
-        }
+    async def confirm(self, tid: str, user: str, order: str) -> ConfirmReply:
+        return await self.teams.confirm(AID, tid, user, order)
 
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
-    ) -> list[Any]:
-        join = contracts.TEAM_JOIN
-        keys = join.key_list(
-            self.keys.activity_keys(AID),
-            activity_hash=self.keys.activity(AID),
-            user_lock=self.keys.user_lock(AID, user),
-            blocklist=self.keys.blocked_users(),
-        )
-        args = join.arg_list(self._pick_args(cursor, candidates, user_id=user))
-        return await self._call(join.name, keys, args)
+    ) -> JoinReply:
+        return await self.teams.join(AID, user, candidates, cursor)
 
     async def page(
         self, limit: int, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
-    ) -> list[Any]:
-        page = contracts.TEAM_LIST
-        keys = page.key_list(self.keys.activity_keys(AID), activity_hash=self.keys.activity(AID))
-        args = page.arg_list(self._pick_args(cursor, candidates, page_size=limit))
-        return await self._call(page.name, keys, args)
+    ) -> TeamReply:
+        return await self.teams.list(AID, limit, candidates, cursor)
 
-    async def sweep(self, tid: str) -> list[Any]:
-        return await self.team(contracts.TEAM_SWEEP, tid)
+    async def sweep(self, tid: str) -> TeamReply:
+        return await self.teams.sweep(AID, tid)
+
+    async def restore(self, tid: str, members: list[str], **fields: Any) -> TeamReply:
+        return await self.teams.restore(AID, tid, members, **fields)
 
     async def created_ms(self, tid: str) -> int:
         return int(await self.redis.hget(self.keys.team(AID, tid), "created_ms"))
@@ -147,11 +109,29 @@ class Harness:
         assert indexed == await recomputed_open_seats(self.redis, self.keys, AID)
         return indexed
 
-    async def read(self, tid: str) -> list[Any]:
-        return await self.team(contracts.TEAM_READ, tid)
+    async def read(self, tid: str) -> TeamReply:
+        return await self.teams.read(AID, tid)
 
-    async def user_lock(self, user: str) -> list[Any]:
-        return await self._call("user_lock_read", [self.keys.user_lock(AID, user)], [self.shift_ms])
+    async def read_raw(self, tid: str) -> list[Any]:
+        """team_read's reply as the script answers it (the wire shape the parser reads)."""
+        read = contracts.TEAM_READ
+        keys = read.key_list(self.keys.team_keys(AID, tid), self.keys.activity_keys(AID))
+        args = {
+            "activity_id": AID,
+            "team_id": tid,
+            "shift_ms": self.shift_ms,
+            "user_key_prefix": self.keys.user_key_prefix(AID),
+        }
+        return await read.call(self.scripts, keys, args)
+
+    async def reindex(self, team_index: str, due_index: str) -> list[Any]:
+        """activity_reindex's reply as the script answers it (`{1, earliest_ms}` or `{0}`)."""
+        reindex = contracts.ACTIVITY_REINDEX
+        keys = reindex.key_list(team_index=team_index, due_index=due_index)
+        return await reindex.call(self.scripts, keys, {"activity_id": AID})
+
+    async def user_lock(self, user: str) -> TeamReply:
+        return await self.teams.user_lock(AID, user)
 
     async def records(self) -> list[dict[str, str]]:
         return [fields for _id, fields in await self.redis.xrange(self.keys.outbox(AID))]
@@ -168,8 +148,22 @@ async def h(redis_client: Any) -> Harness:
     return harness
 
 
-def code(reply: list[Any]) -> TeamCode:
-    return TeamCode(int(reply[0]))
+def shaped(reply: TeamReply, shape: type[R]) -> R:
+    """The reply, checked to have this shape (and so the fields read after)."""
+    assert isinstance(reply, shape), reply
+    return reply
+
+
+def formed(reply: TeamReply) -> tuple[TeamCode, bool]:
+    """A confirm's code and whether it formed the team."""
+    confirmed = shaped(reply, Confirmed)
+    return confirmed.code, confirmed.formed
+
+
+def placed(reply: TeamReply) -> tuple[TeamCode, str]:
+    """A lock's or join's code and the team it holds a seat in."""
+    locked = shaped(reply, Locked)
+    return locked.code, locked.team_id
 
 
 def test_every_script_has_a_contract_header() -> None:
@@ -184,13 +178,14 @@ def test_every_script_has_a_contract_header() -> None:
 
 async def test_open_outcomes(h: Harness) -> None:
     opened = await h.open("t1", "L", "o1")
-    assert code(opened) is TeamCode.OK
-    assert opened[1:] == (await h.read("t1"))[2:]  # the team as team_read answers it
-    assert code(await h.open("t1", "L", "o1")) is TeamCode.EXISTING
-    assert code(await h.open("t1", "L", "other")) is TeamCode.CONFLICT
-    assert code(await h.open("t1", "M", "o1")) is TeamCode.CONFLICT
+    assert opened.code is TeamCode.OK
+    # the team as team_read answers it
+    assert shaped(opened, Opened).team == shaped(await h.read("t1"), TeamRead).team
+    assert (await h.open("t1", "L", "o1")).code is TeamCode.EXISTING
+    assert (await h.open("t1", "L", "other")).code is TeamCode.CONFLICT
+    assert (await h.open("t1", "M", "o1")).code is TeamCode.CONFLICT
     await h.redis.delete(h.keys.activity(AID))
-    assert code(await h.open("t2")) is TeamCode.ACTIVITY_NOT_FOUND
+    assert (await h.open("t2")).code is TeamCode.ACTIVITY_NOT_FOUND
     assert not await h.redis.exists(h.keys.team(AID, "t2"))
     assert await h.record_types() == ["team.opened"]
     # Every team key expires after deadline + retention.
@@ -200,24 +195,28 @@ async def test_open_outcomes(h: Harness) -> None:
 
 async def test_lock_outcomes(h: Harness) -> None:
     await h.open("t1")
-    assert code(await h.lock("missing", "u1")) is TeamCode.TEAM_NOT_FOUND
-    first = await h.lock("t1", "u1")
-    assert code(first) is TeamCode.OK
-    locked_at, expires_at, released = int(first[1]), int(first[2]), first[3]
+    assert (await h.lock("missing", "u1")).code is TeamCode.TEAM_NOT_FOUND
+    first = shaped(await h.lock("t1", "u1"), Locked)
+    assert first.code is TeamCode.OK
+    locked_at, expires_at, released = (
+        first.locked_at_ms,
+        first.expires_at_ms,
+        first.released_team_id,
+    )
     assert expires_at - locked_at == TTL_MS and released == ""
-    again = await h.lock("t1", "u1")
-    assert code(again) is TeamCode.EXISTING and [int(again[1]), int(again[2])] == [
+    again = shaped(await h.lock("t1", "u1"), Locked)
+    assert again.code is TeamCode.EXISTING and [again.locked_at_ms, again.expires_at_ms] == [
         locked_at,
         expires_at,
     ]
-    assert code(await h.lock("t1", "u2")) is TeamCode.OK
-    full = await h.lock("t1", "u3")
-    assert code(full) is TeamCode.TEAM_FULL
-    assert [int(full[1]), int(full[2])] == [locked_at, expires_at]
-    assert code(await h.lock("t1", "L")) is TeamCode.ALREADY_MEMBER
+    assert (await h.lock("t1", "u2")).code is TeamCode.OK
+    full = shaped(await h.lock("t1", "u3"), SeatsTaken)
+    assert full.code is TeamCode.TEAM_FULL
+    assert [full.earliest_locked_at_ms, full.next_unlock_ms] == [locked_at, expires_at]
+    assert (await h.lock("t1", "L")).code is TeamCode.ALREADY_MEMBER
     # The lock's seat is held only for the TTL.
     h.shift_ms += TTL_MS
-    assert code(await h.lock("t1", "u3")) is TeamCode.OK
+    assert (await h.lock("t1", "u3")).code is TeamCode.OK
     assert await h.record_types() == ["team.opened", "lock.expired", "lock.expired"]
 
 
@@ -225,9 +224,9 @@ async def test_full_of_members_has_no_next_unlock(h: Harness) -> None:
     await h.activity(size=2)
     await h.open("t1")
     await h.lock("t1", "u1")
-    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.OK
-    assert code(await h.lock("t1", "u2")) is TeamCode.TEAM_FORMED
-    assert code(await h.lock("t1", "u1")) is TeamCode.ALREADY_MEMBER
+    assert (await h.confirm("t1", "u1", "o1")).code is TeamCode.OK
+    assert (await h.lock("t1", "u2")).code is TeamCode.TEAM_FORMED
+    assert (await h.lock("t1", "u1")).code is TeamCode.ALREADY_MEMBER
 
 
 async def test_team_full_with_members_only(h: Harness) -> None:
@@ -235,25 +234,25 @@ async def test_team_full_with_members_only(h: Harness) -> None:
     await h.lock("t1", "u1")
     await h.confirm("t1", "u1", "o1")
     await h.lock("t1", "u2")
-    full = await h.lock("t1", "u3")
-    assert code(full) is TeamCode.TEAM_FULL and int(full[1]) > 0
+    full = shaped(await h.lock("t1", "u3"), SeatsTaken)
+    assert full.code is TeamCode.TEAM_FULL and (full.earliest_locked_at_ms or 0) > 0
     await h.unlock("t1", "u2")
     await h.lock("t1", "u3")
     # Now one member seat + one locked seat: a full team again, earliest = u3's lock.
-    assert code(await h.lock("t1", "u4")) is TeamCode.TEAM_FULL
+    assert (await h.lock("t1", "u4")).code is TeamCode.TEAM_FULL
 
 
 async def test_switching_teams_needs_the_old_team_keys(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
     await h.lock("t1", "u1")
-    switch = await h.lock("t2", "u1")
-    assert code(switch) is TeamCode.SWITCH_NEEDED and switch[1] == "t1"
+    switch = shaped(await h.lock("t2", "u1"), SwitchNeeded)
+    assert switch.code is TeamCode.SWITCH_NEEDED and switch.team_id == "t1"
     # Nothing was written: u1 still holds t1 and t2 has no lock.
     assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is not None
     assert await h.redis.zcard(h.keys.team_locks(AID, "t2")) == 0
-    moved = await h.lock("t2", "u1", other="t1")
-    assert code(moved) is TeamCode.OK and moved[3] == "t1"
+    moved = shaped(await h.lock("t2", "u1", other="t1"), Locked)
+    assert moved.code is TeamCode.OK and moved.released_team_id == "t1"
     assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is None
     assert (await h.redis.get(h.keys.user_lock(AID, "u1"))).startswith("t2|")
 
@@ -264,7 +263,7 @@ async def test_switch_refused_when_target_full_keeps_old_lock(h: Harness) -> Non
     await h.lock("t2", "a")
     await h.lock("t2", "b")
     await h.lock("t1", "u1")
-    assert code(await h.lock("t2", "u1", other="t1")) is TeamCode.TEAM_FULL
+    assert (await h.lock("t2", "u1", other="t1")).code is TeamCode.TEAM_FULL
     assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is not None
 
 
@@ -274,37 +273,37 @@ async def test_switch_from_expired_lock_records_its_expiry(h: Harness) -> None:
     await h.open("t2")
     # The user key still says t1 (its PX has not run out in real time) but the lock expired.
     h.shift_ms += TTL_MS + 1
-    reply = await h.lock("t2", "u1")
-    assert code(reply) is TeamCode.OK and reply[3] == ""
+    reply = shaped(await h.lock("t2", "u1"), Locked)
+    assert reply.code is TeamCode.OK and reply.released_team_id == ""
 
 
 async def test_unlock_outcomes(h: Harness) -> None:
     await h.open("t1")
-    assert code(await h.unlock("missing", "u1")) is TeamCode.TEAM_NOT_FOUND
+    assert (await h.unlock("missing", "u1")).code is TeamCode.TEAM_NOT_FOUND
     await h.lock("t1", "u1")
-    assert await h.unlock("t1", "u1") == [TeamCode.OK, 1]
-    assert await h.unlock("t1", "u1") == [TeamCode.OK, 0]
+    assert await h.unlock("t1", "u1") == Unlocked(TeamCode.OK, True)
+    assert await h.unlock("t1", "u1") == Unlocked(TeamCode.OK, False)
     assert not await h.redis.exists(h.keys.user_lock(AID, "u1"))
 
 
 async def test_confirm_outcomes(h: Harness) -> None:
     await h.open("t1", "L", "oL")
-    assert code(await h.confirm("missing", "u1", "o1")) is TeamCode.TEAM_NOT_FOUND
-    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.LOCK_REQUIRED
+    assert (await h.confirm("missing", "u1", "o1")).code is TeamCode.TEAM_NOT_FOUND
+    assert (await h.confirm("t1", "u1", "o1")).code is TeamCode.LOCK_REQUIRED
     await h.lock("t1", "u1")
     await h.lock("t1", "u2")
-    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.OK, 0]
-    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 0]
-    assert code(await h.confirm("t1", "u1", "o9")) is TeamCode.ALREADY_MEMBER
-    assert (await h.confirm("t1", "L", "oL"))[:2] == [TeamCode.EXISTING, 0]
+    assert formed(await h.confirm("t1", "u1", "o1")) == (TeamCode.OK, False)
+    assert formed(await h.confirm("t1", "u1", "o1")) == (TeamCode.EXISTING, False)
+    assert (await h.confirm("t1", "u1", "o9")).code is TeamCode.ALREADY_MEMBER
+    assert formed(await h.confirm("t1", "L", "oL")) == (TeamCode.EXISTING, False)
     joined = await h.confirm("t1", "u2", "o2")
-    assert joined[:2] == [TeamCode.OK, 1]
+    assert formed(joined) == (TeamCode.OK, True)
     # The reply carries the team after the call, as team_read would answer it.
-    assert joined[2:] == (await h.read("t1"))[2:]
+    assert shaped(joined, Confirmed).team == shaped(await h.read("t1"), TeamRead).team
     # A repeat says "formed" only for the confirm that formed the team (u2), not u1.
-    assert (await h.confirm("t1", "u1", "o1"))[:2] == [TeamCode.EXISTING, 0]
-    assert (await h.confirm("t1", "u2", "o2"))[:2] == [TeamCode.EXISTING, 1]
-    assert code(await h.confirm("t1", "u3", "o3")) is TeamCode.TEAM_FORMED
+    assert formed(await h.confirm("t1", "u1", "o1")) == (TeamCode.EXISTING, False)
+    assert formed(await h.confirm("t1", "u2", "o2")) == (TeamCode.EXISTING, True)
+    assert (await h.confirm("t1", "u3", "o3")).code is TeamCode.TEAM_FORMED
     records = await h.records()
     assert [r["type"] for r in records] == [
         "team.opened",
@@ -318,34 +317,34 @@ async def test_confirm_outcomes(h: Harness) -> None:
 
 async def test_a_blocked_user_is_refused_before_any_write(h: Harness) -> None:
     await h.open("t1")
-    assert code(await h.lock("t1", "payer")) is TeamCode.OK
+    assert (await h.lock("t1", "payer")).code is TeamCode.OK
     await h.redis.hset(h.keys.blocked_users(), mapping={"bad": "1|", "payer": "1|why"})
     team = h.keys.team_keys(AID, "t1")
     team_keys = [team.hash, team.members, team.locks]
     before = [await h.redis.dump(key) for key in team_keys]
     records = await h.record_types()
 
-    assert code(await h.lock("t1", "bad")) is TeamCode.USER_BLOCKED
-    assert code(await h.join("bad")) is TeamCode.USER_BLOCKED
-    assert code(await h.open("t2", leader="bad")) is TeamCode.USER_BLOCKED
-    assert code(await h.confirm("t1", "payer", "o1")) is TeamCode.USER_BLOCKED
+    assert (await h.lock("t1", "bad")).code is TeamCode.USER_BLOCKED
+    assert (await h.join("bad")).code is TeamCode.USER_BLOCKED
+    assert (await h.open("t2", leader="bad")).code is TeamCode.USER_BLOCKED
+    assert (await h.confirm("t1", "payer", "o1")).code is TeamCode.USER_BLOCKED
     # A lock held from before the block is still answered, unchanged.
-    assert code(await h.lock("t1", "payer")) is TeamCode.EXISTING
+    assert (await h.lock("t1", "payer")).code is TeamCode.EXISTING
     assert [await h.redis.dump(key) for key in team_keys] == before
     assert await h.record_types() == records
     assert not await h.redis.exists(h.keys.team(AID, "t2"))
     assert not await h.redis.exists(h.keys.user_lock(AID, "bad"))
 
     await h.redis.hdel(h.keys.blocked_users(), "bad", "payer")
-    assert code(await h.lock("t1", "bad")) is TeamCode.OK
-    assert code(await h.confirm("t1", "payer", "o1")) is TeamCode.OK
+    assert (await h.lock("t1", "bad")).code is TeamCode.OK
+    assert (await h.confirm("t1", "payer", "o1")).code is TeamCode.OK
 
 
 async def test_confirm_after_lock_expired_is_refused(h: Harness) -> None:
     await h.open("t1")
     await h.lock("t1", "u1")
     h.shift_ms += TTL_MS
-    assert code(await h.confirm("t1", "u1", "o1")) is TeamCode.LOCK_REQUIRED
+    assert (await h.confirm("t1", "u1", "o1")).code is TeamCode.LOCK_REQUIRED
 
 
 async def test_deadline_fails_the_team_once(h: Harness) -> None:
@@ -356,25 +355,24 @@ async def test_deadline_fails_the_team_once(h: Harness) -> None:
     h.shift_ms += DEADLINE_MS - 5_000
     await h.lock("t1", "u4")  # still live at the deadline
     h.shift_ms += 5_000
-    assert code(await h.lock("t1", "u3")) is TeamCode.TEAM_FAILED
-    assert code(await h.confirm("t1", "u2", "o2")) is TeamCode.TEAM_FAILED
-    assert code(await h.read("t1")) is TeamCode.OK
+    assert (await h.lock("t1", "u3")).code is TeamCode.TEAM_FAILED
+    assert (await h.confirm("t1", "u2", "o2")).code is TeamCode.TEAM_FAILED
+    assert (await h.read("t1")).code is TeamCode.OK
     failed = [r for r in await h.records() if r["type"] == "team.failed"]
     assert len(failed) == 1 and failed[0]["members"] == "L|oL,u1|o1"
     # u2's lock expired before the deadline; u4's was live and ends with the team.
     expired = [r["user_id"] for r in await h.records() if r["type"] == "lock.expired"]
     assert expired == ["u2"]
-    flat = (await h.read("t1"))[2]
-    team = dict(zip(flat[0::2], flat[1::2], strict=True))
-    assert team["status"] == "failed" and int(team["failed_ms"]) == int(team["deadline_ms"])
+    team = shaped(await h.read("t1"), TeamRead).team
+    assert team.status == "failed" and team.failed_ms == team.deadline_ms
 
 
 async def test_read_reports_state(h: Harness) -> None:
-    assert code(await h.read("t1")) is TeamCode.TEAM_NOT_FOUND
+    assert (await h.read("t1")).code is TeamCode.TEAM_NOT_FOUND
     await h.open("t1")
     await h.lock("t1", "u1")
-    reply = await h.read("t1")
-    assert code(reply) is TeamCode.OK
+    reply = await h.read_raw("t1")  # the wire shape the parser reads
+    assert TeamCode(int(reply[0])) is TeamCode.OK
     _code, now, team, members, locks = reply
     team = dict(zip(team[0::2], team[1::2], strict=True))
     assert team["status"] == "open" and team["member_count"] == "1"
@@ -384,10 +382,11 @@ async def test_read_reports_state(h: Harness) -> None:
 
 async def test_user_lock_read(h: Harness) -> None:
     await h.open("t1")
-    _code, locked_at, expires_at, _released, _version = await h.lock("t1", "u1")
-    assert await h.user_lock("u1") == [TeamCode.OK, "t1", str(locked_at), str(expires_at)]
+    locked = shaped(await h.lock("t1", "u1"), Locked)
+    held = UserLock(TeamCode.OK, "t1", locked.locked_at_ms, locked.expires_at_ms)
+    assert await h.user_lock("u1") == held
     h.shift_ms += TTL_MS
-    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
+    assert (await h.user_lock("u1")).code is TeamCode.NO_LOCK
     # The read writes nothing: the stale key goes by the PX its lock set.
     assert 0 < await h.redis.pttl(h.keys.user_lock(AID, "u1")) <= TTL_MS
 
@@ -396,10 +395,10 @@ async def test_user_lock_read_ends_with_the_team_at_its_deadline(h: Harness) -> 
     await h.open("t1")
     h.shift_ms += DEADLINE_MS - 1_000  # the lock would outlive the deadline by far
     await h.lock("t1", "u1")
-    assert code(await h.user_lock("u1")) is TeamCode.OK
+    assert (await h.user_lock("u1")).code is TeamCode.OK
     h.shift_ms += 1_000
-    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
-    assert code(await h.lock("t1", "u2")) is TeamCode.TEAM_FAILED
+    assert (await h.user_lock("u1")).code is TeamCode.NO_LOCK
+    assert (await h.lock("t1", "u2")).code is TeamCode.TEAM_FAILED
 
 
 async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> None:
@@ -407,13 +406,13 @@ async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> N
     await h.open("t2")
     await h.lock("t1", "u1")
     await h.unlock("t1", "u1")
-    assert code(await h.user_lock("u1")) is TeamCode.NO_LOCK
+    assert (await h.user_lock("u1")).code is TeamCode.NO_LOCK
     await h.lock("t1", "u2")
     await h.confirm("t1", "u2", "o2")
-    assert code(await h.user_lock("u2")) is TeamCode.NO_LOCK
+    assert (await h.user_lock("u2")).code is TeamCode.NO_LOCK
     await h.lock("t1", "u3")
     await h.lock("t2", "u3", other="t1")
-    assert (await h.user_lock("u3"))[1] == "t2"
+    assert shaped(await h.user_lock("u3"), UserLock).team_id == "t2"
 
 
 async def test_open_seat_index_follows_every_change_of_seats(h: Harness) -> None:
@@ -444,7 +443,7 @@ async def test_open_seat_index_follows_every_change_of_seats(h: Harness) -> None
     await h.read("t2")
     assert await h.open_seats() == {"t2": seat_score(1, t2)}
     h.shift_ms += DEADLINE_MS
-    assert (await h.sweep("t2"))[2] == "failed"
+    assert shaped(await h.sweep("t2"), Swept).status == "failed"
     assert await h.open_seats() == {}
 
 
@@ -452,7 +451,7 @@ async def test_a_lost_team_leaves_the_open_seat_index(h: Harness) -> None:
     await h.open("t1")
     await h.redis.delete(h.keys.team(AID, "t1"), h.keys.team_members(AID, "t1"))
     assert list(await indexed_open_seats(h.redis, h.keys, AID)) == ["t1"]  # until noticed
-    assert code(await h.sweep("t1")) is TeamCode.TEAM_NOT_FOUND
+    assert (await h.sweep("t1")).code is TeamCode.TEAM_NOT_FOUND
     assert await h.open_seats() == {}
 
 
@@ -484,19 +483,18 @@ async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
         "teams_limit": 0,
         "led_limit": 0,
     }
-    restore = contracts.TEAM_RESTORE
     # 6 changes recorded before the loss
-    assert await h.team(restore, "t1", members, version=7, **args) == [TeamCode.OK]
-    again = await h.team(restore, "t1", ["x", "1|1|"], version=1, **args)
-    assert again == [TeamCode.EXISTING]
+    assert await h.restore("t1", members, version=7, **args) == TeamReply(TeamCode.OK)
+    again = await h.restore("t1", ["x", "1|1|"], version=1, **args)
+    assert again == TeamReply(TeamCode.EXISTING)
     assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
     assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
     assert await h.record_types() == []  # nothing new happened: nothing to record
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") == now + DEADLINE_MS
     assert await h.open_seats() == {"t1": seat_score(2, now - 5_000)}
-    assert (await h.lock("t1", "m2"))[0] == TeamCode.OK
-    assert (await h.lock("t1", "m3"))[0] == TeamCode.TEAM_FULL
-    assert (await h.confirm("t1", "m2", "o-2"))[:2] == [TeamCode.OK, 1]  # the third seat
+    assert (await h.lock("t1", "m2")).code == TeamCode.OK
+    assert (await h.lock("t1", "m3")).code == TeamCode.TEAM_FULL
+    assert formed(await h.confirm("t1", "m2", "o-2")) == (TeamCode.OK, True)  # the third seat
     joined = [r for r in await h.records() if r["type"] == "team.member_joined"]
     assert joined[0]["seq"] == "3"
 
@@ -505,10 +503,10 @@ async def test_scripts_survive_script_flush(h: Harness) -> None:
     await h.open("t1")
     await h.redis.script_flush()
     assert not any(await h.redis.script_exists(*[s.sha for s in h.scripts._scripts.values()]))
-    assert code(await h.lock("t1", "u1")) is TeamCode.OK
-    assert code(await h.read("t1")) is TeamCode.OK
-    assert code(await h.join("u2")) is TeamCode.OK
-    assert code(await h.page(10)) is TeamCode.OK
+    assert (await h.lock("t1", "u1")).code is TeamCode.OK
+    assert (await h.read("t1")).code is TeamCode.OK
+    assert (await h.join("u2")).code is TeamCode.OK
+    assert (await h.page(10)).code is TeamCode.OK
 
 
 async def test_every_key_but_the_global_indexes_shares_the_activity_slot(h: Harness) -> None:
@@ -537,13 +535,13 @@ async def test_indexes_follow_every_change(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
     assert [m for m, _ in await h.redis.zrange(deadlines, 0, -1, withscores=True)] == ["t1", "t2"]
-    first = await h.lock("t1", "u1")
-    assert await h.redis.zscore(lock_index, "t1") == int(first[2])  # its lock's expiry
+    first = shaped(await h.lock("t1", "u1"), Locked)
+    assert await h.redis.zscore(lock_index, "t1") == first.expires_at_ms  # its lock's expiry
     h.shift_ms += 5
-    second = await h.lock("t1", "u2")
-    assert await h.redis.zscore(lock_index, "t1") == int(first[2])  # still the earliest
+    second = shaped(await h.lock("t1", "u2"), Locked)
+    assert await h.redis.zscore(lock_index, "t1") == first.expires_at_ms  # still the earliest
     await h.unlock("t1", "u1")
-    assert await h.redis.zscore(lock_index, "t1") == int(second[2])  # now u2's
+    assert await h.redis.zscore(lock_index, "t1") == second.expires_at_ms  # now u2's
     await h.lock("t2", "u2", other="t1")  # the switch leaves t1 with no lock
     assert await h.redis.zscore(lock_index, "t1") is None
     assert await h.redis.zscore(lock_index, "t2") is not None
@@ -559,23 +557,23 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     await h.open("t1")
     await h.lock("t1", "u1")
 
-    async def sweep() -> list[Any]:
-        return list(await h.sweep("t1"))
+    async def sweep() -> TeamReply:
+        return await h.sweep("t1")
 
-    assert await sweep() == [TeamCode.OK, 0, "open", 0]
+    assert await sweep() == Swept(TeamCode.OK, 0, "open", False)
     h.shift_ms += TTL_MS
-    assert await sweep() == [TeamCode.OK, 1, "open", 0]
+    assert await sweep() == Swept(TeamCode.OK, 1, "open", False)
     assert await h.redis.zscore(h.keys.lock_index(AID), "t1") is None
-    assert await sweep() == [TeamCode.OK, 0, "open", 0]
+    assert await sweep() == Swept(TeamCode.OK, 0, "open", False)
     h.shift_ms += DEADLINE_MS
-    assert await sweep() == [TeamCode.OK, 0, "failed", 1]  # this call failed it
-    assert await sweep() == [TeamCode.OK, 0, "failed", 0]
+    assert await sweep() == Swept(TeamCode.OK, 0, "failed", True)  # this call failed it
+    assert await sweep() == Swept(TeamCode.OK, 0, "failed", False)
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") is None
     assert await h.record_types() == ["team.opened", "lock.expired", "team.failed"]
     # a team Redis no longer has leaves the indexes too
     await h.redis.zadd(h.keys.deadline_index(AID), {"ghost": 1})
     h.shift_ms = 0
-    assert await h.sweep("ghost") == [TeamCode.TEAM_NOT_FOUND]
+    assert await h.sweep("ghost") == TeamReply(TeamCode.TEAM_NOT_FOUND)
     assert await h.redis.zscore(h.keys.deadline_index(AID), "ghost") is None
 
 
@@ -601,35 +599,31 @@ async def test_the_due_indexes_never_list_an_activity_later_than_its_earliest_te
     deadline = await h.redis.zscore(h.keys.deadline_index(AID), "t1")
     assert await h.redis.zscore(due_deadlines, AID) == deadline
     assert await h.redis.zscore(due_locks, AID) is None
-    first = await h.lock("t1", "u1")
-    assert await h.redis.zscore(due_locks, AID) == int(first[2])
+    first = shaped(await h.lock("t1", "u1"), Locked)
+    assert await h.redis.zscore(due_locks, AID) == first.expires_at_ms
     h.shift_ms += 5
     await h.open("t2")
-    second = await h.lock("t2", "u2")
-    assert await h.redis.zscore(due_locks, AID) == int(first[2])  # the earlier one stays
+    second = shaped(await h.lock("t2", "u2"), Locked)
+    assert await h.redis.zscore(due_locks, AID) == first.expires_at_ms  # the earlier one stays
     await h.unlock("t1", "u1")
     # a lower bound until a sweep sets it right: then the earliest lock left, or nothing
-    assert await h.redis.zscore(due_locks, AID) == int(first[2])
-    reindex = [h.keys.lock_index(AID), due_locks]
-    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [1, int(second[2])]
-    assert await h.redis.zscore(due_locks, AID) == int(second[2])
+    assert await h.redis.zscore(due_locks, AID) == first.expires_at_ms
+    lock_index = h.keys.lock_index(AID)
+    assert await h.reindex(lock_index, due_locks) == [1, second.expires_at_ms]
+    assert await h.redis.zscore(due_locks, AID) == second.expires_at_ms
     await h.unlock("t2", "u2")
-    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [0]
+    assert await h.reindex(lock_index, due_locks) == [0]
     assert await h.redis.zscore(due_locks, AID) is None
     await h.redis.zrem(due_deadlines, AID)  # lost: the repair's re-index puts it back
-    reindex = [h.keys.deadline_index(AID), due_deadlines]
-    assert await h.scripts.call("activity_reindex", reindex, [AID]) == [1, deadline]
+    assert await h.reindex(h.keys.deadline_index(AID), due_deadlines) == [1, deadline]
     assert await h.redis.zscore(due_deadlines, AID) == deadline
 
 
 async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> None:
-    release = contracts.ACTIVITY_RELEASE.key_list(
-        h.keys.activity_keys(AID), activity_hash=h.keys.activity(AID)
-    )
     await h.open("t1")
-    assert await h.scripts.call("activity_release", release, [AID]) == [0]  # a team is open
+    assert await h.teams.release(AID) is False  # a team is open
     await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
-    assert await h.scripts.call("activity_release", release, [AID]) == [1]
+    assert await h.teams.release(AID) is True
     assert not await h.redis.exists(h.keys.activity(AID), h.keys.due_deadlines())
 
 
@@ -644,8 +638,7 @@ async def restore(
     recorded: list[Any] = []
     for seq, user in enumerate(members, start=1):
         recorded += [user, f"{seq}|{created_ms}|"]
-    restored = await h.team(
-        contracts.TEAM_RESTORE,
+    restored = await h.restore(
         tid,
         recorded,
         leader_id=members[0],
@@ -660,14 +653,14 @@ async def restore(
         teams_limit=teams_limit,
         led_limit=0,
     )
-    assert restored == [TeamCode.OK]
+    assert restored == TeamReply(TeamCode.OK)
 
 
-async def join_until_answered(h: Harness, user: str, candidates: int) -> list[list[Any]]:
+async def join_until_answered(h: Harness, user: str, candidates: int) -> list[JoinReply]:
     """Every reply of one join, following LOOK_FURTHER as the service does."""
     replies = [await h.join(user, candidates=candidates)]
-    while code(replies[-1]) is TeamCode.LOOK_FURTHER:
-        cursor = (replies[-1][1], replies[-1][2])
+    while replies[-1].code is TeamCode.LOOK_FURTHER:
+        cursor = shaped(replies[-1], LookFurther).cursor
         replies.append(await h.join(user, cursor, candidates))
     return replies
 
@@ -677,18 +670,20 @@ async def test_join_takes_the_team_closest_to_forming_then_the_oldest(h: Harness
         await h.open(tid, f"L{tid}")
         h.shift_ms += 1
     await h.lock("t2", "u1")
-    joined = await h.join("a")  # t2 has the most seats taken
-    assert joined[:2] == [TeamCode.OK, "t2"] and int(joined[3]) - int(joined[2]) == TTL_MS
-    assert joined[4] == 3  # t2's version: opened, u1's lock, this one (as team_lock's)
-    assert await h.redis.zscore(h.keys.team_locks(AID, "t2"), "a") == int(joined[2])
+    joined = shaped(await h.join("a"), Locked)  # t2 has the most seats taken
+    assert placed(joined) == (TeamCode.OK, "t2")
+    assert joined.expires_at_ms - joined.locked_at_ms == TTL_MS
+    assert joined.version == 3  # t2's version: opened, u1's lock, this one (as team_lock's)
+    assert await h.redis.zscore(h.keys.team_locks(AID, "t2"), "a") == joined.locked_at_ms
     assert (await h.redis.get(h.keys.user_lock(AID, "a"))).startswith("t2|")
-    assert (await h.join("b"))[:2] == [TeamCode.OK, "t1"]  # t2 is full; t1 is the oldest
-    assert (await h.join("c"))[:2] == [TeamCode.OK, "t1"]
-    assert (await h.join("d"))[:2] == [TeamCode.OK, "t3"]
+    assert placed(await h.join("b")) == (TeamCode.OK, "t1")  # t2 is full; t1 is the oldest
+    assert placed(await h.join("c")) == (TeamCode.OK, "t1")
+    assert placed(await h.join("d")) == (TeamCode.OK, "t3")
     # One lock per user and activity: a live lock anywhere is the answer, unchanged.
-    assert await h.join("a") == [TeamCode.EXISTING, "t2", joined[2], joined[3], 3]
+    existing = Locked(TeamCode.EXISTING, "t2", joined.locked_at_ms, joined.expires_at_ms, 3, "")
+    assert await h.join("a") == existing
     await h.lock("t3", "b", other="t1")
-    assert (await h.join("b"))[:2] == [TeamCode.EXISTING, "t3"]
+    assert placed(await h.join("b")) == (TeamCode.EXISTING, "t3")
     assert await h.record_types() == ["team.opened"] * 3  # locks live only in Redis
 
 
@@ -698,24 +693,25 @@ async def test_join_never_places_a_member_in_their_team_again(h: Harness) -> Non
     await h.open("t2", "L2")
     await h.lock("t1", "u1")
     await h.confirm("t1", "u1", "o1")
-    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t2"]
+    assert placed(await h.join("u1")) == (TeamCode.OK, "t2")
     await h.unlock("t2", "u1")
-    x = await h.lock("t2", "x")
+    x = shaped(await h.lock("t2", "x"), Locked)
     await h.lock("t2", "y")
     # t1 has a seat, but u1 is a member there; t2 is full until x's lock expires.
-    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, x[2]]
-    assert (await h.join("L2"))[:2] == [TeamCode.OK, "t1"]
+    assert await h.join("u1") == NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, x.expires_at_ms)
+    assert placed(await h.join("L2")) == (TeamCode.OK, "t1")
 
 
 async def test_no_team_available_says_when_the_earliest_lock_expires(h: Harness) -> None:
-    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, ""]  # no team at all
+    no_team = NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, None)
+    assert await h.join("u1") == no_team  # no team at all
     await h.open("t1", "L1")
-    first = await h.lock("t1", "a")
+    first = shaped(await h.lock("t1", "a"), Locked)
     h.shift_ms += 1_000
     await h.lock("t1", "b")
-    assert await h.join("u1") == [TeamCode.NO_TEAM_AVAILABLE, first[2]]
+    assert await h.join("u1") == NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, first.expires_at_ms)
     await h.redis.delete(h.keys.activity(AID))
-    assert await h.join("u1") == [TeamCode.ACTIVITY_NOT_FOUND]
+    assert await h.join("u1") == TeamReply(TeamCode.ACTIVITY_NOT_FOUND)
 
 
 async def test_join_takes_a_seat_freed_by_a_lock_that_expired_unswept(h: Harness) -> None:
@@ -727,12 +723,12 @@ async def test_join_takes_a_seat_freed_by_a_lock_that_expired_unswept(h: Harness
     h.shift_ms += 1_000
     for user in ("c", "d"):
         await h.lock("t2", user)
-    assert code(await h.join("u1")) is TeamCode.NO_TEAM_AVAILABLE
+    assert (await h.join("u1")).code is TeamCode.NO_TEAM_AVAILABLE
     h.shift_ms += TTL_MS - 1_000  # t1's locks expired; nobody swept them; t2's still hold
     assert await h.open_seats() == {}  # the stored seats still count them
-    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t1"]
-    assert (await h.join("u2"))[:2] == [TeamCode.OK, "t1"]
-    assert code(await h.join("u3")) is TeamCode.NO_TEAM_AVAILABLE
+    assert placed(await h.join("u1")) == (TeamCode.OK, "t1")
+    assert placed(await h.join("u2")) == (TeamCode.OK, "t1")
+    assert (await h.join("u3")).code is TeamCode.NO_TEAM_AVAILABLE
     expired = [
         (r["team_id"], r["user_id"]) for r in await h.records() if r["type"] == "lock.expired"
     ]
@@ -744,7 +740,7 @@ async def test_join_fails_a_team_past_its_deadline_and_never_locks_there(h: Harn
     h.shift_ms += DEADLINE_MS - 1
     await h.open("t2", "L2")  # younger: t1 stays first in the index
     h.shift_ms += 1
-    assert (await h.join("u1"))[:2] == [TeamCode.OK, "t2"]
+    assert placed(await h.join("u1")) == (TeamCode.OK, "t2")
     failed = [r for r in await h.records() if r["type"] == "team.failed"]
     assert [(r["team_id"], r["members"]) for r in failed] == [("t1", "L1|o1")]
     assert await h.redis.hget(h.keys.team(AID, "t1"), "status") == "failed"
@@ -756,9 +752,10 @@ async def test_join_looks_further_in_bounded_steps(h: Harness) -> None:
         await restore(h, tid, now, f"L{tid}", "u")  # u is a member of the first three
     await restore(h, "t4", now + 1, "L4")
     replies = await join_until_answered(h, "u", candidates=2)
-    assert [code(r) for r in replies] == [TeamCode.LOOK_FURTHER, TeamCode.OK]
-    assert replies[0][1:] == [str(seat_score(2, now)), "t2"] and replies[1][1] == "t4"
-    assert code(await h.join("u", (replies[0][1], "t2"), candidates=2)) is TeamCode.EXISTING
+    assert [r.code for r in replies] == [TeamCode.LOOK_FURTHER, TeamCode.OK]
+    further = shaped(replies[0], LookFurther)
+    assert further.cursor == (str(seat_score(2, now)), "t2") and placed(replies[1])[1] == "t4"
+    assert (await h.join("u", (further.score, "t2"), candidates=2)).code is TeamCode.EXISTING
 
 
 async def test_join_applies_time_in_bounded_steps_then_looks_again(h: Harness) -> None:
@@ -771,20 +768,20 @@ async def test_join_applies_time_in_bounded_steps_then_looks_again(h: Harness) -
     await h.lock("t3", "y2")
     h.shift_ms += TTL_MS  # every seat lock expired: three teams to sweep, two per call
     replies = await join_until_answered(h, "u", candidates=2)
-    assert [r[:3] for r in replies[:2]] == [
-        [TeamCode.LOOK_FURTHER, "", ""],  # time applied to two of three teams: again
-        [TeamCode.LOOK_FURTHER, str(seat_score(2, now)), "t2"],
+    assert replies[:2] == [
+        LookFurther(TeamCode.LOOK_FURTHER, "", ""),  # time applied to two of three teams: again
+        LookFurther(TeamCode.LOOK_FURTHER, str(seat_score(2, now)), "t2"),
     ]
-    assert replies[2][:2] == [TeamCode.OK, "t3"] and len(replies) == 3
+    assert placed(replies[2]) == (TeamCode.OK, "t3") and len(replies) == 3
 
 
 async def test_join_keeps_the_activity_limit_on_teams_per_user(h: Harness) -> None:
     now = int((await h.redis.time())[0]) * 1000
     await restore(h, "t1", now, "L1", teams_limit=1)
     await h.redis.set(h.keys.user_counter(AID, "u", "teams"), 1)  # u belongs to a team
-    assert await h.join("u") == [TeamCode.USER_LIMIT_REACHED, 1, 1, "teams_per_user"]
+    assert await h.join("u") == LimitReached(TeamCode.USER_LIMIT_REACHED, 1, 1, "teams_per_user")
     assert await h.redis.zcard(h.keys.team_locks(AID, "t1")) == 0
-    assert (await h.join("v"))[:2] == [TeamCode.OK, "t1"]
+    assert placed(await h.join("v")) == (TeamCode.OK, "t1")
 
 
 async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None:
@@ -793,8 +790,8 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
     await h.lock("t-1", "a")
     h.shift_ms += TTL_MS  # a's lock expires unswept: join drops it through built keys
     for user in ("b", "c", "d", "e"):
-        assert code(await h.join(user)) is TeamCode.OK
-    assert code(await h.page(10)) is TeamCode.OK
+        assert (await h.join(user)).code is TeamCode.OK
+    assert (await h.page(10)).code is TeamCode.OK
     expected = {h.keys.activity(AID), *h.keys.activity_keys(AID).named().values()}
     for tid in ("t-1", "t_2"):
         expected.update(h.keys.team_keys(AID, tid).named().values())
@@ -808,9 +805,9 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
     assert await h.open_seats() == {}
 
 
-def page_ids(reply: list[Any]) -> list[str]:
-    assert code(reply) is TeamCode.OK, reply
-    return [entry[0] for entry in reply[3]]
+def page_ids(reply: TeamReply) -> list[str]:
+    assert reply.code is TeamCode.OK, reply
+    return [team.team_id for team in shaped(reply, Listed).teams]
 
 
 async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Harness) -> None:
@@ -820,15 +817,67 @@ async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Ha
     for tid in ("a_1", "aZ", "a1", "a-1"):
         await restore(h, tid, now, f"L{tid}")
     await restore(h, "b", now + 5, "Lb", "m")  # two seats taken: first
-    first = await h.page(3)
+    first = shaped(await h.page(3), Listed)
     assert page_ids(first) == ["b", "a-1", "a1"]
-    assert first[1:3] == [str(seat_score(1, now)), "a1"]
-    team, members, locks = first[3][0][1:]
-    assert dict(zip(team[0::2], team[1::2], strict=True))["member_count"] == "2"
-    assert members[0::2] == ["Lb", "m"] and locks == []
+    assert first.next == PageCursor(seat_score(1, now), "a1")
+    team = first.teams[0]
+    assert len(team.members) == 2
+    assert [user for user, _order, _at in team.members] == ["Lb", "m"] and team.locks == []
     await h.lock("a1", "x")
     await h.lock("a1", "y")  # full: a1 leaves the index; the page after it still follows
-    second = await h.page(3, (first[1], first[2]))
-    assert page_ids(second) == ["aZ", "a_1"] and second[1:3] == ["", ""]
+    assert first.next is not None
+    second = shaped(await h.page(3, (first.next.score, first.next.team_id)), Listed)
+    assert page_ids(second) == ["aZ", "a_1"] and second.next is None
     # A cursor between ids: a-1 < a0 < a1, and a1 has left.
     assert page_ids(await h.page(1, (str(seat_score(1, now)), "a0"))) == ["aZ"]
+
+
+async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Harness) -> None:
+    """Each emit({...}) site against the codec's TypedDict of its record type: a field
+    renamed, added or dropped in Lua fails here rather than in the write-behind."""
+    await h.activity(3)
+    seen = 0
+
+    async def emitted() -> list[str]:
+        nonlocal seen
+        records = await h.records()
+        new, seen = records[seen:], len(records)
+        return [r["type"] + (" virtual" if "virtual_seats" in r else "") for r in new]
+
+    await h.open("t1", "L", "oL")
+    assert await emitted() == ["team.opened"]  # team_open
+    await h.lock("t1", "u1")
+    await h.lock("t1", "u2")
+    await h.confirm("t1", "u1", "o1")
+    await h.confirm("t1", "u2", "o2")  # the last seat
+    assert await emitted() == ["team.member_joined", "team.member_joined", "team.formed"]
+    await h.open("t2")
+    await h.lock("t2", "u3")
+    await h.open("t3")
+    await h.open("t5")
+    await h.lock("t5", "u5")
+    # The team's own TTL is over before the one the user's key holds: a switch records it.
+    await h.redis.hset(h.keys.team(AID, "t5"), "lock_ttl_ms", 1)
+    await h.redis.hset(h.keys.activity(AID), "virtual_min", 1)
+    await h.open("t4")  # one real member is enough: formed virtually at its deadline
+    assert await emitted() == ["team.opened"] * 4
+    h.shift_ms += 5
+    await h.lock("t3", "u5", other="t5")  # team_lock: the lock u5 leaves had expired
+    assert await emitted() == ["lock.expired"]
+    h.shift_ms += TTL_MS
+    await h.sweep("t2")  # _team_lib's lazy checks: u3's lock
+    assert await emitted() == ["lock.expired"]
+    h.shift_ms += DEADLINE_MS
+    await h.sweep("t2")
+    await h.sweep("t4")
+    assert await emitted() == ["team.failed", "team.formed virtual"]
+
+    for fields in await h.records():
+        record = team_codec.parse_team_record(fields)
+        required, optional = record_keys(team_codec.TEAM_RECORDS[fields["type"]])
+        assert set(fields) == set(record), fields  # no field the type does not have
+        # Every field of the type, but a confirm's team.formed has no virtual seats.
+        unused = {"virtual_seats"} if fields["type"] == "team.formed" else set()
+        assert (required | optional) - set(fields) <= unused, fields
+    types = {fields["type"] for fields in await h.records()}
+    assert types == set(team_codec.TEAM_RECORDS)

@@ -31,25 +31,25 @@ async def test_expiry_refunds_exactly_once_from_every_path(
 ) -> None:
     packets = services.packets
     await sent_packet_via_services(600, 6, funds=1000, expires_in_s=60)
-    taken = sum([(await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(2)])
-    assert (await packets.expire("pk"))["expired"] is False  # not due yet
+    taken = sum([(await packets.grabs.grab("pk", f"u{i}"))["amount_cents"] for i in range(2)])
+    assert (await packets.sweeps.expire("pk"))["expired"] is False  # not due yet
     services.clock.advance(60)
     # two schedulers at once, a lazy grab, and repeats
     results = await asyncio.gather(
-        packets.expire("pk"),
-        packets.expire_due(),
-        packets.grab("pk", "late"),
+        packets.sweeps.expire("pk"),
+        packets.sweeps.expire_due(),
+        packets.grabs.grab("pk", "late"),
         return_exceptions=True,
     )
     assert sum(isinstance(r, errors.Expired) for r in results) == 1
-    await packets.expire("pk")
-    await packets.expire_due()
+    await packets.sweeps.expire("pk")
+    await packets.sweeps.expire_due()
     await packets.writer.drain_all()
     refunds = await count(services, LedgerEntryRow, kind="refund_credit")
     assert refunds == 1
-    assert (await packets.account("sender"))["balance_cents"] == 1000 - 600 + (600 - taken)
+    assert (await packets.accounts.account("sender"))["balance_cents"] == 1000 - 600 + (600 - taken)
     assert len(await _events(services, "packet.refunded")) == 1
-    body = await packets.get("pk")
+    body = await packets.reads.get("pk")
     assert body["status"] == "expired" and body["refunded_cents"] == 600 - taken
     assert sum(g["amount_cents"] for g in body["grabs"]) + body["refunded_cents"] == 600
     await assert_money_conserved(services)
@@ -57,18 +57,21 @@ async def test_expiry_refunds_exactly_once_from_every_path(
 
 async def test_expire_due_only_touches_due_packets(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 100, 2, packet_id="soon", expires_in_s=10)
-    await packets.send("sender", 100, 2, packet_id="later", expires_in_s=100)
-    await packets.send("sender", 100, 1, packet_id="sold", expires_in_s=10)
-    await packets.grab("sold", "u1")
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 100, 2, packet_id="soon", expires_in_s=10)
+    await packets.sending.send("sender", 100, 2, packet_id="later", expires_in_s=100)
+    await packets.sending.send("sender", 100, 1, packet_id="sold", expires_in_s=10)
+    await packets.grabs.grab("sold", "u1")
     services.clock.advance(10)
-    assert await packets.expire_due() == {"due": 1, "expired": 1}  # "sold" left when sold out
+    assert await packets.sweeps.expire_due() == {
+        "due": 1,
+        "expired": 1,
+    }  # "sold" left when sold out
     await packets.writer.drain_all()
-    assert (await packets.get("later"))["status"] == "active"
-    assert (await packets.get("soon"))["status"] == "expired"
-    assert (await packets.get("sold"))["status"] == "sold_out"
-    assert await packets.expire_due() == {"due": 0, "expired": 0}
+    assert (await packets.reads.get("later"))["status"] == "active"
+    assert (await packets.reads.get("soon"))["status"] == "expired"
+    assert (await packets.reads.get("sold"))["status"] == "sold_out"
+    assert await packets.sweeps.expire_due() == {"due": 0, "expired": 0}
     await assert_money_conserved(services)
 
 
@@ -90,9 +93,11 @@ def redis_step_fails(services: Services, monkeypatch: pytest.MonkeyPatch) -> dic
 
 async def send_that_fails_in_redis(services: Services, expires_in_s: int | None = None) -> None:
     """Fund the sender and send "pk" while its Redis step fails (after the SQL commit)."""
-    await services.packets.deposit("sender", 500, "funds")
+    await services.packets.accounts.deposit("sender", 500, "funds")
     with pytest.raises(redis.exceptions.ConnectionError):
-        await services.packets.send("sender", 300, 3, packet_id="pk", expires_in_s=expires_in_s)
+        await services.packets.sending.send(
+            "sender", 300, 3, packet_id="pk", expires_in_s=expires_in_s
+        )
 
 
 async def test_a_failed_redis_step_is_finished_by_the_repair(
@@ -101,11 +106,11 @@ async def test_a_failed_redis_step_is_finished_by_the_repair(
     packets = services.packets
     await send_that_fails_in_redis(services)
     # The money left the sender in the same transaction that recorded the packet.
-    assert (await packets.account("sender"))["balance_cents"] == 200
-    assert await packets.repair_pending() == {"pending": 1, "made_live": 1, "refunded": 0}
-    assert (await packets.get("pk"))["status"] == "active"
-    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
-    assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
+    assert (await packets.accounts.account("sender"))["balance_cents"] == 200
+    assert await packets.sending.repair_pending() == {"pending": 1, "made_live": 1, "refunded": 0}
+    assert (await packets.reads.get("pk"))["status"] == "active"
+    assert (await packets.grabs.grab("pk", "u1"))["status"] == "grabbed"
+    assert await packets.sending.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
     await packets.writer.drain_all()
     await assert_money_conserved(services)
 
@@ -115,10 +120,10 @@ async def test_a_client_retry_finishes_the_send(
 ) -> None:
     packets = services.packets
     await send_that_fails_in_redis(services)
-    again = await packets.send("sender", 300, 3, packet_id="pk")
+    again = await packets.sending.send("sender", 300, 3, packet_id="pk")
     assert not again.created and again.body["status"] == "active"
-    assert (await packets.account("sender"))["balance_cents"] == 200  # debited once
-    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+    assert (await packets.accounts.account("sender"))["balance_cents"] == 200  # debited once
+    assert (await packets.grabs.grab("pk", "u1"))["status"] == "grabbed"
 
 
 async def test_a_grab_finishes_the_send_too(
@@ -126,7 +131,7 @@ async def test_a_grab_finishes_the_send_too(
 ) -> None:
     packets = services.packets
     await send_that_fails_in_redis(services)
-    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+    assert (await packets.grabs.grab("pk", "u1"))["status"] == "grabbed"
 
 
 async def test_a_send_that_never_reached_redis_is_refunded_after_its_expiry(
@@ -135,13 +140,13 @@ async def test_a_send_that_never_reached_redis_is_refunded_after_its_expiry(
     packets = services.packets
     await send_that_fails_in_redis(services, expires_in_s=5)
     services.clock.advance(5)
-    assert await packets.repair_pending() == {"pending": 1, "made_live": 0, "refunded": 1}
-    assert await packets.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
-    assert (await packets.account("sender"))["balance_cents"] == 500
-    body = await packets.get("pk")
+    assert await packets.sending.repair_pending() == {"pending": 1, "made_live": 0, "refunded": 1}
+    assert await packets.sending.repair_pending() == {"pending": 0, "made_live": 0, "refunded": 0}
+    assert (await packets.accounts.account("sender"))["balance_cents"] == 500
+    body = await packets.reads.get("pk")
     assert body["status"] == "expired" and body["refunded_cents"] == 300 and body["grabs"] == []
     with pytest.raises(errors.Expired):
-        await packets.grab("pk", "u1")
+        await packets.grabs.grab("pk", "u1")
     assert len(await _events(services, "packet.refunded")) == 1
     async with services.database.sessions() as session:
         row = await session.get(PacketRow, "pk")
@@ -151,13 +156,13 @@ async def test_a_send_that_never_reached_redis_is_refunded_after_its_expiry(
 
 async def test_concurrent_sends_never_overdraw(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
+    await packets.accounts.deposit("sender", 1000, "funds")
     results = await asyncio.gather(
-        *(packets.send("sender", 300, 3, packet_id=f"pk{i}") for i in range(6)),
+        *(packets.sending.send("sender", 300, 3, packet_id=f"pk{i}") for i in range(6)),
         return_exceptions=True,
     )
     sent = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, errors.InsufficientFunds)]
     assert len(sent) == 3 and len(refused) == 3
-    assert (await packets.account("sender"))["balance_cents"] == 100
+    assert (await packets.accounts.account("sender"))["balance_cents"] == 100
     await assert_money_conserved(services)

@@ -50,7 +50,7 @@ async def test_flash_grab_race(
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                body = await packets.grab("flash", user)
+                body = await packets.grabs.grab("flash", user)
                 answers[user].append((body["status"], body["amount_cents"]))
             except errors.SoldOut:
                 answers[user].append(("sold_out", None))
@@ -103,7 +103,7 @@ async def test_flash_grab_race(
     assert {u: b for u, b in balances.items() if u != "sender"} == won
     assert balances["sender"] == 0
     assert entry_count == SHARES + 2  # deposit, packet debit, one credit per grab
-    assert (await packets.get("flash"))["status"] == "sold_out"
+    assert (await packets.reads.get("flash"))["status"] == "sold_out"
     sql = "PostgreSQL" if not services.database.is_sqlite else "SQLite"
     with capsys.disabled():
         print(

@@ -64,18 +64,18 @@ async def test_grabs_resent_after_a_stall_answer_grabbed_once_each(
 ) -> None:
     services, proxy, direct = behind_proxy
     packets = services.packets
-    await packets.deposit("sender", 20_000 + GRABBERS, "funds")
-    await packets.send("sender", 20_000, GRABBERS, packet_id="stalled")
+    await packets.accounts.deposit("sender", 20_000 + GRABBERS, "funds")
+    await packets.sending.send("sender", 20_000, GRABBERS, packet_id="stalled")
     grabs_key = services.keys.packet_keys("stalled").grabs
     # Open the connections the stalled calls will use (a new connection's handshake would
     # be held too, and its call would never reach Redis).
-    await packets.send("sender", GRABBERS, GRABBERS, packet_id="warm-up")
-    await asyncio.gather(*(packets.grab("warm-up", f"w{i}") for i in range(GRABBERS)))
+    await packets.sending.send("sender", GRABBERS, GRABBERS, packet_id="warm-up")
+    await asyncio.gather(*(packets.grabs.grab("warm-up", f"w{i}") for i in range(GRABBERS)))
 
     # Every reply is held: the first runs happen in Redis, their answers do not arrive.
     proxy.stall()
     users = [f"u{i}" for i in range(GRABBERS)]
-    calls = asyncio.gather(*(packets.grab("stalled", user) for user in users))
+    calls = asyncio.gather(*(packets.grabs.grab("stalled", user) for user in users))
     for _poll in range(40):  # well within the socket timeout
         if await direct.hlen(grabs_key) == GRABBERS:
             break
@@ -93,7 +93,7 @@ async def test_grabs_resent_after_a_stall_answer_grabbed_once_each(
     assert sorted(a["remaining_count"] for a in answers.values()) == list(range(GRABBERS))
 
     # Each grabbed answer is one grab row and one ledger credit of the answered amount.
-    await packets.record_pending()
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.scalars(select(GrabRow).where(GrabRow.packet_id == "stalled"))).all()
         credits = (

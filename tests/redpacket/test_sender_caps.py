@@ -32,7 +32,7 @@ def settings(redis_url: str, database_url: str) -> Settings:
 
 
 async def balance(services: Services, user: str) -> int:
-    return int((await services.packets.account(user))["balance_cents"])
+    return int((await services.packets.accounts.account(user))["balance_cents"])
 
 
 async def packets_of(services: Services, sender: str) -> int:
@@ -43,44 +43,44 @@ async def packets_of(services: Services, sender: str) -> int:
 
 async def test_the_count_cap_refuses_with_nothing_applied(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("s", 10_000, "funds")
+    await packets.accounts.deposit("s", 10_000, "funds")
     for i in range(DAILY_COUNT):
-        assert (await packets.send("s", 10, 1, packet_id=f"p{i}")).created
+        assert (await packets.sending.send("s", 10, 1, packet_id=f"p{i}")).created
     with pytest.raises(errors.LimitExceeded) as refused:
-        await packets.send("s", 10, 1, packet_id="p-over")
+        await packets.sending.send("s", 10, 1, packet_id="p-over")
     assert refused.value.extra == {"limit": "sender_daily_count", "current": 3, "cap": 3}
     assert await balance(services, "s") == 10_000 - 30
     assert await packets_of(services, "s") == DAILY_COUNT
     # The same send again is answered, not counted again; another send still is refused.
-    assert not (await packets.send("s", 10, 1, packet_id="p0")).created
+    assert not (await packets.sending.send("s", 10, 1, packet_id="p0")).created
     with pytest.raises(errors.Conflict):
-        await packets.send("s", 11, 1, packet_id="p1")
+        await packets.sending.send("s", 11, 1, packet_id="p1")
     with pytest.raises(errors.LimitExceeded):
-        await packets.send("s", 10, 1)
+        await packets.sending.send("s", 10, 1)
     # A new UTC day starts from nothing (and a repeat of yesterday's send is still answered).
     services.clock.advance(DAY_S)
-    assert not (await packets.send("s", 10, 1, packet_id="p0")).created
+    assert not (await packets.sending.send("s", 10, 1, packet_id="p0")).created
     for i in range(DAILY_COUNT):
-        assert (await packets.send("s", 10, 1, packet_id=f"q{i}")).created
+        assert (await packets.sending.send("s", 10, 1, packet_id=f"q{i}")).created
     with pytest.raises(errors.LimitExceeded):
-        await packets.send("s", 10, 1, packet_id="q-over")
+        await packets.sending.send("s", 10, 1, packet_id="q-over")
     # Each sender has caps of their own.
-    await packets.deposit("t", 100, "funds-t")
-    assert (await packets.send("t", 10, 1)).created
+    await packets.accounts.deposit("t", 100, "funds-t")
+    assert (await packets.sending.send("t", 10, 1)).created
 
 
 async def test_the_amount_cap_counts_every_cent_of_the_day(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("s", 10_000, "funds")
-    assert (await packets.send("s", 600, 6, packet_id="a")).created
+    await packets.accounts.deposit("s", 10_000, "funds")
+    assert (await packets.sending.send("s", 600, 6, packet_id="a")).created
     with pytest.raises(errors.LimitExceeded) as refused:
-        await packets.send("s", 401, 1, packet_id="b")
+        await packets.sending.send("s", 401, 1, packet_id="b")
     assert refused.value.extra == {
         "limit": "sender_daily_amount_cents",
         "current": 600,
         "cap": DAILY_AMOUNT,
     }
-    assert (await packets.send("s", 400, 4, packet_id="c")).created  # exactly at the cap
+    assert (await packets.sending.send("s", 400, 4, packet_id="c")).created  # exactly at the cap
     assert await balance(services, "s") == 10_000 - 1_000
     day_keys = await services.redis.keys(services.keys.sender_day("s", 0).rsplit(":", 1)[0] + ":*")
     assert len(day_keys) == 1
@@ -90,27 +90,27 @@ async def test_the_amount_cap_counts_every_cent_of_the_day(services: Services) -
 
 async def test_a_send_that_did_not_happen_is_not_counted(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("s", 10, "funds")
-    assert (await packets.send("s", 10, 1, packet_id="a")).created
+    await packets.accounts.deposit("s", 10, "funds")
+    assert (await packets.sending.send("s", 10, 1, packet_id="a")).created
     for i in range(DAILY_COUNT + 2):
         with pytest.raises(errors.InsufficientFunds):
-            await packets.send("s", 10, 1, packet_id=f"broke{i}")
-    await packets.deposit("s", 100, "more")
-    assert (await packets.send("s", 10, 1, packet_id="b")).created
-    assert (await packets.send("s", 10, 1, packet_id="c")).created
+            await packets.sending.send("s", 10, 1, packet_id=f"broke{i}")
+    await packets.accounts.deposit("s", 100, "more")
+    assert (await packets.sending.send("s", 10, 1, packet_id="b")).created
+    assert (await packets.sending.send("s", 10, 1, packet_id="c")).created
     with pytest.raises(errors.LimitExceeded):
-        await packets.send("s", 10, 1, packet_id="d")
+        await packets.sending.send("s", 10, 1, packet_id="d")
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("backend", ["real"])
 async def test_parallel_sends_never_pass_the_caps(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("s", 100_000, "funds")
+    await packets.accounts.deposit("s", 100_000, "funds")
 
     async def attempt(i: int, amount: int) -> str:
         try:
-            await packets.send("s", amount, 1, packet_id=f"c{amount}-{i}")
+            await packets.sending.send("s", amount, 1, packet_id=f"c{amount}-{i}")
         except errors.LimitExceeded as refused:
             return str(refused.extra["limit"])
         return "sent"
@@ -156,9 +156,9 @@ async def test_a_resent_admission_is_still_taken_back(
     packets = services.packets
     for i in range(DAILY_COUNT + 1):
         with pytest.raises(errors.InsufficientFunds):
-            await packets.send("s", 10, 1, packet_id=f"broke{i}")
-    await packets.deposit("s", 100, "funds")
+            await packets.sending.send("s", 10, 1, packet_id=f"broke{i}")
+    await packets.accounts.deposit("s", 100, "funds")
     for i in range(DAILY_COUNT):
-        assert (await packets.send("s", 10, 1, packet_id=f"p{i}")).created
+        assert (await packets.sending.send("s", 10, 1, packet_id=f"p{i}")).created
     with pytest.raises(errors.LimitExceeded):
-        await packets.send("s", 10, 1, packet_id="over")
+        await packets.sending.send("s", 10, 1, packet_id="over")

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
+from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import (
     AcknowledgedGrabRow,
     GrabRow,
@@ -42,16 +43,18 @@ def other_writer(services: Services, name: str) -> PacketRecordWriter:
 
 async def grabbed_packet(services: Services, users: int = 5, shares: int = 5) -> dict[str, int]:
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 1000, shares, packet_id="pk")
-    return {f"u{i}": (await packets.grab("pk", f"u{i}"))["amount_cents"] for i in range(users)}
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 1000, shares, packet_id="pk")
+    return {
+        f"u{i}": (await packets.grabs.grab("pk", f"u{i}"))["amount_cents"] for i in range(users)
+    }
 
 
 async def assert_recorded_once(services: Services, won: dict[str, int]) -> None:
     assert await count(services, GrabRow) == len(won)
     assert await count(services, LedgerEntryRow, kind="grab_credit") == len(won)
     for user, amount in won.items():
-        assert (await services.packets.account(user))["balance_cents"] == amount
+        assert (await services.packets.accounts.account(user))["balance_cents"] == amount
     await assert_money_conserved(services)
 
 
@@ -144,7 +147,7 @@ async def test_a_drain_waits_for_the_batch_another_drain_of_the_packet_holds(
             await caller_go_on.wait()
         return await real_xautoclaim(*args, **kwargs)
 
-    async def apply(session: Any, records: list[dict[str, str]]) -> None:
+    async def apply(session: Any, records: list[PacketRecord]) -> None:
         if asyncio.current_task() is drains.get("flush"):  # delivered to it, not committed yet
             flush_holds_batch.set()
             await flush_go_on.wait()
@@ -206,7 +209,7 @@ async def test_a_grab_lists_its_packet_until_the_ack_that_empties_the_stream(
     first_id = (await services.redis.xrange(services.keys.packet_outbox("pk"), count=1))[0][0]
     assert await services.redis.zscore(pending, "pk") == int(first_id.split("-")[0])
     assert await writer.measure_backlog() == (2, int(first_id.split("-")[0]), 1)
-    assert await services.packets.record_pending() == 2
+    assert await services.packets.writer.drain_all() == 2
     assert await services.redis.zscore(pending, "pk") is None
     assert await writer.measure_backlog() == (0, None, 0)
     await assert_recorded_once(services, won)
@@ -218,11 +221,11 @@ async def test_a_measure_counts_the_records_of_the_oldest_streams_it_may_read(
     """Its cost is bounded: past `most` streams the records are those of the `most` oldest
     (a lower bound), while the streams and the oldest record stay exact."""
     packets, writer = services.packets, services.packets.writer
-    await packets.deposit("sender", 1000, "funds")
+    await packets.accounts.deposit("sender", 1000, "funds")
     for packet, grabs in (("pa", 3), ("pb", 2), ("pc", 4)):  # oldest records first
-        await packets.send("sender", 100, 10, packet_id=packet)
+        await packets.sending.send("sender", 100, 10, packet_id=packet)
         for n in range(grabs):
-            await packets.grab(packet, f"u{n}")
+            await packets.grabs.grab(packet, f"u{n}")
     first = await services.redis.xrange(services.keys.packet_outbox("pa"), count=1)
     oldest_ms = int(first[0][0].split("-")[0])
     assert await writer.measure_backlog() == (9, oldest_ms, 3)
@@ -268,20 +271,20 @@ async def test_a_lost_index_entry_is_found_again_by_the_repair(services: Service
 
 async def test_the_repair_reindexes_a_page_at_a_time(services: Services) -> None:
     packets = services.packets
-    await packets.deposit("sender", 500, "funds")
+    await packets.accounts.deposit("sender", 500, "funds")
     for i in range(5):
-        await packets.send("sender", 100, 1, packet_id=f"pk{i}")
-        await packets.grab(f"pk{i}", "u")  # sold out, its records waiting
+        await packets.sending.send("sender", 100, 1, packet_id=f"pk{i}")
+        await packets.grabs.grab(f"pk{i}", "u")  # sold out, its records waiting
     await services.redis.delete(services.keys.pending_packets())
     listed = []
     for expected in (2, 2, 1, 2):  # the last page ends the pass; the next one starts over
-        assert await packets.reindex(page=2) == {
+        assert await packets.sweeps.reindex(page=2) == {
             "packets_reindexed": expected,
             "packets_restored": 0,
         }
         listed.append(await services.redis.zcard(services.keys.pending_packets()))
     assert listed == [2, 4, 5, 5]
-    assert await packets.record_pending() == 10  # five grabs, five sold_out records
+    assert await packets.writer.drain_all() == 10  # five grabs, five sold_out records
 
 
 async def test_the_journal_keeps_its_answers_while_sql_is_away_within_a_bound(
@@ -349,20 +352,20 @@ async def test_packet_versions_count_its_changes_in_bodies_and_events(
     services: Services,
 ) -> None:
     packets = services.packets
-    await packets.deposit("s", 1_000, "f")
-    await packets.send("s", 1_000, 10, packet_id="pv")
-    assert (await packets.get("pv"))["version"] == 1
+    await packets.accounts.deposit("s", 1_000, "f")
+    await packets.sending.send("s", 1_000, 10, packet_id="pv")
+    assert (await packets.reads.get("pv"))["version"] == 1
 
     async def grab(user: str) -> str:
         try:
-            return str((await packets.grab("pv", user))["status"])
+            return str((await packets.grabs.grab("pv", user))["status"])
         except errors.SoldOut:
             return "sold_out"
 
     answers = await asyncio.gather(*(grab(f"u{i}") for i in range(15)))
     assert answers.count("grabbed") == 10
-    assert (await packets.get("pv"))["version"] == 1 + 10 + 1  # sent, grabs, sold out
-    await packets.record_pending()
+    assert (await packets.reads.get("pv"))["version"] == 1 + 10 + 1  # sent, grabs, sold out
+    await packets.writer.drain_all()
     async with services.database.sessions() as session:
         rows = (await session.execute(select(EventRow.type, EventRow.data))).all()
     versions = {kind: json.loads(data)["version"] for kind, data in rows}
@@ -370,4 +373,4 @@ async def test_packet_versions_count_its_changes_in_bodies_and_events(
     # Once Redis has let it go, SQL answers the same version.
     pv = services.keys.packet_keys("pv")
     await services.redis.delete(pv.hash, pv.shares, pv.grabs, pv.outbox)
-    assert (await packets.get("pv"))["version"] == 12
+    assert (await packets.reads.get("pv"))["version"] == 12

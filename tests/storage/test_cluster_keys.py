@@ -21,7 +21,8 @@ from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.services import Services, build_scheduler
 from groupbuy.storage.events import EventRow
-from groupbuy.storage.keys import SLOTS, Keys, slot_tag, slot_tags
+from groupbuy.storage.keys import Keys
+from groupbuy.storage.layout import SLOTS, slot_tag, slot_tags
 from groupbuy.storage.scripts import script_names
 
 
@@ -156,41 +157,41 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     services = cluster_services
     calls = record_script_calls(services, monkeypatch)
     teams, packets, keys, redis = services.teams, services.packets, services.keys, services.redis
-    await teams.create_activity("act1", team_size=2, lock_ttl_s=60, team_deadline_s=600)
-    await teams.open_team("act1", "lead", team_id="t1")
-    await teams.lock("act1", "t1", "u1")
-    await teams.current_lock("act1", "u1")
-    await teams.unlock("act1", "t1", "u1")
-    await teams.join("act1", "u2")
-    await teams.list_open_teams("act1", 10)
-    await teams.get_team("act1", "t1")
-    await teams.confirm("act1", "t1", "u2", "o2")
-    await teams.open_team("act1", "lead2", team_id="t2")
-    await teams.lock("act1", "t2", "u3")
+    await teams.activities.create_activity("act1", team_size=2, lock_ttl_s=60, team_deadline_s=600)
+    await teams.activities.open_team("act1", "lead", team_id="t1")
+    await teams.seats.lock("act1", "t1", "u1")
+    await teams.seats.current_lock("act1", "u1")
+    await teams.seats.unlock("act1", "t1", "u1")
+    await teams.seats.join("act1", "u2")
+    await teams.activities.list_open_teams("act1", 10)
+    await teams.activities.get_team("act1", "t1")
+    await teams.seats.confirm("act1", "t1", "u2", "o2")
+    await teams.activities.open_team("act1", "lead2", team_id="t2")
+    await teams.seats.lock("act1", "t2", "u3")
     services.clock.advance(61)
-    assert (await teams.expire_locks(100))["locks_expired"] == 1
-    await teams.record_pending()
-    await teams.release_ended()
+    assert (await teams.sweeps.expire_locks(100))["locks_expired"] == 1
+    await services.team_writer.drain_all()
+    await teams.sweeps.release_ended()
     await redis.delete(*keys.team_keys("act1", "t2").named().values())
-    assert (await teams.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
-    await teams.reindex()
+    assert (await teams.activities.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
+    await teams.sweeps.reindex()
 
-    await packets.deposit("s1", 10_000, "funds")
-    await packets.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
-    await packets.grab("pk1", "g1")
-    await packets.get("pk1")
+    await packets.accounts.deposit("s1", 10_000, "funds")
+    await packets.sending.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
+    await packets.grabs.grab("pk1", "g1")
+    await packets.reads.get("pk1")
     with pytest.raises(errors.InsufficientFunds):
-        await packets.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
-    await packets.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
-    await packets.record_pending()
+        await packets.sending.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
+    await packets.sending.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
+    await packets.writer.drain_all()
     pk3 = keys.packet_keys("pk3")
     await redis.delete(pk3.hash, pk3.shares, pk3.grabs, pk3.outbox)
-    await packets.grab("pk3", "g2")  # rebuilt from SQL first
+    await packets.grabs.grab("pk3", "g2")  # rebuilt from SQL first
     await redis.xadd(keys.packet_outbox("pk3"), {"type": "grab", "packet_id": "pk3"})
-    await packets.record_pending()  # the malformed record goes to the dead letters
+    await packets.writer.drain_all()  # the malformed record goes to the dead letters
     services.clock.advance(120)
-    assert (await packets.expire_due())["expired"] == 1
-    await packets.reindex()
+    assert (await packets.sweeps.expire_due())["expired"] == 1
+    await packets.sweeps.reindex()
 
     await services.ratelimit.take("grab", "key1", "g1")
     scheduler = build_scheduler(services)
@@ -231,43 +232,45 @@ async def test_the_jobs_and_the_write_behind_reach_work_in_every_slot(
     async def sql_away(activity_id: str) -> None:
         """The flush a team call makes before answering fails: records wait in Redis."""
 
-    monkeypatch.setattr(services.outbox, "flush_quietly", sql_away)
+    monkeypatch.setattr(services.team_writer, "drain_quietly", sql_away)
     # Activities in 40 slots, and 5 more sharing one slot (more than a batch in one index).
     activities = ids_in_slots(keys.activity, "act", 40) + ids_in_one_slot(keys.activity, "x", 5)
     for activity_id in activities:
-        await teams.create_activity(activity_id, team_size=3, lock_ttl_s=60, team_deadline_s=120)
-        await teams.open_team(activity_id, "lead", team_id="locked")
-        await teams.lock(activity_id, "locked", "u1")
-        await teams.open_team(activity_id, "lead", team_id="late")
+        await teams.activities.create_activity(
+            activity_id, team_size=3, lock_ttl_s=60, team_deadline_s=120
+        )
+        await teams.activities.open_team(activity_id, "lead", team_id="locked")
+        await teams.seats.lock(activity_id, "locked", "u1")
+        await teams.activities.open_team(activity_id, "lead", team_id="late")
     packet_ids = ids_in_slots(keys.packet_outbox, "pk", 40) + ids_in_one_slot(
         keys.packet_outbox, "y", 5
     )
-    await packets.deposit("sender", 10**9, "funds")
+    await packets.accounts.deposit("sender", 10**9, "funds")
     for packet_id in packet_ids:
-        await packets.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
-        await packets.grab(packet_id, "g1")
+        await packets.sending.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
+        await packets.grabs.grab(packet_id, "g1")
     slots_used = {keys.activity_slot(a) for a in activities} | {
         keys.packet_slot(p) for p in packet_ids
     }
     assert len(slots_used) >= 70
 
     # The write-behind: every stream of every slot is listed, and drained.
-    assert sorted(await services.outbox.pending()) == sorted(activities)
+    assert sorted(await services.team_writer.pending()) == sorted(activities)
     records, oldest_ms, streams = await packets.writer.measure_backlog()
     assert (records, streams) == (len(packet_ids), len(packet_ids)) and oldest_ms
     await services.jobs.run("flush_records")
-    assert await services.outbox.pending() == [] and await packets.writer.pending() == []
+    assert await services.team_writer.pending() == [] and await packets.writer.pending() == []
     members = select(func.count()).select_from(MemberRow)
     assert await count_rows(services, members) == 2 * len(activities)  # both leaders
     assert await count_rows(services, select(func.count()).select_from(GrabRow)) == len(packet_ids)
 
     # Batches of 2: several rounds over the slot that lists 5.
     services.clock.advance(61)
-    assert (await teams.expire_locks(batch=2))["locks_expired"] == len(activities)
+    assert (await teams.sweeps.expire_locks(batch=2))["locks_expired"] == len(activities)
     services.clock.advance(60)
-    assert (await teams.expire_due(batch=2))["teams_failed"] == 2 * len(activities)
-    assert (await packets.expire_due(batch=2))["expired"] == len(packet_ids)
-    assert len(await services.outbox.pending()) == len(activities)
+    assert (await teams.sweeps.expire_due(batch=2))["teams_failed"] == 2 * len(activities)
+    assert (await packets.sweeps.expire_due(batch=2))["expired"] == len(packet_ids)
+    assert len(await services.team_writer.pending()) == len(activities)
     await services.jobs.run("flush_records")
     assert await events_of(services, "lock.expired") == len(activities)
     assert await events_of(services, "team.failed") == 2 * len(activities)
@@ -288,13 +291,13 @@ async def test_the_repair_job_lists_again_the_slots_a_lost_directory_held(
     teams, packets, keys = services.teams, services.packets, services.keys
     activities = ids_in_slots(keys.activity, "act", 10)
     for activity_id in activities:
-        await teams.create_activity(activity_id, team_size=3, lock_ttl_s=60)
-        await teams.open_team(activity_id, "lead", team_id="t1")
-        await teams.lock(activity_id, "t1", "u1")
-    await packets.deposit("sender", 10**6, "funds")
+        await teams.activities.create_activity(activity_id, team_size=3, lock_ttl_s=60)
+        await teams.activities.open_team(activity_id, "lead", team_id="t1")
+        await teams.seats.lock(activity_id, "t1", "u1")
+    await packets.accounts.deposit("sender", 10**6, "funds")
     packet_ids = ids_in_slots(keys.packet_outbox, "pk", 10)
     for packet_id in packet_ids:
-        await packets.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
+        await packets.sending.send("sender", 100, 2, packet_id=packet_id, expires_in_s=120)
     await services.redis.delete(keys.slot_directory())  # Redis lost it
     services.clock.advance(61)
     assert (await services.jobs.run("sweep_locks"))["locks_expired"] == 0  # nothing found
@@ -313,12 +316,12 @@ async def refusals(services: Services, user: str, activity_id: str, packet_id: s
     """Which of the blocklist-checking calls refuse `user` (403 user_blocked)."""
     teams, packets = services.teams, services.packets
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
-        "open": lambda: teams.open_team(activity_id, user, team_id=f"{user}-own"),
-        "lock": lambda: teams.lock(activity_id, "t1", user),
-        "join": lambda: teams.join(activity_id, user),
-        "confirm": lambda: teams.confirm(activity_id, "t1", user, "o1"),
-        "grab": lambda: packets.grab(packet_id, user),
-        "send": lambda: packets.send(user, 10, 1, packet_id=f"{user}-{packet_id}"),
+        "open": lambda: teams.activities.open_team(activity_id, user, team_id=f"{user}-own"),
+        "lock": lambda: teams.seats.lock(activity_id, "t1", user),
+        "join": lambda: teams.seats.join(activity_id, user),
+        "confirm": lambda: teams.seats.confirm(activity_id, "t1", user, "o1"),
+        "grab": lambda: packets.grabs.grab(packet_id, user),
+        "send": lambda: packets.sending.send(user, 10, 1, packet_id=f"{user}-{packet_id}"),
     }
     refused: list[str] = []
     for name, call in calls.items():
@@ -339,13 +342,13 @@ async def test_a_block_is_enforced_in_every_slot_before_and_after_it(
 ) -> None:
     services = cluster_services
     teams, packets, keys = services.teams, services.packets, services.keys
-    await packets.deposit("bad", 10**6, "bad-funds")
-    await packets.deposit("sender", 10**6, "funds")
+    await packets.accounts.deposit("bad", 10**6, "bad-funds")
+    await packets.accounts.deposit("sender", 10**6, "funds")
 
     async def make(activity_id: str, packet_id: str) -> None:
-        await teams.create_activity(activity_id, team_size=5)
-        await teams.open_team(activity_id, "lead", team_id="t1")
-        await packets.send("sender", 100, 5, packet_id=packet_id)
+        await teams.activities.create_activity(activity_id, team_size=5)
+        await teams.activities.open_team(activity_id, "lead", team_id="t1")
+        await packets.sending.send("sender", 100, 5, packet_id=packet_id)
 
     def pairs(activity_prefix: str, packet_prefix: str) -> list[tuple[str, str]]:
         """Five (activity, packet) ids, each in a slot of its own."""
@@ -383,28 +386,28 @@ async def test_a_block_racing_new_slots_reaches_every_one(cluster_services: Serv
 
     async def create_all() -> None:
         for activity_id in activities:
-            await teams.create_activity(activity_id, team_size=5)
+            await teams.activities.create_activity(activity_id, team_size=5)
 
     await asyncio.gather(create_all(), services.blocklist.block("bad"), create_all())
     for activity_id in activities:
-        await teams.open_team(activity_id, "lead", team_id="t1")
+        await teams.activities.open_team(activity_id, "lead", team_id="t1")
         with pytest.raises(errors.UserBlocked):
-            await teams.lock(activity_id, "t1", "bad")
+            await teams.seats.lock(activity_id, "t1", "bad")
 
 
 async def test_sync_rebuilds_a_slot_copy_redis_lost(cluster_services: Services) -> None:
     services = cluster_services
     teams, keys = services.teams, services.keys
-    await teams.create_activity("a1", team_size=5)
-    await teams.open_team("a1", "lead", team_id="t1")
+    await teams.activities.create_activity("a1", team_size=5)
+    await teams.activities.open_team("a1", "lead", team_id="t1")
     await services.blocklist.block("bad")
     await services.blocklist.block("worse")
     await services.redis.delete(keys.activity_blocklist("a1"))
-    assert (await teams.lock("a1", "t1", "bad")).created  # the copy is gone: not refused
+    assert (await teams.seats.lock("a1", "t1", "bad")).created  # the copy is gone: not refused
 
     report = await services.blocklist.sync()
 
     assert report == {"blocked_users": 2, "blocklist_rebuilt": 1}
     with pytest.raises(errors.UserBlocked):
-        await teams.lock("a1", "t1", "worse")
+        await teams.seats.lock("a1", "t1", "worse")
     assert (await services.blocklist.sync())["blocklist_rebuilt"] == 0

@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.redpacket.codec import GrabRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
@@ -32,9 +33,9 @@ def dead_letters_counted(stream: str) -> float:
 
 async def grab_some(services: Services, users: list[str], shares: int = 10) -> dict[str, int]:
     packets = services.packets
-    await packets.deposit("sender", 1000, "funds")
-    await packets.send("sender", 1000, shares, packet_id="pk")
-    return {user: (await packets.grab("pk", user))["amount_cents"] for user in users}
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 1000, shares, packet_id="pk")
+    return {user: (await packets.grabs.grab("pk", user))["amount_cents"] for user in users}
 
 
 def refuse_grab_rows_of(user_id: str, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
@@ -43,7 +44,7 @@ def refuse_grab_rows_of(user_id: str, monkeypatch: pytest.MonkeyPatch, error: st
 
     real_row = records._grab_row
 
-    def refuse(f: dict[str, str]) -> dict[str, object]:
+    def refuse(f: GrabRecord) -> dict[str, object]:
         if f["user_id"] == user_id:
             raise ValueError(error)
         return real_row(f)
@@ -61,10 +62,11 @@ async def test_a_poison_grab_record_is_dead_lettered_and_the_rest_applied(
 ) -> None:
     stream = services.keys.packet_outbox("pk")
     won = await grab_some(services, ["u0", "u1", "u2"])
-    bad = await poison(
-        services, stream, type="grab", packet_id="pk", user_id="ghost", seq="9", amount_cents="x"
-    )
-    won |= {user: (await services.packets.grab("pk", user))["amount_cents"] for user in ["u3"]}
+    fields = {"type": "grab", "packet_id": "pk", "user_id": "ghost", "seq": "9", "at_ms": "1"}
+    bad = await poison(services, stream, **fields, amount_cents="x")
+    won |= {
+        user: (await services.packets.grabs.grab("pk", user))["amount_cents"] for user in ["u3"]
+    }
     before = dead_letters_counted("packets")
 
     applied = await services.packets.writer.drain("pk")
@@ -73,7 +75,7 @@ async def test_a_poison_grab_record_is_dead_lettered_and_the_rest_applied(
     assert await count(services, GrabRow) == 4
     assert await count(services, LedgerEntryRow, kind="grab_credit") == 4
     for user, cents in won.items():
-        assert (await services.packets.account(user))["balance_cents"] == cents
+        assert (await services.packets.accounts.account(user))["balance_cents"] == cents
     await assert_money_conserved(services)
     assert await services.redis.xlen(stream) == 0  # out of the outbox ...
     async with services.database.sessions() as session:
@@ -108,7 +110,7 @@ async def test_a_value_sql_refuses_is_dead_lettered(services: Services) -> None:
 
 
 async def grab_some_more(services: Services, users: list[str]) -> dict[str, int]:
-    return {user: (await services.packets.grab("pk", user))["amount_cents"] for user in users}
+    return {user: (await services.packets.grabs.grab("pk", user))["amount_cents"] for user in users}
 
 
 async def test_a_transient_sql_failure_dead_letters_nothing(
@@ -145,7 +147,7 @@ async def test_a_dead_lettered_real_grab_is_named_by_reconciliation(
     assert ("redis_grab_dead_lettered", "u1") in kinds, report
     assert ("grab_dead_lettered", "u1") in kinds, report
     assert not {k for k, _ in kinds} & {"redis_grab_missing_in_sql", "grab_acknowledged_unrecorded"}
-    assert (await services.packets.account("u0"))["balance_cents"] == won["u0"]
+    assert (await services.packets.accounts.account("u0"))["balance_cents"] == won["u0"]
 
 
 async def test_a_dead_letter_is_replayed_once_its_cause_is_fixed(
@@ -168,7 +170,7 @@ async def test_a_dead_letter_is_replayed_once_its_cause_is_fixed(
     assert await services.dead_letters.replay(letter["id"]) == replayed  # idempotent
     assert await count(services, GrabRow) == 2
     assert await count(services, LedgerEntryRow, kind="grab_credit") == 2
-    assert (await services.packets.account("u1"))["balance_cents"] == won["u1"]
+    assert (await services.packets.accounts.account("u1"))["balance_cents"] == won["u1"]
     await assert_money_conserved(services)  # sold out: the grabs sum to the amount again
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report
@@ -181,16 +183,16 @@ async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
     services: Services,
 ) -> None:
     teams = services.teams
-    await teams.create_activity("a1", team_size=3)
-    await teams.create_activity("a2", team_size=3)
-    await teams.open_team("a1", "L1", team_id="t1")
+    await teams.activities.create_activity("a1", team_size=3)
+    await teams.activities.create_activity("a2", team_size=3)
+    await teams.activities.open_team("a1", "L1", team_id="t1")
     before = dead_letters_counted("teams")
     fields = {"type": "team.renamed", "activity_id": "a1", "team_id": "t1", "at_ms": "1"}
     bad = await poison(services, services.keys.outbox("a1"), **fields)
-    await teams.open_team("a1", "L2", team_id="t2")
-    await teams.open_team("a2", "L3", team_id="t3")
+    await teams.activities.open_team("a1", "L2", team_id="t2")
+    await teams.activities.open_team("a2", "L3", team_id="t3")
 
-    await services.outbox.flush_pending()
+    await services.team_writer.drain_all()
 
     async with services.database.sessions() as session:
         recorded = set((await session.execute(select(TeamRow.activity_id, TeamRow.team_id))).all())
@@ -200,7 +202,7 @@ async def test_a_poison_team_record_does_not_block_its_stream_or_the_round(
     assert (row.stream, row.owner_id, row.entry_id) == ("teams", "a1", bad)
     assert row.error == "ValueError: unknown team record type 'team.renamed'"
     assert dead_letters_counted("teams") == before + 1
-    assert await services.outbox.pending() == []
+    assert await services.team_writer.pending() == []
 
 
 async def test_the_admin_view_pages_dead_letters_oldest_first(services: Services) -> None:

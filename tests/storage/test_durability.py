@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from groupbuy.cli import main
 from groupbuy.services import build_services, running
-from groupbuy.storage.durability import RedisNotDurable, check_durability, risks
+from groupbuy.storage.durability import RedisNotDurable, check_durability, check_redis, risks
 from groupbuy.storage.embedded import EmbeddedEngine
 from groupbuy.testing.servers import RedisProcess, server_binary, start_redis
 from tests.support.database import sqlite_url
@@ -159,8 +159,10 @@ async def test_a_redis_without_config_is_said_to_be_unchecked(
     assert line.getMessage().startswith("redis at managed: cannot check persistence and eviction")
 
 
-async def test_fakeredis_is_not_checked(caplog: pytest.LogCaptureFixture) -> None:
+async def test_fakeredis_is_not_checked(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     client = make_async_redis("")
-    assert await check_durability(client, "in-process", strict=True) == []
+    settings = settings_for("", sqlite_url(tmp_path)).replace("redis", strict=True)
+    assert settings.redis.embedded  # no URL: the in-process fakeredis
+    await check_redis(client, settings.redis, "in-process")
     assert durability_lines(caplog) == []
     await client.aclose()

@@ -76,7 +76,7 @@ async def grab_until_answered(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return await services.packets.grab(packet_id, user_id), failed
+            return await services.packets.grabs.grab(packet_id, user_id), failed
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             failed += 1
             assert time.monotonic() < deadline, f"{user_id}: still failing after {timeout_s} s"
@@ -104,8 +104,8 @@ async def test_the_service_follows_the_promoted_replica_after_a_kill_9(
     services: Services, watched: SentinelSet
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
-    await packets.send("sender", 10_000, 100, packet_id="pk")
+    await packets.accounts.deposit("sender", 10_000, "funds")
+    await packets.sending.send("sender", 10_000, 100, packet_id="pk")
     for n in range(5):
         answer, failed = await grab_until_answered(services, "pk", f"before{n}")
         assert (answer["status"], failed) == ("grabbed", 0)
@@ -132,8 +132,8 @@ async def test_a_demoted_primary_answering_readonly_sends_the_calls_to_the_new_o
     services: Services, watched: SentinelSet
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 10_000, "funds")
-    await packets.send("sender", 10_000, 100, packet_id="pk")
+    await packets.accounts.deposit("sender", 10_000, "funds")
+    await packets.sending.send("sender", 10_000, 100, packet_id="pk")
     answer, _failed = await grab_until_answered(services, "pk", "first")
     assert answer["status"] == "grabbed"
     old = watched.primary_port()

@@ -127,11 +127,11 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
     services: Services, replicated: Replicated
 ) -> None:
     packets = services.packets
-    await packets.deposit("sender", 1_000, "funds")
-    await packets.send("sender", 1_000, 10, packet_id="pk")
-    await services.teams.create_activity("act")
+    await packets.accounts.deposit("sender", 1_000, "funds")
+    await packets.sending.send("sender", 1_000, 10, packet_id="pk")
+    await services.teams.activities.create_activity("act")
     grabs_key = services.keys.packet_keys("pk").grabs
-    answer = await packets.grab("pk", "u1")
+    answer = await packets.grabs.grab("pk", "u1")
     assert answer["status"] == "grabbed"
     with replicated.replica_client() as replica:
         assert replica.hexists(grabs_key, "u1")  # there before the answer left
@@ -140,7 +140,7 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
     replicated.pause_replica()
     try:
         with pytest.raises(errors.RedisReplicationTimeout) as refused:
-            await packets.grab("pk", "u2")
+            await packets.grabs.grab("pk", "u2")
         assert metrics.REPLICATION_TIMEOUTS._value.get() == timeouts + 1
         assert refused.value.status_code == 503
         assert refused.value.extra == {"replicas_acknowledged": 0, "replicas_wanted": 1}
@@ -148,15 +148,15 @@ async def test_a_grab_is_on_the_replica_when_answered_and_503s_when_it_cannot_be
             assert primary.hexists(grabs_key, "u2")  # applied on the primary
         # A read-only script and the rate limits do not wait for the replica.
         with pytest.raises(errors.NoLock):
-            await services.teams.current_lock("act", "u2")
+            await services.teams.seats.current_lock("act", "u2")
         assert await services.ratelimit.take("grab", "key", "u2") is not None
     finally:
         replicated.resume_replica()
     replicated.caught_up()
     # The client's retry answers the same share, now confirmed by the replica.
-    again = await packets.grab("pk", "u2")
+    again = await packets.grabs.grab("pk", "u2")
     assert again["status"] == "already_grabbed"
-    view = await packets.get("pk")
+    view = await packets.reads.get("pk")
     amounts = {g["user_id"]: g["amount_cents"] for g in view["grabs"]}
     assert again["amount_cents"] == amounts["u2"]
     with replicated.replica_client() as replica:
@@ -203,25 +203,25 @@ async def test_the_write_behind_writes_to_sql_only_what_the_replica_holds(
     back from Redis, and the grab retried on the promoted replica would then get another
     share than the row SQL kept. It goes in once the replica has it."""
     packets, teams = services.packets, services.teams
-    await packets.deposit("sender", 1_000, "funds")
-    await packets.send("sender", 1_000, 10, packet_id="pk")
-    await teams.create_activity("act")
-    assert (await packets.grab("pk", "u1"))["status"] == "grabbed"
+    await packets.accounts.deposit("sender", 1_000, "funds")
+    await packets.sending.send("sender", 1_000, 10, packet_id="pk")
+    await teams.activities.create_activity("act")
+    assert (await packets.grabs.grab("pk", "u1"))["status"] == "grabbed"
     await services.jobs.run("flush_records")
     assert await recorded(services) == ({"u1"}, set())
 
     replicated.pause_replica()
     try:
         with pytest.raises(errors.RedisReplicationTimeout):
-            await packets.grab("pk", "u2")  # applied on the primary only
+            await packets.grabs.grab("pk", "u2")  # applied on the primary only
         with pytest.raises(errors.RedisReplicationTimeout):
-            await teams.open_team("act", "leader", team_id="t1")
+            await teams.activities.open_team("act", "leader", team_id="t1")
         # Each writer reads the records, and neither writes them: the replica lacks them.
         with pytest.raises(errors.RedisReplicationTimeout) as refused:
             await packets.writer.drain("pk")
         assert refused.value.extra == {"replicas_acknowledged": 0, "replicas_wanted": 1}
         with pytest.raises(errors.RedisReplicationTimeout):
-            await services.outbox.flush("act")
+            await services.team_writer.drain("act")
         assert await recorded(services) == ({"u1"}, set())
         with pytest.raises(errors.RedisReplicationTimeout):  # the job, likewise
             await services.jobs.run("flush_records")

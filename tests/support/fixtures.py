@@ -108,8 +108,8 @@ def sent_packet_via_services(services: Services) -> SendPacketViaServices:
     ) -> dict[str, Any]:
         packets = services.packets
         if funds is not None:
-            await packets.deposit(sender_id, funds, "funds")
-        sent = await packets.send(
+            await packets.accounts.deposit(sender_id, funds, "funds")
+        sent = await packets.sending.send(
             sender_id, amount_cents, count, packet_id=packet_id, expires_in_s=expires_in_s
         )
         assert sent.created, sent.body

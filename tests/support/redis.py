@@ -5,10 +5,11 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import fakeredis
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+
+from groupbuy.storage.fake_adapter import fake_redis
 
 
 @cache
@@ -28,9 +29,7 @@ def make_async_redis(url: str) -> Any:
     """A fresh asyncio client: fakeredis on its own server when `url` is empty, a cluster
     client when `url` names a cluster node."""
     if not url:
-        return fakeredis.FakeAsyncRedis(
-            server=fakeredis.FakeServer(version=(7, 0)), decode_responses=True
-        )
+        return fake_redis()
     if is_cluster_url(url):
         return RedisCluster.from_url(url, decode_responses=True, max_connections=512)
     return aioredis.Redis.from_url(url, decode_responses=True, max_connections=512)

@@ -1,0 +1,126 @@
+"""Two revisions of the code measured side by side: does a change cost speed?
+
+A refactoring should leave the engine and HTTP figures where they were. This checks out
+`--base` (any git revision) into a temporary worktree and runs the same measurement in
+that tree and in this one, alternating the order every round (AB, BA, ...). Each round
+gives, for every row both trees report, the ratio of this tree's rate to the base's; the
+median over the rounds is the figure and the lowest and highest round its spread.
+
+    .venv/bin/python -m benchmarks.revisions --base 3de2ae8 --rounds 3 --level engine
+
+Each trial is a fresh process run in its own tree (PYTHONPATH points at it), so both
+sides measure themselves with their own harness: the quick engine level
+(benchmarks/engine) or the one-worker part of the HTTP level (benchmarks/http_level).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.interleave import rotation
+
+HERE = Path(__file__).resolve().parent.parent
+
+_ENGINE = """
+import asyncio, json
+from benchmarks.engine.runner import private_redis_and_sqlite, run_engine
+with private_redis_and_sqlite() as (redis_url, database_url):
+    rows = asyncio.run(run_engine(redis_url, database_url, quick=True))
+for row in rows:
+    print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}, default=str))
+"""
+COMMANDS = {
+    "engine": ["-c", _ENGINE],
+    "http": ["-m", "benchmarks.http_level", "--part", "one_worker"],
+}
+
+Key = tuple[str, str, str]
+
+
+def trial(tree: Path, level: str) -> dict[Key, float]:
+    """Run one measurement in `tree`; ops/s of each (scenario, level, implementation) row."""
+    environment = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, *COMMANDS[level]],
+        cwd=tree,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    rates: dict[Key, float] = {}
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        if "comparison" in row or not row.get("ops_per_s"):
+            continue
+        key = (str(row["scenario"]), str(row["level"]), str(row["implementation"]))
+        rates.setdefault(key, float(row["ops_per_s"]))  # the first of repeated names
+    return rates
+
+
+def compare(base: Path, head: Path, level: str, rounds: int) -> dict[Key, list[float]]:
+    """Per-round ratios head/base of every row both trees report."""
+    ratios: dict[Key, list[float]] = defaultdict(list)
+    trees = {"base": base, "head": head}
+    for index in range(rounds):
+        rates = {}
+        for name in rotation(list(trees), index):
+            print(f"[revisions] round {index + 1}/{rounds}: {name} ({level})", flush=True)
+            rates[name] = trial(trees[name], level)
+        for key in rates["base"].keys() & rates["head"].keys():
+            ratios[key].append(rates["head"][key] / rates["base"][key])
+    return ratios
+
+
+def report(ratios: dict[Key, list[float]]) -> list[str]:
+    """One line per row: the median ratio, the lowest and highest round."""
+    lines = []
+    for (scenario, level, implementation), found in sorted(ratios.items()):
+        lines.append(
+            f"{scenario:<20} {level:<7} {implementation:<40} "
+            f"{statistics.median(found):.2f}x ({min(found):.2f}-{max(found):.2f}, "
+            f"{len(found)} rounds)"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--level", choices=sorted(COMMANDS), action="append")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="groupbuy-base-") as scratch:
+        base = Path(scratch) / "base"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), args.base],
+            cwd=HERE,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            for level in args.level or sorted(COMMANDS):
+                lines = report(compare(base, HERE, level, args.rounds))
+                print(f"== {level}: this tree / {args.base}, ops/s")
+                print("\n".join(lines))
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(base)], cwd=HERE, check=False
+            )
+
+
+if __name__ == "__main__":
+    main()

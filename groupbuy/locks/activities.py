@@ -1,0 +1,184 @@
+"""Activities and teams as the admin and the shop see them: create and read an activity,
+open a team, read one, list the open ones (no HTTP in here).
+
+Activities are written to SQL first (they are rare, admin-made, and the source of truth),
+then copied into Redis for the scripts. A team opens in one script, which writes its
+record to the activity's outbox stream in the same atomic call.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import redis.exceptions
+from sqlalchemy import delete
+
+from groupbuy import errors
+from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.bodies import activity_body, limits_body, virtual_body
+from groupbuy.locks.codec import page_cursor, parse_page_cursor
+from groupbuy.locks.codes import TeamCode, raise_for
+from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.models import ActivityRow, ActivityRulesRow
+from groupbuy.locks.recovery import TeamRecovery
+from groupbuy.locks.refusals import refuse_for_user
+from groupbuy.locks.replies import Listed, Opened, TeamRead
+from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.writer import TeamRecordWriter
+from groupbuy.outcome import Outcome
+from groupbuy.settings import TeamSettings
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.calls import write_probe
+from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.timefmt import from_ms
+
+
+class ActivityService(UsesBackends):
+    """Creates and reads activities; opens, reads and lists their teams."""
+
+    def __init__(
+        self,
+        backends: Backends,
+        defaults: TeamSettings,
+        outbox: TeamRecordWriter,
+        scripts: TeamScripts,
+        activities: ActivityCopy,
+        history: TeamHistory,
+        recovery: TeamRecovery,
+    ) -> None:
+        super().__init__(backends)
+        self._defaults = defaults
+        self._outbox = outbox
+        self._teams = scripts
+        self._activities = activities
+        self._history = history
+        self._recovery = recovery
+
+    async def create_activity(
+        self,
+        activity_id: str,
+        name: str | None = None,
+        team_size: int | None = None,
+        lock_ttl_s: int | None = None,
+        team_deadline_s: int | None = None,
+        virtual_min_members: int | None = None,
+        teams_per_user: int | None = None,
+        open_teams_per_leader: int | None = None,
+    ) -> Outcome:
+        """Create an activity; the same id and parameters again returns the original."""
+        wanted: dict[str, Any] = {
+            "activity_id": activity_id,
+            "name": name,
+            "team_size": team_size or self._defaults.team_size,
+            "lock_ttl_s": lock_ttl_s or self._defaults.lock_ttl_s,
+            "team_deadline_s": team_deadline_s or self._defaults.team_deadline_s,
+        }
+        if virtual_min_members is not None and virtual_min_members > wanted["team_size"]:
+            raise errors.InvalidRequest(
+                f"virtual_completion.min_members may be at most team_size ({wanted['team_size']})"
+            )
+        # Over maxmemory Redis would refuse the activity's copy after the SQL row: ask first.
+        await write_probe(self._scripts, self._keys.activity(activity_id))
+        now_ms = await self._clock.now_ms(self._redis)
+        async with self._db.transaction() as session:
+            created = await insert_ignore(
+                session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
+            )
+            rules = (virtual_min_members, teams_per_user, open_teams_per_leader)
+            if created and any(rule is not None for rule in rules):
+                session.add(
+                    ActivityRulesRow(
+                        activity_id=activity_id,
+                        virtual_min_members=virtual_min_members,
+                        teams_per_user=teams_per_user,
+                        open_teams_per_leader=open_teams_per_leader,
+                    )
+                )
+                await session.flush()
+            row = await session.get(ActivityRow, activity_id, populate_existing=True)
+        assert row is not None
+        body = activity_body(row)
+        wanted["virtual_completion"] = virtual_body(virtual_min_members)
+        wanted["limits"] = limits_body(teams_per_user, open_teams_per_leader)
+        if not created and any(body[k] != v for k, v in wanted.items()):
+            raise errors.Conflict(
+                f"activity {activity_id!r} exists with other parameters", activity=body
+            )
+        try:
+            await self._activities.put(row)
+        except redis.exceptions.OutOfMemoryError:
+            # Memory ran out after the probe: the client is told nothing was applied.
+            if created:
+                async with self._db.transaction() as session:
+                    await session.execute(
+                        delete(ActivityRulesRow).where(ActivityRulesRow.activity_id == activity_id)
+                    )
+                    await session.execute(
+                        delete(ActivityRow).where(ActivityRow.activity_id == activity_id)
+                    )
+            raise
+        return Outcome(body, created)
+
+    async def get_activity(self, activity_id: str) -> dict[str, Any]:
+        """An activity, or ActivityNotFound."""
+        return activity_body(await self._activities.row(activity_id))
+
+    async def open_team(
+        self,
+        activity_id: str,
+        leader_id: str,
+        team_id: str | None = None,
+        order_id: str | None = None,
+    ) -> Outcome:
+        """Open a team led by `leader_id` (member 1); a repeat with the same id returns it."""
+        team_id = team_id or f"t{secrets.token_hex(8)}"
+        retention_ms = self._defaults.retention_s * 1000
+        opened = await self._teams.open(
+            activity_id, team_id, leader_id, order_id or "", retention_ms
+        )
+        if opened.code is TeamCode.ACTIVITY_NOT_FOUND:
+            # Redis may have lost the activity (restart without persistence): SQL knows it,
+            # and this team too if it was opened before (a repeat must find it, not a new one).
+            await self._recovery.bring_back_activity(activity_id)
+            await self._recovery.bring_back(activity_id, team_id)
+            opened = await self._teams.open(
+                activity_id, team_id, leader_id, order_id or "", retention_ms
+            )
+        if opened.code is TeamCode.CONFLICT:
+            raise_for(opened.code, f"team {team_id!r} exists with another leader or order")
+        refuse_for_user(opened, leader_id)
+        if not isinstance(opened, Opened):
+            raise_for(opened.code)
+        await self._outbox.drain_quietly(activity_id)
+        return Outcome(opened.team.body(), opened.code is TeamCode.OK)
+
+    async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+        """A team's current state: live from Redis, or from SQL once Redis let it go."""
+        reply = await self._teams.read(activity_id, team_id)
+        if reply.code is TeamCode.TEAM_NOT_FOUND and await self._recovery.bring_back(
+            activity_id, team_id
+        ):
+            return await self.get_team(activity_id, team_id)
+        if isinstance(reply, TeamRead):
+            return reply.team.body()
+        return await self._history.team(activity_id, team_id)
+
+    async def list_open_teams(
+        self, activity_id: str, limit: int, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the activity's open teams with a free seat, closest to forming first, and
+        the cursor of the next page (None after the last one)."""
+        after = parse_page_cursor(cursor) if cursor else None
+        position = [after.score, after.team_id] if after else ["", ""]
+        candidates = self._defaults.join_candidates
+        page = await self._teams.list(activity_id, limit, candidates, position)
+        if page.code is TeamCode.ACTIVITY_NOT_FOUND:
+            await self._recovery.bring_back_activity(activity_id)
+            page = await self._teams.list(activity_id, limit, candidates, position)
+        if not isinstance(page, Listed):
+            raise_for(page.code)
+        return {
+            "teams": [team.body() for team in page.teams],
+            "next_cursor": page_cursor(*page.next) if page.next else None,
+        }

@@ -1,0 +1,45 @@
+"""An activity as SQL records it, and the copy of its parameters Redis keeps for the scripts."""
+
+from __future__ import annotations
+
+from groupbuy import errors
+from groupbuy.locks.models import ActivityRow
+from groupbuy.storage.backends import UsesBackends
+
+# How long Redis keeps its copy of an activity after it was last put there. The repair
+# job drops it sooner once the activity's last live team has ended.
+ACTIVITY_COPY_TTL_MS = 86_400_000
+
+
+class ActivityCopy(UsesBackends):
+    """Reads an activity's SQL row and writes Redis's expiring copy of it."""
+
+    async def row(self, activity_id: str) -> ActivityRow:
+        """The activity's SQL row, or ActivityNotFound."""
+        async with self._db.sessions() as session:
+            row = await session.get(ActivityRow, activity_id)
+        if row is None:
+            raise errors.ActivityNotFound(f"no activity {activity_id!r}")
+        return row
+
+    async def put(self, row: ActivityRow) -> None:
+        """Write what team_open needs of an activity to Redis; rewriting it is harmless."""
+        # A copy of SQL's row that expires: an open that misses it puts it back from SQL.
+        # Its slot is in the directory first (Redis Cluster), with its copy of the blocked
+        # users, before any team of it can be written there.
+        await self._slots.join(self._keys.activity_slot(row.activity_id))
+        key = self._keys.activity(row.activity_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "team_size": row.team_size,
+                    "lock_ttl_ms": row.lock_ttl_s * 1000,
+                    "team_deadline_ms": row.team_deadline_s * 1000,
+                    "virtual_min": row.virtual_min_members or 0,
+                    "teams_per_user": row.teams_per_user or 0,
+                    "open_per_leader": row.open_teams_per_leader or 0,
+                },
+            )
+            pipe.pexpire(key, ACTIVITY_COPY_TTL_MS)
+            await pipe.execute()

@@ -1,0 +1,54 @@
+"""The API bodies the team engine answers with, built from SQL rows and parsed replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.models import ActivityRow
+from groupbuy.locks.replies import Locked
+from groupbuy.outcome import Outcome
+from groupbuy.storage.timefmt import iso_ms, to_ms
+
+
+def activity_body(row: ActivityRow) -> dict[str, Any]:
+    """An activity as the API shows it."""
+    return {
+        "activity_id": row.activity_id,
+        "name": row.name,
+        "team_size": row.team_size,
+        "lock_ttl_s": row.lock_ttl_s,
+        "team_deadline_s": row.team_deadline_s,
+        "virtual_completion": virtual_body(row.virtual_min_members),
+        "limits": limits_body(row.teams_per_user, row.open_teams_per_leader),
+        "created_at": iso_ms(to_ms(row.created_at)),
+    }
+
+
+def virtual_body(min_members: int | None) -> dict[str, int] | None:
+    """An activity's `virtual_completion` as the API shows it."""
+    return None if min_members is None else {"min_members": min_members}
+
+
+def limits_body(teams_per_user: int | None, open_per_leader: int | None) -> dict[str, Any] | None:
+    """An activity's `limits` as the API shows it (null when it sets none)."""
+    if teams_per_user is None and open_per_leader is None:
+        return None
+    return {"teams_per_user": teams_per_user, "open_teams_per_leader": open_per_leader}
+
+
+def lock_outcome(user_id: str, locked: Locked) -> Outcome:
+    """The answer of a lock or a join: a new lock (OK), else the user's existing lock,
+    unchanged (EXISTING)."""
+    body = {
+        "status": "locked",
+        "user_id": user_id,
+        "team_id": locked.team_id,
+        "locked_at": iso_ms(locked.locked_at_ms),
+        "expires_at": iso_ms(locked.expires_at_ms),
+        "released_team_id": locked.released_team_id or None,
+        "version": locked.version,
+    }
+    if locked.code is TeamCode.EXISTING:
+        return Outcome({**body, "existing": True}, False)
+    return Outcome(body, True)

@@ -1,0 +1,45 @@
+"""The group-buy engine: its parts by job, built once and handed to the callers together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from groupbuy.locks.activities import ActivityService
+from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.recovery import TeamRecovery
+from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.seats import SeatService
+from groupbuy.locks.sweeps import TeamSweeps
+from groupbuy.locks.writer import TeamRecordWriter
+from groupbuy.settings import TeamSettings
+from groupbuy.storage.backends import Backends
+
+
+@dataclass(frozen=True)
+class TeamEngine:
+    """The team engine's parts: a caller names the job it asks for
+    (`teams.seats.lock(...)`, `teams.activities.create_activity(...)`)."""
+
+    activities: ActivityService  # activities; open, read and list teams
+    seats: SeatService  # the hot path: lock, join, unlock, confirm, current lock
+    sweeps: TeamSweeps  # the scheduled jobs: expiry, write-behind, repair
+    recovery: TeamRecovery  # rebuilding what Redis lost, from SQL
+
+    @classmethod
+    def build(
+        cls, backends: Backends, defaults: TeamSettings, outbox: TeamRecordWriter
+    ) -> TeamEngine:
+        """Wire the parts over one set of backends, sharing the scripts and the record writer."""
+        scripts = TeamScripts(backends.scripts, backends.keys, backends.clock)
+        copies = ActivityCopy(backends)
+        history = TeamHistory(backends, copies)
+        recovery = TeamRecovery(backends, defaults, scripts, copies)
+        return cls(
+            activities=ActivityService(
+                backends, defaults, outbox, scripts, copies, history, recovery
+            ),
+            seats=SeatService(scripts, outbox, defaults, copies, history, recovery),
+            sweeps=TeamSweeps(backends, outbox, scripts, recovery),
+            recovery=recovery,
+        )

@@ -1,0 +1,79 @@
+"""A team's SQL record: the answers once Redis let the team go (ended and released)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from groupbuy import errors
+from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.locks.records import recorded_version
+from groupbuy.locks.view import TeamView
+from groupbuy.outcome import Outcome
+from groupbuy.storage.backends import Backends, UsesBackends
+
+
+class TeamHistory(UsesBackends):
+    """Answers about a team from its SQL record, for the calls Redis can no longer answer."""
+
+    def __init__(self, backends: Backends, activities: ActivityCopy) -> None:
+        super().__init__(backends)
+        self._activities = activities
+
+    async def team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+        """The team's API body from SQL, or TeamNotFound (ActivityNotFound when the activity
+        is unknown too)."""
+        async with self._db.sessions() as session:
+            team = await session.get(TeamRow, (activity_id, team_id))
+            if team is None:
+                await self._raise_team_not_found(activity_id, team_id)
+            members = await recorded_members(session, activity_id, team_id)
+            version = await recorded_version(session, activity_id, team_id)
+        assert team is not None
+        return TeamView.from_rows(team, members, version).body()
+
+    async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
+        if not await self._redis.exists(self._keys.activity(activity_id)):
+            await self._activities.row(activity_id)  # raises ActivityNotFound when unknown
+        raise errors.TeamNotFound(f"no team {team_id!r} in activity {activity_id!r}")
+
+    async def confirmed_before(
+        self, activity_id: str, team_id: str, user_id: str, order_id: str
+    ) -> Outcome:
+        """A confirm of a team Redis no longer holds (ended and released): the same answer as
+        before when SQL records this user with this order (a retry after a 503, say), else
+        the refusal its SQL record gives."""
+        team = await self.team(activity_id, team_id)
+        members = team["members"]
+        if not any(m["user_id"] == user_id and m["order_id"] == order_id for m in members):
+            await self.raise_for_missing_team(activity_id, team_id)
+        # The confirm that completed the team is the last member of a team formed in full.
+        completed = team["status"] == "formed" and not team["virtual_seats"]
+        formed = completed and members[-1]["user_id"] == user_id
+        return Outcome({"team": team, "formed": formed}, False)
+
+    async def raise_for_missing_team(self, activity_id: str, team_id: str) -> NoReturn:
+        """Raise the refusal the SQL record of a team Redis no longer holds gives: formed,
+        failed, or not found."""
+        team = await self.team(activity_id, team_id)
+        if team["status"] == "formed":
+            raise errors.TeamFormed()
+        if team["status"] == "failed":
+            raise errors.TeamFailed()
+        raise errors.TeamNotFound(f"team {team_id!r} is no longer in Redis")
+
+
+async def recorded_members(
+    session: AsyncSession, activity_id: str, team_id: str
+) -> Sequence[MemberRow]:
+    """A team's member rows in joining order."""
+    query = (
+        select(MemberRow)
+        .where(MemberRow.activity_id == activity_id, MemberRow.team_id == team_id)
+        .order_by(MemberRow.seq)
+    )
+    return (await session.scalars(query)).all()

@@ -1,0 +1,180 @@
+"""The hot path of the group-buy engine: seat locks, joins, confirms (no HTTP in here).
+
+Redis holds the live state and decides every change in one Lua script; the script writes
+the change's record to the activity's outbox stream in the same atomic call, and only a
+confirm waits for that record to reach SQL. When a script finds no team or activity,
+Redis may have lost it: the `MissingTeam` hook (TeamRecovery) brings it back from SQL,
+and the call is made again; a team Redis let go after it ended answers from its SQL
+record (`TeamHistory`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Protocol
+
+from groupbuy import errors
+from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.bodies import lock_outcome
+from groupbuy.locks.codes import TeamCode, raise_for
+from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.refusals import refuse_for_user
+from groupbuy.locks.replies import (
+    Confirmed,
+    JoinReply,
+    Locked,
+    LookFurther,
+    NoSeatFree,
+    SeatsTaken,
+    SwitchNeeded,
+    Unlocked,
+    UserLock,
+)
+from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.writer import TeamRecordWriter
+from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
+from groupbuy.metrics import lock_outcome as lock_outcome_label
+from groupbuy.outcome import Outcome
+from groupbuy.settings import TeamSettings
+from groupbuy.storage.timefmt import iso_ms
+
+# A user switching teams needs a second call naming the old team; more tries than
+# this means the same user is racing with themselves, and they may simply retry.
+_SWITCH_ATTEMPTS = 5
+
+
+class MissingTeam(Protocol):
+    """What the hot path does when Redis does not hold a team or activity (TeamRecovery)."""
+
+    async def bring_back(self, activity_id: str, team_id: str) -> bool:
+        """Rebuild the team in Redis from SQL; False when SQL has no open team to rebuild."""
+
+    async def bring_back_activity(self, activity_id: str) -> None:
+        """Put the activity's copy back in Redis from SQL (ActivityNotFound when unknown)."""
+
+
+class SeatService:
+    """Seat locks and membership: lock, join, unlock, confirm, and a user's current lock."""
+
+    def __init__(
+        self,
+        scripts: TeamScripts,
+        outbox: TeamRecordWriter,
+        defaults: TeamSettings,
+        activities: ActivityCopy,
+        history: TeamHistory,
+        recovery: MissingTeam,
+    ) -> None:
+        self._teams = scripts
+        self._outbox = outbox
+        self._defaults = defaults
+        self._activities = activities
+        self._history = history
+        self._recovery = recovery
+
+    @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "lock")
+    async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
+        """Hold a free seat of the team for the user (releasing their lock in another team)."""
+        other = ""
+        restored = False
+        for _ in range(_SWITCH_ATTEMPTS):
+            reply = await self._teams.lock(activity_id, team_id, user_id, other)
+            if isinstance(reply, SwitchNeeded):
+                other = reply.team_id
+                continue
+            if reply.code is TeamCode.TEAM_NOT_FOUND and not restored:
+                restored = True
+                if await self._recovery.bring_back(activity_id, team_id):
+                    continue
+            break
+        else:
+            raise errors.Conflict("the user's lock changed during every attempt; retry")
+
+        if isinstance(reply, Locked):
+            return lock_outcome(user_id, reply)
+        if isinstance(reply, SeatsTaken):
+            raise_for(
+                reply.code,
+                f"team {team_id!r} has no free seat",
+                next_unlock_at=iso_ms(reply.next_unlock_ms),
+                earliest_locked_at=iso_ms(reply.earliest_locked_at_ms),
+            )
+        if reply.code is TeamCode.TEAM_NOT_FOUND:
+            await self._history.raise_for_missing_team(activity_id, team_id)
+        refuse_for_user(reply, user_id)
+        raise_for(reply.code)
+
+    @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "join")
+    async def join(self, activity_id: str, user_id: str) -> Outcome:
+        """Hold a free seat for the user in the open team of the activity closest to forming
+        (most members + live locks, then the oldest); the user's live lock in the activity,
+        wherever it is, is the answer instead (`existing`)."""
+        cursor: tuple[str, str] = ("", "")
+        join = partial(self._teams.join, activity_id, user_id, self._defaults.join_candidates)
+        while True:
+            # Each call looks at a bounded number of teams; a long way down the index (the
+            # user belongs to many of the first teams) takes several calls.
+            reply: JoinReply = await join(cursor)
+            if reply.code is TeamCode.ACTIVITY_NOT_FOUND:
+                await self._recovery.bring_back_activity(activity_id)
+                reply = await join(cursor)
+            if not isinstance(reply, LookFurther):
+                break
+            cursor = reply.cursor
+        if isinstance(reply, Locked):
+            # Joining never releases a lock: a live one anywhere is the answer (EXISTING).
+            return lock_outcome(user_id, reply)
+        if isinstance(reply, NoSeatFree):
+            raise_for(
+                reply.code,
+                f"no open team of activity {activity_id!r} has a free seat for {user_id!r}",
+                next_unlock_at=iso_ms(reply.next_unlock_ms),
+            )
+        refuse_for_user(reply, user_id)
+        raise_for(reply.code)
+
+    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
+        """Release the user's lock on the team; False when there was none."""
+        reply = await self._teams.unlock(activity_id, team_id, user_id)
+        if reply.code is TeamCode.TEAM_NOT_FOUND:
+            await self._history.team(activity_id, team_id)  # raises when unknown
+            return False
+        if not isinstance(reply, Unlocked):
+            raise_for(reply.code)
+        return reply.released
+
+    async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
+        """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""
+        reply = await self._teams.confirm(activity_id, team_id, user_id, order_id)
+        if reply.code is TeamCode.TEAM_NOT_FOUND and await self._recovery.bring_back(
+            activity_id, team_id
+        ):
+            reply = await self._teams.confirm(activity_id, team_id, user_id, order_id)
+        if reply.code is TeamCode.TEAM_NOT_FOUND:
+            return await self._history.confirmed_before(activity_id, team_id, user_id, order_id)
+        refuse_for_user(reply, user_id)
+        if not isinstance(reply, Confirmed):
+            raise_for(reply.code)
+        # The answer waits for the membership's record in SQL. The script has made the user
+        # a member in Redis (no lock left to expire) and written the record to the outbox in
+        # the same call: SQL away, this raises (503 database_unavailable), the record waits
+        # in Redis, and the backend's retry answers EXISTING once a flush has it in SQL.
+        await self._outbox.drain(activity_id)
+        # `formed` is this confirm's own: true for exactly one confirm per team (and its
+        # repeats), so a backend can say "your team is complete" once.
+        body = {"team": reply.team.body(), "formed": reply.formed}
+        return Outcome(body, reply.code is TeamCode.OK)
+
+    async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
+        """The user's unexpired lock in the activity, or NoLock (one script call)."""
+        reply = await self._teams.user_lock(activity_id, user_id)
+        if reply.code is TeamCode.NO_LOCK:
+            await self._activities.row(activity_id)  # an unknown activity is a 404 of its own
+            raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
+        if not isinstance(reply, UserLock):
+            raise_for(reply.code)
+        return {
+            "team_id": reply.team_id,
+            "locked_at": iso_ms(reply.locked_at_ms),
+            "expires_at": iso_ms(reply.expires_at_ms),
+        }

@@ -1,0 +1,60 @@
+"""RedPackets: the red-packet engine's parts, each with one job, built together once.
+
+Callers reach the part they need (`packets.grabs.grab`, `packets.accounts.deposit`,
+`packets.sweeps.expire_due`); the parts share one set of script wrappers, and the grab
+path reaches recovery only through the hook it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from groupbuy.redpacket.accounts import AccountService
+from groupbuy.redpacket.acks import AckJournal
+from groupbuy.redpacket.grabs import GrabService
+from groupbuy.redpacket.reads import ReadService
+from groupbuy.redpacket.recovery import RecoveryService
+from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.sending import SendService
+from groupbuy.redpacket.sweeps import SweepService
+from groupbuy.redpacket.writer import PacketRecordWriter
+from groupbuy.settings import RedPacketSettings
+from groupbuy.storage.backends import Backends
+
+
+@dataclass(frozen=True)
+class RedPackets:
+    """Red packets and the accounts they move money between, one part per job."""
+
+    accounts: AccountService  # deposits and balances
+    sending: SendService  # send, and the repair of half-done sends
+    grabs: GrabService  # the hot path
+    reads: ReadService  # a packet with its grabs
+    recovery: RecoveryService  # packets Redis lost, rebuilt from SQL
+    sweeps: SweepService  # expiry, re-index, release
+    writer: PacketRecordWriter  # Redis's records -> SQL
+    acks: AckJournal  # the journal of grabs answered `grabbed`
+
+    @classmethod
+    def build(
+        cls,
+        backends: Backends,
+        limits: RedPacketSettings,
+        writer: PacketRecordWriter,
+        acks: AckJournal,
+        resend_window_ms: int = 60_000,
+    ) -> RedPackets:
+        """Wire the parts over one set of backends (the composition root calls this)."""
+        scripts = PacketScripts(backends.scripts, backends.keys, backends.clock)
+        sending = SendService(backends, scripts, limits)
+        recovery = RecoveryService(backends, scripts, limits, sending)
+        return cls(
+            accounts=AccountService(backends),
+            sending=sending,
+            grabs=GrabService(scripts, acks, recovery, resend_window_ms),
+            reads=ReadService(backends, scripts, recovery),
+            recovery=recovery,
+            sweeps=SweepService(backends, scripts, writer, recovery),
+            writer=writer,
+            acks=acks,
+        )

@@ -1,0 +1,150 @@
+"""RecoveryService: bring back a packet Redis does not hold, from its SQL record.
+
+A packet SQL records as live may be missing from Redis: a send whose Redis step has not
+happened yet (it is made live now), or an active packet Redis lost (it is rebuilt). An
+ended packet Redis has let go is answered from SQL instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select
+
+from groupbuy import errors
+from groupbuy.metrics import RESTORED
+from groupbuy.redpacket.codec import grab_value
+from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.common import recorded_args, recorded_grabs, recorded_packet, refuse
+from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.replies import Restored
+from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.sending import SendService
+from groupbuy.redpacket.split import split
+from groupbuy.redpacket.view import packet_version
+from groupbuy.settings import RedPacketSettings
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.restore import rebuilding
+from groupbuy.storage.timefmt import from_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryService(UsesBackends):
+    """Packets Redis lacks while SQL says they are live: made live, or rebuilt from SQL."""
+
+    def __init__(
+        self,
+        backends: Backends,
+        scripts: PacketScripts,
+        limits: RedPacketSettings,
+        sending: SendService,
+    ) -> None:
+        super().__init__(backends)
+        self._packets = scripts
+        self._limits = limits
+        self._sending = sending
+
+    async def grab_missing(self, packet_id: str, user_id: str) -> dict[str, Any] | None:
+        """The grab path's one hook: put the packet back in Redis and answer None (grab
+        again), or answer the grab from SQL when the packet has ended."""
+        row = await recorded_packet(self._db, packet_id)
+        if await self.bring_back(row):
+            return None
+        return await self._grab_from_record(row, user_id)
+
+    async def bring_back(self, row: PacketRow) -> bool:
+        """Put a packet Redis does not hold back in Redis when SQL says it should be live:
+        a send whose Redis step has not happened yet, or an active packet Redis lost.
+        False when its SQL record is the answer (it has ended)."""
+        if row.status == "pending":
+            await self._sending.make_live(row)
+            return True
+        if row.status == "active":
+            await self.restore(row.packet_id)
+            return True
+        return False
+
+    async def restore(self, packet_id: str) -> bool:
+        """Rebuild an active packet that Redis lost, from SQL; True if this call rebuilt it.
+
+        Its recorded grabs go back (nobody grabs twice, earlier grabs answer the same
+        amounts) and what remains is drawn again into count - grabs shares. The packet's
+        epoch is raised in SQL first, under the packet row's lock, so records Redis wrote
+        before it lost the packet (still on their way to SQL) are fenced out and reported,
+        never applied on top of the new shares.
+        """
+        keys = self._keys
+        async with rebuilding(
+            self._redis, keys.packet_restoring(packet_id), keys.packet_keys(packet_id).hash
+        ) as needed:
+            if not needed:
+                return False
+            now_ms = await self._clock.now_ms(self._redis)
+            async with self._db.transaction() as session:
+                row = await session.scalar(
+                    select(PacketRow).where(PacketRow.packet_id == packet_id).with_for_update()
+                )
+                if row is None or row.status != "active":
+                    return False
+                grabs = await recorded_grabs(session, packet_id)
+                mark = await session.get(PacketEpochRow, packet_id)
+                epoch = (mark.epoch if mark else 0) + 1
+                if mark is None:
+                    session.add(
+                        PacketEpochRow(
+                            packet_id=packet_id,
+                            epoch=epoch,
+                            rebuilt_at=from_ms(now_ms),
+                            grabs_kept=len(grabs),
+                        )
+                    )
+                else:
+                    mark.epoch, mark.rebuilt_at, mark.grabs_kept = (
+                        epoch,
+                        from_ms(now_ms),
+                        len(grabs),
+                    )
+            left = row.count - len(grabs)
+            left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
+            shares = split(row.strategy, left_cents, left) if left else []
+            recorded: list[Any] = []
+            for g in grabs:
+                recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
+            await self._slots.join(keys.packet_slot(packet_id))
+            restored = await self._packets.restore(
+                packet_id,
+                [*recorded, *shares],
+                **recorded_args(row, self._limits.retention_s),
+                epoch=epoch,
+                seq_gap=max((g.seq for g in grabs), default=0) - len(grabs),
+                version=packet_version(epoch, row.count, len(grabs), ended=False),
+                grab_count=len(grabs),
+            )
+        if not isinstance(restored, Restored):
+            return False
+        RESTORED.labels("packet").inc()
+        log.warning(
+            "packet %s was missing from Redis: rebuilt from SQL (epoch %d, %d recorded grabs "
+            "kept, %d cents drawn again into %d shares, %s)",
+            packet_id,
+            epoch,
+            len(grabs),
+            left_cents,
+            left,
+            restored.status,
+        )
+        return True
+
+    async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
+        # Redis has let the ended packet go; its SQL record answers.
+        async with self._db.sessions() as session:
+            grab = await session.get(GrabRow, (row.packet_id, user_id))
+        if grab is not None:
+            return {"status": "already_grabbed", "amount_cents": grab.amount_cents}
+        if row.status == "sold_out":
+            refuse(PacketCode.SOLD_OUT, row.packet_id)
+        if row.status == "expired":
+            refuse(PacketCode.EXPIRED, row.packet_id)
+        raise errors.RedisUnavailable(f"packet {row.packet_id!r} is missing from Redis")

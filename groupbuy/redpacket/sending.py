@@ -1,0 +1,278 @@
+"""SendService: send a packet, and finish the sends whose Redis step failed.
+
+Money moves in SQL: a send debits the sender and records the packet in one SQL
+transaction, then puts the packet and its pre-drawn shares in Redis ("makes it live"). The
+admission script checks the sender's block and daily caps first, before any money moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any, cast
+
+import redis.exceptions
+from sqlalchemy import CursorResult, delete, select, update
+
+from groupbuy import errors
+from groupbuy.outcome import Outcome
+from groupbuy.redpacket import ledger
+from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
+from groupbuy.redpacket.codes import raise_for
+from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, recorded_args
+from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.replies import Admitted, OverCap
+from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.split import split
+from groupbuy.settings import RedPacketSettings
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.db import insert_ignore
+from groupbuy.storage.events import Event, EventRow, record_event
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+# A UTC day in ms, and how long a sender's day counters outlive their day (a send that read
+# the clock just before midnight still finds them).
+DAY_MS = 86_400_000
+DAY_KEY_SLACK_MS = 3_600_000
+
+
+class SendService(UsesBackends):
+    """Sends: the admission, the debit and the packet's record, then its Redis state."""
+
+    def __init__(
+        self, backends: Backends, scripts: PacketScripts, limits: RedPacketSettings
+    ) -> None:
+        super().__init__(backends)
+        self._packets = scripts
+        self._limits = limits
+
+    async def send(
+        self,
+        sender_id: str,
+        amount_cents: int,
+        count: int,
+        packet_id: str | None = None,
+        expires_in_s: int | None = None,
+        strategy: str = "double_mean",
+    ) -> Outcome:
+        """Debit the sender and create the packet; the same packet_id again returns it.
+
+        A blocked sender (403) and a send past the sender's daily caps (409) are refused by
+        the admission script before any money moves."""
+        limits = self._limits
+        if count > limits.max_count:
+            raise errors.InvalidRequest(f"count may be at most {limits.max_count}")
+        if amount_cents > limits.max_amount_cents:
+            raise errors.InvalidRequest(f"amount_cents may be at most {limits.max_amount_cents}")
+        if amount_cents < count:
+            raise errors.InvalidRequest("amount_cents must be at least count (1 cent per share)")
+        packet_id = packet_id or f"p{secrets.token_hex(8)}"
+        expires_in_s = expires_in_s or limits.expires_in_s
+        now_ms = await self._clock.now_ms(self._redis)
+        wanted = {
+            "sender_id": sender_id,
+            "amount_cents": amount_cents,
+            "count": count,
+            "strategy": strategy,
+            "expires_in_s": expires_in_s,
+        }
+        # The sender's and the packet's slots are in the directory (Redis Cluster), each with
+        # its copy of the blocked users, before the admission reads one and the packet is
+        # written to the other.
+        await self._slots.join(self._keys.sender_slot(sender_id), self._keys.packet_slot(packet_id))
+        # The admission is a write script: over maxmemory Redis refuses it up front, so a
+        # send Redis could not take is refused before the debit.
+        counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
+        try:
+            created, row = await self._record_send(packet_id, wanted, now_ms)
+        except Exception:
+            if counted:  # refused (too little money) or failed: the send did not happen
+                await self._unadmit(sender_id, packet_id, now_ms)
+            raise
+        if counted and not created:  # a repeat: the first send was counted on its own day
+            await self._unadmit(sender_id, packet_id, now_ms)
+        if not created and any(getattr(row, k) != v for k, v in wanted.items()):
+            raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
+        if row.status == "pending":
+            try:
+                await self.make_live(row, joined=True)
+            except redis.exceptions.OutOfMemoryError:
+                # Memory ran out between the admission and the packet: the client is told nothing
+                # was applied, so the debit and the packet's record go (a repeat starts over).
+                if created:
+                    await self._unsend(row)
+                    if counted:
+                        await self._unadmit(sender_id, packet_id, now_ms)
+                raise
+        return Outcome(self._sent_body(row), created)
+
+    async def _admit(self, sender_id: str, packet_id: str, amount_cents: int, now_ms: int) -> bool:
+        """The send's first step, in Redis before any money moves: a blocked sender is refused
+        (403) and the sender's daily caps are checked and counted atomically (409); True when
+        this call counted the send (take it back if the send then does not happen)."""
+        limits, day = self._limits, now_ms // DAY_MS
+        admitted = await self._packets.admit(
+            self._keys.blocked_users(self._keys.sender_slot(sender_id)),
+            self._keys.sender_day(sender_id, day),
+            sender_id=sender_id,
+            packet_id=packet_id,
+            amount_cents=amount_cents,
+            daily_count_cap=limits.sender_daily_count,
+            daily_amount_cap=limits.sender_daily_amount_cents,
+            day_expire_at_ms=(day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
+            # A resent call (the reply was lost) finds its own count: still "counted by this
+            # send", so a send that then fails in SQL still takes it back.
+            request_token=secrets.token_urlsafe(REQUEST_TOKEN_BYTES),
+        )
+        if isinstance(admitted, Admitted):
+            return admitted.counted
+        if isinstance(admitted, OverCap):
+            async with self._db.sessions() as session:
+                if await session.get(PacketRow, packet_id) is not None:
+                    return False  # a repeat of a send counted on an earlier day: answer it
+            limit, current, cap = admitted.limit, admitted.current, admitted.cap
+            raise_for(
+                admitted.code,
+                f"sender {sender_id!r} has sent {current} of the {limit} cap ({cap}) today (UTC)",
+                limit=limit,
+                current=current,
+                cap=cap,
+            )
+        raise errors.UserBlocked(f"sender {sender_id!r} is blocked", user_id=sender_id)
+
+    async def _unadmit(self, sender_id: str, packet_id: str, now_ms: int) -> None:
+        """Take back what _admit counted for a send that did not happen."""
+        key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
+        await self._packets.unadmit(key, packet_id)
+
+    async def _record_send(
+        self, packet_id: str, wanted: dict[str, Any], now_ms: int
+    ) -> tuple[bool, PacketRow]:
+        """Record the packet and debit its sender in one SQL transaction: (created, the row);
+        created is False when the packet id was recorded before (nothing changed)."""
+        sender_id, amount_cents = wanted["sender_id"], wanted["amount_cents"]
+        expires_in_s = wanted["expires_in_s"]
+        async with self._db.transaction() as session:
+            created = await insert_ignore(
+                session,
+                PacketRow.__table__,
+                {
+                    "packet_id": packet_id,
+                    **wanted,
+                    "status": "pending",
+                    "refunded_cents": 0,
+                    "records_done": False,
+                    "created_at": from_ms(now_ms),
+                    "expires_at": from_ms(now_ms + expires_in_s * 1000),
+                },
+            )
+            if created:
+                await ledger.post_entry(
+                    session,
+                    user_id=sender_id,
+                    kind="packet_debit",
+                    amount_cents=-amount_cents,
+                    business_key=packet_debit_key(packet_id),
+                    at=from_ms(now_ms),
+                    require_funds=True,
+                )
+                await record_event(
+                    session,
+                    Event(
+                        "packet.sent",
+                        now_ms,
+                        packet_event_key("packet.sent", packet_id),
+                        {"packet_id": packet_id, **wanted, "version": 1},
+                    ),
+                )
+            row = await session.get(PacketRow, packet_id, populate_existing=True)
+        assert row is not None
+        return created, row
+
+    async def _unsend(self, row: PacketRow) -> None:
+        """Take back a send whose packet Redis refused: its row, debit and event, in one
+        transaction, unless the repair job has made it live meanwhile."""
+        async with self._db.transaction() as session:
+            gone = await session.execute(
+                delete(PacketRow).where(
+                    PacketRow.packet_id == row.packet_id, PacketRow.status == "pending"
+                )
+            )
+            if cast(CursorResult[Any], gone).rowcount != 1:
+                return
+            await ledger.take_back(session, packet_debit_key(row.packet_id))
+            await session.execute(
+                delete(EventRow).where(
+                    EventRow.dedup_key == packet_event_key("packet.sent", row.packet_id)
+                )
+            )
+        log.warning("send of packet %s taken back: Redis refused the packet", row.packet_id)
+
+    async def make_live(self, row: PacketRow, joined: bool = False) -> None:
+        """Create the Redis state of a recorded packet (idempotent), then mark it active;
+        its slot joins the directory first unless the caller has `joined` it."""
+        if not joined:
+            await self._slots.join(self._keys.packet_slot(row.packet_id))
+        shares = split(row.strategy, row.amount_cents, row.count)
+        recorded = recorded_args(row, self._limits.retention_s)
+        await self._packets.create(row.packet_id, shares, **recorded)
+        async with self._db.transaction() as session:
+            await session.execute(
+                update(PacketRow)
+                .where(PacketRow.packet_id == row.packet_id, PacketRow.status == "pending")
+                .values(status="active")
+            )
+        row.status = "active"
+
+    async def repair_pending(self) -> dict[str, int]:
+        """Finish sends whose Redis step failed: create the packet, or refund it if already over."""
+        async with self._db.sessions() as session:
+            pending = (
+                await session.scalars(select(PacketRow).where(PacketRow.status == "pending"))
+            ).all()
+        now_ms = await self._clock.now_ms(self._redis)
+        made_live = refunded = 0
+        for row in pending:
+            in_redis = await self._redis.exists(self._keys.packet_keys(row.packet_id).hash)
+            if in_redis or to_ms(row.expires_at) > now_ms:
+                await self.make_live(row)
+                made_live += 1
+            else:
+                await self._refund_unsent(row)
+                refunded += 1
+        return {"pending": len(pending), "made_live": made_live, "refunded": refunded}
+
+    async def _refund_unsent(self, row: PacketRow) -> None:
+        # Its time ran out before it ever reached Redis: nobody grabbed, all goes back.
+        # The same record a packet_expire script would have written, applied the same way
+        # (its ledger and event keys make a second application, from any path, a no-op).
+        refund: PacketRefunded = {
+            "type": "packet.refunded",
+            "at_ms": str(to_ms(row.expires_at)),
+            "packet_id": row.packet_id,
+            "sender_id": row.sender_id,
+            "refunded_cents": str(row.amount_cents),
+            "remaining_count": str(row.count),
+        }
+        async with self._db.transaction() as session:
+            await apply_packet_records(session, [refund])
+            await session.execute(
+                update(PacketRow)
+                .where(PacketRow.packet_id == row.packet_id)
+                .values(records_done=True)  # there is no stream to drain
+            )
+
+    @staticmethod
+    def _sent_body(row: PacketRow) -> dict[str, Any]:
+        return {
+            "packet_id": row.packet_id,
+            "sender_id": row.sender_id,
+            "amount_cents": row.amount_cents,
+            "count": row.count,
+            "strategy": row.strategy,
+            "status": "active" if row.status == "pending" else row.status,
+            "expires_at": iso_ms(to_ms(row.expires_at)),
+        }
