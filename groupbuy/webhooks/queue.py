@@ -48,10 +48,6 @@ DISABLED_EVENT = "endpoint.disabled"
 OWNER_CHARS = 16
 
 
-class _Lost(Exception):
-    """Another process moved the endpoint's position first: this derivation is void."""
-
-
 def entity_of(event_type: str, data: dict[str, Any]) -> tuple[str, int]:
     """The entity an event belongs to (a team, a packet, an endpoint; '' for none) and its
     version after the event (0 when the event carries none)."""
@@ -137,48 +133,45 @@ async def derive(database: Database, now_ms: int) -> int:
                 )
             ).all()
         )
-    queued = 0
-    for endpoint_id, position, types in behind:
-        try:
-            queued += await _derive_one(database, endpoint_id, position, json.loads(types), now_ms)
-        except _Lost:
-            continue
-    return queued
-
-
-async def _derive_one(
-    database: Database, endpoint_id: str, position: int, types: list[str], now_ms: int
-) -> int:
+    # Endpoints at one position (the usual case: all caught up together) share one read of
+    # the feed; every endpoint's deliveries go into one transaction, which takes the
+    # endpoints' rows in id order (two processes deriving at once cannot deadlock).
+    members = sorted((str(e), int(p), json.loads(t)) for e, p, t in behind)
     async with database.sessions() as session:
-        events = list(
-            (
-                await session.execute(
-                    select(EventRow.position, EventRow.type, EventRow.data)
-                    .where(EventRow.position > position)
-                    .order_by(EventRow.position)
-                    .limit(DERIVE_BATCH)
-                )
-            ).all()
-        )
-    if not events:
-        return 0
-    rows = [
-        _delivery(endpoint_id, int(p or 0), kind, data, now_ms)
-        for p, kind, data in events
-        if subscribes(types, kind)
-    ]
+        reads = {p: await _events_after(session, p) for p in sorted({m[1] for m in members})}
+    rows: list[dict[str, Any]] = []
     async with database.transaction() as session:
-        moved = await session.execute(
-            update(EndpointRow)
-            .where(EndpointRow.endpoint_id == endpoint_id, EndpointRow.position == position)
-            .values(position=int(events[-1][0] or 0))
-        )
-        if not cast(CursorResult[Any], moved).rowcount:
-            raise _Lost()
+        for member, position, subscribed in members:
+            events = reads[position]
+            if not events:
+                continue
+            moved = await session.execute(
+                update(EndpointRow)
+                .where(EndpointRow.endpoint_id == member, EndpointRow.position == position)
+                .values(position=int(events[-1][0] or 0))
+            )
+            if not cast(CursorResult[Any], moved).rowcount:
+                continue  # another process derived these first
+            rows += [
+                _delivery(member, int(p or 0), kind, data, now_ms)
+                for p, kind, data in events
+                if subscribes(subscribed, kind)
+            ]
         if rows:
             insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
             await session.execute(insert, rows)
     return len(rows)
+
+
+async def _events_after(session: AsyncSession, position: int) -> list[Any]:
+    """Up to DERIVE_BATCH feed events after `position`: (position, type, data)."""
+    found = await session.execute(
+        select(EventRow.position, EventRow.type, EventRow.data)
+        .where(EventRow.position > position)
+        .order_by(EventRow.position)
+        .limit(DERIVE_BATCH)
+    )
+    return list(found.all())
 
 
 def _earlier_pending() -> Any:
@@ -367,12 +360,12 @@ async def complete(
                     )
                     .values(failing_since_ms=None)
                 )
-        return [
-            Completion("delivered")
-            if o.reply.succeeded
-            else await _failed(session, o, disable_after_ms)
-            for o in outcomes
-        ]
+        # Failures take endpoint rows too: in endpoint order, as derive does.
+        decided: dict[int, Completion] = {}
+        for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claimed.endpoint_id):
+            if not outcomes[index].reply.succeeded:
+                decided[index] = await _failed(session, outcomes[index], disable_after_ms)
+        return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
 
 
 async def _failed(session: AsyncSession, outcome: Outcome, disable_after_ms: int) -> Completion:

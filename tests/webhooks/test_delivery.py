@@ -376,3 +376,29 @@ async def test_a_body_over_the_bound_is_not_sent_and_fails_with_the_reason(
         assert attempt["error"].startswith("payload_too_large")
     finally:
         await hooks.deliverer.stop()
+
+
+async def test_derivation_serves_endpoints_at_different_positions_once_each(
+    db: Database, hooks: WebhookService, receiver: Receiver, clock: FakeClock
+) -> None:
+    await feed(db, team_event("team.opened", "t1", 1))
+    await hooks.create(EndpointSpec("early", receiver.url, ("*",)))
+    await feed(db, team_event("team.opened", "t2", 1), team_event("team.formed", "t2", 3))
+    await hooks.create(EndpointSpec("late", receiver.url, ("team.formed",)))
+    await feed(db, team_event("team.formed", "t3", 3))
+    # Two processes derive at once: every delivery exists once.
+    queued = await asyncio.gather(queue.derive(db, clock()), queue.derive(db, clock()))
+    assert sum(queued) == 4
+    async with db.sessions() as session:
+        rows = await session.execute(
+            select(DeliveryRow.endpoint_id, DeliveryRow.event_position).order_by(
+                DeliveryRow.endpoint_id, DeliveryRow.event_position
+            )
+        )
+        assert [(e, int(p)) for e, p in rows.all()] == [
+            ("early", 2),
+            ("early", 3),
+            ("early", 4),
+            ("late", 4),
+        ]
+    assert [e["position"] for e in (await hooks.page(None, 10))["webhooks"]] == [4, 4]
