@@ -21,7 +21,8 @@ from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.webhooks import queue
 from groupbuy.webhooks.models import EndpointRow
-from groupbuy.webhooks.queue import Claimed, Outcome
+from groupbuy.webhooks.outcomes import Completion, Outcome, complete, fail_unsendable
+from groupbuy.webhooks.queue import Claimed
 from groupbuy.webhooks.recorder import Recorder
 from groupbuy.webhooks.sender import Reply, Sender
 from groupbuy.webhooks.signing import headers
@@ -109,8 +110,8 @@ class Deliverer:
             started += len(claims)
         return started
 
-    async def _complete(self, outcomes: list[Outcome]) -> list[queue.Completion]:
-        return await queue.complete(self._db, outcomes, self._disable_after_ms)
+    async def _complete(self, outcomes: list[Outcome]) -> list[Completion]:
+        return await complete(self._db, outcomes, self._disable_after_ms)
 
     def _start(self, endpoint: EndpointRow, claimed: Claimed) -> None:
         task = asyncio.create_task(self._attempt(endpoint, claimed))
@@ -153,7 +154,7 @@ class Deliverer:
         failed at once, with the reason)."""
         if len(claimed.body) > self._settings.max_payload_bytes:
             reason = f"payload_too_large: {len(claimed.body)} bytes"
-            await queue.fail_unsendable(self._db, claimed, reason, self._clock())
+            await fail_unsendable(self._db, claimed, reason, self._clock())
             metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, "failed").inc()
             return None
         sent_at = self._clock()
@@ -232,7 +233,7 @@ class Deliverer:
         await self.sender.aclose()
 
 
-def _outcome(reply: Reply, completion: queue.Completion) -> str:
+def _outcome(reply: Reply, completion: Completion) -> str:
     """The outcome label of an attempt: delivered, retrying, failed, or gone (a 410)."""
     if reply.succeeded:
         return "delivered"

@@ -1,5 +1,5 @@
-"""Deliveries in SQL: derived from the events feed, claimed by one process at a time,
-completed with their attempt, listed, replayed.
+"""Deliveries in SQL: what is owed and who attempts it. Deliveries are derived from the
+events feed; due ones are claimed by one process at a time.
 
 A claim is a token and a deadline on the row (`claim_token`, `claim_until_ms`), taken by a
 conditional UPDATE: two processes cannot both hold one delivery, and a process killed
@@ -16,34 +16,18 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import (
-    CursorResult,
-    Table,
-    and_,
-    bindparam,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import CursorResult, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from groupbuy.storage.db import Database, dialect_insert
-from groupbuy.storage.events import Event, EventRow, assign_positions, record_event
+from groupbuy.storage.events import EventRow, assign_positions
 from groupbuy.storage.timefmt import iso_ms, to_ms
-from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
-from groupbuy.webhooks.schedule import RETRY_AFTER_STATUSES, parse_retry_after, retry_wait_ms
-from groupbuy.webhooks.sender import Reply
+from groupbuy.webhooks.models import DeliveryRow, EndpointRow
 from groupbuy.webhooks.store import subscribes
 
 # Events one derivation reads per endpoint: bounds a transaction behind a large backlog.
 DERIVE_BATCH = 2000
-# Events one replay transaction queues.
-REPLAY_BATCH = 2000
-STATUSES = ("pending", "delivered", "failed")
-DISABLED_EVENT = "endpoint.disabled"
 # A claim token is the claiming process's prefix of this many characters, then a random part.
 OWNER_CHARS = 16
 
@@ -95,7 +79,7 @@ class Claimed:
         return webhook_id(self.position)
 
 
-def _delivery(
+def delivery_row(
     endpoint_id: str, position: int, event_type: str, data: str, now: int
 ) -> dict[str, Any]:
     entity, version = entity_of(event_type, json.loads(data))
@@ -153,7 +137,7 @@ async def derive(database: Database, now_ms: int) -> int:
             if not cast(CursorResult[Any], moved).rowcount:
                 continue  # another process derived these first
             rows += [
-                _delivery(member, int(p or 0), kind, data, now_ms)
+                delivery_row(member, int(p or 0), kind, data, now_ms)
                 for p, kind, data in events
                 if subscribes(subscribed, kind)
             ]
@@ -281,143 +265,6 @@ async def claim(
         ]
 
 
-@dataclass(frozen=True)
-class Completion:
-    """What recording an attempt decided: the delivery's status, and whether the endpoint
-    was disabled by it (and why)."""
-
-    status: str
-    disabled: str | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One ended attempt to record: the claim it ran under, the reply, when it ended."""
-
-    claimed: Claimed
-    reply: Reply
-    ended_ms: int
-
-
-async def complete(
-    database: Database, outcomes: list[Outcome], disable_after_ms: int, max_answer: int = 1024
-) -> list[Completion]:
-    """Record attempts, in one transaction, and what follows from each: delivered on a 2xx;
-    on a 410 the endpoint is disabled and the delivery stays pending; otherwise the next try
-    is scheduled (a Retry-After on 429/503 counted) or, past the schedule, the delivery has
-    failed; an endpoint that has failed for `disable_after_ms` is disabled. An
-    `endpoint.disabled` event enters the feed once per disabling. A delivery changes only
-    under the claim the attempt ran with (a claim that expired and was taken over by
-    another process leaves the delivery to that process; the attempt is still recorded)."""
-    if not outcomes:
-        return []
-    async with database.transaction() as session:
-        await session.execute(
-            insert(AttemptRow),
-            [
-                {
-                    "delivery_id": o.claimed.delivery_id,
-                    "at_ms": o.ended_ms,
-                    "status_code": o.reply.status_code,
-                    "error": o.reply.error,
-                    "duration_ms": o.reply.duration_ms,
-                    "answer": o.reply.answer[:max_answer].decode("utf-8", "replace"),
-                }
-                for o in outcomes
-            ],
-        )
-        succeeded = [o for o in outcomes if o.reply.succeeded]
-        if succeeded:
-            # executemany: one round trip for the whole batch's successes.
-            table = cast(Table, DeliveryRow.__table__)
-            await session.execute(
-                update(table)
-                .where(
-                    table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token")
-                )
-                .values(
-                    status="delivered",
-                    tries=table.c.tries + 1,
-                    claim_token=None,
-                    claim_until_ms=None,
-                    ended_ms=bindparam("ended"),
-                ),
-                [
-                    {
-                        "delivery": o.claimed.delivery_id,
-                        "token": o.claimed.token,
-                        "ended": o.ended_ms,
-                    }
-                    for o in succeeded
-                ],
-            )
-            for endpoint_id in sorted({o.claimed.endpoint_id for o in succeeded}):
-                await session.execute(
-                    update(EndpointRow)
-                    .where(
-                        EndpointRow.endpoint_id == endpoint_id,
-                        EndpointRow.failing_since_ms.is_not(None),
-                    )
-                    .values(failing_since_ms=None)
-                )
-        # Failures take endpoint rows too: in endpoint order, as derive does.
-        decided: dict[int, Completion] = {}
-        for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claimed.endpoint_id):
-            if not outcomes[index].reply.succeeded:
-                decided[index] = await _failed(session, outcomes[index], disable_after_ms)
-        return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
-
-
-async def _failed(session: AsyncSession, outcome: Outcome, disable_after_ms: int) -> Completion:
-    claimed, reply, now_ms = outcome.claimed, outcome.reply, outcome.ended_ms
-    mine = (DeliveryRow.id == claimed.delivery_id) & (DeliveryRow.claim_token == claimed.token)
-    released = {"claim_token": None, "claim_until_ms": None, "ended_ms": now_ms}
-    endpoint = EndpointRow.endpoint_id == claimed.endpoint_id
-    if reply.status_code == 410:
-        # Stays pending, due at once: enabling the endpoint again sends it first.
-        await session.execute(update(DeliveryRow).where(mine).values(next_ms=now_ms, **released))
-        disabled = await _disable(session, claimed.endpoint_id, "gone", now_ms)
-        return Completion("pending", "gone" if disabled else None)
-    retry_after = None
-    if reply.status_code in RETRY_AFTER_STATUSES:
-        retry_after = parse_retry_after(reply.retry_after, now_ms)
-    wait = retry_wait_ms(claimed.tries + 1, retry_after)
-    status = "failed" if wait is None else "pending"
-    await session.execute(
-        update(DeliveryRow)
-        .where(mine)
-        .values(
-            status=status, tries=DeliveryRow.tries + 1, next_ms=now_ms + (wait or 0), **released
-        )
-    )
-    await session.execute(
-        update(EndpointRow)
-        .where(endpoint, EndpointRow.failing_since_ms.is_(None))
-        .values(failing_since_ms=now_ms)
-    )
-    since = await session.scalar(select(EndpointRow.failing_since_ms).where(endpoint))
-    failing_long = since is not None and now_ms - since >= disable_after_ms
-    if failing_long and await _disable(session, claimed.endpoint_id, "failing", now_ms):
-        return Completion(status, "failing")
-    return Completion(status)
-
-
-async def _disable(session: AsyncSession, endpoint_id: str, reason: str, now_ms: int) -> bool:
-    """Disable an enabled endpoint and put `endpoint.disabled` in the feed; False when it was
-    disabled already (so the event is written once per disabling)."""
-    result = await session.execute(
-        update(EndpointRow)
-        .where(EndpointRow.endpoint_id == endpoint_id, EndpointRow.disabled.is_(False))
-        .values(disabled=True, disabled_reason=reason)
-    )
-    if not cast(CursorResult[Any], result).rowcount:
-        return False
-    data = {"endpoint_id": endpoint_id, "reason": reason}
-    key = f"{DISABLED_EVENT}:{endpoint_id}:{now_ms}"
-    await record_event(session, Event(DISABLED_EVENT, now_ms, key, data))
-    return True
-
-
 async def release(database: Database, claims: list[Claimed]) -> None:
     """Give claims back unattempted (the process is stopping): due again at once, for any
     process."""
@@ -429,156 +276,3 @@ async def release(database: Database, claims: list[Claimed]) -> None:
             .values(claim_token=None, claim_until_ms=None),
             [{"delivery": c.delivery_id, "token": c.token} for c in claims],
         )
-
-
-async def fail_unsendable(database: Database, claimed: Claimed, reason: str, now_ms: int) -> None:
-    """End a delivery that cannot be sent at all (its body is over the bound): failed,
-    with an attempt that says why, so it is listed and can be replayed once fixed."""
-    async with database.transaction() as session:
-        session.add(
-            AttemptRow(
-                delivery_id=claimed.delivery_id,
-                at_ms=now_ms,
-                status_code=None,
-                error=reason,
-                duration_ms=0,
-                answer="",
-            )
-        )
-        await session.execute(
-            update(DeliveryRow)
-            .where(DeliveryRow.id == claimed.delivery_id, DeliveryRow.claim_token == claimed.token)
-            .values(
-                status="failed",
-                tries=DeliveryRow.tries + 1,
-                claim_token=None,
-                claim_until_ms=None,
-                ended_ms=now_ms,
-            )
-        )
-
-
-async def page(
-    database: Database, endpoint_id: str, status: str | None, cursor: str | None, limit: int
-) -> dict[str, Any]:
-    """An endpoint's deliveries whose attempt has ended, newest first, with their attempts;
-    `cursor` is the previous page's `next_cursor` (`<ended_ms>.<id>`)."""
-    query = select(DeliveryRow).where(
-        DeliveryRow.endpoint_id == endpoint_id, DeliveryRow.ended_ms.is_not(None)
-    )
-    if status is not None:
-        query = query.where(DeliveryRow.status == status)
-    if cursor:
-        ended, _dot, last = cursor.partition(".")
-        query = query.where(
-            or_(
-                DeliveryRow.ended_ms < int(ended),
-                and_(DeliveryRow.ended_ms == int(ended), DeliveryRow.id < int(last)),
-            )
-        )
-    query = query.order_by(DeliveryRow.ended_ms.desc(), DeliveryRow.id.desc()).limit(limit + 1)
-    async with database.sessions() as session:
-        rows = list(await session.scalars(query))
-        more = len(rows) > limit
-        rows = rows[:limit]
-        attempts: dict[int, list[dict[str, Any]]] = {row.id: [] for row in rows}
-        if rows:
-            found = await session.scalars(
-                select(AttemptRow)
-                .where(AttemptRow.delivery_id.in_(list(attempts)))
-                .order_by(AttemptRow.id)
-            )
-            for attempt in found:
-                attempts[attempt.delivery_id].append(_attempt_view(attempt))
-    last_row = rows[-1] if rows else None
-    return {
-        "deliveries": [
-            {
-                "webhook_id": webhook_id(row.event_position),
-                "event_id": row.event_position,
-                "event_type": row.event_type,
-                "status": row.status,
-                "attempts": attempts[row.id],
-            }
-            for row in rows
-        ],
-        "next_cursor": f"{last_row.ended_ms}.{last_row.id}" if more and last_row else None,
-    }
-
-
-def _attempt_view(row: AttemptRow) -> dict[str, Any]:
-    shown: dict[str, Any] = {"at": iso_ms(row.at_ms), "duration_ms": row.duration_ms}
-    if row.status_code is not None:
-        shown["status_code"] = row.status_code
-    else:
-        shown["error"] = row.error
-    shown["answer"] = row.answer
-    return shown
-
-
-async def replay(
-    database: Database, endpoint_id: str, types: list[str], after: int, until: int, now_ms: int
-) -> int:
-    """Queue the events `after < position <= until` again for the endpoint (new attempts,
-    same `webhook-id`): existing deliveries start a new schedule, missing ones (events from
-    before the endpoint existed) are added. Events past the endpoint's position are left to
-    the derivation. Returns how many events were queued."""
-    queued = 0
-    start = after
-    while True:
-        async with database.transaction() as session:
-            position = await session.scalar(
-                select(EndpointRow.position).where(EndpointRow.endpoint_id == endpoint_id)
-            )
-            if position is None:
-                return queued
-            upper = min(until, int(position))
-            events = list(
-                (
-                    await session.execute(
-                        select(EventRow.position, EventRow.type, EventRow.data)
-                        .where(EventRow.position > start, EventRow.position <= upper)
-                        .order_by(EventRow.position)
-                        .limit(REPLAY_BATCH)
-                    )
-                ).all()
-            )
-            if not events:
-                return queued
-            rows = [
-                _delivery(endpoint_id, int(p or 0), kind, data, now_ms)
-                for p, kind, data in events
-                if subscribes(types, kind)
-            ]
-            if rows:
-                insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
-                await session.execute(insert, rows)
-                await session.execute(
-                    update(DeliveryRow)
-                    .where(
-                        DeliveryRow.endpoint_id == endpoint_id,
-                        DeliveryRow.event_position.in_([r["event_position"] for r in rows]),
-                    )
-                    .values(status="pending", tries=0, next_ms=now_ms)
-                    .execution_options(synchronize_session=False)
-                )
-            queued += len(rows)
-            start = int(events[-1][0] or 0)
-
-
-async def backlog(database: Database, now_ms: int) -> dict[str, tuple[int, float]]:
-    """Per endpoint: pending deliveries, and the age in seconds of the oldest event not yet
-    delivered (0 when none waits)."""
-    async with database.sessions() as session:
-        found = await session.execute(
-            select(DeliveryRow.endpoint_id, func.count(), func.min(DeliveryRow.event_position))
-            .where(DeliveryRow.status == "pending")
-            .group_by(DeliveryRow.endpoint_id)
-        )
-        counts = {str(e): (int(n), int(p)) for e, n, p in found.all()}
-        ages: dict[str, float] = {}
-        for endpoint_id, (_n, oldest) in counts.items():
-            at = await session.scalar(select(EventRow.at).where(EventRow.position == oldest))
-            ages[endpoint_id] = max(0.0, (now_ms - to_ms(at)) / 1000) if at is not None else 0.0
-        every = await session.scalars(select(EndpointRow.endpoint_id))
-        return {str(e): (counts.get(e, (0, 0))[0], ages.get(e, 0.0)) for e in every}

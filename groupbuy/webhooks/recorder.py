@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from groupbuy.webhooks.queue import Completion, Outcome
+from groupbuy.webhooks.outcomes import Completion, Outcome
 
 Write = Callable[[list[Outcome]], Awaitable[list[Completion]]]
 

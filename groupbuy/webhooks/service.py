@@ -12,7 +12,7 @@ from groupbuy.outcome import Outcome
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import iso_ms
-from groupbuy.webhooks import queue
+from groupbuy.webhooks import history, queue
 from groupbuy.webhooks.addresses import host_problem, url_problem
 from groupbuy.webhooks.deliverer import Deliverer, wall_clock_ms
 from groupbuy.webhooks.sender import Sender
@@ -89,7 +89,7 @@ class WebhookService:
     ) -> dict[str, Any]:
         """An endpoint's deliveries, newest first, with their attempts."""
         await self.store.get(endpoint_id)
-        return await queue.page(self._db, endpoint_id, status, cursor, limit)
+        return await history.page(self._db, endpoint_id, status, cursor, limit)
 
     async def replay(self, endpoint_id: str, after: int, until: int | None) -> dict[str, Any]:
         """Queue the feed's events `after < id <= until` for the endpoint again."""
@@ -98,7 +98,7 @@ class WebhookService:
         await queue.derive(self._db, self._clock())
         upper = until if until is not None else 2**63 - 1
         types = json.loads(row.event_types)
-        queued = await queue.replay(self._db, endpoint_id, types, after, upper, self._clock())
+        queued = await history.replay(self._db, endpoint_id, types, after, upper, self._clock())
         self.deliverer.wake()
         return {"endpoint_id": endpoint_id, "after": after, "until": until, "queued": queued}
 
@@ -133,4 +133,4 @@ class WebhookService:
 
     async def measure(self) -> dict[str, tuple[int, float]]:
         """Per endpoint: pending deliveries and the lag in seconds (for /metrics)."""
-        return await queue.backlog(self._db, self._clock())
+        return await history.backlog(self._db, self._clock())

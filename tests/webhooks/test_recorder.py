@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from groupbuy.webhooks.queue import Claimed, Completion, Outcome
+from groupbuy.webhooks.outcomes import Completion, Outcome
+from groupbuy.webhooks.queue import Claimed
 from groupbuy.webhooks.recorder import Recorder
 from groupbuy.webhooks.sender import Reply
 
