@@ -340,8 +340,9 @@ class WebhookSettings(_Section):
     allow_private_networks: bool = False
     # How often the deliverer looks for new events and due retries when nothing woke it.
     poll_interval_s: Annotated[float, Field(ge=0.01, le=60)] = 0.2
-    # A claim on deliveries lasts 4 x timeout_s plus this: time to record the attempts, and room
-    # for replicas' clocks that differ a little. A killed process's deliveries wait this long.
+    # A claim on deliveries lasts 4 x timeout_s (16 x for an endpoint that was succeeding)
+    # plus this: time to record the attempts, and room for replicas' clocks that differ a
+    # little. A killed process's deliveries wait this long.
     claim_margin_s: Annotated[float, Field(ge=0.1, le=3600)] = 30.0
     # A delivery body over this is not sent: the delivery fails at once, with the reason.
     max_payload_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536
