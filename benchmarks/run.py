@@ -29,6 +29,7 @@ from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
 from benchmarks.webhooks import run_webhooks
+from benchmarks.webhooks_serving import run_serving
 from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import server_binary, start_redis
 
@@ -96,6 +97,8 @@ INTERLEAVED = (
     "http_grab_ratelimit_cpu_on_vs_off",
     "granian_vs_uvicorn_1",
     "granian_vs_uvicorn_2",
+    "http_grab_webhooks_vs_none",
+    "http_locks_webhooks_vs_none",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
@@ -316,6 +319,8 @@ def main() -> None:
             rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
             print("== webhooks: delivery throughput, commit-to-delivery lag, dead endpoints")
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
+            print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
+            rows += run_serving(server.url, Path(workdir), args.quick)
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(

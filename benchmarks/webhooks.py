@@ -65,7 +65,8 @@ def start_receiver() -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.05)
 
 
-def _events(first: int, count: int) -> list[Event]:
+def bench_events(first: int, count: int) -> list[Event]:
+    """`count` team events numbered from `first`, stamped now (the receiver's lag clock)."""
     now = time.time_ns() // 1_000_000
     return [
         Event(
@@ -113,7 +114,7 @@ async def throughput(url: str, base: str, events: int) -> Row:
     await hooks.create(EndpointSpec("fast", f"{base}/fast", ("*",)))
     for first in range(0, events, 1000):
         async with database.transaction() as session:
-            await record_events(session, _events(first, min(1000, events - first)))
+            await record_events(session, bench_events(first, min(1000, events - first)))
     began = time.perf_counter()
     hooks.deliverer.start()
     try:
@@ -154,7 +155,7 @@ async def steady_lag(url: str, base: str, rate: int, seconds: float, dead: int) 
             due = int(elapsed * rate) - sent
             if due > 0:
                 async with database.transaction() as session:
-                    await record_events(session, _events(sent, due))
+                    await record_events(session, bench_events(sent, due))
                 sent += due
             await asyncio.sleep(tick)
         await _until_received(base, sent, timeout_s=30)
