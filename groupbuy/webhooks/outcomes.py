@@ -100,45 +100,93 @@ async def complete(
                     .values(failing_since_ms=None)
                 )
         # Failures take endpoint rows too: in endpoint order, as derive does.
-        decided: dict[int, Completion] = {}
-        for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claimed.endpoint_id):
-            if not outcomes[index].reply.succeeded:
-                decided[index] = await _failed(session, outcomes[index], disable_after_ms)
+        failures = sorted(
+            (i for i in range(len(outcomes)) if not outcomes[i].reply.succeeded),
+            key=lambda i: outcomes[i].claimed.endpoint_id,
+        )
+        decided = await _failed(session, [(i, outcomes[i]) for i in failures], disable_after_ms)
         return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
 
 
-async def _failed(session: AsyncSession, outcome: Outcome, disable_after_ms: int) -> Completion:
-    claimed, reply, now_ms = outcome.claimed, outcome.reply, outcome.ended_ms
-    mine = (DeliveryRow.id == claimed.delivery_id) & (DeliveryRow.claim_token == claimed.token)
-    released = {"claim_token": None, "claim_until_ms": None, "ended_ms": now_ms}
-    endpoint = EndpointRow.endpoint_id == claimed.endpoint_id
-    if reply.status_code == 410:
-        # Stays pending, due at once: enabling the endpoint again sends it first.
-        await session.execute(update(DeliveryRow).where(mine).values(next_ms=now_ms, **released))
-        disabled = await _disable(session, claimed.endpoint_id, "gone", now_ms)
-        return Completion("pending", "gone" if disabled else None)
-    retry_after = None
-    if reply.status_code in RETRY_AFTER_STATUSES:
-        retry_after = parse_retry_after(reply.retry_after, now_ms)
-    wait = retry_wait_ms(claimed.tries + 1, retry_after)
-    status = "failed" if wait is None else "pending"
-    await session.execute(
-        update(DeliveryRow)
-        .where(mine)
-        .values(
-            status=status, tries=DeliveryRow.tries + 1, next_ms=now_ms + (wait or 0), **released
+@dataclass
+class _EndpointState:
+    """What a batch of failures has learned of one endpoint: since when it has failed
+    (read once), and whether this batch disabled it."""
+
+    since: int | None = None
+    since_read: bool = False
+    disabled: bool = False
+
+
+async def _failed(
+    session: AsyncSession, failures: list[tuple[int, Outcome]], disable_after_ms: int
+) -> dict[int, Completion]:
+    """Record failed attempts, decided one by one in the given order, written with one
+    UPDATE per kind of change and at most a few statements per endpoint: a batch of many
+    failures (dead endpoints timing out together) must not hold the write lock long, since
+    every endpoint's outcomes and claims wait for it."""
+    decided: dict[int, Completion] = {}
+    updates: list[dict[str, Any]] = []
+    states: dict[str, _EndpointState] = {}
+    for index, outcome in failures:
+        claimed, reply, now_ms = outcome.claimed, outcome.reply, outcome.ended_ms
+        state = states.setdefault(claimed.endpoint_id, _EndpointState())
+        row = {"delivery": claimed.delivery_id, "token": claimed.token, "ended": now_ms}
+        if reply.status_code == 410:
+            # Stays pending, due at once: enabling the endpoint again sends it first.
+            updates.append({**row, "status": "pending", "tried": 0, "next": now_ms})
+            disabled = await _disable_once(session, state, claimed.endpoint_id, "gone", now_ms)
+            decided[index] = Completion("pending", "gone" if disabled else None)
+            continue
+        retry_after = None
+        if reply.status_code in RETRY_AFTER_STATUSES:
+            retry_after = parse_retry_after(reply.retry_after, now_ms)
+        wait = retry_wait_ms(claimed.tries + 1, retry_after)
+        status = "failed" if wait is None else "pending"
+        updates.append({**row, "status": status, "tried": 1, "next": now_ms + (wait or 0)})
+        if not state.since_read:
+            endpoint = EndpointRow.endpoint_id == claimed.endpoint_id
+            await session.execute(
+                update(EndpointRow)
+                .where(endpoint, EndpointRow.failing_since_ms.is_(None))
+                .values(failing_since_ms=now_ms)
+            )
+            state.since = await session.scalar(select(EndpointRow.failing_since_ms).where(endpoint))
+            state.since_read = True
+        failing_long = state.since is not None and now_ms - state.since >= disable_after_ms
+        if failing_long and await _disable_once(
+            session, state, claimed.endpoint_id, "failing", now_ms
+        ):
+            decided[index] = Completion(status, "failing")
+        else:
+            decided[index] = Completion(status)
+    if updates:
+        table = cast(Table, DeliveryRow.__table__)
+        await session.execute(
+            update(table)
+            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
+            .values(
+                status=bindparam("status"),
+                tries=table.c.tries + bindparam("tried"),
+                next_ms=bindparam("next"),
+                claim_token=None,
+                claim_until_ms=None,
+                ended_ms=bindparam("ended"),
+            ),
+            updates,
         )
-    )
-    await session.execute(
-        update(EndpointRow)
-        .where(endpoint, EndpointRow.failing_since_ms.is_(None))
-        .values(failing_since_ms=now_ms)
-    )
-    since = await session.scalar(select(EndpointRow.failing_since_ms).where(endpoint))
-    failing_long = since is not None and now_ms - since >= disable_after_ms
-    if failing_long and await _disable(session, claimed.endpoint_id, "failing", now_ms):
-        return Completion(status, "failing")
-    return Completion(status)
+    return decided
+
+
+async def _disable_once(
+    session: AsyncSession, state: _EndpointState, endpoint_id: str, reason: str, now_ms: int
+) -> bool:
+    """_disable, skipped once this batch has disabled the endpoint (it would find it
+    disabled already)."""
+    if state.disabled:
+        return False
+    state.disabled = await _disable(session, endpoint_id, reason, now_ms)
+    return state.disabled
 
 
 async def _disable(session: AsyncSession, endpoint_id: str, reason: str, now_ms: int) -> bool:
