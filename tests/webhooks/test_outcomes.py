@@ -4,7 +4,7 @@ disables an endpoint once, with one `endpoint.disabled` event."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import read_feed
@@ -38,7 +38,7 @@ async def test_a_batch_of_failures_over_several_endpoints(
     # "sick" has failed for longer than disable_after already.
     async with db.transaction() as session:
         await session.execute(
-            EndpointRow.__table__.update()
+            update(EndpointRow)
             .where(EndpointRow.endpoint_id == "sick")
             .values(failing_since_ms=clock() - 2 * DAY_MS)
         )
@@ -101,7 +101,7 @@ async def test_a_batch_of_failures_over_several_endpoints(
         status, tries, next_ms, token = rows[key]
         assert (status, tries, token) == ("pending", 1, None)
         assert 4_000 <= next_ms - at <= 6_000
-    disabled = [e for e in (await read_feed(db, 3, 100))["events"]]
+    disabled = (await read_feed(db, 3, 100))["events"]
     assert sorted((e["type"], e["data"]["endpoint_id"]) for e in disabled) == [
         ("endpoint.disabled", "gone"),
         ("endpoint.disabled", "sick"),
