@@ -99,6 +99,7 @@ INTERLEAVED = (
     "granian_vs_uvicorn_2",
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
+    "webhook_lag_p99_dead_vs_alone",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
