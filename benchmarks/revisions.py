@@ -5,6 +5,8 @@ A refactoring should leave the engine and HTTP figures where they were. This che
 that tree and in this one, alternating the order every round (AB, BA, ...). Each round
 gives, for every row both trees report, the ratio of this tree's rate to the base's; the
 median over the rounds is the figure and the lowest and highest round its spread.
+Rows of kind `ratio` compare a trial's own interleaved ratios (the engine against the
+seed-style peer in the same seconds, say): the steadiest figures on a drifting machine.
 
     .venv/bin/python -m benchmarks.revisions --base 3de2ae8 --rounds 3 --level engine
 
@@ -39,14 +41,15 @@ for row in rows:
 """
 COMMANDS = {
     "engine": ["-c", _ENGINE],
-    "http": ["-m", "benchmarks.http_level", "--part", "one_worker"],
+    "http": ["-m", "benchmarks.http_level", "--part", "1 worker"],
 }
 
 Key = tuple[str, str, str]
 
 
 def trial(tree: Path, level: str) -> dict[Key, float]:
-    """Run one measurement in `tree`; ops/s of each (scenario, level, implementation) row."""
+    """Run one measurement in `tree`: ops/s of each (scenario, level, implementation) row,
+    and the median of each interleaved comparison the trial made."""
     environment = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
         [sys.executable, *COMMANDS[level]],
@@ -64,10 +67,15 @@ def trial(tree: Path, level: str) -> dict[Key, float]:
         if not line.startswith("{"):
             continue
         row = json.loads(line)
-        if "comparison" in row or not row.get("ops_per_s"):
-            continue
-        key = (str(row["scenario"]), str(row["level"]), str(row["implementation"]))
-        rates.setdefault(key, float(row["ops_per_s"]))  # the first of repeated names
+        if "comparison" in row and row.get("median"):
+            # a trial's own interleaved ratio (engine / seed-style peer, say): the machine's
+            # drift during the trial cancels out of it
+            rates[(str(row["comparison"]), "ratio", "median of the trial's rounds")] = float(
+                row["median"]
+            )
+        elif row.get("ops_per_s"):
+            key = (str(row["scenario"]), str(row["level"]), str(row["implementation"]))
+            rates.setdefault(key, float(row["ops_per_s"]))  # the first of repeated names
     return rates
 
 

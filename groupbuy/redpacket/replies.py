@@ -130,9 +130,11 @@ def _code_only(code: PacketCode) -> Callable[[list[Any]], CodeOnly]:
 
 
 def _parse(script: str, reply: list[Any], shapes: Shapes[R]) -> R:
-    code = PacketCode(int(reply[0]))
-    shape = shapes.get(code)
+    # An IntEnum hashes as its int: the reply's code finds its shape without building the
+    # enum member first (this runs on every grab).
+    shape = shapes.get(reply[0])
     if shape is None:
+        code = PacketCode(int(reply[0]))
         raise RuntimeError(f"{script} answered {code!r}, which its contract does not list")
     return shape(reply[1:])
 
@@ -147,7 +149,7 @@ _RESTORE: Shapes[RestoreReply] = {
     **_codes(PacketCode.EXISTING),
 }
 _GRAB: Shapes[GrabReply] = {
-    PacketCode.OK: lambda rest: Grabbed(*(int(v) for v in rest)),
+    PacketCode.OK: lambda rest: Grabbed(*map(int, rest)),
     PacketCode.ALREADY_GRABBED: lambda rest: AlreadyGrabbed(int(rest[0])),
     **_codes(PacketCode.USER_BLOCKED, PacketCode.SOLD_OUT, PacketCode.EXPIRED),
     **_codes(PacketCode.NOT_FOUND),

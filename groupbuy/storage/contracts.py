@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, ClassVar, Protocol
 
 
@@ -39,7 +40,12 @@ class KeyGroup:
 
     def named(self) -> dict[str, str]:
         """The keys by their contract names."""
-        return {self.prefix + f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, field) for name, field in self.contract_names()}
+
+    @classmethod
+    def contract_names(cls) -> tuple[tuple[str, str], ...]:
+        """(contract name, field name) of each key of this group."""
+        return tuple((cls.prefix + f.name, f.name) for f in fields(cls))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -59,15 +65,25 @@ class ScriptContract:
     more_keys: Slot | None = None
     more_argv: Slot | None = None
 
-    @property
+    # Worked out once per contract (a frozen dataclass still lets cached_property store its
+    # value): every script call reads them.
+    @cached_property
     def key_names(self) -> tuple[str, ...]:
         """The KEYS names in order."""
         return tuple(slot.name for slot in self.keys)
 
-    @property
+    @cached_property
     def arg_names(self) -> tuple[str, ...]:
         """The ARGV names in order."""
         return tuple(slot.name for slot in self.argv)
+
+    @cached_property
+    def _key_set(self) -> frozenset[str]:
+        return frozenset(self.key_names)
+
+    @cached_property
+    def _arg_set(self) -> frozenset[str]:
+        return frozenset(self.arg_names)
 
     def key_list(
         self,
@@ -77,33 +93,52 @@ class ScriptContract:
     ) -> list[str]:
         """KEYS in this contract's order, from key groups (which may hold more keys than the
         script takes) and single named keys."""
-        given: dict[str, str] = {}
-        for group in groups:
-            given.update(group.named())
-        given.update(named)
-        out: list[str] = []
+        if more and self.more_keys is None:
+            raise TypeError(f"{self.name} takes no further keys")
+        # Where each key comes from depends only on the kinds of group and the names given,
+        # so it is worked out once per call shape: this runs on every script call.
+        shape = (*map(type, groups), *named)
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(groups, named)
+        out = [named[source] if at < 0 else getattr(groups[at], source) for at, source in plan]
+        out.extend(more)
+        return out
+
+    @cached_property
+    def _plans(self) -> dict[tuple[Any, ...], tuple[tuple[int, str], ...]]:
+        return {}
+
+    def _plan(
+        self, groups: Sequence[KeyGroup], named: Mapping[str, str]
+    ) -> tuple[tuple[int, str], ...]:
+        """(group index or -1 for a named key, field or name) of each KEYS entry."""
+        sources: dict[str, tuple[int, str]] = {}
+        for at, group in enumerate(groups):
+            sources.update((name, (at, field)) for name, field in group.contract_names())
+        sources.update((name, (-1, name)) for name in named)
+        if not self._key_set.issuperset(named):
+            raise TypeError(f"{self.name}: unknown keys {sorted(set(named) - self._key_set)}")
+        plan: list[tuple[int, str]] = []
         for name in self.key_names:
-            if name in given:
-                out.append(given[name])
+            if name in sources:
+                plan.append(sources[name])
             elif name not in self.optional_keys:
                 raise TypeError(f"{self.name}: key {name!r} missing")
             else:
                 break
-        left = set(named) - set(self.key_names)
-        if left:
-            raise TypeError(f"{self.name}: unknown keys {sorted(left)}")
-        if more and self.more_keys is None:
-            raise TypeError(f"{self.name} takes no further keys")
-        return [*out, *more]
+        return tuple(plan)
 
     def arg_list(self, args: Mapping[str, Any], more: Sequence[Any] = ()) -> list[Any]:
         """ARGV in this contract's order, from named arguments and the variable tail."""
         names = self.arg_names
-        if set(args) != set(names):
+        if args.keys() != self._arg_set:
             raise TypeError(f"{self.name}: arguments {sorted(args)} are not {sorted(names)}")
         if more and self.more_argv is None:
             raise TypeError(f"{self.name} takes no further arguments")
-        return [*(args[name] for name in names), *more]
+        out = [args[name] for name in names]
+        out.extend(more)
+        return out
 
     async def call(
         self,
