@@ -28,6 +28,8 @@ from benchmarks.http_level import FULL, QUICK, run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
+from benchmarks.webhooks import run_webhooks
+from benchmarks.webhooks_serving import run_serving
 from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import server_binary, start_redis
 
@@ -95,6 +97,9 @@ INTERLEAVED = (
     "http_grab_ratelimit_cpu_on_vs_off",
     "granian_vs_uvicorn_1",
     "granian_vs_uvicorn_2",
+    "http_grab_webhooks_vs_none",
+    "http_locks_webhooks_vs_none",
+    "webhook_lag_p99_dead_vs_alone",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
@@ -313,6 +318,10 @@ def main() -> None:
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))
             rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
+            print("== webhooks: delivery throughput, commit-to-delivery lag, dead endpoints")
+            rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
+            print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
+            rows += run_serving(server.url, Path(workdir), args.quick)
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(

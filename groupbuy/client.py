@@ -262,6 +262,94 @@ class DeadLettersPage(TypedDict):
     next_cursor: str | None
 
 
+class WebhookEndpoint(TypedDict):
+    """A webhook endpoint, without its secret."""
+
+    endpoint_id: str
+    url: str
+    event_types: list[str]
+    description: str | None
+    ordering: str
+    disabled: bool
+    disabled_reason: str | None
+    created_at: str
+    position: int
+
+
+class WebhookEndpointCreated(WebhookEndpoint):
+    """A registered endpoint; `secret` only in the answer that created it."""
+
+    secret: NotRequired[str | None]
+
+
+class WebhookSecretRotated(WebhookEndpoint):
+    """An endpoint with its new secret (shown once) and when the old one stops signing."""
+
+    secret: str
+    previous_secret_expires_at: str
+
+
+class WebhookEndpointsPage(TypedDict):
+    """A page of webhook endpoints by id; pass `next_cursor` as `cursor`."""
+
+    webhooks: list[WebhookEndpoint]
+    next_cursor: str | None
+
+
+class WebhookDeleted(TypedDict):
+    """An endpoint removed with its deliveries."""
+
+    endpoint_id: str
+    deleted: bool
+
+
+class WebhookAttempt(TypedDict):
+    """One POST of a delivery: a status, or the error that stood for none."""
+
+    at: str
+    status_code: NotRequired[int | None]
+    error: NotRequired[str | None]
+    duration_ms: int
+    answer: str
+
+
+class WebhookDelivery(TypedDict):
+    """One event owed to an endpoint, with its attempts."""
+
+    webhook_id: str
+    event_id: int
+    event_type: str
+    status: str
+    attempts: list[WebhookAttempt]
+
+
+class WebhookDeliveriesPage(TypedDict):
+    """A page of an endpoint's deliveries, newest first; pass `next_cursor` as `cursor`."""
+
+    deliveries: list[WebhookDelivery]
+    next_cursor: str | None
+
+
+class WebhookReplayQueued(TypedDict):
+    """How many events a replay queued again."""
+
+    endpoint_id: str
+    after: int
+    until: int | None
+    queued: int
+
+
+class WebhookTestAttempt(TypedDict):
+    """The attempt of a `webhook.test` message sent now."""
+
+    webhook_id: str
+    succeeded: bool
+    status_code: NotRequired[int | None]
+    error: NotRequired[str | None]
+    duration_ms: int
+    answer: str
+
+
 JobReport = dict[str, Any]
 """What a job run did: `job`, `duration_ms`, then fields of that job's own."""
 
@@ -592,6 +680,88 @@ class GroupBuyClient:
         is fixed (409 replay_failed while it still fails)."""
         path = f"/v1/admin/dead-letters/{int(dead_letter_id)}/replay"
         return cast(DeadLetter, await self._json("POST", path))
+
+    async def create_webhook(
+        self,
+        endpoint_id: str,
+        url: str,
+        event_types: list[str],
+        *,
+        description: str | None = None,
+        ordering: str | None = None,
+    ) -> WebhookEndpointCreated:
+        """POST /v1/admin/webhooks (admin): register an endpoint; keep the `secret` of the
+        answer (shown once) to verify its deliveries."""
+        body = _drop_none(
+            {
+                "endpoint_id": endpoint_id,
+                "url": url,
+                "event_types": event_types,
+                "description": description,
+                "ordering": ordering,
+            }
+        )
+        return cast(WebhookEndpointCreated, await self._json("POST", "/v1/admin/webhooks", body))
+
+    async def webhooks(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> WebhookEndpointsPage:
+        """GET /v1/admin/webhooks (admin): a page of endpoints."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        return cast(
+            WebhookEndpointsPage, await self._json("GET", "/v1/admin/webhooks", params=params)
+        )
+
+    async def get_webhook(self, endpoint_id: str) -> WebhookEndpoint:
+        """GET /v1/admin/webhooks/{endpoint_id} (admin)."""
+        return cast(WebhookEndpoint, await self._json("GET", self._webhook(endpoint_id)))
+
+    async def update_webhook(self, endpoint_id: str, **changes: Any) -> WebhookEndpoint:
+        """PATCH /v1/admin/webhooks/{endpoint_id} (admin): change `url`, `event_types`,
+        `description` or `disabled` (false enables it again: what waited is delivered)."""
+        path = self._webhook(endpoint_id)
+        return cast(WebhookEndpoint, await self._json("PATCH", path, body=changes))
+
+    async def delete_webhook(self, endpoint_id: str) -> WebhookDeleted:
+        """DELETE /v1/admin/webhooks/{endpoint_id} (admin)."""
+        return cast(WebhookDeleted, await self._json("DELETE", self._webhook(endpoint_id)))
+
+    async def rotate_webhook_secret(self, endpoint_id: str) -> WebhookSecretRotated:
+        """POST /v1/admin/webhooks/{endpoint_id}/secret/rotate (admin): a new secret; the old
+        one signs beside it until `previous_secret_expires_at`."""
+        path = f"{self._webhook(endpoint_id)}/secret/rotate"
+        return cast(WebhookSecretRotated, await self._json("POST", path))
+
+    async def webhook_deliveries(
+        self,
+        endpoint_id: str,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> WebhookDeliveriesPage:
+        """GET /v1/admin/webhooks/{endpoint_id}/deliveries (admin): newest first."""
+        params = _drop_none({"status": status, "limit": limit, "cursor": cursor})
+        path = f"{self._webhook(endpoint_id)}/deliveries"
+        return cast(WebhookDeliveriesPage, await self._json("GET", path, params=params))
+
+    async def replay_webhook(
+        self, endpoint_id: str, after: int, until: int | None = None
+    ) -> WebhookReplayQueued:
+        """POST /v1/admin/webhooks/{endpoint_id}/replay (admin): queue the feed's events
+        `after < id <= until` again (202)."""
+        path = f"{self._webhook(endpoint_id)}/replay"
+        body = _drop_none({"after": after, "until": until})
+        return cast(WebhookReplayQueued, await self._json("POST", path, body=body))
+
+    async def test_webhook(self, endpoint_id: str) -> WebhookTestAttempt:
+        """POST /v1/admin/webhooks/{endpoint_id}/test (admin): send a `webhook.test` now."""
+        path = f"{self._webhook(endpoint_id)}/test"
+        return cast(WebhookTestAttempt, await self._json("POST", path))
+
+    @staticmethod
+    def _webhook(endpoint_id: str) -> str:
+        return f"/v1/admin/webhooks/{_segment(endpoint_id)}"
 
     # -- the wire ------------------------------------------------------------------------
 

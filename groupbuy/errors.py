@@ -78,6 +78,10 @@ class PacketNotFound(NotFound):
     code, title = "packet_not_found", "Red packet not found"
 
 
+class EndpointNotFound(NotFound):
+    code, title = "endpoint_not_found", "Webhook endpoint not found"
+
+
 class MethodNotAllowed(GroupBuyError):
     status_code, code, title = 405, "method_not_allowed", "Method not allowed"
 

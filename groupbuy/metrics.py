@@ -85,6 +85,34 @@ WRITEBACK_LAG = Gauge(
     ["engine"],
     multiprocess_mode="livemostrecent",
 )
+# Webhooks: outcomes and latency counted by the process that made the attempt; the
+# backlog gauges measured in SQL at each scrape by whichever process answers it.
+WEBHOOK_DELIVERIES = Counter(
+    "groupbuy_webhook_deliveries_total",
+    "Webhook delivery attempts by endpoint and outcome: delivered, retrying (a retry is "
+    "scheduled), failed (the schedule is over, or the body is over the bound), gone (a 410).",
+    ["endpoint", "outcome"],
+)
+WEBHOOK_ATTEMPT_SECONDS = Histogram(
+    "groupbuy_webhook_attempt_duration_seconds",
+    "Duration of webhook delivery attempts by endpoint, from the request to the answer read.",
+    ["endpoint"],
+    buckets=_LATENCY_BUCKETS,
+)
+WEBHOOK_LAG = Gauge(
+    "groupbuy_webhook_lag_seconds",
+    "Per endpoint: age of the oldest event not yet delivered (0 when none waits), measured "
+    "in SQL at this scrape.",
+    ["endpoint"],
+    multiprocess_mode="livemostrecent",
+)
+WEBHOOK_QUEUE = Gauge(
+    "groupbuy_webhook_queue_depth",
+    "Per endpoint: deliveries pending (waiting, in flight or scheduled for a retry), "
+    "measured in SQL at this scrape.",
+    ["endpoint"],
+    multiprocess_mode="livemostrecent",
+)
 WRITEBACK_RECORDS = Counter(
     "groupbuy_writeback_records_total",
     "Outbox records written to SQL by this process's write-behind, by engine (teams|packets).",
@@ -231,6 +259,13 @@ async def update_writeback(backlog: Backlog, redis: Any) -> dict[str, Any]:
     WRITEBACK_STREAMS.labels(engine=backlog.engine).set(streams)
     WRITEBACK_LAG.labels(engine=backlog.engine).set(lag_s)
     return {"backlog_records": records, "lag_seconds": lag_s, "streams": streams}
+
+
+def update_webhooks(backlog: dict[str, tuple[int, float]]) -> None:
+    """Set the webhook gauges from a measure: per endpoint, (pending deliveries, lag in s)."""
+    for endpoint, (depth, lag_s) in backlog.items():
+        WEBHOOK_QUEUE.labels(endpoint).set(depth)
+        WEBHOOK_LAG.labels(endpoint).set(lag_s)
 
 
 def render() -> tuple[bytes, str]:

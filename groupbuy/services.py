@@ -42,6 +42,7 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
+from groupbuy.webhooks.service import WebhookService
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Services:
     blocklist: BlocklistService
     ratelimit: RateLimitService
     dead_letters: DeadLetters
+    webhooks: WebhookService
 
     @property
     def writers(self) -> tuple[RecordWriter, ...]:
@@ -119,6 +121,7 @@ def build_services(
         blocklist=blocklist,
         ratelimit=RateLimitService(settings.ratelimit, scripts, keys, clock),
         dead_letters=dead_letters,
+        webhooks=WebhookService(database, settings.webhooks),
     )
 
 
@@ -174,11 +177,14 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()
     services.packets.acks.start()
+    if services.settings.webhooks.enabled:
+        services.webhooks.deliverer.start()
     settle_heap()
     try:
         yield services
     finally:
         await jobs.stop()
+        await services.webhooks.deliverer.stop()
         await services.packets.acks.stop()
         await services.database.dispose()
         await services.scripts.aclose()

@@ -319,6 +319,35 @@ class SchedulerSettings(_Section):
     restore_batch: Annotated[int, Field(ge=1, le=100_000)] = 500
 
 
+class WebhookSettings(_Section):
+    """Webhooks (SPEC §3): how deliveries are attempted and which URLs they may reach."""
+
+    # Run the deliverer in this process (`groupbuy serve` and `groupbuy worker`); several
+    # processes share the work through claims in SQL.
+    enabled: bool = True
+    # An attempt that has no 2xx answer within this has failed.
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    # Attempts in flight at once per endpoint (`ordering: "feed"`; one per entity otherwise).
+    max_in_flight: Annotated[int, Field(ge=1, le=256)] = 8
+    # An endpoint that has only failed for this long is disabled (5 days).
+    disable_after_s: Annotated[int, Field(ge=1, le=31_536_000)] = 432_000
+    # How long a rotated-out secret still signs beside the new one (24 h).
+    secret_overlap_s: Annotated[int, Field(ge=0, le=2_592_000)] = 86_400
+    # http:// URLs are refused unless this is true (https:// always allowed).
+    allow_http: bool = False
+    # Hosts on loopback, private, link-local or multicast addresses are refused, when the
+    # endpoint is registered and again at each connection, unless this is true.
+    allow_private_networks: bool = False
+    # How often the deliverer looks for new events and due retries when nothing woke it.
+    poll_interval_s: Annotated[float, Field(ge=0.01, le=60)] = 0.2
+    # A claim on deliveries lasts 4 x timeout_s (16 x for an endpoint that was succeeding)
+    # plus this: time to record the attempts, and room for replicas' clocks that differ a
+    # little. A killed process's deliveries wait this long.
+    claim_margin_s: Annotated[float, Field(ge=0.1, le=3600)] = 30.0
+    # A delivery body over this is not sent: the delivery fails at once, with the reason.
+    max_payload_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536
+
+
 RateQuota = Annotated[int, Field(ge=0, le=10_000_000)]
 """Requests one rate limit lets through in its window, all at once at most (0: no limit)."""
 RateWindowS = Annotated[int, Field(ge=1, le=86400)]
@@ -373,6 +402,7 @@ class Settings(_Section):
     outbox: OutboxSettings = OutboxSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     ratelimit: RateLimitSettings = RateLimitSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
     def replace(self, section: str, **values: Any) -> Settings:
         """A copy with some values of one section changed (CLI flags, tests), checked again."""
@@ -525,5 +555,6 @@ __all__ = [
     "ShareCount",
     "TeamDeadlineS",
     "TeamSize",
+    "WebhookSettings",
     "load_settings",
 ]

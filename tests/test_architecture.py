@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, int]] = [
     ("groupbuy.services", 4),
     ("groupbuy.migrations", 4),  # the schema of every model, below the composition root
     ("groupbuy.ops", 3),
+    ("groupbuy.webhooks", 3),  # the feed pushed: reads storage's events, below services
     ("groupbuy.locks", 2),
     ("groupbuy.redpacket", 2),
     ("groupbuy.storage", 1),

@@ -393,3 +393,107 @@ class OpenApiDocument(Answer):
     info: dict[str, Any]
     paths: dict[str, dict[str, Any]]
     components: dict[str, Any]
+
+
+class WebhookEndpoint(Answer):
+    """A webhook endpoint, without its secret (shown only when created or rotated)."""
+
+    endpoint_id: Id
+    url: str = Field(description="where deliveries are POSTed")
+    event_types: list[str] = Field(description='the event types it gets, or ["*"] for all')
+    description: str | None = Field(description="the admins' note, or null")
+    ordering: Literal["feed", "entity"] = Field(
+        description="`feed`: attempts in feed order, up to `[webhooks] max_in_flight` at once; "
+        "`entity`: one delivery of a team or packet in flight at a time, in version order"
+    )
+    disabled: bool = Field(description="a disabled endpoint gets nothing; its queue waits")
+    disabled_reason: Literal["gone", "failing", "admin"] | None = Field(
+        description="`gone`: it answered 410; `failing`: it only failed for "
+        "`[webhooks] disable_after_s`; `admin`: disabled by PATCH; null while enabled"
+    )
+    created_at: Timestamp
+    position: int = Field(description="the feed id up to which its deliveries are queued")
+
+
+class WebhookEndpointCreated(WebhookEndpoint):
+    """A registered endpoint; its secret only in the 201 of the registration."""
+
+    secret: str | None = Field(
+        default=None,
+        description="`whsec_<base64>`: the key of its signatures, shown once (absent in a "
+        "repeat's 200)",
+    )
+
+
+class WebhookSecretRotated(WebhookEndpoint):
+    """An endpoint with its new secret; the old one signs beside it until it expires."""
+
+    secret: str = Field(description="the new `whsec_<base64>` secret, shown once")
+    previous_secret_expires_at: Timestamp = Field(
+        description="until then deliveries carry a signature by the old secret too"
+    )
+
+
+class WebhookEndpointsPage(Answer):
+    """A page of webhook endpoints, by id."""
+
+    webhooks: list[WebhookEndpoint]
+    next_cursor: str | None = Field(description="pass it as `cursor`; null after the last page")
+
+
+class WebhookDeleted(Answer):
+    """An endpoint removed with its deliveries."""
+
+    endpoint_id: Id
+    deleted: Literal[True]
+
+
+class WebhookAttempt(Answer):
+    """One POST of a delivery."""
+
+    at: Timestamp = Field(description="when the attempt ended")
+    status_code: int | None = Field(default=None, description="the HTTP status answered")
+    error: str | None = Field(
+        default=None,
+        description="instead of a status: timeout, connect_failed, address_refused, "
+        "connection_closed, connection_error: ..., payload_too_large: ...",
+    )
+    duration_ms: int
+    answer: str = Field(description="the first 1 KiB of the answer's body")
+
+
+class WebhookDelivery(Answer):
+    """One event owed to an endpoint, with its attempts."""
+
+    webhook_id: str = Field(description="`evt_<event id>`: the same on every attempt")
+    event_id: int
+    event_type: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: list[WebhookAttempt]
+
+
+class WebhookDeliveriesPage(Answer):
+    """A page of an endpoint's deliveries, newest first."""
+
+    deliveries: list[WebhookDelivery]
+    next_cursor: str | None = Field(description="pass it as `cursor`; null after the last page")
+
+
+class WebhookReplayQueued(Answer):
+    """Events queued again for an endpoint."""
+
+    endpoint_id: Id
+    after: int
+    until: int | None
+    queued: int = Field(description="deliveries queued (events of the types it gets)")
+
+
+class WebhookTestAttempt(Answer):
+    """The attempt of a `webhook.test` message."""
+
+    webhook_id: str = Field(description="`test_<random>`")
+    succeeded: bool = Field(description="a 2xx arrived within `[webhooks] timeout_s`")
+    status_code: int | None = Field(default=None, description="the HTTP status answered")
+    error: str | None = Field(default=None, description="instead of a status: why none came")
+    duration_ms: int
+    answer: str = Field(description="the first 1 KiB of the answer's body")

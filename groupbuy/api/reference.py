@@ -28,6 +28,7 @@ _TAG_TITLES = {
     "teams": "Teams and seat locks",
     "accounts": "Accounts",
     "redpackets": "Red packets",
+    "webhooks": "Webhooks",
 }
 
 INTRO = f"""\

@@ -89,6 +89,12 @@ async def prometheus_metrics(request: Request) -> Response:
     except Exception as error:
         if not services.reachability.failed(error):
             log.warning("could not measure the write-behind backlog", exc_info=True)
+    try:
+        backlog = services.webhooks.measure()
+        metrics.update_webhooks(await asyncio.wait_for(backlog, _MEASURE_WAIT_S))
+    except Exception as error:  # SQL away or slow: the gauges keep their last values
+        if not services.database.reachability.failed(error):
+            log.warning("could not measure the webhook backlog", exc_info=True)
     body, content_type = metrics.render()
     return Response(body, media_type=content_type)
 

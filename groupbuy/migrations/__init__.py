@@ -52,7 +52,8 @@ def models_metadata() -> MetaData:
     import groupbuy.ops.reconcile.table
     import groupbuy.redpacket.models
     import groupbuy.storage.deadletters
-    import groupbuy.storage.events  # noqa: F401
+    import groupbuy.storage.events
+    import groupbuy.webhooks.models  # noqa: F401
 
     return Base.metadata
 

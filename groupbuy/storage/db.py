@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 
+from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
 
 # The async driver of each URL scheme the service takes, and how to install it.
@@ -131,7 +132,11 @@ class Database:
             "pool_timeout": timeout_s,
             # sqlite3's busy timeout; asyncpg's connect timeout
             "connect_args": {"timeout": timeout_s},
+            # Parameters carry webhook secrets: no log line or error text may show them,
+            # even with SQLAlchemy's logging at DEBUG.
+            "hide_parameters": True,
         }
+        guard_driver_logs()
         self.engine: AsyncEngine = create_async_engine(url, **options)
         event.listen(self.engine.sync_engine, "do_connect", _connect)
         if self.is_sqlite:

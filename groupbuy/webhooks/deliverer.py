@@ -1,0 +1,252 @@
+"""The deliverer: derives deliveries from the feed, claims due ones in SQL, POSTs them, and
+records what came of each, in every process that runs it (`groupbuy serve`, `groupbuy
+worker`), sharing the work through the claims.
+
+Each endpoint's attempts run as tasks of their own, at most `max_in_flight` at once: a
+slow or dead endpoint holds only its own slots, never the loop or another endpoint's.
+A finished attempt wakes the loop, so a fast endpoint's next deliveries go at once rather
+than at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from groupbuy import metrics
+from groupbuy.settings import WebhookSettings
+from groupbuy.storage.db import Database
+from groupbuy.webhooks import queue
+from groupbuy.webhooks.models import EndpointRow
+from groupbuy.webhooks.outcomes import Completion, Outcome, complete, fail_unsendable
+from groupbuy.webhooks.queue import Claimed
+from groupbuy.webhooks.recorder import Recorder
+from groupbuy.webhooks.sender import Reply, Sender
+from groupbuy.webhooks.signing import headers
+from groupbuy.webhooks.store import EndpointStore, secrets_in_use
+
+log = logging.getLogger(__name__)
+
+# A process claims up to this many times `max_in_flight` deliveries of an endpoint at once,
+# and attempts `max_in_flight` of them at a time: the next ones are claimed while the
+# current ones are in flight, so a fast endpoint is not held to one claim per round trip.
+CLAIM_ROUNDS = 4
+# An endpoint whose last attempts all succeeded is claimed for this many rounds: on SQLite a
+# claim and an outcome batch each wait their turn for the write lock (10-25 ms when the
+# machine is busy), and four rounds of a fast receiver end sooner, leaving the slots idle
+# (docs/benchmarks-findings.md). A failure brings the endpoint back to CLAIM_ROUNDS.
+FAST_CLAIM_ROUNDS = 16
+
+
+def wall_clock_ms() -> int:
+    """The process's clock in epoch milliseconds (production's; tests pass their own)."""
+    return time.time_ns() // 1_000_000
+
+
+class Deliverer:
+    """Runs deliveries for every endpoint; `clock` gives epoch milliseconds."""
+
+    def __init__(
+        self,
+        database: Database,
+        settings: WebhookSettings,
+        store: EndpointStore,
+        sender: Sender,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._db = database
+        self._settings = settings
+        self._store = store
+        self.sender = sender
+        self._clock = clock
+        # One process works an endpoint at a time (queue.claim): its claims, this process's.
+        self._owner = queue.new_owner()
+        # Endpoints whose last recorded attempts all succeeded (claimed in larger batches).
+        self._fast: set[str] = set()
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._unattempted: list[Claimed] = []
+        self._disable_after_ms = settings.disable_after_s * 1000
+        self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
+        self._recorder = Recorder(self._complete)
+        # The endpoints as last read, and when (a pass reads them again, and derives new
+        # deliveries, at most once per poll interval; claims read the rest from SQL).
+        self._endpoints: list[EndpointRow] = []
+        self._derived_at: float | None = None
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def tick(self, derive: bool = True) -> int:
+        """One pass: derive new deliveries (unless `derive` is False and the last
+        derivation is younger than the poll interval), then claim and start what is due for
+        every enabled endpoint with a free slot; returns how many attempts it started."""
+        now = self._clock()
+        fresh = self._derived_at is not None and (
+            time.monotonic() - self._derived_at < self._settings.poll_interval_s
+        )
+        if derive or not fresh:
+            self._endpoints = await self._store.rows()
+            self._derived_at = time.monotonic()
+            if self._endpoints:
+                await queue.derive(self._db, now)
+        started = 0
+        for endpoint in self._endpoints:
+            if endpoint.disabled:
+                continue
+            held = len(self._in_flight.get(endpoint.endpoint_id, ()))
+            rounds = self.claim_rounds(endpoint.endpoint_id)
+            batch = rounds * self._settings.max_in_flight
+            # Claim again once a round's worth of room is free: fewer, larger claims.
+            if batch - held < self._settings.max_in_flight:
+                continue
+            # A batch is attempted within `rounds` rounds of at most timeout_s each.
+            claim_s = rounds * self._settings.timeout_s + self._settings.claim_margin_s
+            claims = await queue.claim(
+                self._db, endpoint.endpoint_id, now, batch, round(claim_s * 1000), self._owner
+            )
+            for claimed in claims:
+                self._start(endpoint, claimed)
+            started += len(claims)
+        return started
+
+    def claim_rounds(self, endpoint_id: str) -> int:
+        """Rounds of `max_in_flight` attempts the next claim of the endpoint covers."""
+        return FAST_CLAIM_ROUNDS if endpoint_id in self._fast else CLAIM_ROUNDS
+
+    async def _complete(self, outcomes: list[Outcome]) -> list[Completion]:
+        return await complete(self._db, outcomes, self._disable_after_ms)
+
+    def _start(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+        task = asyncio.create_task(self._attempt(endpoint, claimed))
+        tasks = self._in_flight.setdefault(endpoint.endpoint_id, set())
+        tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            tasks.discard(finished)
+            self._wake.set()
+
+        task.add_done_callback(done)
+
+    async def _attempt(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+        slots = self._slots.setdefault(
+            endpoint.endpoint_id, asyncio.Semaphore(self._settings.max_in_flight)
+        )
+        try:
+            # The slot covers the HTTP attempt only: the next one starts while this one's
+            # outcome is written (in a batch with the others that ended meanwhile).
+            async with slots:
+                if self._stopping:  # given back at stop, due again at once
+                    self._unattempted.append(claimed)
+                    return
+                reply = await self._send(endpoint, claimed)
+            if reply is not None:
+                await self._record(endpoint, claimed, reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # The claim expires and another pass (here or in another process) tries again.
+            log.warning(
+                "webhook delivery %s to %s could not be recorded: %s",
+                claimed.webhook_id,
+                endpoint.endpoint_id,
+                type(error).__name__,
+            )
+
+    async def _send(self, endpoint: EndpointRow, claimed: Claimed) -> Reply | None:
+        """POST the delivery, signed now; None when its body is over the bound (then it has
+        failed at once, with the reason)."""
+        if len(claimed.body) > self._settings.max_payload_bytes:
+            reason = f"payload_too_large: {len(claimed.body)} bytes"
+            await fail_unsendable(self._db, claimed, reason, self._clock())
+            metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, "failed").inc()
+            return None
+        sent_at = self._clock()
+        signed = headers(
+            secrets_in_use(endpoint, sent_at), claimed.webhook_id, sent_at // 1000, claimed.body
+        )
+        reply = await self.sender.post(endpoint.endpoint_id, endpoint.url, claimed.body, signed)
+        metrics.WEBHOOK_ATTEMPT_SECONDS.labels(endpoint.endpoint_id).observe(
+            reply.duration_ms / 1000
+        )
+        return reply
+
+    async def _record(self, endpoint: EndpointRow, claimed: Claimed, reply: Reply) -> None:
+        completion = await self._recorder.record(Outcome(claimed, reply, self._clock()))
+        if reply.succeeded:
+            self._fast.add(endpoint.endpoint_id)
+        else:
+            self._fast.discard(endpoint.endpoint_id)
+        metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, _outcome(reply, completion)).inc()
+        if completion.disabled:
+            log.warning(
+                "webhook endpoint %s disabled (%s): its deliveries wait until it is enabled",
+                endpoint.endpoint_id,
+                completion.disabled,
+            )
+
+    def wake(self) -> None:
+        """Start a pass now rather than at the next poll (new work was queued)."""
+        self._derived_at = None
+        self._wake.set()
+
+    async def settle(self) -> None:
+        """Wait for every attempt in flight to be recorded (tests, shutdown)."""
+        while tasks := [t for group in self._in_flight.values() for t in group]:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def start(self) -> None:
+        """Run passes in the background: after each attempt ends, else every poll interval."""
+        self._stopping = False
+        self._loop = asyncio.create_task(self._run(), name="webhook-deliverer")
+
+    async def _run(self) -> None:
+        woken = False
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                # Woken by an ended attempt: claim its successors now; new events are
+                # looked for once per poll interval.
+                await self.tick(derive=not woken)
+            except Exception as error:  # SQL away: said by the database's reachability
+                if not self._db.reachability.failed(error):
+                    log.warning("webhook deliverer pass failed", exc_info=True)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._settings.poll_interval_s)
+                woken = True
+            except TimeoutError:
+                woken = False
+
+    async def stop(self) -> None:
+        """Stop passing, let the attempts in flight end (their claims would otherwise wait
+        out their time), then close the connections."""
+        self._stopping = True
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            self._loop = None
+        try:
+            async with asyncio.timeout(self._settings.timeout_s + 1):
+                await self.settle()
+        except TimeoutError:
+            for group in self._in_flight.values():
+                for task in group:
+                    task.cancel()
+        await self._recorder.aclose()
+        if self._unattempted:
+            with contextlib.suppress(Exception):  # else their claims expire
+                await queue.release(self._db, self._unattempted)
+            self._unattempted = []
+        await self.sender.aclose()
+
+
+def _outcome(reply: Reply, completion: Completion) -> str:
+    """The outcome label of an attempt: delivered, retrying, failed, or gone (a 410)."""
+    if reply.succeeded:
+        return "delivered"
+    if reply.status_code == 410:
+        return "gone"
+    return "failed" if completion.status == "failed" else "retrying"

@@ -1,0 +1,144 @@
+"""What the admin reads and asks of deliveries: the page of deliveries with their attempts,
+replays of past events, and the backlog the metrics show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+
+from groupbuy.storage.db import Database, dialect_insert
+from groupbuy.storage.events import EventRow
+from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
+from groupbuy.webhooks.queue import delivery_row, webhook_id
+from groupbuy.webhooks.store import subscribes
+
+# Events one replay transaction queues.
+REPLAY_BATCH = 2000
+
+
+async def page(
+    database: Database, endpoint_id: str, status: str | None, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    """An endpoint's deliveries whose attempt has ended, newest first, with their attempts;
+    `cursor` is the previous page's `next_cursor` (`<ended_ms>.<id>`)."""
+    query = select(DeliveryRow).where(
+        DeliveryRow.endpoint_id == endpoint_id, DeliveryRow.ended_ms.is_not(None)
+    )
+    if status is not None:
+        query = query.where(DeliveryRow.status == status)
+    if cursor:
+        ended, _dot, last = cursor.partition(".")
+        query = query.where(
+            or_(
+                DeliveryRow.ended_ms < int(ended),
+                and_(DeliveryRow.ended_ms == int(ended), DeliveryRow.id < int(last)),
+            )
+        )
+    query = query.order_by(DeliveryRow.ended_ms.desc(), DeliveryRow.id.desc()).limit(limit + 1)
+    async with database.sessions() as session:
+        rows = list(await session.scalars(query))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        attempts: dict[int, list[dict[str, Any]]] = {row.id: [] for row in rows}
+        if rows:
+            found = await session.scalars(
+                select(AttemptRow)
+                .where(AttemptRow.delivery_id.in_(list(attempts)))
+                .order_by(AttemptRow.id)
+            )
+            for attempt in found:
+                attempts[attempt.delivery_id].append(_attempt_view(attempt))
+    last_row = rows[-1] if rows else None
+    return {
+        "deliveries": [
+            {
+                "webhook_id": webhook_id(row.event_position),
+                "event_id": row.event_position,
+                "event_type": row.event_type,
+                "status": row.status,
+                "attempts": attempts[row.id],
+            }
+            for row in rows
+        ],
+        "next_cursor": f"{last_row.ended_ms}.{last_row.id}" if more and last_row else None,
+    }
+
+
+def _attempt_view(row: AttemptRow) -> dict[str, Any]:
+    shown: dict[str, Any] = {"at": iso_ms(row.at_ms), "duration_ms": row.duration_ms}
+    if row.status_code is not None:
+        shown["status_code"] = row.status_code
+    else:
+        shown["error"] = row.error
+    shown["answer"] = row.answer
+    return shown
+
+
+async def replay(
+    database: Database, endpoint_id: str, types: list[str], after: int, until: int, now_ms: int
+) -> int:
+    """Queue the events `after < position <= until` again for the endpoint (new attempts,
+    same `webhook-id`): existing deliveries start a new schedule, missing ones (events from
+    before the endpoint existed) are added. Events past the endpoint's position are left to
+    the derivation. Returns how many events were queued."""
+    queued = 0
+    start = after
+    while True:
+        async with database.transaction() as session:
+            position = await session.scalar(
+                select(EndpointRow.position).where(EndpointRow.endpoint_id == endpoint_id)
+            )
+            if position is None:
+                return queued
+            upper = min(until, int(position))
+            events = list(
+                (
+                    await session.execute(
+                        select(EventRow.position, EventRow.type, EventRow.data)
+                        .where(EventRow.position > start, EventRow.position <= upper)
+                        .order_by(EventRow.position)
+                        .limit(REPLAY_BATCH)
+                    )
+                ).all()
+            )
+            if not events:
+                return queued
+            rows = [
+                delivery_row(endpoint_id, int(p or 0), kind, data, now_ms)
+                for p, kind, data in events
+                if subscribes(types, kind)
+            ]
+            if rows:
+                insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
+                await session.execute(insert, rows)
+                await session.execute(
+                    update(DeliveryRow)
+                    .where(
+                        DeliveryRow.endpoint_id == endpoint_id,
+                        DeliveryRow.event_position.in_([r["event_position"] for r in rows]),
+                    )
+                    .values(status="pending", tries=0, next_ms=now_ms)
+                    .execution_options(synchronize_session=False)
+                )
+            queued += len(rows)
+            start = int(events[-1][0] or 0)
+
+
+async def backlog(database: Database, now_ms: int) -> dict[str, tuple[int, float]]:
+    """Per endpoint: pending deliveries, and the age in seconds of the oldest event not yet
+    delivered (0 when none waits)."""
+    async with database.sessions() as session:
+        found = await session.execute(
+            select(DeliveryRow.endpoint_id, func.count(), func.min(DeliveryRow.event_position))
+            .where(DeliveryRow.status == "pending")
+            .group_by(DeliveryRow.endpoint_id)
+        )
+        counts = {str(e): (int(n), int(p)) for e, n, p in found.all()}
+        ages: dict[str, float] = {}
+        for endpoint_id, (_n, oldest) in counts.items():
+            at = await session.scalar(select(EventRow.at).where(EventRow.position == oldest))
+            ages[endpoint_id] = max(0.0, (now_ms - to_ms(at)) / 1000) if at is not None else 0.0
+        every = await session.scalars(select(EndpointRow.endpoint_id))
+        return {str(e): (counts.get(e, (0, 0))[0], ages.get(e, 0.0)) for e in every}

@@ -1,0 +1,90 @@
+"""The README's "Receiving webhooks" receiver, as written there, under uvicorn on loopback:
+the service's deliverer reaches it, it verifies with standardwebhooks, handles each
+webhook-id once, and refuses what another secret signed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from groupbuy.settings import WebhookSettings
+from groupbuy.storage.db import Database
+from groupbuy.testing.servers import free_port
+from groupbuy.webhooks.service import WebhookService
+from groupbuy.webhooks.signing import headers, new_secret
+from groupbuy.webhooks.store import EndpointSpec
+from tests.support.webhooks import FakeClock, feed, team_event
+
+README = Path(__file__).resolve().parent.parent.parent / "README.md"
+
+
+def readme_receiver() -> str:
+    """The Python block of the README's "Receiving webhooks" section."""
+    section = README.read_text(encoding="utf-8").split("## Receiving webhooks", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def serve(app: Any) -> tuple[str, uvicorn.Server, threading.Thread]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{port}/groupbuy-events", server, thread
+
+
+async def test_the_readme_receiver_verifies_and_dedups_real_deliveries(
+    db: Database,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = WebhookSettings(allow_http=True, allow_private_networks=True, timeout_s=5.0)
+    hooks = WebhookService(db, settings, clock=clock)
+    # Registered first (the URL is fixed below): the secret the shop then configures.
+    placeholder = "http://127.0.0.1:9/groupbuy-events"
+    secret = str((await hooks.create(EndpointSpec("shop", placeholder, ("*",)))).body["secret"])
+    monkeypatch.setenv("WEBHOOK_SECRET", secret)
+    scope: dict[str, Any] = {}
+    exec(compile(readme_receiver(), "README.md", "exec"), scope)
+    url, server, thread = serve(scope["app"])
+    try:
+        await hooks.update("shop", {"url": url})
+        await feed(db, team_event("team.formed", "t1", 3), team_event("team.failed", "t2", 2))
+        await hooks.deliverer.tick()
+        await hooks.deliverer.settle()
+        page = await hooks.deliveries("shop", None, None, 10)
+        assert [(d["status"], d["attempts"][0]["status_code"]) for d in page["deliveries"]] == [
+            ("delivered", 204),
+            ("delivered", 204),
+        ]
+        assert scope["handled"] == {"evt_1", "evt_2"}
+        printed = capsys.readouterr().out.splitlines()
+        assert [line.split()[0] for line in printed] == ["team.formed", "team.failed"]
+        # The same webhook-id again (a retry after a lost answer): answered, handled once.
+        await hooks.replay("shop", 0, 1)
+        await hooks.deliverer.tick()
+        await hooks.deliverer.settle()
+        assert capsys.readouterr().out == ""
+        # Signed with another secret: refused.
+        body = b'{"type":"team.formed","timestamp":"x","data":{}}'
+        forged = headers([new_secret()], "evt_9", clock() // 1000, body)
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(url, content=body, headers=forged)
+        assert answer.status_code == 400
+        assert "evt_9" not in scope["handled"]
+    finally:
+        await hooks.deliverer.stop()
+        server.should_exit = True
+        thread.join(timeout=10)

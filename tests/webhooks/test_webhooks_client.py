@@ -1,0 +1,93 @@
+"""groupbuy.client's webhook methods against the in-process app (lifespan running, the
+deliverer included), and their typed answers against the documented ones."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from groupbuy import client as typed
+from groupbuy.api import answers
+from groupbuy.api.app import create_app
+from groupbuy.client import GroupBuyAPIError, GroupBuyClient
+from groupbuy.settings import Settings
+from tests.support.http import ADMIN_KEY
+from tests.support.receiver import Receiver
+from tests.support.webhooks import verified
+
+
+@pytest.fixture
+async def admin(settings: Settings) -> AsyncIterator[GroupBuyClient]:
+    local = settings.replace(
+        "webhooks", allow_http=True, allow_private_networks=True, poll_interval_s=0.05
+    )
+    app = create_app(local)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with GroupBuyClient("http://groupbuy.test", ADMIN_KEY, transport=transport) as gb:
+            yield gb
+
+
+async def test_every_webhook_method(admin: GroupBuyClient, receiver: Receiver) -> None:
+    created = await admin.create_webhook(
+        "shop", receiver.url, ["packet.sent"], description="the shop", ordering="entity"
+    )
+    secret = created["secret"]
+    assert secret and created["ordering"] == "entity"
+    assert "secret" not in await admin.create_webhook(
+        "shop", receiver.url, ["packet.sent"], description="the shop", ordering="entity"
+    )
+    assert [w["endpoint_id"] for w in (await admin.webhooks(limit=5))["webhooks"]] == ["shop"]
+    assert (await admin.get_webhook("shop"))["description"] == "the shop"
+    ping = await admin.test_webhook("shop")
+    assert ping["succeeded"] and ping["status_code"] == 200
+    await admin.deposit("alice", 500, "r1")
+    await admin.send_packet("alice", 300, 3, packet_id="pk1")
+    deadline = time.monotonic() + 10
+    while not (page := await admin.webhook_deliveries("shop"))["deliveries"]:
+        assert time.monotonic() < deadline, "no delivery was recorded"
+        await asyncio.sleep(0.05)
+    [delivery] = page["deliveries"]
+    assert delivery["status"] == "delivered" and delivery["event_type"] == "packet.sent"
+    got = receiver.received[1]
+    assert verified(secret, got)["data"]["data"]["packet_id"] == "pk1"
+    queued = await admin.replay_webhook("shop", 0)
+    assert queued["queued"] == 1
+    rotated = await admin.rotate_webhook_secret("shop")
+    assert rotated["secret"] != secret
+    changed = await admin.update_webhook("shop", disabled=True)
+    assert changed["disabled"] and changed["disabled_reason"] == "admin"
+    assert await admin.delete_webhook("shop") == {"endpoint_id": "shop", "deleted": True}
+    with pytest.raises(GroupBuyAPIError) as caught:
+        await admin.get_webhook("shop")
+    assert caught.value.code == "endpoint_not_found"
+
+
+TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
+    (typed.WebhookEndpoint, answers.WebhookEndpoint),
+    (typed.WebhookEndpointCreated, answers.WebhookEndpointCreated),
+    (typed.WebhookSecretRotated, answers.WebhookSecretRotated),
+    (typed.WebhookEndpointsPage, answers.WebhookEndpointsPage),
+    (typed.WebhookDeleted, answers.WebhookDeleted),
+    (typed.WebhookAttempt, answers.WebhookAttempt),
+    (typed.WebhookDelivery, answers.WebhookDelivery),
+    (typed.WebhookDeliveriesPage, answers.WebhookDeliveriesPage),
+    (typed.WebhookReplayQueued, answers.WebhookReplayQueued),
+    (typed.WebhookTestAttempt, answers.WebhookTestAttempt),
+]
+
+
+@pytest.mark.parametrize(("typed_dict", "model"), TYPED_ANSWERS, ids=lambda x: x.__name__)
+def test_each_typed_answer_has_the_fields_of_the_documented_answer(
+    typed_dict: Any, model: type[BaseModel]
+) -> None:
+    fields = typed_dict.__required_keys__ | typed_dict.__optional_keys__
+    assert fields == set(model.model_fields)
+    optional = {name for name, info in model.model_fields.items() if not info.is_required()}
+    assert typed_dict.__optional_keys__ == optional
