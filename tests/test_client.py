@@ -348,6 +348,16 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.Unblocked, answers.Unblocked),
     (typed.DeadLetter, answers.DeadLetter),
     (typed.DeadLettersPage, answers.DeadLettersPage),
+    (typed.WebhookEndpoint, answers.WebhookEndpoint),
+    (typed.WebhookEndpointCreated, answers.WebhookEndpointCreated),
+    (typed.WebhookSecretRotated, answers.WebhookSecretRotated),
+    (typed.WebhookEndpointsPage, answers.WebhookEndpointsPage),
+    (typed.WebhookDeleted, answers.WebhookDeleted),
+    (typed.WebhookAttempt, answers.WebhookAttempt),
+    (typed.WebhookDelivery, answers.WebhookDelivery),
+    (typed.WebhookDeliveriesPage, answers.WebhookDeliveriesPage),
+    (typed.WebhookReplayQueued, answers.WebhookReplayQueued),
+    (typed.WebhookTestAttempt, answers.WebhookTestAttempt),
 ]
 
 

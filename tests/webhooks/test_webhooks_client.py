@@ -6,14 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel
 
-from groupbuy import client as typed
-from groupbuy.api import answers
 from groupbuy.api.app import create_app
 from groupbuy.client import GroupBuyAPIError, GroupBuyClient
 from groupbuy.settings import Settings
@@ -67,27 +63,3 @@ async def test_every_webhook_method(admin: GroupBuyClient, receiver: Receiver) -
     with pytest.raises(GroupBuyAPIError) as caught:
         await admin.get_webhook("shop")
     assert caught.value.code == "endpoint_not_found"
-
-
-TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
-    (typed.WebhookEndpoint, answers.WebhookEndpoint),
-    (typed.WebhookEndpointCreated, answers.WebhookEndpointCreated),
-    (typed.WebhookSecretRotated, answers.WebhookSecretRotated),
-    (typed.WebhookEndpointsPage, answers.WebhookEndpointsPage),
-    (typed.WebhookDeleted, answers.WebhookDeleted),
-    (typed.WebhookAttempt, answers.WebhookAttempt),
-    (typed.WebhookDelivery, answers.WebhookDelivery),
-    (typed.WebhookDeliveriesPage, answers.WebhookDeliveriesPage),
-    (typed.WebhookReplayQueued, answers.WebhookReplayQueued),
-    (typed.WebhookTestAttempt, answers.WebhookTestAttempt),
-]
-
-
-@pytest.mark.parametrize(("typed_dict", "model"), TYPED_ANSWERS, ids=lambda x: x.__name__)
-def test_each_typed_answer_has_the_fields_of_the_documented_answer(
-    typed_dict: Any, model: type[BaseModel]
-) -> None:
-    fields = typed_dict.__required_keys__ | typed_dict.__optional_keys__
-    assert fields == set(model.model_fields)
-    optional = {name for name, info in model.model_fields.items() if not info.is_required()}
-    assert typed_dict.__optional_keys__ == optional
