@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from groupbuy.storage.db import Base
@@ -14,6 +22,11 @@ class ActivityRow(Base):
     """An activity and its immutable parameters."""
 
     __tablename__ = "activities"
+    # the listing pages newest first, of every activity or of one status
+    __table_args__ = (
+        Index("ix_activities_created", "created_at", "activity_id"),
+        Index("ix_activities_status_created", "status", "created_at", "activity_id"),
+    )
 
     activity_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str | None] = mapped_column(String(200))
@@ -21,6 +34,10 @@ class ActivityRow(Base):
     lock_ttl_s: Mapped[int] = mapped_column(Integer)
     team_deadline_s: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # open | closed: a closed activity takes no new team, lock or join (a Redis loss
+    # brings it back closed from here)
+    status: Mapped[str] = mapped_column(String(16), server_default="open")
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # loaded with the activity (one more SELECT by key), absent when it sets no rule
     rules: Mapped[ActivityRulesRow | None] = relationship(lazy="selectin")
 
