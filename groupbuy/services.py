@@ -17,6 +17,7 @@ from typing import Any
 from groupbuy import metrics, migrations
 from groupbuy.locks.engine import TeamEngine
 from groupbuy.locks.writer import TeamRecordWriter
+from groupbuy.ops.audit import AuditLog
 from groupbuy.ops.blocklist import BlocklistService
 from groupbuy.ops.jobs import JobRunner, build_jobs
 from groupbuy.ops.reconcile import Reconciler
@@ -67,6 +68,7 @@ class Services:
     ratelimit: RateLimitService
     dead_letters: DeadLetters
     webhooks: WebhookService
+    audit: AuditLog  # who changed what, why and when (SQL)
 
     @property
     def writers(self) -> tuple[RecordWriter, ...]:
@@ -122,6 +124,7 @@ def build_services(
         ratelimit=RateLimitService(settings.ratelimit, scripts, keys, clock),
         dead_letters=dead_letters,
         webhooks=WebhookService(database, settings.webhooks),
+        audit=AuditLog(database),
     )
 
 

@@ -48,6 +48,7 @@ def models_metadata() -> MetaData:
     """The metadata of every model of the service (what autogenerate compares with)."""
     # Every module that defines a table (tests/test_migrations.py checks none is missing).
     import groupbuy.locks.models
+    import groupbuy.ops.audit
     import groupbuy.ops.blocklist
     import groupbuy.ops.reconcile.table
     import groupbuy.redpacket.models

@@ -1,11 +1,12 @@
-"""Activities get a status (open or closed) and the indexes their listing pages by.
+"""Activities get a status (open or closed) and listing indexes; the audit log appears.
 
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-27
 
 Closing an activity ends its sale early; the status lives here so that a Redis loss
-brings it back closed. Every existing activity is open.
+brings it back closed. Every existing activity is open. The audit log keeps who did what
+to which target, why and when (never a key's secret).
 """
 
 from __future__ import annotations
@@ -28,10 +29,26 @@ def upgrade() -> None:
     op.create_index(
         "ix_activities_status_created", "activities", ["status", "created_at", "activity_id"]
     )
+    op.create_table(
+        "audit_log",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("actor", sa.String(64), nullable=False),
+        sa.Column("action", sa.String(64), nullable=False),
+        sa.Column("target", sa.String(200), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("detail", sa.JSON(), nullable=True),
+    )
 
 
 def downgrade() -> None:
-    """Drop the indexes and the two columns: every activity is open again."""
+    """Drop the audit log, the indexes and the two columns: every activity is open again."""
+    op.drop_table("audit_log")
     op.drop_index("ix_activities_status_created", table_name="activities")
     op.drop_index("ix_activities_created", table_name="activities")
     with op.batch_alter_table("activities") as batch:

@@ -1,0 +1,97 @@
+"""The audit log: who changed what, why and when, kept in SQL and read a page at a time.
+
+Every action an operator takes (in the console or through an admin route) is one row.
+`actor` names the API key that acted by its name or fingerprint, never by its secret.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from groupbuy.storage.db import Base, Database
+from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+
+# The longest reason kept: an operator's sentence, not a document.
+REASON_CHARS = 500
+
+
+class AuditRow(Base):
+    """One action: its actor, what it did to which target, the reason given, and when."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    # what the action answered or changed, for the reader (small JSON object)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class AuditLog:
+    """Writes actions to the audit log and reads it newest first, a page at a time."""
+
+    def __init__(self, database: Database, clock: Callable[[], float] = time.time) -> None:
+        self._db = database
+        self._clock = clock
+
+    async def record(
+        self,
+        actor: str,
+        action: str,
+        target: str,
+        reason: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Write one action and return its entry as `page` shows it."""
+        row = AuditRow(
+            at=from_ms(round(self._clock() * 1000)),
+            actor=actor[:64],
+            action=action[:64],
+            target=target[:200],
+            reason=reason[:REASON_CHARS] if reason else None,
+            # a round trip through JSON keeps only what the column can hold
+            detail=json.loads(json.dumps(detail, default=str)) if detail else None,
+        )
+        async with self._db.transaction() as session:
+            session.add(row)
+        return entry_body(row)
+
+    async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+        """The newest entries before `cursor` (the id of the last entry of the previous
+        page), at most `limit`; `next_cursor` is None on the last page."""
+        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit + 1)
+        if cursor:
+            query = query.where(AuditRow.id < int(cursor))
+        async with self._db.sessions() as session:
+            rows = list((await session.scalars(query)).all())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {
+            "entries": [entry_body(row) for row in rows],
+            "next_cursor": str(rows[-1].id) if more else None,
+        }
+
+
+def entry_body(row: AuditRow) -> dict[str, Any]:
+    """An audit row as the API and the console show it."""
+    return {
+        "id": row.id,
+        "at": iso_ms(to_ms(row.at)),
+        "actor": row.actor,
+        "action": row.action,
+        "target": row.target,
+        "reason": row.reason,
+        "detail": row.detail,
+    }
