@@ -8,15 +8,18 @@ import threading
 
 from sqlalchemy import select
 
+from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.webhooks.models import DeliveryRow
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
 from tests.support.receiver import Receiver, arrived
 from tests.support.webhooks import feed, team_event, verified
-from tests.webhooks.conftest import TEST_WEBHOOKS
 
-ON_THREAD = TEST_WEBHOOKS.model_copy(update={"own_thread": True})
+# Loopback receivers over plain HTTP, short attempts, the deliverer on its own thread.
+ON_THREAD = WebhookSettings(
+    allow_http=True, allow_private_networks=True, timeout_s=1.0, max_in_flight=4, own_thread=True
+)
 # No pass starts on its own within a test: only a wake (or the start) starts one.
 ON_THREAD_SLOW_POLL = ON_THREAD.model_copy(update={"poll_interval_s": 60.0})
 
