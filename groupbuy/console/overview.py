@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from groupbuy.console.sampler import Sampler
+from groupbuy.ops.scheduler import LEASE
 from groupbuy.services import Services
 from groupbuy.storage.deadletters import DeadLetterRow
 
@@ -53,18 +54,24 @@ class Overview:
     async def _measure(self) -> dict[str, Any]:
         sample = self.sampler.sample()
         rates = self.sampler.recent()
-        redis, database, dead, webhooks = await asyncio.gather(
+        redis, database, dead, webhooks, held = await asyncio.gather(
             self._check(self._services.redis.ping()),
             self._check(self._services.database.ping()),
             self._dead_letters(),
             self._webhook_lag(),
+            self._lease_held(),
         )
         gauges = sample.gauges
 
         def gauge(name: str, label: str = "") -> float | None:
             return gauges.get(name, {}).get(label)
 
-        leader = sum(gauges.get("groupbuy_scheduler_leader", {}).values())
+        # The gauge sums this serve's workers (multiprocess mode); the lease key says
+        # whether anyone holds it at all.
+        here = sum(gauges.get("groupbuy_scheduler_leader", {}).values()) >= 1
+        leader = "this serve" if here else "another process" if held else "none"
+        if held is None and not here:
+            leader = "unknown"
         return {
             "requests_per_s": _round(rates.requests if rates else None),
             "locks_per_s": _round(rates.locks if rates else None),
@@ -79,7 +86,7 @@ class Overview:
             "lag_teams_s": _round(gauge("groupbuy_writeback_lag_seconds", "teams")),
             "lag_packets_s": _round(gauge("groupbuy_writeback_lag_seconds", "packets")),
             "dead_letters": dead,
-            "scheduler_leader": "this process" if leader >= 1 else "another process",
+            "scheduler_leader": leader,
             "webhook_lag": webhooks,
         }
 
@@ -98,6 +105,14 @@ class Overview:
             async with self._services.database.sessions() as session:
                 count: int | None = await asyncio.wait_for(session.scalar(query), _CHECK_WAIT_S)
                 return int(count or 0)
+        except Exception:
+            return None
+
+    async def _lease_held(self) -> bool | None:
+        """Whether some process holds the scheduler lease (one GET); None when Redis is away."""
+        try:
+            key = self._services.keys.lease(LEASE)
+            return await asyncio.wait_for(self._services.redis.get(key), _CHECK_WAIT_S) is not None
         except Exception:
             return None
 

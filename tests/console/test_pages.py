@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy.api.app import create_app
 from groupbuy.console.pages import ACTIVITY_FIELDS
+from groupbuy.settings import Settings
 from tests.support.console import (
     assert_no_inline_script,
     assert_secure_headers,
@@ -77,6 +79,14 @@ def test_the_overview_shows_every_number_with_its_hook(busy: TestClient) -> None
     assert '<span data-field="redis">ok</span>' in answer.text
     assert '<span data-field="database">ok</span>' in answer.text
     assert answer.text.count('<svg class="chart"') == 2
+    assert '<span data-field="scheduler_leader">this serve</span>' in answer.text
+
+
+def test_the_overview_says_when_nobody_holds_the_scheduler_lease(settings: Settings) -> None:
+    with TestClient(create_app(settings.replace("scheduler", enabled=False))) as client:
+        sign_in(client, ADMIN_KEY)
+        answer, _parts = _page(client, "/console")
+    assert '<span data-field="scheduler_leader">none</span>' in answer.text
 
 
 def test_the_events_page_tails_the_feed_and_filters_it(busy: TestClient) -> None:
