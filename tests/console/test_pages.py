@@ -9,6 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
+from groupbuy.console import feed
 from groupbuy.console.pages import ACTIVITY_FIELDS
 from groupbuy.settings import Settings
 from tests.support.console import (
@@ -102,6 +103,17 @@ def test_the_events_page_tails_the_feed_and_filters_it(busy: TestClient) -> None
     # after the newest event: nothing, and paging back names the earlier page
     later, _ = _page(busy, "/console/events?after=1000000")
     assert "team.opened" not in later.text and "Earlier" in later.text
+
+
+def test_only_the_tail_of_the_feed_is_live(
+    busy: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feed, "PAGE", 1)  # one event a page: the first page is an old one
+    tail, _ = _page(busy, "/console/events")
+    assert 'data-live="events"' in tail.text
+    older, _ = _page(busy, "/console/events?after=0")
+    assert "data-live=" not in older.text
+    assert "Later" in older.text
 
 
 def test_the_activity_page_has_its_panel_and_teams(busy: TestClient) -> None:
