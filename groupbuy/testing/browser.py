@@ -124,7 +124,7 @@ def _wait_healthy(served: Served) -> None:
 
 
 def start_chromium() -> webdriver.Chrome:
-    """A headless Chromium at WIDTH x HEIGHT that keeps its console log for reading."""
+    """A headless Chromium whose pages are WIDTH x HEIGHT, keeping its console log."""
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
@@ -134,7 +134,11 @@ def start_chromium() -> webdriver.Chrome:
     # every other host goes to a proxy nobody runs, so a page that needs one fails loudly.
     options.add_argument(f"--proxy-server=http://127.0.0.1:{DEAD_PORT}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    driver = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    # --window-size counts the window's frame: the page itself gets WIDTH x HEIGHT this way.
+    metrics = {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    return driver
 
 
 def console_entries(driver: webdriver.Chrome) -> list[dict[str, Any]]:
