@@ -11,5 +11,8 @@ window.addEventListener("load", function () {
     // sent as `Authorization: Bearer <key>`, and is forgotten on reload.
     persistAuthorization: false,
     displayRequestDuration: true,
+    // No validator badge (an image from validator.swagger.io, which the standalone layout
+    // shows for a document on any host but localhost): nothing comes from another host.
+    validatorUrl: null,
   });
 });
