@@ -15,6 +15,7 @@ from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
+from groupbuy.console.app import console_routes
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.signatures import SeenSignatures
@@ -63,6 +64,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
                 sorted(endpoints, key=_route_order), auth, settings.server.max_body_bytes
             ),
             *pages.ROUTES,  # for browsers, not in the OpenAPI document
+            *console_routes(settings, services, auth),  # /console: the operators' pages
         ],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from selenium.webdriver.common.by import By
 
 from groupbuy import __version__
 from groupbuy.api.pages import LINKS
-from groupbuy.testing.browser import KEYS, Browser, Served, bearer
+from groupbuy.testing.browser import KEYS, Browser, Served, bearer, sign_in
 
 ACCOUNT_PATH = "/v1/accounts/{user_id}"
 
@@ -25,6 +26,10 @@ def _loaded_resources(browser: Browser) -> list[str]:
     return urls
 
 
+def _path_of(url: str) -> str:
+    return urlsplit(url).path
+
+
 def _check_landing(browser: Browser, path: str) -> None:
     if path == "/docs":
         browser.element(".swagger-ui .opblock")
@@ -32,8 +37,8 @@ def _check_landing(browser: Browser, path: str) -> None:
         assert json.loads(browser.element("body").text)["openapi"].startswith("3.1")
     elif path == "/metrics":
         assert "# TYPE" in browser.element("body").text
-    else:  # the console: its overview or its sign-in
-        browser.element("form#signin, main")
+    else:  # the console, signed out: its sign-in
+        browser.element("form#signin input[name=key]")
 
 
 def test_home_names_the_service_and_its_version(browser: Browser) -> None:
@@ -46,14 +51,11 @@ def test_home_names_the_service_and_its_version(browser: Browser) -> None:
 
 
 @pytest.mark.parametrize("path", [path for path, _what in LINKS])
-def test_each_link_of_home_leads_to_its_page(
-    browser: Browser, browser_service: Served, path: str
-) -> None:
-    if path == "/console" and httpx.get(f"{browser_service.url}{path}").status_code == 404:
-        pytest.skip("no console on this build yet (groupbuy/console)")
+def test_each_link_of_home_leads_to_its_page(browser: Browser, path: str) -> None:
     browser.open("/")
     browser.element(f'a[href="{path}"]').click()
-    browser.wait_for(lambda: browser.driver.current_url.split("?")[0].endswith(path), path)
+    # Signed out, /console leads on to /console/signin.
+    browser.wait_for(lambda: _path_of(browser.driver.current_url).startswith(path), path)
     _check_landing(browser, path)
     browser.assert_clean_console(f"after following {path}")
 
@@ -153,3 +155,12 @@ def test_without_a_key_try_it_out_shows_the_401(browser: Browser) -> None:
     entries = [e["message"] for e in browser.read_console() if e["level"] == "SEVERE"]
     assert all("401" in message for message in entries), entries
     browser.console.clear()
+
+
+@pytest.mark.parametrize("role", ["admin", "viewer"])
+def test_sign_in_reaches_the_console(browser: Browser, role: str) -> None:
+    sign_in(browser, KEYS[role])
+    assert _path_of(browser.driver.current_url) == "/console"
+    browser.open("/console/events")  # signed in: the page itself, not the sign-in
+    assert _path_of(browser.driver.current_url) == "/console/events"
+    assert not browser.driver.find_elements(By.CSS_SELECTOR, "form#signin")
