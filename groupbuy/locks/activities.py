@@ -125,6 +125,9 @@ class ActivityService(UsesBackends):
     ) -> Outcome:
         """Rename and/or close an activity; `created` of the outcome is True when this call
         closed it. Closing is final and idempotent; ActivityNotFound when unknown."""
+        if close:
+            # Over maxmemory Redis would refuse the copy's status after SQL closed: ask first.
+            await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis) if close else 0
         async with self._db.transaction() as session:
             row = await session.get(ActivityRow, activity_id, with_for_update=True)
