@@ -63,6 +63,8 @@ class Authenticator:
             raise errors.Unauthorized()
         if needed == "admin" and key.role != "admin":
             raise errors.Forbidden()
+        if key.role == "viewer" and request.method not in ("GET", "HEAD"):
+            raise errors.Forbidden()  # a viewer (the console's reader) changes nothing
         return key
 
     def key_id(self, key: ApiKey) -> str:
