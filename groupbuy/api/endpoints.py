@@ -209,6 +209,9 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
 
     async def run(request: Request) -> Response:
         key = None if endpoint.role is None else auth.require(request, endpoint.role)
+        if key is not None:
+            # Who acts, for the audit log: the key's role and fingerprint, never its secret.
+            request.state.actor = f"{key.role}:{auth.key_id(key)}"
         raw = await read_body(request, max_body_bytes)
         if key is not None and auth.must_check_signature(request, key):
             # Over the body bytes read once above, before any input is parsed or used.
