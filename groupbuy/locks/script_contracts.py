@@ -19,6 +19,8 @@ _ACTIVITY_KEYS = slots(
         "deadline-due index: zset activity_id -> at most its earliest deadline",
     ),
     ("activity_open_seats", "zset team_id -> seat score of each open team with a free seat"),
+    ("activity_counts", "hash of the activity's live counts (activity_counts reads it)"),
+    ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
 )
 # The KEYS and ARGV every script naming a team starts with (lua/_team_keys.lua).
 TEAM_KEYS = (
@@ -220,6 +222,25 @@ ACTIVITY_RELEASE = ScriptContract(
     argv=slots(("activity_id", "the activity")),
     reply="`{1}` released, `{0}` a team is still open (nothing changed).",
 )
+_COUNTS = ("teams_open", "teams_formed", "teams_failed", "members", "virtual_completions")
+ACTIVITY_COUNTS = ScriptContract(
+    "activity_counts",
+    "An activity's live counts, after time is applied where it is due.",
+    keys=PICK_KEYS,
+    argv=PICK_ARGV,
+    reply=(
+        "`{OK, teams_open, teams_formed, teams_failed, members, live_locks, "
+        "virtual_completions}`, `{LOOK_FURTHER}` more was due than one call applies (call "
+        "again), `{ACTIVITY_NOT_FOUND}` Redis has no counts (put them back from SQL)."
+    ),
+)
+ACTIVITY_COUNTS_PUT = ScriptContract(
+    "activity_counts_put",
+    "Set an activity's counts from SQL's, once: only while Redis has none.",
+    keys=slots(("activity_counts", "hash of the activity's live counts")),
+    argv=slots(*((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS)),
+    reply="`{OK}` set, `{EXISTING}` Redis has counts (nothing changed).",
+)
 CONTRACTS = (
     TEAM_OPEN,
     TEAM_LOCK,
@@ -233,4 +254,6 @@ CONTRACTS = (
     USER_LOCK_READ,
     ACTIVITY_REINDEX,
     ACTIVITY_RELEASE,
+    ACTIVITY_COUNTS,
+    ACTIVITY_COUNTS_PUT,
 )
