@@ -211,16 +211,20 @@ ACTIVITY_REINDEX = ScriptContract(
 )
 ACTIVITY_RELEASE = ScriptContract(
     "activity_release",
-    "Drop an activity's Redis copy once no team of it is live (SQL keeps it).",
+    "Drop an activity's Redis copy and counts once no team of it is live and SQL has every "
+    "record of it (SQL keeps it).",
     keys=slots(
         ("activity_hash", "the activity's copy of its parameters"),
         ("activity_lock_index", "zset team_id -> when its earliest lock expires"),
         ("activity_deadlines", "zset team_id -> deadline ms"),
         ("activity_due_locks", "lock-due index (of its slot in a cluster)"),
         ("activity_due_deadlines", "deadline-due index (of its slot in a cluster)"),
+        ("activity_outbox", "the activity's outbox stream (gone once SQL has every record)"),
+        ("activity_counts", "hash of the activity's live counts"),
+        ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
     ),
     argv=slots(("activity_id", "the activity")),
-    reply="`{1}` released, `{0}` a team is still open (nothing changed).",
+    reply="`{1}` released, `{0}` a team is still open or a record waits (nothing changed).",
 )
 _COUNTS = ("teams_open", "teams_formed", "teams_failed", "members", "virtual_completions")
 ACTIVITY_COUNTS = ScriptContract(
