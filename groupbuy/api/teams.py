@@ -213,6 +213,7 @@ ENDPOINTS = [
         problems={
             errors.Conflict: "the id exists with other parameters; `activity` is the existing one"
         },
+        audit="activity.create",
     ),
     Endpoint(
         "GET",
