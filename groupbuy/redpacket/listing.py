@@ -53,8 +53,6 @@ class ListingService(UsesBackends):
         query = select(PacketRow).order_by(PacketRow.created_at.desc(), PacketRow.packet_id.desc())
         if sender_id is not None:
             query = query.where(PacketRow.sender_id == sender_id)
-        if status is not None:
-            query = query.where(PacketRow.status.in_(SQL_STATUSES[status]))
         if cursor:
             created_ms, _dot, last_id = cursor.partition(".")
             created = from_ms(int(created_ms))
@@ -64,8 +62,20 @@ class ListingService(UsesBackends):
                     and_(PacketRow.created_at == created, PacketRow.packet_id < last_id),
                 )
             )
+        # One statement per SQL status, each a range of its (status, created_at, packet_id)
+        # index: `status IN (...)` would read every row of those statuses to sort them.
+        queries = (
+            [query]
+            if status is None
+            else [
+                query.where(PacketRow.status == sql_status) for sql_status in SQL_STATUSES[status]
+            ]
+        )
+        rows: list[PacketRow] = []
         async with self._db.sessions() as session:
-            rows = list((await session.scalars(query.limit(limit + 1))).all())
+            for each in queries:
+                rows += (await session.scalars(each.limit(limit + 1))).all()
+        rows.sort(key=lambda row: (to_ms(row.created_at), row.packet_id), reverse=True)
         more = len(rows) > limit
         rows = rows[:limit]
         bodies = await self._bodies(rows)
