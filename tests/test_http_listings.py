@@ -166,6 +166,7 @@ def test_packets_by_status_follow_the_live_state(
         {"cursor": "123"},
         {"cursor": "1.a b"},
         {"cursor": "x.p1"},
+        {"cursor": "99999999999999.p1"},  # past year 9999: no datetime holds it
         {"after": "1"},
     ],
 )
@@ -228,6 +229,16 @@ def test_entries_bad_query_is_422_and_bad_user_too(
 ) -> None:
     assert_problem(client.get("/v1/accounts/u/entries", params=query, headers=SERVICE), 422)
     assert_problem(client.get("/v1/accounts/a.b/entries", headers=SERVICE), 422)
+
+
+def test_cursors_at_their_bounds_answer_pages(client: TestClient, funded_user: FundUser) -> None:
+    funded_user("alice", 1000)
+    sent(client, "p1", "alice")
+    far = packets_page(client, cursor="9999999999999.zzz")
+    assert [p["packet_id"] for p in far["packets"]] == ["p1"]
+    assert packets_page(client, cursor="0.a") == {"packets": [], "next_cursor": None}
+    assert entries_page(client, "alice", cursor="999999999999999999")["entries"]
+    assert entries_page(client, "alice", cursor="0")["entries"] == []
 
 
 def test_listings_need_a_key(client: TestClient) -> None:

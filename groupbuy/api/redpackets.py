@@ -77,7 +77,7 @@ class PacketsQuery(LaxQuery):
     limit: int = Field(default=20, ge=1, le=100, description="packets per page")
     cursor: str | None = Field(
         default=None,
-        pattern=r"^[0-9]{1,15}\.[A-Za-z0-9_-]{1,64}$",
+        pattern=r"^[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}$",
         description="the `next_cursor` of the previous page; absent for the first page",
     )
 
