@@ -10,6 +10,10 @@ seed-style peer in the same seconds, say): the steadiest figures on a drifting m
 
     .venv/bin/python -m benchmarks.revisions --base 3de2ae8 --rounds 3 --level engine
 
+`--level cpu` counts calls per CPU second of the calling process instead (grabs and seat
+locks, one at a time, and grabs by 64 callers at once): the Python cost of a call, which a
+busy machine barely moves.
+
 Each trial is a fresh process run in its own tree (PYTHONPATH points at it), so both
 sides measure themselves with their own harness: the quick engine level
 (benchmarks/engine) or the one-worker part of the HTTP level (benchmarks/http_level).
@@ -39,7 +43,55 @@ with private_redis_and_sqlite() as (redis_url, database_url):
 for row in rows:
     print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}, default=str))
 """
+# CPU seconds of this process per grab and seat lock on a private Redis: the
+# Python cost of a call, which other processes' load barely moves (rates do). Written
+# against both shapes of the engines (before and after the split by job) so that any
+# two revisions compare.
+_CPU = """
+import asyncio, json, time
+from benchmarks.engine.common import private_redis_and_sqlite, open_services, close_services
+CALLS = 2600
+async def main(redis_url, database_url):
+    s = await open_services(redis_url, database_url)
+    packets, teams = s.packets, s.teams
+    await getattr(packets, "accounts", packets).deposit("sender", 10**9, "ref")
+    await getattr(packets, "sending", packets).send(
+        "sender", CALLS * 40, 2 * CALLS + 200, packet_id="pk", expires_in_s=3600
+    )
+    grabs = getattr(packets, "grabs", packets)
+    activities = getattr(teams, "activities", teams)
+    seats = getattr(teams, "seats", teams)
+    await activities.create_activity("a1", team_size=50, lock_ttl_s=600)
+    for t in range(CALLS // 40):
+        await activities.open_team("a1", f"L{t}", team_id=f"t{t}")
+    for u in range(200):  # warm up: caches, connections, the scripts
+        await grabs.grab("pk", f"w{u}")
+    started = time.process_time()
+    for u in range(CALLS):
+        await grabs.grab("pk", f"u{u}")
+    grabbed = time.process_time()
+    for u in range(CALLS // 40 * 40):
+        await seats.lock("a1", f"t{u // 40}", f"m{u}")
+    locked = time.process_time()
+    users = iter(range(CALLS))
+    async def caller():  # one of 64 at once: the pipelined path of a flash grab
+        for u in users:
+            await grabs.grab("pk", f"c{u}")
+    await asyncio.gather(*(caller() for _ in range(64)))
+    flashed = time.process_time()
+    await close_services(s)
+    for name, seconds, calls in (
+        ("grab, sequential", grabbed - started, CALLS),
+        ("seat lock, sequential", locked - grabbed, CALLS // 40 * 40),
+        ("grab, 64 callers", flashed - locked, CALLS),
+    ):
+        print(json.dumps({"scenario": name, "level": "cpu",
+                          "implementation": "calls per CPU second", "ops_per_s": calls / seconds}))
+with private_redis_and_sqlite() as (redis_url, database_url):
+    asyncio.run(main(redis_url, database_url))
+"""
 COMMANDS = {
+    "cpu": ["-c", _CPU],
     "engine": ["-c", _ENGINE],
     "http": ["-m", "benchmarks.http_level", "--part", "1 worker"],
 }

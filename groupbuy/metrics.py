@@ -268,17 +268,19 @@ def update_webhooks(backlog: dict[str, tuple[int, float]]) -> None:
         WEBHOOK_LAG.labels(endpoint).set(lag_s)
 
 
-def render() -> tuple[bytes, str]:
-    """The Prometheus text of every metric, and its content type.
-
-    In multiprocess mode the values are read from every process's files into a fresh
-    registry (the process-global one would only show this process).
-    """
+def collected() -> CollectorRegistry:
+    """The registry to read every metric from: in multiprocess mode a fresh one that reads
+    every process's files (the process-global one would only show this process)."""
     registry: CollectorRegistry = REGISTRY
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    return registry
+
+
+def render() -> tuple[bytes, str]:
+    """The Prometheus text of every metric (of every worker process), and its content type."""
+    return generate_latest(collected()), CONTENT_TYPE_LATEST
 
 
 def process_exited() -> None:

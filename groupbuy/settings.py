@@ -391,6 +391,20 @@ class RateLimitSettings(_Section):
         return quota, window_s
 
 
+class ConsoleSettings(_Section):
+    """The operator console (SPEC §3 Console): its session cookie and its live updates."""
+
+    # Signs the session cookie; empty: derived from the API keys (the same in every worker
+    # and across restarts while the keys stay the same).
+    secret: str = Field(default="", repr=False)
+    session_max_age_s: Annotated[int, Field(ge=60, le=7 * 86400)] = 8 * 3600
+    https_only: bool = False  # true: the cookie carries Secure (serve behind HTTPS)
+    live_connections: Annotated[int, Field(ge=1, le=10_000)] = 50  # per process
+    live_interval_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
+    # A stream ends after this long; the browser reconnects and the session is checked again.
+    live_stream_s: Annotated[float, Field(ge=0.1, le=86400)] = 300.0
+
+
 class Settings(_Section):
     """Every setting of the service, one frozen object."""
 
@@ -405,6 +419,7 @@ class Settings(_Section):
     scheduler: SchedulerSettings = SchedulerSettings()
     ratelimit: RateLimitSettings = RateLimitSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     def replace(self, section: str, **values: Any) -> Settings:
         """A copy with some values of one section changed (CLI flags, tests), checked again."""
@@ -548,6 +563,7 @@ __all__ = [
     "ROLES",
     "AmountCents",
     "ApiKey",
+    "ConsoleSettings",
     "EmbeddedSettings",
     "LockTtlS",
     "PacketLifetimeS",

@@ -15,6 +15,7 @@ from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
 from groupbuy.api.problems import HANDLED_ERRORS, handle_error
+from groupbuy.console.app import console_routes
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.signatures import SeenSignatures
@@ -59,9 +60,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     )
     endpoints = configured(ENDPOINTS, settings)  # request limits from the settings
     app = Starlette(
-        routes=build_routes(
-            sorted(endpoints, key=_route_order), auth, settings.server.max_body_bytes
-        ),
+        routes=[
+            *build_routes(
+                sorted(endpoints, key=_route_order), auth, settings.server.max_body_bytes
+            ),
+            *console_routes(settings, services, auth),  # /console: the operators' pages
+        ],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
         middleware=[

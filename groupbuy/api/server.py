@@ -39,6 +39,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 
 from groupbuy import errors
 from groupbuy.api.problems import problem_body
+from groupbuy.console import streams
 from groupbuy.settings import ServerSettings
 
 
@@ -264,6 +265,12 @@ class AnnouncingServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started and not self.should_exit:
             self._on_listening()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # The console's live streams never end by themselves: end them first, or the
+        # server would wait for them until its graceful-shutdown timeout.
+        streams.stop_all()
+        await super().shutdown(sockets)
 
 
 class AnnouncingMultiprocess(Multiprocess):

@@ -1,0 +1,127 @@
+"""Live updates: one server-sent-events stream per open page, pushing what the page shows
+every `[console] live_interval_s`, and its JSON twin for browsers that cannot stream.
+
+Each update is one bounded read: the overview's shared snapshot, one activity row, one
+packet script call, or one page of the feed. Streams per process are capped; a stream
+ends after `[console] live_stream_s` (the browser reconnects, and its session is checked
+again) or when the server shuts down (`streams.stop_all`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+
+from groupbuy.console import feed, params
+from groupbuy.console.context import Context
+from groupbuy.console.pages import ACTIVITY_FIELDS, PACKET_FIELDS
+from groupbuy.console.streams import LiveStreams
+
+PAGES = ("overview", "activity", "packet", "events")
+RETRY_AFTER_S = 5
+
+
+class _Stream(StreamingResponse):
+    """A stream that gives its place back under the cap however it ends (finished, client
+    gone before or while it ran, cancelled)."""
+
+    def __init__(self, body: AsyncIterator[bytes], streams: LiveStreams) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"X-Accel-Buffering": "no"},  # proxies must not hold the updates back
+        )
+        self._streams = streams
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._streams.open -= 1
+
+
+class Watched:
+    """What one page watches, read once per update."""
+
+    def __init__(self, request: Request, ctx: Context) -> None:
+        query = request.query_params
+        self.page = query.get("page", "")
+        if self.page not in PAGES:
+            raise ValueError(f"page must be one of {', '.join(PAGES)}")
+        self.id = ""
+        if self.page in ("activity", "packet"):
+            self.id = params.an_id(query.get("id"), "id")
+        self.after = params.position(query.get("after"), "after") or 0
+        self.wanted = feed.FeedFilter.of(query)
+        self._ctx = ctx
+
+    async def update(self) -> dict[str, Any]:
+        """The page's numbers now (and, for the events page, the events since the last
+        update: `after` moves on)."""
+        services = self._ctx.services
+        if self.page == "overview":
+            numbers = dict(await self._ctx.overview.numbers())
+            lag = numbers.pop("webhook_lag")
+            for endpoint, values in lag.items():
+                numbers[f"webhook_lag.{endpoint}"] = values["lag_s"]
+                numbers[f"webhook_pending.{endpoint}"] = values["pending"]
+            return {"page": self.page, "fields": numbers}
+        if self.page == "activity":
+            body = await services.teams.activities.get_activity(self.id)
+            fields = {name: body[name] for name in ACTIVITY_FIELDS if name in body}
+            return {"page": self.page, "id": self.id, "fields": fields}
+        if self.page == "packet":
+            body = await services.packets.reads.get(self.id)
+            fields = {name: body[name] for name in PACKET_FIELDS}
+            return {"page": self.page, "id": self.id, "fields": fields}
+        found = await feed.read_page(services.database, self.after, self.wanted)
+        self.after = found["next_after"]
+        return {"page": self.page, "events": found["events"], "next_after": self.after}
+
+
+def _message(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def _updates(watched: Watched, streams: LiveStreams) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + streams.lifetime_s
+    yield f"retry: {RETRY_AFTER_S * 1000}\n\n".encode()
+    while not streams.stopping and loop.time() < ends:
+        try:
+            yield _message(await watched.update())
+        except Exception as exc:  # a failed read is said on the stream; the page stays up
+            yield b"event: trouble\n" + _message({"error": type(exc).__name__})
+        await asyncio.sleep(streams.interval_s)
+    yield b"event: end\ndata: {}\n\n"
+
+
+def stream(request: Request, ctx: Context) -> Response:
+    """The stream of a page's updates; 503 with Retry-After beyond the cap."""
+    streams = ctx.live
+    try:
+        watched = Watched(request, ctx)
+    except Exception as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    if streams.open >= streams.cap or streams.stopping:
+        return PlainTextResponse(
+            "Too many live connections: retry in a few seconds.",
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    streams.open += 1
+    return _Stream(_updates(watched, streams), streams)
+
+
+async def snapshot(request: Request, ctx: Context) -> Response:
+    """The JSON twin: one update, for polling."""
+    try:
+        watched = Watched(request, ctx)
+    except Exception as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    return Response(orjson.dumps(await watched.update()), media_type="application/json")

@@ -1,0 +1,173 @@
+"""The console's pages (GET): each reads one page of rows or one script call at most."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from groupbuy.console import feed, integrity, params
+from groupbuy.console.charts import line_chart
+from groupbuy.console.context import Context
+from groupbuy.console.identity import Operator
+from groupbuy.console.render import page
+from groupbuy.ops.jobs import JOBS
+
+PAGE = 50  # rows of a listed page
+ACTIVITY_FIELDS = ("teams_open", "teams_formed", "teams_failed", "members", "live_locks")
+PACKET_FIELDS = ("remaining_count", "remaining_cents", "status")
+
+
+async def overview(request: Request, ctx: Context, operator: Operator) -> Response:
+    numbers = await ctx.overview.numbers()
+    series = ctx.overview.sampler.series()
+    charts = {
+        "throughput": line_chart([(x, r.requests) for x, r in series], "requests/s"),
+        "p99": line_chart([(x, r.p99_ms or 0.0) for x, r in series], "p99 latency", " ms"),
+    }
+    return page(request, "overview.html", operator, numbers=numbers, charts=charts)
+
+
+async def events(request: Request, ctx: Context, operator: Operator) -> Response:
+    wanted = feed.FeedFilter.of(request.query_params)
+    after = params.position(request.query_params.get("after"), "after")
+    database = ctx.services.database
+    newest = await feed.newest_id(database)
+    if after is None:  # the tail: the last page of the feed
+        after = max(0, newest - feed.PAGE)
+    found = await feed.read_page(database, after, wanted)
+    return page(
+        request,
+        "events.html",
+        operator,
+        found=found,
+        after=after,
+        newest=newest,
+        wanted=wanted,
+        previous_after=max(0, after - feed.PAGE) if after else None,
+    )
+
+
+async def activity(request: Request, ctx: Context, operator: Operator) -> Response:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+    activities = ctx.services.teams.activities
+    body = await activities.get_activity(aid)
+    teams = await activities.list_open_teams(aid, PAGE)
+    counts = {name: body[name] for name in ACTIVITY_FIELDS if name in body}
+    return page(
+        request, "activity.html", operator, activity=body, counts=counts, teams=teams["teams"]
+    )
+
+
+def _timeline(team: dict[str, Any]) -> list[tuple[str, str]]:
+    """The team's moments from its state: members joining, live locks, the end."""
+    moments: list[tuple[str, str]] = []
+    for number, member in enumerate(team.get("members") or [], start=1):
+        who = "leader opened the team" if number == 1 else "member joined"
+        order = f" (order {member['order_id']})" if member.get("order_id") else ""
+        moments.append((member["joined_at"], f"{who}: {member['user_id']}{order}"))
+    for lock in team.get("locks") or []:
+        moments.append(
+            (lock["locked_at"], f"seat locked by {lock['user_id']} until {lock['expires_at']}")
+        )
+    if team.get("formed_at"):
+        virtual = team.get("virtual_seats") or 0
+        extra = f" with {virtual} virtual seat(s)" if virtual else ""
+        moments.append((team["formed_at"], f"formed{extra}"))
+    if team.get("failed_at"):
+        moments.append((team["failed_at"], "failed: members are listed for refund"))
+    return sorted(moments)
+
+
+async def team(request: Request, ctx: Context, operator: Operator) -> Response:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+    tid = params.an_id(request.path_params["tid"], "team id")
+    body = await ctx.services.teams.activities.get_team(aid, tid)
+    return page(request, "team.html", operator, team=body, timeline=_timeline(body))
+
+
+async def packet(request: Request, ctx: Context, operator: Operator) -> Response:
+    pid = params.an_id(request.path_params["pid"], "packet id")
+    body = await ctx.services.packets.reads.get(pid)
+    grabs = body.get("grabs") or []
+    taken, points = 0, [(0.0, 0.0)]
+    for number, grab in enumerate(grabs, start=1):
+        taken += int(grab["amount_cents"])
+        points.append((float(number), float(taken)))
+    curve = line_chart(points, "cents grabbed by grab number", " cents")
+    fields = {name: body[name] for name in PACKET_FIELDS}
+    return page(
+        request,
+        "packet.html",
+        operator,
+        packet=body,
+        fields=fields,
+        grabs=grabs[:PAGE],
+        more_grabs=max(0, len(grabs) - PAGE),
+        curve=curve,
+    )
+
+
+async def integrity_page(request: Request, ctx: Context, operator: Operator) -> Response:
+    cursor = params.position(request.query_params.get("cursor"), "cursor")
+    services = ctx.services
+    report = await services.reconciler.latest()
+    letters = await services.dead_letters.page(PAGE, None if cursor is None else str(cursor))
+    runner = services.jobs
+    jobs = [
+        {
+            "name": name,
+            "what": what,
+            "interval_s": runner.jobs[name].interval_s if name in runner.jobs else None,
+            "last": runner.last_reports.get(name),
+        }
+        for name, what in JOBS.items()
+    ]
+    return page(
+        request,
+        "integrity.html",
+        operator,
+        report=report,
+        checks=integrity.checks(report),
+        letters=letters,
+        jobs=jobs,
+    )
+
+
+async def webhooks(request: Request, ctx: Context, operator: Operator) -> Response:
+    cursor = params.id_cursor(request.query_params.get("cursor"), "cursor")
+    service = ctx.services.webhooks
+    endpoints = await service.page(cursor, PAGE)
+    lag = (await ctx.overview.numbers())["webhook_lag"]
+    return page(request, "webhooks.html", operator, endpoints=endpoints, lag=lag)
+
+
+async def webhook(request: Request, ctx: Context, operator: Operator) -> Response:
+    eid = params.an_id(request.path_params["eid"], "endpoint id")
+    status = params.delivery_status(request.query_params.get("status"))
+    cursor = params.delivery_cursor(request.query_params.get("cursor"))
+    service = ctx.services.webhooks
+    endpoint = await service.get(eid)
+    deliveries = await service.deliveries(eid, status, cursor, PAGE)
+    return page(
+        request,
+        "webhook.html",
+        operator,
+        endpoint=endpoint,
+        deliveries=deliveries,
+        delivery_status=status,
+        statuses=params.DELIVERY_STATUSES,
+    )
+
+
+async def audit(request: Request, ctx: Context, operator: Operator) -> Response:
+    cursor = params.position(request.query_params.get("cursor"), "cursor")
+    entries = await ctx.services.audit.page(PAGE, None if cursor is None else str(cursor))
+    return page(request, "audit.html", operator, entries=entries)
+
+
+async def blocked_users(request: Request, ctx: Context, operator: Operator) -> Response:
+    cursor = params.id_cursor(request.query_params.get("cursor"), "cursor")
+    blocked = await ctx.services.blocklist.page(PAGE, cursor)
+    return page(request, "blocked.html", operator, blocked=blocked)
