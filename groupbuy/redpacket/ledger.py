@@ -18,8 +18,8 @@ async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> 
     """Apply many entries at once, each unless its `business_key` was applied before.
 
     Five statements whatever the batch size: make sure each user has an account row, lock
-    those rows and read their balances, insert the entries (skipping known keys), then
-    write the new balances and each inserted entry's `balance_after_cents`.
+    those rows and read their balances, find the keys applied before, insert the new
+    entries with their `balance_after_cents`, then write the new balances.
     Each entry has user_id, kind, amount_cents (signed), business_key and created_at.
     Returns how many entries were applied now.
     """
@@ -50,35 +50,57 @@ async def _apply(
             )
         ).all()
     }
-    # Parameters as lists (executemany): each statement compiles once and is cached.
-    inserted = sorted(
-        (
-            await session.execute(
-                dialect_insert(session, LedgerEntryRow.__table__)
-                .on_conflict_do_nothing()
-                .returning(LedgerEntryRow.id, LedgerEntryRow.user_id, LedgerEntryRow.amount_cents),
-                entries,
+    # The rows are locked: no other transaction can apply an entry of these users now, so
+    # the keys applied before are known here and each new entry's balance after it can be
+    # written by its INSERT (no second pass over the entries).
+    known = set(
+        await session.scalars(
+            select(LedgerEntryRow.business_key).where(
+                LedgerEntryRow.business_key.in_({entry["business_key"] for entry in entries})
             )
-        ).all()
+        )
     )
-    if not inserted:
-        return 0
-    afters = []
-    for entry_id, user_id, amount_cents in inserted:
-        balances[user_id] += amount_cents
+    fresh = []
+    for entry in entries:
+        if entry["business_key"] in known:
+            continue
+        known.add(entry["business_key"])
+        user_id = entry["user_id"]
+        balances[user_id] += entry["amount_cents"]
         if require_funds and balances[user_id] < 0:
             raise errors.InsufficientFunds(
-                f"user {user_id!r} has less than {-amount_cents} cents", user_id=user_id
+                f"user {user_id!r} has less than {-entry['amount_cents']} cents", user_id=user_id
             )
-        afters.append({"id": entry_id, "balance_after_cents": balances[user_id]})
-    changed = sorted({user_id for _id, user_id, _amount in inserted})
-    # ORM bulk updates by primary key: one executemany statement each.
+        fresh.append({**entry, "balance_after_cents": balances[user_id]})
+    if not fresh:
+        return 0
+    # Parameters as lists (executemany): each statement compiles once and is cached.
+    inserted = (
+        await session.execute(
+            dialect_insert(session, LedgerEntryRow.__table__)
+            .on_conflict_do_nothing()
+            .returning(LedgerEntryRow.business_key),
+            fresh,
+        )
+    ).all()
+    if len(inserted) != len(fresh):
+        # Only a key that does not name its user (a deposit's reference) can be taken by
+        # another user's transaction meanwhile; deposits post one entry, which did not apply.
+        if len(fresh) == 1:
+            return 0
+        raise RuntimeError("ledger keys were applied concurrently for other users")
+    changed = sorted({entry["user_id"] for entry in fresh})
+    # An upsert rather than an UPDATE per row: SQLAlchemy sends the rows of an INSERT
+    # as a few multi-row statements (every account exists and is locked by now).
+    upsert = dialect_insert(session, AccountRow.__table__)
     await session.execute(
-        update(AccountRow),
+        upsert.on_conflict_do_update(
+            index_elements=[AccountRow.user_id],
+            set_={"balance_cents": upsert.excluded.balance_cents},
+        ),
         [{"user_id": user_id, "balance_cents": balances[user_id]} for user_id in changed],
     )
-    await session.execute(update(LedgerEntryRow), afters)
-    return len(inserted)
+    return len(fresh)
 
 
 async def post_entry(
