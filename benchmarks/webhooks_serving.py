@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +37,11 @@ from benchmarks.http_level import (
     _groupbuy,
     _groupbuy_trial,
     _load,
+    _open_loop,
     _seat_locks,
     _send_packets,
 )
-from benchmarks.interleave import comparison, run_sync
+from benchmarks.interleave import Trial, comparison, run_sync
 from benchmarks.measure import Row, result_row
 from benchmarks.servers import wait_idle
 from benchmarks.webhooks import LEVEL, bench_events, start_receiver
@@ -52,6 +56,8 @@ WEBHOOK_ENV = {
 }
 SUBSCRIBED = 3  # endpoints subscribed to everything, for the rows with webhooks
 TARGET_RATIO = 0.9  # issue 22: within 10 % of the rows without webhooks
+# The open-loop grab rate while delivering: this share of the closed loop's rate.
+OPEN_LOOP_SHARE = 0.5
 
 
 @contextlib.contextmanager
@@ -82,26 +88,55 @@ async def _commit(url: str, events: int) -> None:
         await database.dispose()
 
 
+@dataclass(frozen=True)
+class Serving:
+    """One delivery-while-serving run: the deliverer on the request loop or on its own
+    thread, under a closed-loop (wrk) or open-loop (`rate` grabs/s) flash grab."""
+
+    own_thread: bool
+    rate: float | None = None  # None: wrk, closed loop, at saturation
+
+    @property
+    def name(self) -> str:
+        """The contender's label in the rows."""
+        where = "own thread" if self.own_thread else "request loop"
+        load = "closed loop" if self.rate is None else "open loop"
+        return f"{load}, {where}"
+
+
 def delivery_while_serving(
-    redis_url: str, workdir: Path, base: str, wrk: str | None, events: int, seconds: int
-) -> Row:
-    """`events` committed while wrk drives flash grabs at the same server for `seconds`:
-    the server's deliveries per second until all arrived or the load ended."""
+    redis_url: str,
+    workdir: Path,
+    base: str,
+    wrk: str | None,
+    events: int,
+    seconds: int,
+    run: Serving,
+    tag: str,
+) -> Trial:
+    """`events` committed 1 s into `seconds` of flash grabs at the same server: its
+    deliveries per second until all arrived or the load ended, and its grabs per second."""
     httpx.delete(f"{base}/lags", timeout=30)
-    with _server(redis_url, workdir, "ws") as target:
+    env = {**WEBHOOK_ENV, "GROUPBUY_WEBHOOKS_OWN_THREAD": str(run.own_thread).lower()}
+    load_average = os.getloadavg()[0]
+    with _groupbuy("uvicorn", redis_url, workdir, 1, tag, **env) as target:
         _subscribe(target, base, 1)
-        packets = [f"pk-ws-{i}" for i in range(seconds * 2 + 1)]
-        _send_packets(target.client, "ws", packets, 1_000_000, 10_000)
+        packets = [f"pk-{tag}-{i}" for i in range(seconds * 2 + 1)]
+        _send_packets(target.client, tag, packets, 1_000_000, 10_000)
         load: dict[str, Any] = {}
 
         def drive() -> None:
-            load.update(_load(wrk, target.server.url, seconds, "grab", *packets))
+            url = target.server.url
+            if run.rate is None:
+                load.update(_load(wrk, url, seconds, "grab", *packets))
+            else:
+                load.update(_open_loop(url, run.rate, seconds, tag, "grab", *packets))
 
         driver = threading.Thread(target=drive)
         driver.start()
         time.sleep(1.0)  # the load is running
         began = time.perf_counter()
-        asyncio.run(_commit(f"sqlite+aiosqlite:///{workdir}/bench-ws.db", events))
+        asyncio.run(_commit(f"sqlite+aiosqlite:///{workdir}/bench-{tag}.db", events))
         seen = 0
         while driver.is_alive() and seen < events:
             time.sleep(0.1)
@@ -109,23 +144,112 @@ def delivery_while_serving(
         elapsed = time.perf_counter() - began
         driver.join()
         errors = target.server.log_errors()
-    grabs_per_s = load["requests"] / (load["duration_us"] / 1e6)
+    extra: dict[str, Any] = {}
+    if run.rate is None:
+        grabs_per_s = load["requests"] / (load["duration_us"] / 1e6)
+        grab_5xx = int(load.get("c5xx", 0))
+    else:
+        # Answers per second of the load's span (the run's own seconds include the wait
+        # for the last answers, which the unanswered count says).
+        grabs_per_s = load["answered"] / seconds
+        grab_5xx = sum(n for code, n in load["statuses"].items() if str(code).startswith("5"))
+        extra = {
+            "grabs_offered_per_s": load["offered_per_s"],
+            "grabs_unanswered": load["unanswered"],
+            "grab_p99_ms": load["p99_ms"],
+            "generator_kept_up": load["generator_kept_up"],
+        }
+    correct = {
+        "committed": events,
+        "delivered_while_loaded": seen,
+        "grabs_per_s": round(grabs_per_s, 1),
+        "grab_5xx": grab_5xx,
+        "server_log_errors": errors,
+        "load_average": load_average,
+        **extra,
+    }
+    return Trial(seen, elapsed, correct)
+
+
+def serving_rounds(
+    redis_url: str,
+    workdir: Path,
+    base: str,
+    wrk: str | None,
+    events: int,
+    seconds: int,
+    rounds: int,
+) -> list[Row]:
+    """Delivery while serving, the deliverer on the request loop against its own thread,
+    in alternated rounds: under the closed-loop flash grab at saturation, then under an
+    open-loop one at OPEN_LOOP_SHARE of the closed loop's median rate on the request loop."""
+    trials: dict[str, list[Trial]] = {}
+
+    def alternate(runs: tuple[Serving, Serving]) -> None:
+        for index in range(rounds):
+            for run in runs if index % 2 == 0 else runs[::-1]:
+                tag = f"ws{index}{int(run.own_thread)}{int(run.rate is None)}"
+                trial = delivery_while_serving(
+                    redis_url, workdir, base, wrk, events, seconds, run, tag
+                )
+                trials.setdefault(run.name, []).append(trial)
+
+    alternate((Serving(False), Serving(True)))
+    closed = statistics.median(t.correct["grabs_per_s"] for t in trials[Serving(False).name])
+    rate = round(closed * OPEN_LOOP_SHARE, 1)
+    alternate((Serving(False, rate), Serving(True, rate)))
+    rows: list[Row] = []
+    for name, runs in trials.items():
+        rows.append(_serving_row(name, runs, events, seconds))
+    for load in ("closed loop", "open loop"):
+        mine, other = trials[f"{load}, own thread"], trials[f"{load}, request loop"]
+        rows.append(
+            comparison(
+                f"webhook_serving_{load.replace(' ', '_')}_own_thread_vs_request_loop",
+                f"deliveries/s while serving ({load} grabs), deliverer on its own thread / "
+                "on the request loop",
+                mine,
+                other,
+                None,
+            )
+        )
+        rows.append(
+            comparison(
+                f"webhook_serving_{load.replace(' ', '_')}_grabs_own_thread_vs_request_loop",
+                f"grabs/s ({load}) beside the deliverer on its own thread / on the request loop",
+                [_grab_trial(t) for t in mine],
+                [_grab_trial(t) for t in other],
+                None,
+            )
+        )
+    return rows
+
+
+def _grab_trial(trial: Trial) -> Trial:
+    return Trial(round(trial.correct["grabs_per_s"] * 1000), 1000.0, trial.correct)
+
+
+def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row:
+    """A contender's rounds as one row: the median round's deliveries/s, every round's
+    deliveries/s, grabs/s and load average beside it."""
+    middle = sorted(runs, key=lambda t: t.rate)[len(runs) // 2]
+    correct = {
+        **middle.correct,
+        "events_per_s_rounds": [round(t.rate, 1) for t in runs],
+        "grabs_per_s_rounds": [t.correct["grabs_per_s"] for t in runs],
+        "load_average_rounds": [t.correct["load_average"] for t in runs],
+    }
     return result_row(
         "webhook_throughput_serving",
         LEVEL,
-        "groupbuy serve (1 worker), SQLite, max_in_flight 8, while serving flash grabs",
-        seen,
-        elapsed,
+        f"groupbuy serve (1 worker), SQLite, max_in_flight 8, {name}",
+        middle.ops,
+        middle.seconds,
         (None, None, None),
-        {
-            "committed": events,
-            "delivered_while_loaded": seen,
-            "grabs_per_s": round(grabs_per_s, 1),
-            "grab_5xx": int(load.get("c5xx", 0)),
-            "server_log_errors": errors,
-        },
-        f"{events} events committed 1 s into a {seconds} s wrk flash grab on the same "
-        "server; ops/s: deliveries per second until all arrived or the load ended",
+        correct,
+        f"{events} events committed 1 s into a {seconds} s flash grab on the same server "
+        f"({name}); ops/s: the median round's deliveries per second until all arrived or "
+        "the load ended",
     )
 
 
@@ -167,7 +291,8 @@ def run_serving(redis_url: str, workdir: Path, quick: bool) -> list[Row]:
     process, base = start_receiver()
     try:
         events, seconds = (3000, 6) if quick else (10_000, 15)
-        rows = [delivery_while_serving(redis_url, workdir, base, wrk, events, seconds)]
+        rounds = 2 if quick else 3
+        rows = serving_rounds(redis_url, workdir, base, wrk, events, seconds, rounds)
         rows += subscribed_vs_not(redis_url, workdir, base, wrk, QUICK if quick else FULL)
         return rows
     finally:

@@ -65,6 +65,14 @@ class Activity(TypedDict):
     virtual_completion: VirtualCompletion | None
     limits: ActivityLimits | None
     created_at: str
+    status: str  # open | closed
+
+
+class ActivitiesPage(TypedDict):
+    """A page of activities, newest first; `next_cursor` None after the last."""
+
+    activities: list[Activity]
+    next_cursor: str | None
 
 
 class Member(TypedDict):
@@ -103,7 +111,8 @@ class Team(TypedDict):
 
 
 class TeamsPage(TypedDict):
-    """A page of open teams with a free seat; `next_cursor` None after the last."""
+    """A page of an activity's teams (open, formed or failed); `next_cursor` None after the
+    last."""
 
     teams: list[Team]
     next_cursor: str | None
@@ -580,6 +589,21 @@ class GroupBuyClient:
         """GET /v1/activities/{activity_id}."""
         return cast(Activity, await self._json("GET", self._activity(activity_id)))
 
+    async def update_activity(
+        self, activity_id: str, *, name: str | None = None, close: bool = False
+    ) -> Activity:
+        """PATCH /v1/activities/{activity_id} (admin): rename it, and/or close it (final:
+        no team opens and no seat is locked or joined any more)."""
+        body = _drop_none({"name": name, "status": "closed" if close else None})
+        return cast(Activity, await self._json("PATCH", self._activity(activity_id), body))
+
+    async def list_activities(
+        self, *, status: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> ActivitiesPage:
+        """GET /v1/activities: a page of activities (of one status, or all), newest first."""
+        params = _drop_none({"status": status, "limit": limit, "cursor": cursor})
+        return cast(ActivitiesPage, await self._json("GET", "/v1/activities", params=params))
+
     # -- teams and seat locks ------------------------------------------------------------
 
     async def open_team(
@@ -599,10 +623,19 @@ class GroupBuyClient:
         return cast(Team, await self._json("GET", self._team(activity_id, team_id)))
 
     async def list_teams(
-        self, activity_id: str, *, limit: int | None = None, cursor: str | None = None
+        self,
+        activity_id: str,
+        *,
+        status: str | None = None,
+        has_free_seats: bool | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> TeamsPage:
-        """GET .../teams: a page of the open teams with a free seat, closest to forming first."""
-        params = _drop_none({"limit": limit, "cursor": cursor})
+        """GET .../teams: a page of the open teams with a free seat, closest to forming first;
+        of the full ones (`has_free_seats=False`); or of the formed or failed ones (`status`),
+        newest end first."""
+        fields = {"status": status, "has_free_seats": has_free_seats}
+        params = _drop_none({**fields, "limit": limit, "cursor": cursor})
         path = f"{self._activity(activity_id)}/teams"
         return cast(TeamsPage, await self._json("GET", path, params=params))
 

@@ -106,6 +106,10 @@ class TeamFailed(Conflict):
     code, title = "team_failed", "The team failed: its deadline passed before it formed"
 
 
+class ActivityClosed(Conflict):
+    code, title = "activity_closed", "The activity is closed: it takes no new team or lock"
+
+
 class NoTeamAvailable(Conflict):
     code, title = "no_team_available", "No open team of the activity has a free seat"
 

@@ -181,13 +181,13 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         jobs.start()
     services.packets.acks.start()
     if services.settings.webhooks.enabled:
-        services.webhooks.deliverer.start()
+        services.webhooks.start_delivering()
     settle_heap()
     try:
         yield services
     finally:
         await jobs.stop()
-        await services.webhooks.deliverer.stop()
+        await services.webhooks.stop_delivering()
         await services.packets.acks.stop()
         await services.database.dispose()
         await services.scripts.aclose()

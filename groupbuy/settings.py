@@ -327,6 +327,9 @@ class WebhookSettings(_Section):
     # Run the deliverer in this process (`groupbuy serve` and `groupbuy worker`); several
     # processes share the work through claims in SQL.
     enabled: bool = True
+    # Run it on a thread of its own (own event loop, SQL engine and HTTP pools) rather than
+    # on the request loop: a loop kept full by requests then still delivers.
+    own_thread: bool = False
     # An attempt that has no 2xx answer within this has failed.
     timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     # Attempts in flight at once per endpoint (`ordering: "feed"`; one per entity otherwise).
@@ -342,9 +345,10 @@ class WebhookSettings(_Section):
     allow_private_networks: bool = False
     # How often the deliverer looks for new events and due retries when nothing woke it.
     poll_interval_s: Annotated[float, Field(ge=0.01, le=60)] = 0.2
-    # A claim on deliveries lasts 4 x timeout_s (16 x for an endpoint that was succeeding)
-    # plus this: time to record the attempts, and room for replicas' clocks that differ a
-    # little. A killed process's deliveries wait this long.
+    # A claim on deliveries lasts timeout_s plus this, and the process holding it renews it
+    # every third of that while its attempts run or wait: time to renew and record, and
+    # room for replicas' clocks that differ a little. A killed process's deliveries wait
+    # timeout_s plus this.
     claim_margin_s: Annotated[float, Field(ge=0.1, le=3600)] = 30.0
     # A delivery body over this is not sent: the delivery fails at once, with the reason.
     max_payload_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536

@@ -1,6 +1,6 @@
 -- _pick_keys: the KEYS and ARGV of the scripts that pick among an activity's teams instead
 -- of being named one (team_join, team_list; the contract PICK_KEYS / PICK_ARGV in
--- groupbuy/locks/scripts.py; docs/scripts.md).
+-- groupbuy/locks/script_contracts.py; docs/scripts.md).
 local activity_outbox = KEYS[1]
 local activity_lock_index = KEYS[2]
 local activity_deadlines = KEYS[3]

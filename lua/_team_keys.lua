@@ -1,6 +1,6 @@
 -- _team_keys: the KEYS and ARGV every script that names a team starts with (the contract
--- TEAM_KEYS / TEAM_ARGV in groupbuy/locks/scripts.py; docs/scripts.md): the team's keys,
--- then the activity's, all under the hash tag {a:<activity_id>}.
+-- TEAM_KEYS / TEAM_ARGV in groupbuy/locks/script_contracts.py; docs/scripts.md): the team's
+-- keys, then the activity's, all under the hash tag {a:<activity_id>}.
 local team_hash = KEYS[1]
 local team_members = KEYS[2]
 local team_locks = KEYS[3]

@@ -49,22 +49,22 @@ local function bytes_before(a, b)
   return #a < #b
 end
 
--- The rank in the open-seat index of the first entry after (score, team_id) in its order,
--- whether or not that entry is still there (0 for no cursor).
-local function rank_after(score, team_id)
+-- The rank in `index` (the open-seat index or the deadline index) of the first entry after
+-- (score, team_id) in its order, whether or not that entry is still there (0 for no cursor).
+local function rank_after(index, score, team_id)
   if score == '' then
     return 0
   end
-  local now_score = redis.call('ZSCORE', A.open_seats, team_id)
+  local now_score = redis.call('ZSCORE', index, team_id)
   if now_score and tonumber(now_score) == tonumber(score) then
-    return redis.call('ZRANK', A.open_seats, team_id) + 1
+    return redis.call('ZRANK', index, team_id) + 1
   end
   -- The entries of this score hold ranks [low, high), their ids in byte order.
-  local low = redis.call('ZCOUNT', A.open_seats, '-inf', '(' .. score)
-  local high = low + redis.call('ZCOUNT', A.open_seats, score, score)
+  local low = redis.call('ZCOUNT', index, '-inf', '(' .. score)
+  local high = low + redis.call('ZCOUNT', index, score, score)
   while low < high do
     local mid = math.floor((low + high) / 2)
-    if bytes_before(team_id, redis.call('ZRANGE', A.open_seats, mid, mid)[1]) then
+    if bytes_before(team_id, redis.call('ZRANGE', index, mid, mid)[1]) then
       high = mid
     else
       low = mid + 1

@@ -25,9 +25,14 @@ local user_id = ARGV[10]
 -- ('' '': from the top),
 -- {USER_LIMIT_REACHED, limit, current, limit name} the user may not take a seat (as team_lock),
 -- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity,
--- {USER_BLOCKED} an admin blocked the user (a live lock is still answered EXISTING).
-if redis.call('EXISTS', activity_hash) == 0 then
+-- {USER_BLOCKED} an admin blocked the user (a live lock is still answered EXISTING),
+-- {ACTIVITY_CLOSED} an admin closed the activity (before any other answer).
+local activity = redis.call('HMGET', activity_hash, 'team_size', 'status')
+if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
+end
+if activity[2] == 'closed' then
+  return {ACTIVITY_CLOSED}
 end
 local now = now_ms(shift_ms)
 local looks = tonumber(candidates)
@@ -48,7 +53,7 @@ if redis.call('HEXISTS', blocklist, user) == 1 then
 end
 
 local cut = apply_time(now, looks)
-local start = rank_after(cursor_score, cursor_team_id)
+local start = rank_after(A.open_seats, cursor_score, cursor_team_id)
 local listed = redis.call('ZRANGE', A.open_seats, start, start + looks - 1, 'WITHSCORES')
 for i = 1, #listed, 2 do
   local team = load_team(now, activity_team(listed[i]))

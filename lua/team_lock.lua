@@ -8,8 +8,9 @@
 -- requires: _team_lib
 local user_lock = KEYS[11]
 local blocklist = KEYS[12]
-local other_hash = KEYS[13]
-local other_locks = KEYS[14]
+local activity_hash = KEYS[13]
+local other_hash = KEYS[14]
+local other_locks = KEYS[15]
 local user_id = ARGV[5]
 local other_team_id = ARGV[6]
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or '', version} new lock
@@ -19,7 +20,18 @@ local other_team_id = ARGV[6]
 -- {SWITCH_NEEDED, team_id}: the user holds a live lock in that other team; call again with its keys,
 -- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND},
 -- {USER_LIMIT_REACHED, limit, current, limit name}: a seat the user may not take,
--- {USER_BLOCKED}: an admin blocked the user (an unexpired lock is still answered EXISTING).
+-- {USER_BLOCKED}: an admin blocked the user (an unexpired lock is still answered EXISTING),
+-- {ACTIVITY_NOT_FOUND}: Redis has no copy of the activity (put it back from SQL, call again),
+-- {ACTIVITY_CLOSED}: an admin closed the activity (before any other answer).
+-- The activity's copy is read first, in this call: a close that answered before this call
+-- ran is seen, and no lock is taken after it.
+local activity = redis.call('HMGET', activity_hash, 'team_size', 'status')
+if not activity[1] then
+  return {ACTIVITY_NOT_FOUND}
+end
+if activity[2] == 'closed' then
+  return {ACTIVITY_CLOSED}
+end
 local now = now_ms(shift_ms)
 local user = user_id
 local team = load_team(now, named_team())

@@ -15,12 +15,17 @@ local retention_ms = ARGV[7]
 -- (team...: the team now, after the lazy checks, as team_read answers it),
 -- {CONFLICT} the team id is taken with other parameters, {ACTIVITY_NOT_FOUND},
 -- {USER_LIMIT_REACHED, limit, current, limit name} the leader is at a per-user limit,
--- {USER_BLOCKED} an admin blocked the leader (who would be member 1).
+-- {USER_BLOCKED} an admin blocked the leader (who would be member 1),
+-- {ACTIVITY_CLOSED} an admin closed the activity (before any other answer: no team opens,
+-- not even a repeat).
 local now = now_ms(shift_ms)
 local activity = redis.call('HMGET', activity_hash, 'team_size', 'lock_ttl_ms', 'team_deadline_ms',
-                            'virtual_min', 'teams_per_user', 'open_per_leader')
+                            'virtual_min', 'teams_per_user', 'open_per_leader', 'status')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
+end
+if activity[7] == 'closed' then
+  return {ACTIVITY_CLOSED}
 end
 local existing = redis.call('HMGET', team_hash, 'leader_id', 'leader_order_id')
 if existing[1] then

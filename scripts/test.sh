@@ -8,7 +8,9 @@
 # missing (GROUPBUY_TEST_DATABASE_URL points the tests at one you run instead: they create
 # and drop a database of their own on it). Every test that touches SQL runs on SQLite and
 # on PostgreSQL; with CI set, a PostgreSQL that cannot start fails the run instead of
-# skipping those tests.
+# skipping those tests. The browser tests (tests/browser) drive Debian's headless Chromium
+# through chromedriver, both installed below when missing; with CI set, a missing browser
+# fails those tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,13 @@ if [ -z "${GROUPBUY_TEST_DATABASE_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/in
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+fi
+
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  echo "== installing Chromium and chromedriver (Debian packages) for the browser tests"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

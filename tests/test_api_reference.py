@@ -151,8 +151,24 @@ def test_every_answer_has_its_documented_shape(client: TestClient) -> None:
     call("POST", join, 201, {"user_id": "u6"})
     assert call("POST", join, 409, {"user_id": "u7"})["code"] == "no_team_available"
     call("POST", "/v1/activities/nope/locks", 404, {"user_id": "u7"})
-    call("GET", f"{teams}?status=formed", 422)
+    formed_page = call("GET", f"{teams}?status=formed", 200)
+    assert [t["team_id"] for t in formed_page["teams"]] == ["t1"]
+    assert call("GET", f"{teams}?status=failed", 200) == {"teams": [], "next_cursor": None}
+    full_page = call("GET", f"{teams}?has_free_seats=false", 200)
+    assert [t["team_id"] for t in full_page["teams"]] == ["t2"]
+    call("GET", f"{teams}?status=formed&has_free_seats=false", 422)
     call("GET", "/v1/activities/nope/teams", 404)
+    call("GET", "/v1/activities/nope/teams?status=failed", 404)
+    assert call("GET", "/v1/activities?limit=1", 200)["activities"][0]["status"] == "open"
+    call("GET", "/v1/activities?status=shut", 422)
+    call("PATCH", "/v1/activities/a1", 403, {"status": "closed"})
+    call("PATCH", "/v1/activities/nope", 404, {"status": "closed"}, ADMIN)
+    call("PATCH", "/v1/activities/a1", 422, {"status": "open"}, ADMIN)
+    closed = call("PATCH", "/v1/activities/a1", 200, {"status": "closed"}, ADMIN)
+    assert closed["status"] == "closed"
+    assert call("POST", join, 409, {"user_id": "u8"})["code"] == "activity_closed"
+    call("POST", "/v1/activities/a1/teams", 409, {"leader_id": "N"})
+    call("POST", f"{teams}/t2/locks", 409, {"user_id": "u8"})
 
     call(
         "POST", "/v1/accounts/alice/deposits", 201, {"amount_cents": 900, "reference": "r1"}, ADMIN

@@ -159,6 +159,21 @@ async def test_activities_teams_and_locks(clients: Clients) -> None:
     assert await gb.unlock("a1", "t1", "u2") == {"released": False}
     await raises("invalid_request", 422, gb.get_team("a1", "a/b"))
 
+    await gb.lock("a1", "t1", "u2")
+    await gb.confirm("a1", "t1", "u2", "o2")  # t1 formed
+    formed = await gb.list_teams("a1", status="formed")
+    assert [t["team_id"] for t in formed["teams"]] == ["t1"]
+    assert (await gb.list_teams("a1", has_free_seats=False))["teams"] == []
+    await raises("invalid_request", 422, gb.list_teams("a1", status="failed", has_free_seats=True))
+
+    listed = await gb.list_activities(status="open", limit=1)
+    assert [a["activity_id"] for a in listed["activities"]] == ["a1"]
+    await raises("forbidden", 403, gb.update_activity("a1", close=True))
+    closed = await admin.update_activity("a1", name="Spring!", close=True)
+    assert closed == {**activity, "name": "Spring!", "status": "closed"}
+    assert (await gb.list_activities(status="closed"))["activities"] == [closed]
+    await raises("activity_closed", 409, gb.join("a1", "u7"))
+
 
 async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     admin, gb = clients.admin, clients.service
@@ -331,6 +346,7 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.SeatLock, answers.SeatLock),
     (typed.Team, answers.Team),
     (typed.TeamsPage, answers.TeamsPage),
+    (typed.ActivitiesPage, answers.ActivitiesPage),
     (typed.LockTaken, answers.LockTaken),
     (typed.Released, answers.Released),
     (typed.Confirmed, answers.Confirmed),

@@ -73,6 +73,7 @@ ACTIVITY_KEYS = {
     "virtual_completion",
     "limits",
     "created_at",
+    "status",
 }
 
 
@@ -813,10 +814,11 @@ def test_list_open_teams_422_and_404(client: TestClient, opened_team: OpenTeam) 
         "limit=101",
         "limit=ten",
         "limit=",
-        "status=formed",
-        "status=failed",
+        "status=closed",
+        "status=formed&has_free_seats=true",
+        "status=failed&has_free_seats=false",
+        f"status=formed&cursor={cursor}",
         "status=",
-        "has_free_seats=false",
         "has_free_seats=maybe",
         "cursor=",
         "cursor=nonsense",

@@ -107,6 +107,9 @@ def test_writes_are_refused_whole_and_reads_answer(server: RedisProcess, databas
                 assert (status, problem["code"]) == (503, "redis_out_of_memory"), (path, problem)
             status, problem = api.call("DELETE", "/v1/activities/a1/teams/t1/locks/u1")
             assert (status, problem["code"]) == (503, "redis_out_of_memory"), problem
+            # A close is refused before SQL is touched: the activity stays open in both.
+            status, problem = api.call("PATCH", "/v1/activities/a1", {"status": "closed"})
+            assert (status, problem["code"]) == (503, "redis_out_of_memory"), problem
             # Reads answer, the same as before; nothing was written to Redis or SQL.
             assert {path: api.call("GET", path) for path in reads} == before
             assert redis_state(server) == keys_before
@@ -125,6 +128,8 @@ def test_writes_are_refused_whole_and_reads_answer(server: RedisProcess, databas
             api.call("POST", "/v1/redpackets/p1/grab", {"user_id": "g2"})[1]["status"] == "grabbed"
         )
         assert api.call("POST", "/v1/activities", {"activity_id": "a2"})[0] == 201
+        status, closed = api.call("PATCH", "/v1/activities/a1", {"status": "closed"})
+        assert (status, closed["status"]) == (200, "closed")
         api.close()
 
 

@@ -135,6 +135,7 @@ async def redis_benchmark_rows(
             keys.activity_keys(aid),
             user_lock=user_key,
             blocklist=keys.activity_blocklist(aid),
+            activity_hash=keys.activity(aid),
         )
         cmd = ["EVALSHA", lock_sha, str(len(lock_keys)), *lock_keys]
         cmd += TEAM_LOCK.arg_list(

@@ -195,6 +195,19 @@ class Activity(Answer):
         "user_limit_reached"
     )
     created_at: Timestamp
+    status: Literal["open", "closed"] = Field(
+        description="`closed`: an admin ended the sale early; no team opens, no seat is "
+        "locked or joined (409 activity_closed), teams already open run to their deadline"
+    )
+
+
+class ActivitiesPage(Answer):
+    """A page of activities, newest first."""
+
+    activities: list[Activity]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
 
 
 class Member(Answer):
@@ -256,7 +269,8 @@ class LockTaken(Answer):
 
 
 class TeamsPage(Answer):
-    """A page of the open teams that have a free seat, closest to forming first."""
+    """A page of an activity's teams: open ones closest to forming first, formed or failed
+    ones newest end first."""
 
     teams: list[Team]
     next_cursor: str | None = Field(

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from groupbuy.api import audit, blocklist, redpackets, system, teams, webhooks
+from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
@@ -64,6 +64,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
             *build_routes(
                 sorted(endpoints, key=_route_order), auth, settings.server.max_body_bytes
             ),
+            *pages.ROUTES,  # for browsers, not in the OpenAPI document
             *console_routes(settings, services, auth),  # /console: the operators' pages
         ],
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -77,36 +77,85 @@ class MemberConfirm(StrictBody):
     order_id: Id
 
 
-class TeamsQuery(LaxQuery):
-    """Query of GET .../teams: a page of the open teams that have a free seat."""
+# The times a cursor of a newest-first SQL page may carry (ms since the epoch, before 10000).
+_MAX_CURSOR_MS = 253_402_300_799_999
 
-    status: Literal["open"] = Field(
+
+def _sql_page_cursor(value: str) -> None:
+    """ValueError (422) unless `value` is a cursor a newest-first SQL page answered."""
+    if not 0 <= parse_page_cursor(value).score <= _MAX_CURSOR_MS:
+        raise ValueError("not a cursor this list answered")
+
+
+class TeamsQuery(LaxQuery):
+    """Query of GET .../teams: a page of open teams (with a free seat, or full), or of the
+    formed or failed ones."""
+
+    status: Literal["open", "formed", "failed"] = Field(
         default="open",
-        description="only `open`: the list is the activity's open-seat index (read an ended "
-        "team by its id)",
+        description="`open`: live from Redis, closest to forming first (with "
+        "`has_free_seats`); `formed` / `failed`: from SQL, newest end first",
     )
-    has_free_seats: bool = Field(
-        default=True, description="only `true`: a full team is not listed until a seat frees"
+    has_free_seats: bool | None = Field(
+        default=None,
+        description="with `status=open` only: `true` (the default) the teams with a free "
+        "seat; `false` the open teams full of members and locks, earliest deadline first",
     )
     limit: int = Field(default=20, ge=1, le=100, description="teams per page")
     cursor: str | None = Field(
         default=None,
         max_length=200,
-        description="the `next_cursor` of the previous page; absent for the first page",
+        description="the `next_cursor` of the previous page of the same list; absent for the "
+        "first page",
     )
-
-    @field_validator("has_free_seats")
-    @classmethod
-    def _only_free_seats(cls, value: bool) -> bool:
-        if not value:
-            raise ValueError("only teams with a free seat are listed (true)")
-        return value
 
     @field_validator("cursor")
     @classmethod
     def _cursor_of_this_list(cls, value: str | None) -> str | None:
         if value is not None:
             parse_page_cursor(value)  # ValueError: 422
+        return value
+
+    @model_validator(mode="after")
+    def _free_seats_of_open_teams(self) -> TeamsQuery:
+        if self.status != "open":
+            if self.has_free_seats is not None:
+                raise ValueError("has_free_seats applies to status=open only")
+            if self.cursor is not None:
+                _sql_page_cursor(self.cursor)
+        return self
+
+
+class ActivityUpdate(StrictBody):
+    """Body of PATCH /v1/activities/{activity_id}: a new name, and/or closing it (final)."""
+
+    name: str | None = Field(
+        default=None, max_length=200, pattern=TEXT_PATTERN, description="any text but U+0000"
+    )
+    status: Literal["closed"] | None = Field(
+        default=None,
+        description="only `closed`: ends the sale early (a closed activity stays closed)",
+    )
+
+
+class ActivitiesQuery(LaxQuery):
+    """Query of GET /v1/activities: a page of activities, newest first."""
+
+    status: Literal["open", "closed"] | None = Field(
+        default=None, description="only activities of this status; absent: all"
+    )
+    limit: int = Field(default=20, ge=1, le=100, description="activities per page")
+    cursor: str | None = Field(
+        default=None,
+        max_length=200,
+        description="the `next_cursor` of the previous page; absent for the first page",
+    )
+
+    @field_validator("cursor")
+    @classmethod
+    def _cursor_of_this_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            _sql_page_cursor(value)  # ValueError: 422
         return value
 
 
@@ -130,6 +179,19 @@ async def get_activity(request: Request) -> Response:
     return json_response(
         await _teams(request).activities.get_activity(request.path_params["activity_id"])
     )
+
+
+async def list_activities(request: Request, query: ActivitiesQuery) -> Response:
+    page = await _teams(request).listings.activities(query.status, query.limit, query.cursor)
+    return json_response(page)
+
+
+async def update_activity(request: Request, body: ActivityUpdate) -> Response:
+    activity_id = request.path_params["activity_id"]
+    outcome = await _teams(request).activities.update_activity(
+        activity_id, name=body.name, close=body.status == "closed"
+    )
+    return json_response(outcome.body)  # the route writes the audit row (Endpoint.audit)
 
 
 async def open_team(request: Request, body: TeamOpen) -> Response:
@@ -158,9 +220,16 @@ async def join_team(request: Request, body: LockRequest) -> Response:
 
 
 async def list_teams(request: Request, query: TeamsQuery) -> Response:
-    page = await _teams(request).activities.list_open_teams(
-        request.path_params["activity_id"], query.limit, query.cursor
-    )
+    activity_id = request.path_params["activity_id"]
+    teams = _teams(request)
+    if query.status != "open":
+        page = await teams.listings.ended_teams(
+            activity_id, query.status, query.limit, query.cursor
+        )
+    else:
+        page = await teams.activities.list_open_teams(
+            activity_id, query.limit, query.cursor, full=query.has_free_seats is False
+        )
     return json_response(page)
 
 
@@ -191,6 +260,10 @@ _OVER_LIMIT: Problems = {
     "and `limit_name` (teams_per_user or open_teams_per_leader)"
 }
 _BLOCKED: Problems = {errors.UserBlocked: "an admin blocked the user (`user_id`)"}
+_CLOSED: Problems = {
+    errors.ActivityClosed: "an admin closed the activity: the sale is over (answered before "
+    "any other refusal)"
+}
 _ENDED: Problems = {
     errors.TeamFormed: "the team is formed: it takes no more seats",
     errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
@@ -227,6 +300,32 @@ ENDPOINTS = [
         problems=_NO_ACTIVITY,
     ),
     Endpoint(
+        "PATCH",
+        "/v1/activities/{activity_id}",
+        update_activity,
+        "Rename or close an activity",
+        role="admin",
+        body=ActivityUpdate,
+        tag="activities",
+        responses={
+            200: "The activity after the change; closing again changes nothing (idempotent)"
+        },
+        answer=answers.Activity,
+        problems=_NO_ACTIVITY,
+        audit="activity.update",
+    ),
+    Endpoint(
+        "GET",
+        "/v1/activities",
+        list_activities,
+        "List activities, newest first",
+        rate_class="read",
+        query=ActivitiesQuery,
+        tag="activities",
+        responses={200: "A page of activities, newest first (by created_at, then id)"},
+        answer=answers.ActivitiesPage,
+    ),
+    Endpoint(
         "POST",
         "/v1/activities/{activity_id}/teams",
         open_team,
@@ -241,6 +340,7 @@ ENDPOINTS = [
         },
         answer=answers.Team,
         problems={
+            **_CLOSED,
             errors.Conflict: "the team id exists with another leader or order",
             **_OVER_LIMIT,
             **_BLOCKED,
@@ -251,14 +351,16 @@ ENDPOINTS = [
         "GET",
         "/v1/activities/{activity_id}/teams",
         list_teams,
-        "List the open teams that have a free seat",
+        "List an activity's teams: open (with a free seat, or full), formed or failed",
         rate_class="read",
         query=TeamsQuery,
         tag="teams",
         responses={
-            200: "A page of teams, closest to forming first (most members + live locks, then "
-            "the oldest), as `POST .../locks` would pick them; a page may hold fewer than "
-            "`limit` teams while `next_cursor` is not null"
+            200: "A page of teams. Open with a free seat: closest to forming first (most "
+            "members + live locks, then the oldest), as `POST .../locks` would pick them. "
+            "Open and full: earliest deadline first. Formed or failed: from SQL, newest end "
+            "first (a team is listed within seconds of its end). An open page may hold fewer "
+            "than `limit` teams while `next_cursor` is not null"
         },
         answer=answers.TeamsPage,
         problems=_NO_ACTIVITY,
@@ -280,6 +382,7 @@ ENDPOINTS = [
         },
         answer=answers.LockTaken,
         problems={
+            **_CLOSED,
             errors.NoTeamAvailable: "no open team has a free seat for the user at this instant "
             "(a seat whose lock has expired counts as free); `next_unlock_at`: when the "
             "activity's earliest lock expires, or null. Open a new team instead",
@@ -314,6 +417,7 @@ ENDPOINTS = [
         },
         answer=answers.LockTaken,
         problems={
+            **_CLOSED,
             errors.TeamFull: "every seat is a member or an unexpired lock; `next_unlock_at` "
             "(when the earliest lock expires, null if all seats are members) and "
             "`earliest_locked_at`",

@@ -120,6 +120,34 @@ class ActivityService(UsesBackends):
             raise
         return Outcome(body, created)
 
+    async def update_activity(
+        self, activity_id: str, name: str | None = None, close: bool = False
+    ) -> Outcome:
+        """Rename and/or close an activity; `created` of the outcome is True when this call
+        closed it. Closing is final and idempotent; ActivityNotFound when unknown."""
+        if close:
+            # Over maxmemory Redis would refuse the copy's status after SQL closed: ask first.
+            await write_probe(self._scripts, self._keys.activity(activity_id))
+        now_ms = await self._clock.now_ms(self._redis) if close else 0
+        async with self._db.transaction() as session:
+            row = await session.get(ActivityRow, activity_id, with_for_update=True)
+            if row is None:
+                raise errors.ActivityNotFound(f"no activity {activity_id!r}")
+            if name is not None:
+                row.name = name
+            closed_now = close and row.status != "closed"
+            if closed_now:
+                row.status, row.closed_at = "closed", from_ms(now_ms)
+            await session.flush()
+        # SQL first, then Redis: SQL is the status's source of truth. A crash (or Redis
+        # refusing the write) in between leaves SQL closed and the copy open for a moment;
+        # every close re-writes the copy, even of an activity SQL already has closed, so the
+        # retried PATCH finishes it, and a copy put back from SQL after a loss or an expiry
+        # carries the status. Never the other way round: Redis closed, SQL open.
+        if row.status == "closed":
+            await self._activities.put(row)
+        return Outcome(activity_body(row), closed_now)
+
     async def get_activity(self, activity_id: str) -> dict[str, Any]:
         """An activity, or ActivityNotFound."""
         return activity_body(await self._activities.row(activity_id))
@@ -165,17 +193,18 @@ class ActivityService(UsesBackends):
         return await self._history.team(activity_id, team_id)
 
     async def list_open_teams(
-        self, activity_id: str, limit: int, cursor: str | None = None
+        self, activity_id: str, limit: int, cursor: str | None = None, full: bool = False
     ) -> dict[str, Any]:
-        """A page of the activity's open teams with a free seat, closest to forming first, and
-        the cursor of the next page (None after the last one)."""
+        """A page of the activity's open teams with a free seat, closest to forming first (or,
+        `full`, of those full of members and locks, earliest deadline first), and the cursor
+        of the next page (None after the last one)."""
         after = parse_page_cursor(cursor) if cursor else None
         position = [after.score, after.team_id] if after else ["", ""]
         candidates = self._defaults.join_candidates
-        page = await self._teams.list(activity_id, limit, candidates, position)
+        page = await self._teams.list(activity_id, limit, candidates, position, full)
         if page.code is TeamCode.ACTIVITY_NOT_FOUND:
             await self._recovery.bring_back_activity(activity_id)
-            page = await self._teams.list(activity_id, limit, candidates, position)
+            page = await self._teams.list(activity_id, limit, candidates, position, full)
         if not isinstance(page, Listed):
             raise_for(page.code)
         return {

@@ -23,7 +23,8 @@ class ActivityCopy(UsesBackends):
         return row
 
     async def put(self, row: ActivityRow) -> None:
-        """Write what team_open needs of an activity to Redis; rewriting it is harmless."""
+        """Write what the scripts need of an activity to Redis (its parameters, and its status
+        once closed); rewriting it is harmless."""
         # A copy of SQL's row that expires: an open that misses it puts it back from SQL.
         # Its slot is in the directory first (Redis Cluster), with its copy of the blocked
         # users, before any team of it can be written there.
@@ -41,5 +42,9 @@ class ActivityCopy(UsesBackends):
                     "open_per_leader": row.open_teams_per_leader or 0,
                 },
             )
+            if row.status == "closed":
+                # Only ever written as closed: a copy put from an older read of an open row
+                # (a recovery racing a close) then never reopens the activity.
+                pipe.hset(key, "status", "closed")
             pipe.pexpire(key, ACTIVITY_COPY_TTL_MS)
             await pipe.execute()

@@ -22,6 +22,7 @@ def activity_body(row: ActivityRow) -> dict[str, Any]:
         "virtual_completion": virtual_body(row.virtual_min_members),
         "limits": limits_body(row.teams_per_user, row.open_teams_per_leader),
         "created_at": iso_ms(to_ms(row.created_at)),
+        "status": row.status,
     }
 
 

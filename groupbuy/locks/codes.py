@@ -27,6 +27,7 @@ class TeamCode(IntEnum):
     LOOK_FURTHER = 13  # team_join: call again from the cursor it answered
     USER_LIMIT_REACHED = 14
     USER_BLOCKED = 15
+    ACTIVITY_CLOSED = 16
 
 
 _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
@@ -42,6 +43,7 @@ _ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
     TeamCode.NO_TEAM_AVAILABLE: errors.NoTeamAvailable,
     TeamCode.USER_LIMIT_REACHED: errors.UserLimitReached,
     TeamCode.USER_BLOCKED: errors.UserBlocked,
+    TeamCode.ACTIVITY_CLOSED: errors.ActivityClosed,
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.listings import Listings
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.seats import SeatService
@@ -25,6 +26,7 @@ class TeamEngine:
     seats: SeatService  # the hot path: lock, join, unlock, confirm, current lock
     sweeps: TeamSweeps  # the scheduled jobs: expiry, write-behind, repair
     recovery: TeamRecovery  # rebuilding what Redis lost, from SQL
+    listings: Listings  # SQL pages: activities, an activity's formed or failed teams
 
     @classmethod
     def build(
@@ -42,4 +44,5 @@ class TeamEngine:
             seats=SeatService(scripts, outbox, defaults, copies, history, recovery),
             sweeps=TeamSweeps(backends, outbox, scripts, recovery),
             recovery=recovery,
+            listings=Listings(backends),
         )

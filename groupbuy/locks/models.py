@@ -81,6 +81,11 @@ class TeamRow(Base):
     """A team as last recorded from Redis (the record; Redis holds the live state)."""
 
     __tablename__ = "teams"
+    # an activity's formed or failed teams, newest end first
+    __table_args__ = (
+        Index("ix_teams_formed", "activity_id", "status", "formed_at", "team_id"),
+        Index("ix_teams_failed", "activity_id", "status", "failed_at", "team_id"),
+    )
 
     activity_id: Mapped[str] = mapped_column(
         String(64), ForeignKey("activities.activity_id"), primary_key=True

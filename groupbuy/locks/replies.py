@@ -1,10 +1,11 @@
 """The team scripts' replies, parsed into one frozen dataclass per reply shape.
 
-A script answers a flat `{code, ...}` list (see its contract in groupbuy/locks/scripts.py);
-the parsers below are the only code that reads such a list by position. Every reply is a
-`TeamReply` (its code); a shape with fields is a subclass, so a caller checks `code` or the
-class and reads the fields by name. A code the shape does not expect, or a reply with
-more or fewer fields than its shape, is a bug and raises ValueError.
+A script answers a flat `{code, ...}` list (see its contract in
+groupbuy/locks/script_contracts.py); the parsers below are the only code that reads such a
+list by position. Every reply is a `TeamReply` (its code); a shape with fields is a
+subclass, so a caller checks `code` or the class and reads the fields by name. A code the
+shape does not expect, or a reply with more or fewer fields than its shape, is a bug and
+raises ValueError.
 """
 
 from __future__ import annotations

@@ -76,11 +76,17 @@ class SeatService:
     async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""
         other = ""
-        restored = False
+        restored = copied = False
         for _ in range(_SWITCH_ATTEMPTS):
             reply = await self._teams.lock(activity_id, team_id, user_id, other)
             if isinstance(reply, SwitchNeeded):
                 other = reply.team_id
+                continue
+            if reply.code is TeamCode.ACTIVITY_NOT_FOUND and not copied:
+                # The activity's copy expired or was lost while a team lives: SQL has it,
+                # with its status (404 when SQL does not know the activity either).
+                copied = True
+                await self._recovery.bring_back_activity(activity_id)
                 continue
             if reply.code is TeamCode.TEAM_NOT_FOUND and not restored:
                 restored = True

@@ -6,5 +6,6 @@ models (SQL tables), store (endpoints, their secrets and admin operations), sign
 failed attempt is tried again), queue (deliveries derived from the feed, claimed in SQL),
 sender (the HTTP client), outcomes (what an ended attempt changes), recorder (outcomes
 written in batches), history (the admin's page, replays, the backlog), deliverer (the loop
-that ties them together), service (what the API asks).
+that ties them together), thread (the deliverer on a thread of its own), service (what the
+API asks).
 """

@@ -39,6 +39,11 @@ CLAIM_ROUNDS = 4
 # machine is busy), and four rounds of a fast receiver end sooner, leaving the slots idle
 # (docs/benchmarks-findings.md). A failure brings the endpoint back to CLAIM_ROUNDS.
 FAST_CLAIM_ROUNDS = 16
+# A pass renews the process's claims once this share of a claim's length has passed since
+# the last renewal: a renewal that fails or comes late still has the rest to succeed in.
+RENEW_SHARE = 1 / 3
+# At stop, how long the pass under way may take to end before it is cancelled.
+PASS_END_S = 5.0
 
 
 def wall_clock_ms() -> int:
@@ -69,6 +74,14 @@ class Deliverer:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._unattempted: list[Claimed] = []
         self._disable_after_ms = settings.disable_after_s * 1000
+        # A claim lasts one attempt's timeout plus the margin, renewed while held: a killed
+        # process's deliveries wait that long, however many rounds it had claimed.
+        self.claim_ms = round((settings.timeout_s + settings.claim_margin_s) * 1000)
+        self._held: dict[int, Claimed] = {}
+        self._renewed_ms: int | None = None
+        # Passes come at least this often: the poll interval, or sooner when claims need
+        # renewing sooner than that.
+        self._pause_s = min(settings.poll_interval_s, self.claim_ms * RENEW_SHARE / 1000)
         self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
         self._recorder = Recorder(self._complete)
         # The endpoints as last read, and when (a pass reads them again, and derives new
@@ -92,6 +105,7 @@ class Deliverer:
             self._derived_at = time.monotonic()
             if self._endpoints:
                 await queue.derive(self._db, now)
+        await self._renew(now)
         started = 0
         for endpoint in self._endpoints:
             if endpoint.disabled:
@@ -102,15 +116,22 @@ class Deliverer:
             # Claim again once a round's worth of room is free: fewer, larger claims.
             if batch - held < self._settings.max_in_flight:
                 continue
-            # A batch is attempted within `rounds` rounds of at most timeout_s each.
-            claim_s = rounds * self._settings.timeout_s + self._settings.claim_margin_s
             claims = await queue.claim(
-                self._db, endpoint.endpoint_id, now, batch, round(claim_s * 1000), self._owner
+                self._db, endpoint.endpoint_id, now, batch, self.claim_ms, self._owner
             )
             for claimed in claims:
                 self._start(endpoint, claimed)
             started += len(claims)
         return started
+
+    async def _renew(self, now: int) -> None:
+        """Extend the claims held (attempts running or waiting for a slot) once a share of
+        a claim's length has passed since the last renewal."""
+        if self._renewed_ms is not None and now - self._renewed_ms < self.claim_ms * RENEW_SHARE:
+            return
+        if self._held:
+            await queue.renew(self._db, list(self._held.values()), now + self.claim_ms)
+        self._renewed_ms = now
 
     def claim_rounds(self, endpoint_id: str) -> int:
         """Rounds of `max_in_flight` attempts the next claim of the endpoint covers."""
@@ -123,9 +144,12 @@ class Deliverer:
         task = asyncio.create_task(self._attempt(endpoint, claimed))
         tasks = self._in_flight.setdefault(endpoint.endpoint_id, set())
         tasks.add(task)
+        self._held[claimed.delivery_id] = claimed
 
         def done(finished: asyncio.Task[None]) -> None:
             tasks.discard(finished)
+            if self._held.get(claimed.delivery_id) is claimed:
+                del self._held[claimed.delivery_id]
             self._wake.set()
 
         task.add_done_callback(done)
@@ -214,7 +238,7 @@ class Deliverer:
                 if not self._db.reachability.failed(error):
                     log.warning("webhook deliverer pass failed", exc_info=True)
             try:
-                await asyncio.wait_for(self._wake.wait(), self._settings.poll_interval_s)
+                await asyncio.wait_for(self._wake.wait(), self._pause_s)
                 woken = True
             except TimeoutError:
                 woken = False
@@ -223,10 +247,17 @@ class Deliverer:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
         out their time), then close the connections."""
         self._stopping = True
+        self._wake.set()
         if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+            # The pass under way ends first: cut short, its SQL call would answer later
+            # into a loop that may be closed by then (the deliverer's own thread's).
+            try:
+                async with asyncio.timeout(PASS_END_S):
+                    await asyncio.shield(self._loop)
+            except TimeoutError:
+                self._loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._loop
             self._loop = None
         try:
             async with asyncio.timeout(self._settings.timeout_s + 1):

@@ -4,7 +4,8 @@ events feed; due ones are claimed by one process at a time.
 A claim is a token and a deadline on the row (`claim_token`, `claim_until_ms`), taken by a
 conditional UPDATE: two processes cannot both hold one delivery, and a process killed
 mid-attempt leaves a claim that expires, after which another takes the delivery (at least
-once; the receiver dedups by `webhook-id`). Each claim transaction first writes the
+once; the receiver dedups by `webhook-id`). A live process renews its claims while it holds
+them, so the deadline can be short. Each claim transaction first writes the
 endpoint's row, which serialises claims per endpoint: a row lock on PostgreSQL, the write
 lock on SQLite (taken before the reads that count what is in flight).
 """
@@ -263,6 +264,23 @@ async def claim(
             )
             for delivery_id, position, tries, kind, at, data in found.all()
         ]
+
+
+async def renew(database: Database, claims: list[Claimed], until_ms: int) -> None:
+    """Extend claims this process still holds (its attempts are running or waiting for a
+    slot) to `until_ms`; a claim already ended or taken over is left as it is."""
+    table = cast(Table, DeliveryRow.__table__)
+    async with database.transaction() as session:
+        await session.execute(
+            update(table)
+            .where(
+                table.c.id == bindparam("delivery"),
+                table.c.claim_token == bindparam("token"),
+                table.c.status == "pending",
+            )
+            .values(claim_until_ms=until_ms),
+            [{"delivery": c.delivery_id, "token": c.token} for c in claims],
+        )
 
 
 async def release(database: Database, claims: list[Claimed]) -> None:

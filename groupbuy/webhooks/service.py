@@ -18,6 +18,7 @@ from groupbuy.webhooks.deliverer import Deliverer, wall_clock_ms
 from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.signing import headers
 from groupbuy.webhooks.store import EndpointSpec, EndpointStore, secrets_in_use
+from groupbuy.webhooks.thread import DelivererThread
 
 TEST_EVENT = "webhook.test"
 
@@ -40,6 +41,30 @@ class WebhookService:
             settings.timeout_s, settings.max_in_flight, settings.allow_private_networks
         )
         self.deliverer = Deliverer(database, settings, self.store, self.sender, clock)
+        # With `own_thread`, a copy of it runs on a thread instead (start_delivering).
+        self.thread: DelivererThread | None = None
+        if settings.own_thread:
+            self.thread = DelivererThread(database.url, database.timeout_s, settings, clock)
+
+    def start_delivering(self) -> None:
+        """Run the deliverer in the background: on its own thread with `own_thread`, else
+        on this loop."""
+        if self.thread is not None:
+            self.thread.start()
+        else:
+            self.deliverer.start()
+
+    async def stop_delivering(self) -> None:
+        """Stop the deliverer started by start_delivering (attempts in flight end first)."""
+        if self.thread is not None:
+            await self.thread.stop()
+        await self.deliverer.stop()
+
+    def wake(self) -> None:
+        """Start a delivery pass now (new work was queued)."""
+        if self.thread is not None:
+            self.thread.wake()
+        self.deliverer.wake()
 
     async def check_url(self, url: str) -> None:
         """422 unless `url` is an allowed http(s) URL whose host resolves to addresses
@@ -99,7 +124,7 @@ class WebhookService:
         upper = until if until is not None else 2**63 - 1
         types = json.loads(row.event_types)
         queued = await history.replay(self._db, endpoint_id, types, after, upper, self._clock())
-        self.deliverer.wake()
+        self.wake()
         return {"endpoint_id": endpoint_id, "after": after, "until": until, "queued": queued}
 
     async def test(self, endpoint_id: str) -> dict[str, Any]:

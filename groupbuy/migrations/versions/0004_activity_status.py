@@ -21,7 +21,8 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    """Add the status and when it closed, then the listing's indexes (newest first)."""
+    """Add the status and when it closed, then the listings' indexes (newest first: of
+    activities, and of an activity's formed or failed teams)."""
     with op.batch_alter_table("activities") as batch:
         batch.add_column(sa.Column("status", sa.String(16), nullable=False, server_default="open"))
         batch.add_column(sa.Column("closed_at", sa.DateTime(timezone=True), nullable=True))
@@ -29,6 +30,8 @@ def upgrade() -> None:
     op.create_index(
         "ix_activities_status_created", "activities", ["status", "created_at", "activity_id"]
     )
+    op.create_index("ix_teams_formed", "teams", ["activity_id", "status", "formed_at", "team_id"])
+    op.create_index("ix_teams_failed", "teams", ["activity_id", "status", "failed_at", "team_id"])
     op.create_table(
         "audit_log",
         sa.Column(
@@ -49,6 +52,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Drop the audit log, the indexes and the two columns: every activity is open again."""
     op.drop_table("audit_log")
+    op.drop_index("ix_teams_failed", table_name="teams")
+    op.drop_index("ix_teams_formed", table_name="teams")
     op.drop_index("ix_activities_status_created", table_name="activities")
     op.drop_index("ix_activities_created", table_name="activities")
     with op.batch_alter_table("activities") as batch:

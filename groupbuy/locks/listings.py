@@ -1,0 +1,90 @@
+"""Pages read from SQL alone: activities newest first, and an activity's ended teams.
+
+Each page is one keyset query on an index of migration 0004 (no OFFSET, no scan): the
+cursor is the (time, id) of the last row of the previous page, opaque to clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.orm import InstrumentedAttribute
+
+from groupbuy import errors
+from groupbuy.locks.bodies import activity_body
+from groupbuy.locks.codec import page_cursor, parse_page_cursor
+from groupbuy.locks.history import recorded_members
+from groupbuy.locks.models import ActivityRow, TeamRow
+from groupbuy.locks.records import recorded_version
+from groupbuy.locks.view import TeamView
+from groupbuy.storage.backends import UsesBackends
+from groupbuy.storage.timefmt import from_ms, to_ms
+
+EndedStatus = Literal["formed", "failed"]
+
+
+def _newest_first(
+    query: Select[Any],
+    at: InstrumentedAttribute[Any],
+    key: InstrumentedAttribute[Any],
+    cursor: str | None,
+    limit: int,
+) -> Select[Any]:
+    """`query` ordered by (at, key) newest first, after the cursor's row, one row more than
+    a page (that row says whether another page follows)."""
+    if cursor:
+        after = parse_page_cursor(cursor)
+        when: datetime = from_ms(after.score)
+        query = query.where(or_(at < when, and_(at == when, key < after.team_id)))
+    return query.order_by(at.desc(), key.desc()).limit(limit + 1)
+
+
+def _next_cursor(rows: Sequence[Any], limit: int, at: str, key: str) -> str | None:
+    if len(rows) <= limit:
+        return None
+    last = rows[limit - 1]
+    return page_cursor(to_ms(getattr(last, at)), getattr(last, key))
+
+
+class Listings(UsesBackends):
+    """Newest-first pages of activities and of an activity's formed or failed teams."""
+
+    async def activities(
+        self, status: str | None, limit: int, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of activities (of one status, or all), newest first, and the next cursor."""
+        query = select(ActivityRow)
+        if status is not None:
+            query = query.where(ActivityRow.status == status)
+        query = _newest_first(query, ActivityRow.created_at, ActivityRow.activity_id, cursor, limit)
+        async with self._db.sessions() as session:
+            rows = (await session.scalars(query)).all()
+        return {
+            "activities": [activity_body(row) for row in rows[:limit]],
+            "next_cursor": _next_cursor(rows, limit, "created_at", "activity_id"),
+        }
+
+    async def ended_teams(
+        self, activity_id: str, status: EndedStatus, limit: int, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the activity's formed (or failed) teams as SQL recorded them, newest end
+        first; ActivityNotFound when SQL does not know the activity."""
+        at = TeamRow.formed_at if status == "formed" else TeamRow.failed_at
+        query = select(TeamRow).where(TeamRow.activity_id == activity_id, TeamRow.status == status)
+        query = _newest_first(query, at, TeamRow.team_id, cursor, limit)
+        async with self._db.sessions() as session:
+            if await session.get(ActivityRow, activity_id) is None:
+                raise errors.ActivityNotFound(f"no activity {activity_id!r}")
+            rows = (await session.scalars(query)).all()
+            teams = []
+            for team in rows[:limit]:
+                members = await recorded_members(session, activity_id, team.team_id)
+                version = await recorded_version(session, activity_id, team.team_id)
+                teams.append(TeamView.from_rows(team, members, version).body())
+        return {
+            "teams": teams,
+            "next_cursor": _next_cursor(rows, limit, f"{status}_at", "team_id"),
+        }
