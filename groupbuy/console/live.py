@@ -2,7 +2,8 @@
 every `[console] live_interval_s`, and its JSON twin for browsers that cannot stream.
 
 Each update is one bounded read: the overview's shared snapshot, one activity row, one
-packet script call, or one page of the feed. Streams per process are capped; a stream
+packet script call, one page of the feed, or a list's page again (the service call of its
+API listing: one SQL page and its live values). Streams per process are capped; a stream
 ends after `[console] live_stream_s` (the browser reconnects, and its session is checked
 again) or when the server shuts down (`streams.stop_all`).
 """
