@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
 
 from groupbuy.testing.browser import KEYS, Browser, Served, bearer, sign_in
 
@@ -200,19 +201,18 @@ def test_an_admin_closes_an_activity_and_finds_it_audited(
     form.find_element(By.CSS_SELECTOR, "input[name=reason]").send_keys(reason)
     form.find_element(By.CSS_SELECTOR, "input[name=confirm]").click()
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    browser.wait_for(
-        lambda: browser.element("[data-activity-status]").text == "closed", "the closed status"
-    )
+    browser.wait_for(lambda: staleness_of(form)(browser.driver), "the page after the post")
+    assert browser.element("[data-activity-status]").text == "closed"
     assert f"activity.close {aid}: done" in browser.element(".notice").text
     assert not browser.driver.find_elements(By.CSS_SELECTOR, "form.action")
     assert _call(api, "GET", f"/v1/activities/{aid}", "service")["status"] == "closed"
     browser.open("/console/audit")
-    row = browser.element("tr[data-audit]")
-    assert [cell.text for cell in row.find_elements(By.CSS_SELECTOR, "td")][2:5] == [
-        "activity.close",
-        aid,
-        reason,
+    browser.element("tr[data-audit]")
+    rows = [
+        [cell.text for cell in row.find_elements(By.CSS_SELECTOR, "td")][2:5]
+        for row in browser.driver.find_elements(By.CSS_SELECTOR, "tr[data-audit]")
     ]
+    assert ["activity.close", aid, reason] in rows
     entries = _call(api, "GET", "/v1/admin/audit", "admin")["entries"]
     [entry] = [e for e in entries if e["action"] == "activity.close" and e["target"] == aid]
     assert entry["reason"] == reason and entry["actor"].startswith("admin:")
