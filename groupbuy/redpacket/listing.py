@@ -13,9 +13,11 @@ from sqlalchemy import and_, func, or_, select
 
 from groupbuy.redpacket.codec import BusinessKey, parse_business_key
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.sending import sent_body
 from groupbuy.redpacket.view import packet_version
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Database
+from groupbuy.storage.paging import newest_by_id
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 # A packet's status as the API names it -> the SQL statuses it covers (a `pending` packet
@@ -91,16 +93,7 @@ class ListingService(UsesBackends):
         recorded = await self._recorded(missing)
         bodies = []
         for row in rows:
-            body = {
-                "packet_id": row.packet_id,
-                "sender_id": row.sender_id,
-                "amount_cents": row.amount_cents,
-                "count": row.count,
-                "strategy": row.strategy,
-                "status": "active" if row.status == "pending" else row.status,
-                "refunded_cents": row.refunded_cents,
-                "expires_at": iso_ms(to_ms(row.expires_at)),
-            }
+            body = sent_body(row) | {"refunded_cents": row.refunded_cents}
             body |= live.get(row.packet_id) or recorded[row.packet_id]
             bodies.append(body)
         return bodies
@@ -179,22 +172,9 @@ async def entries_page(
 ) -> dict[str, Any]:
     """A user's ledger entries newest first (by id), after `cursor` (the id of the last entry
     of the previous page): one statement over the (user_id, id) index."""
-    query = (
-        select(LedgerEntryRow)
-        .where(LedgerEntryRow.user_id == user_id)
-        .order_by(LedgerEntryRow.id.desc())
-        .limit(limit + 1)
-    )
-    if cursor:
-        query = query.where(LedgerEntryRow.id < int(cursor))
-    async with database.sessions() as session:
-        rows = list((await session.scalars(query)).all())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "entries": [entry_body(row) for row in rows],
-        "next_cursor": str(rows[-1].id) if more else None,
-    }
+    query = select(LedgerEntryRow).where(LedgerEntryRow.user_id == user_id)
+    rows, next_cursor = await newest_by_id(database, query, LedgerEntryRow.id, limit, cursor)
+    return {"entries": [entry_body(row) for row in rows], "next_cursor": next_cursor}
 
 
 def entry_body(row: LedgerEntryRow) -> dict[str, Any]:
