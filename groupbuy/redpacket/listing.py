@@ -89,8 +89,7 @@ class ListingService(UsesBackends):
 
     async def _bodies(self, rows: Sequence[PacketRow]) -> list[dict[str, Any]]:
         live = await self._live(rows)
-        missing = [row.packet_id for row in rows if row.packet_id not in live]
-        recorded = await self._recorded(missing)
+        recorded = await self._recorded([row for row in rows if row.packet_id not in live])
         bodies = []
         for row in rows:
             body = sent_body(row) | {"refunded_cents": row.refunded_cents}
@@ -120,18 +119,14 @@ class ListingService(UsesBackends):
             }
         return live
 
-    async def _recorded(self, packet_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The live fields of packets Redis does not hold, from their grab rows: one
-        grouped statement over the grabs' primary key, one over the epochs."""
-        if not packet_ids:
+    async def _recorded(self, rows: Sequence[PacketRow]) -> dict[str, dict[str, Any]]:
+        """The live fields of the page's packets Redis does not hold, from their grab rows:
+        one grouped statement over the grabs' primary key, one over the epochs (the page's
+        rows are at hand: reading them again would read the page twice)."""
+        if not rows:
             return {}
+        packet_ids = [row.packet_id for row in rows]
         async with self._db.sessions() as session:
-            rows = {
-                row.packet_id: row
-                for row in await session.scalars(
-                    select(PacketRow).where(PacketRow.packet_id.in_(packet_ids))
-                )
-            }
             totals = {
                 packet_id: (int(grabs), int(cents or 0))
                 for packet_id, grabs, cents in (
@@ -152,7 +147,8 @@ class ListingService(UsesBackends):
                 ).all()
             )
         found = {}
-        for packet_id, row in rows.items():
+        for row in rows:
+            packet_id = row.packet_id
             grabs, cents = totals.get(packet_id, (0, 0))
             ended = row.status in ("sold_out", "expired")
             found[packet_id] = {
