@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.console_cost import run_console_cost
+from benchmarks.console_report import section
 from benchmarks.engine import run_engine
 from benchmarks.http_join import run_join_http
 from benchmarks.http_level import FULL, QUICK, run_http
@@ -193,8 +195,11 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """docs/benchmarks.md: the figures, the ratios, the correctness counts."""
+def markdown(
+    rows: list[dict[str, Any]], meta: dict[str, Any], console: dict[str, Any] | None = None
+) -> str:
+    """docs/benchmarks.md: the figures, the ratios, the correctness counts, and the console's
+    section (benchmarks/console_cost.py, which may also rewrite that section alone)."""
     lines = [
         "# Benchmarks",
         "",
@@ -241,6 +246,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             counts = ", ".join(f"{k} {v}" for k, v in r["correct"].items())
             lines.append(f"| {r['scenario']} | {r['level']} | {r['implementation']} | {counts} |")
     lines += ["", "![latency distributions](benchmarks-latency.png)", ""]
+    if console:
+        lines += [section(console), ""]
     return "\n".join(lines)
 
 
@@ -286,7 +293,8 @@ def main() -> None:
     if args.rewrite:
         saved = json.loads((args.out / "benchmarks.json").read_text(encoding="utf-8"))
         plot(saved["rows"], args.out / "benchmarks-latency.png")
-        (args.out / "benchmarks.md").write_text(markdown(saved["rows"], saved["meta"]), "utf-8")
+        text = markdown(saved["rows"], saved["meta"], saved.get("console"))
+        (args.out / "benchmarks.md").write_text(text, "utf-8")
         return
     args.out.mkdir(parents=True, exist_ok=True)
     binary = server_binary()
@@ -298,6 +306,7 @@ def main() -> None:
     }
     server = start_redis()
     rows: list[dict[str, Any]] = []
+    console: dict[str, Any] | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="groupbuy-bench-") as workdir:
             database = f"sqlite+aiosqlite:///{workdir}/engine.db"
@@ -322,13 +331,17 @@ def main() -> None:
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
             print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
             rows += run_serving(server.url, Path(workdir), args.quick)
+            print("== console and listings: pages on a big database, the grab with consoles open")
+            command = ".venv/bin/python -m benchmarks.run" + (" --quick" if args.quick else "")
+            console = run_console_cost(server.url, Path(workdir), args.quick, command)
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n", encoding="utf-8"
+        json.dumps({"meta": meta, "rows": rows, "console": console}, indent=1) + "\n",
+        encoding="utf-8",
     )
     plot(rows, args.out / "benchmarks-latency.png")
-    (args.out / "benchmarks.md").write_text(markdown(rows, meta), encoding="utf-8")
+    (args.out / "benchmarks.md").write_text(markdown(rows, meta, console), encoding="utf-8")
     for what, figure, target, met in ratios(rows):
         print(f"{what:<90} {figure:>28}  (target {target}: {met})")
     print(f"written: {args.out / 'benchmarks.md'}")

@@ -193,15 +193,64 @@ class PacketGrab(TypedDict):
     grabbed_at: str
 
 
-class Packet(PacketSent):
-    """A packet with its grabs, in grab order."""
+class PacketSummary(PacketSent):
+    """A packet as the listing shows it: the live fields, without its grabs."""
 
     remaining_count: int
     remaining_cents: int
     refunded_cents: int
+    version: int
+
+
+class Packet(PacketSummary):
+    """A packet with its grabs, in grab order."""
+
     grabs: list[PacketGrab]
     luckiest_user_id: str | None
-    version: int
+
+
+class PacketsPage(TypedDict):
+    """A page of packets, newest first; pass `next_cursor` as `cursor`."""
+
+    packets: list[PacketSummary]
+    next_cursor: str | None
+
+
+class LedgerEntry(TypedDict):
+    """One movement of an account's money (`kind`: deposit, send, grab or refund)."""
+
+    kind: str
+    amount_cents: int
+    balance_after_cents: int
+    reference: str
+    packet_id: NotRequired[str | None]
+    at: str
+
+
+class LedgerEntriesPage(TypedDict):
+    """A page of an account's ledger entries, newest first; pass `next_cursor` as `cursor`."""
+
+    entries: list[LedgerEntry]
+    next_cursor: str | None
+
+
+class AuditEntry(TypedDict):
+    """One action an operator took: who (`<role>:<key fingerprint>`), what, why, when."""
+
+    id: int
+    at: str
+    actor: str
+    action: str
+    target: str
+    reason: str | None
+    detail: dict[str, Any] | None
+
+
+class AuditPage(TypedDict):
+    """A page of the audit log, newest first; pass `next_cursor` as `cursor`."""
+
+    entries: list[AuditEntry]
+    next_cursor: str | None
 
 
 class Event(TypedDict):
@@ -636,6 +685,28 @@ class GroupBuyClient:
         """GET /v1/accounts/{user_id}: the balance (0 for a user never seen)."""
         return cast(Account, await self._json("GET", f"/v1/accounts/{_segment(user_id)}"))
 
+    async def entries(
+        self, user_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> LedgerEntriesPage:
+        """GET /v1/accounts/{user_id}/entries: a page of the ledger entries, newest first."""
+        path = f"/v1/accounts/{_segment(user_id)}/entries"
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        return cast(LedgerEntriesPage, await self._json("GET", path, params=params))
+
+    async def list_packets(
+        self,
+        *,
+        sender_id: str | None = None,
+        status: Literal["active", "sold_out", "expired"] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> PacketsPage:
+        """GET /v1/redpackets: a page of packets, newest first, of a sender or a status."""
+        params = _drop_none(
+            {"sender_id": sender_id, "status": status, "limit": limit, "cursor": cursor}
+        )
+        return cast(PacketsPage, await self._json("GET", "/v1/redpackets", params=params))
+
     async def send_packet(
         self,
         sender_id: str,
@@ -713,6 +784,11 @@ class GroupBuyClient:
         return cast(
             DeadLettersPage, await self._json("GET", "/v1/admin/dead-letters", params=params)
         )
+
+    async def audit(self, *, limit: int | None = None, cursor: str | None = None) -> AuditPage:
+        """GET /v1/admin/audit (admin or viewer): a page of the audit log, newest first."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        return cast(AuditPage, await self._json("GET", "/v1/admin/audit", params=params))
 
     async def replay_dead_letter(self, dead_letter_id: int) -> DeadLetter:
         """POST /v1/admin/dead-letters/{id}/replay (admin): apply a dead letter once its cause

@@ -32,6 +32,7 @@ from groupbuy.signing import SIGNED_SUFFIX
 
 log = logging.getLogger(__name__)
 
+# service: business endpoints; admin: everything; viewer: every GET, nothing else.
 ROLES = ("service", "admin", "viewer")
 
 # -- the bounds shared with the request models ------------------------------------------
@@ -257,7 +258,8 @@ class AuthSettings(_Section):
         for entry in entries:
             if _parse_key(entry) is None:
                 raise ValueError(
-                    "entries must look like 'service:<secret>' or 'admin:<secret>' "
+                    "entries must look like 'service:<secret>', 'admin:<secret>' or "
+                    "'viewer:<secret>' "
                     f"('{ROLES[0]}{SIGNED_SUFFIX}:<secret>': the key must sign its requests)"
                 )
         return entries

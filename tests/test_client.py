@@ -358,6 +358,12 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.Grabbed, answers.Grabbed),
     (typed.PacketGrab, answers.PacketGrab),
     (typed.Packet, answers.Packet),
+    (typed.PacketSummary, answers.PacketSummary),
+    (typed.PacketsPage, answers.PacketsPage),
+    (typed.LedgerEntry, answers.LedgerEntry),
+    (typed.LedgerEntriesPage, answers.LedgerEntriesPage),
+    (typed.AuditEntry, answers.AuditEntry),
+    (typed.AuditPage, answers.AuditPage),
     (typed.Event, answers.Event),
     (typed.EventsPage, answers.EventsPage),
     (typed.ReconcileReport, answers.ReconcileReport),
@@ -474,3 +480,27 @@ async def test_repeats_of_one_request_take_the_next_seconds_and_old_stamps_are_f
         assert stamps[-1] == "1700000005"
         # Only the stamps that could still collide are kept: the one just made.
         assert len(gb._last_stamps) == 1
+
+
+async def test_listings_entries_and_the_audit_log(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    await admin.deposit("alice", 1000, "ref-a")
+    await gb.send_packet("alice", 300, 3, packet_id="pk-a", strategy="equal")
+    await gb.send_packet("alice", 100, 1, packet_id="pk-b")
+    await gb.grab("pk-b", "bob")
+    first = await gb.list_packets(sender_id="alice", limit=1)
+    assert [p["packet_id"] for p in first["packets"]] == ["pk-b"]
+    rest = await gb.list_packets(sender_id="alice", cursor=first["next_cursor"])
+    assert [p["packet_id"] for p in rest["packets"]] == ["pk-a"] and rest["next_cursor"] is None
+    assert [p["packet_id"] for p in (await gb.list_packets(status="active"))["packets"]] == ["pk-a"]
+    await raises("invalid_request", 422, gb.list_packets(limit=0))
+    page = await gb.entries("alice", limit=2)
+    assert [(e["kind"], e["balance_after_cents"]) for e in page["entries"]] == [
+        ("send", 600),
+        ("send", 700),
+    ]
+    older = await gb.entries("alice", cursor=page["next_cursor"])
+    assert [(e["kind"], e["reference"]) for e in older["entries"]] == [("deposit", "ref-a")]
+    audit = await admin.audit(limit=10)
+    assert [(e["action"], e["target"]) for e in audit["entries"]] == [("account.deposit", "alice")]
+    await raises("forbidden", 403, gb.audit())

@@ -344,19 +344,78 @@ class PacketGrab(Answer):
     grabbed_at: Timestamp
 
 
-class Packet(PacketSent):
-    """A packet with its grabs."""
+class PacketSummary(PacketSent):
+    """A packet as the listing shows it: the live fields, without its grabs."""
 
     remaining_count: int
     remaining_cents: int
     refunded_cents: int = Field(description="what went back to the sender at expiry")
+    version: int = Field(
+        description="counts the packet's changes (sent, each grab, sold out, expiry); a "
+        "body or event with a larger version is newer"
+    )
+
+
+class Packet(PacketSummary):
+    """A packet with its grabs."""
+
     grabs: list[PacketGrab]
     luckiest_user_id: Id | None = Field(
         description="the largest share once sold out (the earlier grab on a tie), else null"
     )
-    version: int = Field(
-        description="counts the packet's changes (sent, each grab, sold out, expiry); a "
-        "body or event with a larger version is newer"
+
+
+class PacketsPage(Answer):
+    """A page of packets, newest first."""
+
+    packets: list[PacketSummary]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
+
+
+class LedgerEntry(Answer):
+    """One movement of an account's money."""
+
+    kind: Literal["deposit", "send", "grab", "refund"]
+    amount_cents: int = Field(description="signed: a send is negative")
+    balance_after_cents: int = Field(description="the balance once this entry was applied")
+    reference: str = Field(
+        description="a deposit's reference; for the others the entry's unique business key"
+    )
+    packet_id: Id | None = Field(
+        default=None, description="the packet a send, grab or refund belongs to"
+    )
+    at: Timestamp
+
+
+class LedgerEntriesPage(Answer):
+    """A page of an account's ledger entries, newest first."""
+
+    entries: list[LedgerEntry]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
+    )
+
+
+class AuditEntry(Answer):
+    """One action an operator took."""
+
+    id: int
+    at: Timestamp
+    actor: str = Field(description="`<role>:<key fingerprint>`: never the key's secret")
+    action: str = Field(description="what was done, e.g. `user.block`")
+    target: str = Field(description="what it was done to (the route's main id), or empty")
+    reason: str | None = Field(description="the reason the operator gave, or null")
+    detail: dict[str, Any] | None = Field(description="what the action answered, or null")
+
+
+class AuditPage(Answer):
+    """A page of the audit log, newest first."""
+
+    entries: list[AuditEntry]
+    next_cursor: str | None = Field(
+        description="pass it as `cursor` for the next page; null after the last page"
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from groupbuy.api import blocklist, pages, redpackets, system, teams, webhooks
+from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
@@ -26,6 +26,7 @@ ENDPOINTS = [
     *redpackets.ENDPOINTS,
     *blocklist.ENDPOINTS,
     *webhooks.ENDPOINTS,
+    *audit.ENDPOINTS,
 ]
 # The router tries routes in order (a regex each): the calls of a flash event go first.
 _HOT_CALLS = ("/grab", "/locks", "/members", "/locks/{user_id}")

@@ -61,10 +61,10 @@ class Authenticator:
         key = self.key_of(request.headers.get("authorization"))
         if key is None:
             raise errors.Unauthorized()
-        if needed == "admin" and key.role != "admin":
+        if key.role not in accepted_roles(request.method, needed):
+            if key.role == "viewer":
+                raise errors.Forbidden("a `viewer` key may only read (GET)")
             raise errors.Forbidden()
-        if key.role == "viewer" and request.method not in ("GET", "HEAD"):
-            raise errors.Forbidden()  # a viewer (the console's reader) changes nothing
         return key
 
     def key_id(self, key: ApiKey) -> str:
@@ -108,6 +108,21 @@ class Authenticator:
             raise errors.BadSignature(
                 "this signature was used before (a replayed request)", reason="replayed"
             )
+
+
+def actor(auth: Authenticator, key: ApiKey) -> str:
+    """How the audit log names the key that acted: `<role>:<fingerprint>`, never its secret."""
+    return f"{key.role}:{auth.key_id(key)}"
+
+
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+def accepted_roles(method: str, needed: str) -> tuple[str, ...]:
+    """The roles whose keys may call an operation of `method` that needs role `needed`:
+    `admin` everything, `service` what needs `service`, `viewer` every read."""
+    roles = ("admin",) if needed == "admin" else (needed, "admin")
+    return (*roles, "viewer") if method.upper() in READ_METHODS else roles
 
 
 def key_id(secret: str) -> str:

@@ -69,6 +69,7 @@ ENDPOINTS = [
         tag="admin",
         responses={200: "Blocked (a repeat replaces the reason and keeps `blocked_at`); the entry"},
         answer=answers.BlockedUser,
+        audit="user.block",
     ),
     Endpoint(
         "DELETE",
@@ -79,6 +80,7 @@ ENDPOINTS = [
         tag="admin",
         responses={200: "Done; `unblocked` is false when the user was not blocked"},
         answer=answers.Unblocked,
+        audit="user.unblock",
     ),
     Endpoint(
         "GET",

@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
-from groupbuy.api import ratelimit
-from groupbuy.api.auth import Authenticator
+from groupbuy.api import auditing, ratelimit
+from groupbuy.api.auth import Authenticator, actor
 from groupbuy.api.jsonbody import (
     FastJSONResponse,
     duplicate_key,
@@ -92,6 +92,9 @@ class Endpoint:
     rate_user: str | None = None
     # JSON schemas of path parameters that are not ids (each still matches ID_PATTERN).
     path_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The audit log's name of what it does (e.g. "user.block"): each 2xx answer is then
+    # recorded by the route (build_route), whoever wrote the handler. None: not audited.
+    audit: str | None = None
 
     def configured(self, settings: Settings) -> Endpoint:
         """This endpoint with its body and query models bounded by the running settings."""
@@ -209,9 +212,6 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
 
     async def run(request: Request) -> Response:
         key = None if endpoint.role is None else auth.require(request, endpoint.role)
-        if key is not None:
-            # Who acts, for the audit log: the key's role and fingerprint, never its secret.
-            request.state.actor = f"{key.role}:{auth.key_id(key)}"
         raw = await read_body(request, max_body_bytes)
         if key is not None and auth.must_check_signature(request, key):
             # Over the body bytes read once above, before any input is parsed or used.
@@ -226,11 +226,14 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
             check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)
         if endpoint.rate_class is None or key is None:
-            return await endpoint.handler(request, **kwargs)
-        user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
-        fields = await ratelimit.take(request, endpoint.rate_class, auth.key_id(key), user_id)
-        response = await endpoint.handler(request, **kwargs)
-        response.raw_headers.extend(fields)
+            response = await endpoint.handler(request, **kwargs)
+        else:
+            user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
+            fields = await ratelimit.take(request, endpoint.rate_class, auth.key_id(key), user_id)
+            response = await endpoint.handler(request, **kwargs)
+            response.raw_headers.extend(fields)
+        if endpoint.audit is not None and key is not None and 200 <= response.status_code < 300:
+            await auditing.record(request, endpoint.audit, actor(auth, key), kwargs.get("body"))
         return response
 
     run.__name__ = endpoint.handler.__name__

@@ -9,14 +9,16 @@ kind may answer (invalid input, auth, size, a backing service down).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from groupbuy import __version__, errors
+from groupbuy.api.auth import accepted_roles
 from groupbuy.api.endpoints import ID_PATTERN, Endpoint
+from groupbuy.settings import ROLES
 
 _REF = "#/components/schemas/{model}"
 
@@ -93,8 +95,9 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
             "carries a signature, and it is missing, wrong, outside the clock skew or replayed; "
             "`reason`: missing, malformed, stale, wrong or replayed"
         )
-        if endpoint.role == "admin":
-            found[errors.Forbidden] = "the key's role is `service`; this needs `admin`"
+        refused = _refused_roles(endpoint)
+        if refused:
+            found[errors.Forbidden] = f"the key's role is {refused}: it may not call this"
         found[errors.RedisUnavailable] = (
             "Redis did not answer (retrying is safe: every call is idempotent)"
         )
@@ -202,11 +205,16 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         "responses": dict(sorted(responses.items())),
     }
     if endpoint.role is not None:
+        roles = accepted_roles(endpoint.method, endpoint.role)
         operation["x-role"] = endpoint.role
+        operation["x-roles"] = list(roles)
         operation["security"] = [{"bearer": []}]
-        operation["description"] = f"Needs a `{endpoint.role}` key" + (
-            " (or `admin`)." if endpoint.role == "service" else "."
-        )
+        operation["description"] = f"Accepts {_or(roles)} keys."
+        if endpoint.audit is not None:
+            operation["x-audit"] = endpoint.audit
+            operation["description"] += (
+                f" Each 2xx answer is written to the audit log as `{endpoint.audit}`."
+            )
     else:
         operation["security"] = []
         operation["description"] = "Needs no key."
@@ -273,3 +281,17 @@ def build_openapi(endpoints: list[Endpoint]) -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _or(roles: Sequence[str]) -> str:
+    named = [f"`{role}`" for role in roles]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
+
+
+def _refused_roles(endpoint: Endpoint) -> str:
+    """The roles with keys that an endpoint answers 403 (empty when it accepts every one)."""
+    assert endpoint.role is not None
+    accepted = accepted_roles(endpoint.method, endpoint.role)
+    return (
+        _or([role for role in ROLES if role not in accepted]) if len(accepted) < len(ROLES) else ""
+    )

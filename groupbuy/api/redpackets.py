@@ -11,8 +11,10 @@ from starlette.responses import Response
 from groupbuy import errors
 from groupbuy.api import answers
 from groupbuy.api.endpoints import (
+    ID_PATTERN,
     Endpoint,
     Id,
+    LaxQuery,
     Problems,
     StrictBody,
     created_response,
@@ -63,6 +65,34 @@ class Grab(StrictBody):
     user_id: Id
 
 
+class PacketsQuery(LaxQuery):
+    """Query of GET /v1/redpackets."""
+
+    sender_id: str | None = Field(
+        default=None, pattern=ID_PATTERN, description="only this sender's packets"
+    )
+    status: Literal["active", "sold_out", "expired"] | None = Field(
+        default=None, description="only packets in this status"
+    )
+    limit: int = Field(default=20, ge=1, le=100, description="packets per page")
+    cursor: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}$",
+        description="the `next_cursor` of the previous page; absent for the first page",
+    )
+
+
+class EntriesQuery(LaxQuery):
+    """Query of GET /v1/accounts/{user_id}/entries."""
+
+    limit: int = Field(default=20, ge=1, le=100, description="entries per page")
+    cursor: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,18}$",
+        description="the `next_cursor` of the previous page; absent for the first page",
+    )
+
+
 def _packets(request: Request) -> RedPackets:
     packets: RedPackets = request.app.state.services.packets
     return packets
@@ -77,6 +107,20 @@ async def deposit(request: Request, body: Deposit) -> Response:
 
 async def get_account(request: Request) -> Response:
     return json_response(await _packets(request).accounts.account(request.path_params["user_id"]))
+
+
+async def list_entries(request: Request, query: EntriesQuery) -> Response:
+    user_id = request.path_params["user_id"]
+    return json_response(
+        await _packets(request).listing.entries(user_id, query.limit, query.cursor)
+    )
+
+
+async def list_packets(request: Request, query: PacketsQuery) -> Response:
+    found = await _packets(request).listing.packets(
+        query.limit, query.cursor, sender_id=query.sender_id, status=query.status
+    )
+    return json_response(found)
 
 
 async def send_packet(request: Request, body: PacketSend) -> Response:
@@ -109,6 +153,7 @@ ENDPOINTS = [
         },
         answer=answers.Account,
         problems={errors.Conflict: "the reference was used for another user or amount"},
+        audit="account.deposit",
     ),
     Endpoint(
         "GET",
@@ -120,6 +165,33 @@ ENDPOINTS = [
         tag="accounts",
         responses={200: "The balance (0 for a user never seen)"},
         answer=answers.Account,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/accounts/{user_id}/entries",
+        list_entries,
+        "A user's ledger entries, newest first",
+        rate_class="read",
+        rate_user="user_id",
+        query=EntriesQuery,
+        tag="accounts",
+        responses={200: "A page of entries (empty for a user never seen)"},
+        answer=answers.LedgerEntriesPage,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/redpackets",
+        list_packets,
+        "List packets, newest first, of a sender or a status",
+        rate_class="read",
+        query=PacketsQuery,
+        tag="redpackets",
+        responses={
+            200: "A page of packets without their grabs: live fields from Redis, or from "
+            "SQL once Redis let the packet go. A packet that ended a moment ago may leave "
+            "a status's page before SQL knows it, so a page can hold fewer than `limit`."
+        },
+        answer=answers.PacketsPage,
     ),
     Endpoint(
         "POST",

@@ -45,11 +45,19 @@ description, machine-readable, is served at `GET /openapi.json` (OpenAPI 3.1).
 
 **Keys and roles.** Send `Authorization: Bearer <secret>`. Keys are configured as
 `role:secret` pairs (`[auth] api_keys` in `config.toml`, or the environment variable
-`GROUPBUY_API_KEYS="admin:s1,service:s2"`, which wins over the file). A `service` key
-may call the business endpoints; an `admin` key may call everything. No key or an
-unknown one answers 401 `unauthorized` (with `WWW-Authenticate: Bearer`); a `service`
-key on an admin endpoint answers 403 `forbidden`. Secrets are compared in constant
-time and never logged.
+`GROUPBUY_API_KEYS="admin:s1,service:s2,viewer:s3"`, which wins over the file). A
+`service` key may call the business endpoints; an `admin` key may call everything; a
+`viewer` key may call every GET (the admin reads included) and nothing else. No key or
+an unknown one answers 401 `unauthorized` (with `WWW-Authenticate: Bearer`); a `service`
+key on an admin endpoint, or a `viewer` key on anything but a GET, answers 403
+`forbidden`. Each operation lists the roles it accepts (`x-roles` in `/openapi.json`).
+Secrets are compared in constant time and never logged.
+
+**Audit log.** Every state-changing admin operation that answers 2xx writes one entry
+(`x-audit` names its action): the actor `<role>:<key fingerprint>` (the first 16 hex
+digits of the secret's SHA-256, never the secret), the action, the target (the path's
+id) and the body's `reason` when it has one. `GET /v1/admin/audit` pages them, newest
+first.
 
 **Signed requests.** With `[auth] signed_requests = true` every key must sign its
 requests; a key written `role+signed:secret` (e.g. `service+signed:s2`) must sign
@@ -244,12 +252,11 @@ def _fields_table(schema: dict[str, Any], with_rules: bool) -> list[str]:
 
 
 def _role(operation: dict[str, Any]) -> str:
-    role = operation.get("x-role")
-    if role is None:
+    roles = operation.get("x-roles")
+    if not roles:
         return "none (no key needed)"
-    if role == "service":
-        return "`service` (or `admin`) key"
-    return f"`{role}` key"
+    named = [f"`{role}`" for role in roles]
+    return (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]) + " key"
 
 
 def _parameters(operation: dict[str, Any]) -> list[str]:

@@ -193,6 +193,7 @@ ENDPOINTS = [
                 "description": "; ".join(f"`{name}`: {what}" for name, what in JOBS.items()),
             }
         },
+        audit="job.run",
     ),
     Endpoint(
         "GET",
@@ -229,5 +230,6 @@ ENDPOINTS = [
             errors.NotFound: "no dead letter has this id",
             errors.ReplayFailed: "the record still cannot be applied; `error` says why",
         },
+        audit="dead_letter.replay",
     ),
 ]

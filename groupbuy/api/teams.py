@@ -191,10 +191,7 @@ async def update_activity(request: Request, body: ActivityUpdate) -> Response:
     outcome = await _teams(request).activities.update_activity(
         activity_id, name=body.name, close=body.status == "closed"
     )
-    if outcome.created:  # this call closed it (a repeat changes nothing, records nothing)
-        services = request.app.state.services
-        await services.audit.record(request.state.actor, "activity.close", activity_id)
-    return json_response(outcome.body)
+    return json_response(outcome.body)  # the route writes the audit row (Endpoint.audit)
 
 
 async def open_team(request: Request, body: TeamOpen) -> Response:
@@ -289,6 +286,7 @@ ENDPOINTS = [
         problems={
             errors.Conflict: "the id exists with other parameters; `activity` is the existing one"
         },
+        audit="activity.create",
     ),
     Endpoint(
         "GET",
@@ -314,6 +312,7 @@ ENDPOINTS = [
         },
         answer=answers.Activity,
         problems=_NO_ACTIVITY,
+        audit="activity.update",
     ),
     Endpoint(
         "GET",

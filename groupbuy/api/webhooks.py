@@ -169,6 +169,7 @@ ENDPOINTS = [
         },
         answer=answers.WebhookEndpointCreated,
         problems={errors.Conflict: "the endpoint id exists with other parameters"},
+        audit="webhook.create",
     ),
     Endpoint(
         "GET",
@@ -203,6 +204,7 @@ ENDPOINTS = [
         responses={200: "The endpoint as changed"},
         answer=answers.WebhookEndpoint,
         problems=_NOT_FOUND,
+        audit="webhook.update",
     ),
     Endpoint(
         "DELETE",
@@ -214,6 +216,7 @@ ENDPOINTS = [
         responses={200: "Removed"},
         answer=answers.WebhookDeleted,
         problems=_NOT_FOUND,
+        audit="webhook.delete",
     ),
     Endpoint(
         "POST",
@@ -225,6 +228,7 @@ ENDPOINTS = [
         responses={200: "The new secret, shown here only"},
         answer=answers.WebhookSecretRotated,
         problems=_NOT_FOUND,
+        audit="webhook.rotate_secret",
     ),
     Endpoint(
         "GET",
@@ -250,6 +254,7 @@ ENDPOINTS = [
         responses={202: "Queued; the deliverer sends them"},
         answer=answers.WebhookReplayQueued,
         problems=_NOT_FOUND,
+        audit="webhook.replay",
     ),
     Endpoint(
         "POST",
@@ -261,5 +266,6 @@ ENDPOINTS = [
         responses={200: "The attempt: status (or error) and duration"},
         answer=answers.WebhookTestAttempt,
         problems=_NOT_FOUND,
+        audit="webhook.test",
     ),
 ]

@@ -69,6 +69,16 @@ def unblock_user(request: Request, ctx: Context, _form: Form) -> Planned:
     )
 
 
+def close_activity(request: Request, ctx: Context, _form: Form) -> Planned:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+
+    async def close() -> dict[str, Any]:  # the call PATCH /v1/activities/{aid} makes
+        outcome = await ctx.services.teams.activities.update_activity(aid, close=True)
+        return {"status": outcome.body["status"], "closed_now": outcome.created}
+
+    return Planned("activity.close", aid, close, f"/console/activities/{aid}")
+
+
 def _endpoint(request: Request) -> str:
     return params.an_id(request.path_params["eid"], "endpoint id")
 

@@ -2,7 +2,8 @@
 every `[console] live_interval_s`, and its JSON twin for browsers that cannot stream.
 
 Each update is one bounded read: the overview's shared snapshot, one activity row, one
-packet script call, or one page of the feed. Streams per process are capped; a stream
+packet script call, one page of the feed, or a list's page again (the service call of its
+API listing: one SQL page and its live values). Streams per process are capped; a stream
 ends after `[console] live_stream_s` (the browser reconnects, and its session is checked
 again) or when the server shuts down (`streams.stop_all`).
 """
@@ -19,10 +20,10 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from groupbuy.console import feed, params
 from groupbuy.console.context import Context
-from groupbuy.console.pages import ACTIVITY_FIELDS, PACKET_FIELDS
+from groupbuy.console.pages import ACTIVITY_FIELDS, PACKET_FIELDS, PAGE
 from groupbuy.console.streams import LiveStreams
 
-PAGES = ("overview", "activity", "packet", "events")
+PAGES = ("overview", "activity", "packet", "events", "activities", "packets")
 RETRY_AFTER_S = 5
 
 
@@ -58,6 +59,16 @@ class Watched:
             self.id = params.an_id(query.get("id"), "id")
         self.after = params.position(query.get("after"), "after") or 0
         self.wanted = feed.FeedFilter.of(query)
+        self.status: str | None = None
+        self.cursor: str | None = None
+        self.sender: str | None = None
+        if self.page == "activities":
+            self.status = params.one_of(query.get("status"), params.ACTIVITY_STATUSES, "status")
+            self.cursor = params.page_cursor(query.get("cursor"))
+        if self.page == "packets":
+            self.status = params.one_of(query.get("status"), params.PACKET_STATUSES, "status")
+            self.cursor = params.packet_cursor(query.get("cursor"))
+            self.sender = params.id_cursor(query.get("sender_id"), "sender_id")
         self._ctx = ctx
 
     async def update(self) -> dict[str, Any]:
@@ -79,6 +90,22 @@ class Watched:
             body = await services.packets.reads.get(self.id)
             fields = {name: body[name] for name in PACKET_FIELDS}
             return {"page": self.page, "id": self.id, "fields": fields}
+        if self.page == "activities":  # the page's SQL rows and their live counts, again
+            listed = await services.teams.listings.activities(self.status, PAGE, self.cursor)
+            rows = {
+                body["activity_id"]: {n: body[n] for n in ACTIVITY_FIELDS if n in body}
+                for body in listed["activities"]
+            }
+            return {"page": self.page, "rows": rows}
+        if self.page == "packets":
+            found_packets = await services.packets.listing.packets(
+                PAGE, self.cursor, sender_id=self.sender, status=self.status
+            )
+            rows = {
+                body["packet_id"]: {n: body[n] for n in PACKET_FIELDS}
+                for body in found_packets["packets"]
+            }
+            return {"page": self.page, "rows": rows}
         found = await feed.read_page(services.database, self.after, self.wanted)
         self.after = found["next_after"]
         return {"page": self.page, "events": found["events"], "next_after": self.after}

@@ -12,6 +12,7 @@ from groupbuy.console.charts import line_chart
 from groupbuy.console.context import Context
 from groupbuy.console.identity import Operator
 from groupbuy.console.render import page
+from groupbuy.locks.listings import EndedStatus
 from groupbuy.ops.jobs import JOBS
 
 PAGE = 50  # rows of a listed page
@@ -49,14 +50,74 @@ async def events(request: Request, ctx: Context, operator: Operator) -> Response
     )
 
 
+async def activities(request: Request, ctx: Context, operator: Operator) -> Response:
+    query = request.query_params
+    status = params.one_of(query.get("status"), params.ACTIVITY_STATUSES, "status")
+    cursor = params.page_cursor(query.get("cursor"))
+    found = await ctx.services.teams.listings.activities(status, PAGE, cursor)
+    rows = [(body, _fields(body, ACTIVITY_FIELDS)) for body in found["activities"]]
+    return page(
+        request,
+        "activities.html",
+        operator,
+        rows=rows,
+        chosen=status,
+        cursor=cursor,
+        next_cursor=found["next_cursor"],
+        statuses=params.ACTIVITY_STATUSES,
+        fields=ACTIVITY_FIELDS,
+    )
+
+
+async def packets(request: Request, ctx: Context, operator: Operator) -> Response:
+    query = request.query_params
+    sender = params.id_cursor(query.get("sender_id"), "sender_id")
+    status = params.one_of(query.get("status"), params.PACKET_STATUSES, "status")
+    cursor = params.packet_cursor(query.get("cursor"))
+    found = await ctx.services.packets.listing.packets(
+        PAGE, cursor, sender_id=sender, status=status
+    )
+    return page(
+        request,
+        "packets.html",
+        operator,
+        packets=found["packets"],
+        sender_id=sender,
+        chosen=status,
+        cursor=cursor,
+        next_cursor=found["next_cursor"],
+        statuses=params.PACKET_STATUSES,
+    )
+
+
+def _fields(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The live fields a body carries (a body without counts has none of them)."""
+    return {name: body[name] for name in names if name in body}
+
+
 async def activity(request: Request, ctx: Context, operator: Operator) -> Response:
     aid = params.an_id(request.path_params["aid"], "activity id")
-    activities = ctx.services.teams.activities
-    body = await activities.get_activity(aid)
-    teams = await activities.list_open_teams(aid, PAGE)
-    counts = {name: body[name] for name in ACTIVITY_FIELDS if name in body}
+    query = request.query_params
+    status = params.one_of(query.get("teams"), params.TEAM_STATUSES, "teams") or "open"
+    cursor = params.page_cursor(query.get("cursor"), dated=status != "open")
+    teams = ctx.services.teams
+    body = await teams.activities.get_activity(aid)
+    if status == "open":
+        listed = await teams.activities.list_open_teams(aid, PAGE, cursor)
+    else:
+        ended: EndedStatus = "formed" if status == "formed" else "failed"
+        listed = await teams.listings.ended_teams(aid, ended, PAGE, cursor)
     return page(
-        request, "activity.html", operator, activity=body, counts=counts, teams=teams["teams"]
+        request,
+        "activity.html",
+        operator,
+        activity=body,
+        counts=_fields(body, ACTIVITY_FIELDS),
+        teams=listed["teams"],
+        team_status=status,
+        team_statuses=params.TEAM_STATUSES,
+        cursor=cursor,
+        next_cursor=listed.get("next_cursor"),
     )
 
 
@@ -96,7 +157,7 @@ async def packet(request: Request, ctx: Context, operator: Operator) -> Response
         taken += int(grab["amount_cents"])
         points.append((float(number), float(taken)))
     curve = line_chart(points, "cents grabbed by grab number", " cents")
-    fields = {name: body[name] for name in PACKET_FIELDS}
+    fields = _fields(body, PACKET_FIELDS)
     return page(
         request,
         "packet.html",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from groupbuy import errors
+from groupbuy.locks.codec import parse_page_cursor
 
 ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DIGITS = re.compile(r"^[0-9]{1,18}$")
@@ -53,3 +54,43 @@ def delivery_status(value: object) -> str | None:
     if isinstance(value, str) and value in DELIVERY_STATUSES:
         return value
     raise errors.InvalidRequest(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
+
+
+ACTIVITY_STATUSES = ("open", "closed")
+PACKET_STATUSES = ("active", "sold_out", "expired")
+TEAM_STATUSES = ("open", "formed", "failed")
+_PACKET_CURSOR = re.compile(r"^[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}$")
+_MAX_CURSOR_MS = 253_402_300_799_999  # the last ms of year 9999: SQL times stop there
+
+
+def one_of(value: object, allowed: tuple[str, ...], name: str) -> str | None:
+    """`value` when it is one of `allowed`, None when absent, else 422 naming them."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str) and value in allowed:
+        return value
+    raise errors.InvalidRequest(f"{name} must be one of {', '.join(allowed)}")
+
+
+def page_cursor(value: object, dated: bool = True) -> str | None:
+    """A cursor a page of activities or teams answered, None when absent, else 422. A
+    `dated` one (a newest-first SQL page) carries a time SQL can hold."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str):
+        try:
+            score = parse_page_cursor(value).score
+            if not dated or 0 <= score <= _MAX_CURSOR_MS:
+                return value
+        except ValueError:
+            pass
+    raise errors.InvalidRequest("cursor is not a cursor this list answered")
+
+
+def packet_cursor(value: object) -> str | None:
+    """A packets page cursor (`<created_ms>.<packet_id>`), None when absent, else 422."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str) and _PACKET_CURSOR.match(value):
+        return value
+    raise errors.InvalidRequest("cursor must look like <ms>.<packet id>")

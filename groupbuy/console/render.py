@@ -23,6 +23,8 @@ templates.env.filters["query"] = lambda values: urlencode(
 
 NAVIGATION = (
     ("overview", "/console", "Overview"),
+    ("activities", "/console/activities", "Activities"),
+    ("packets", "/console/redpackets", "Red packets"),
     ("events", "/console/events", "Events"),
     ("integrity", "/console/integrity", "Integrity"),
     ("webhooks", "/console/webhooks", "Webhooks"),

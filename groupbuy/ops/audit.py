@@ -16,6 +16,7 @@ from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.db import Base, Database
+from groupbuy.storage.paging import newest_by_id
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 # The longest reason kept: an operator's sentence, not a document.
@@ -71,17 +72,10 @@ class AuditLog:
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """The newest entries before `cursor` (the id of the last entry of the previous
         page), at most `limit`; `next_cursor` is None on the last page."""
-        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit + 1)
-        if cursor:
-            query = query.where(AuditRow.id < int(cursor))
-        async with self._db.sessions() as session:
-            rows = list((await session.scalars(query)).all())
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return {
-            "entries": [entry_body(row) for row in rows],
-            "next_cursor": str(rows[-1].id) if more else None,
-        }
+        rows, next_cursor = await newest_by_id(
+            self._db, select(AuditRow), AuditRow.id, limit, cursor
+        )
+        return {"entries": [entry_body(row) for row in rows], "next_cursor": next_cursor}
 
 
 def entry_body(row: AuditRow) -> dict[str, Any]:

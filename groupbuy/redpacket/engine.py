@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.grabs import GrabService
+from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.reads import ReadService
 from groupbuy.redpacket.recovery import RecoveryService
 from groupbuy.redpacket.scripts import PacketScripts
@@ -30,6 +31,7 @@ class RedPackets:
     sending: SendService  # send, and the repair of half-done sends
     grabs: GrabService  # the hot path
     reads: ReadService  # a packet with its grabs
+    listing: ListingService  # pages of packets and of ledger entries
     recovery: RecoveryService  # packets Redis lost, rebuilt from SQL
     sweeps: SweepService  # expiry, re-index, release
     writer: PacketRecordWriter  # Redis's records -> SQL
@@ -53,6 +55,7 @@ class RedPackets:
             sending=sending,
             grabs=GrabService(scripts, acks, recovery, resend_window_ms),
             reads=ReadService(backends, scripts, recovery),
+            listing=ListingService(backends),
             recovery=recovery,
             sweeps=SweepService(backends, scripts, writer, recovery),
             writer=writer,

@@ -3,55 +3,104 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
-from groupbuy.storage.db import dialect_insert, insert_ignore
+from groupbuy.storage.db import dialect_insert
 
 
 async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
     """Apply many entries at once, each unless its `business_key` was applied before.
 
-    Three statements whatever the batch size: insert the entries (skipping known keys),
-    then add what was really inserted to each balance with one multi-row upsert.
+    Five statements whatever the batch size: make sure each user has an account row, lock
+    those rows and read their balances, find the keys applied before, insert the new
+    entries with their `balance_after_cents`, then write the new balances.
     Each entry has user_id, kind, amount_cents (signed), business_key and created_at.
     Returns how many entries were applied now.
     """
+    return await _apply(session, entries, require_funds=False)
+
+
+async def _apply(
+    session: AsyncSession, entries: list[dict[str, Any]], *, require_funds: bool
+) -> int:
     if not entries:
+        return 0
+    users = sorted({entry["user_id"] for entry in entries})
+    await session.execute(
+        dialect_insert(session, AccountRow.__table__).on_conflict_do_nothing(),
+        [{"user_id": user_id, "balance_cents": 0} for user_id in users],
+    )
+    # Locked in user order before any entry is inserted: two batches over the same users
+    # cannot deadlock on PostgreSQL, and a user's entries get ids in the order their
+    # balances change, so balance_after_cents is a running sum in id order.
+    balances: dict[str, int] = {
+        user_id: int(balance_cents)
+        for user_id, balance_cents in (
+            await session.execute(
+                select(AccountRow.user_id, AccountRow.balance_cents)
+                .where(AccountRow.user_id.in_(users))
+                .order_by(AccountRow.user_id)
+                .with_for_update()
+            )
+        ).all()
+    }
+    # The rows are locked: no other transaction can apply an entry of these users now, so
+    # the keys applied before are known here and each new entry's balance after it can be
+    # written by its INSERT (no second pass over the entries).
+    known = set(
+        await session.scalars(
+            select(LedgerEntryRow.business_key).where(
+                LedgerEntryRow.business_key.in_({entry["business_key"] for entry in entries})
+            )
+        )
+    )
+    fresh = []
+    for entry in entries:
+        if entry["business_key"] in known:
+            continue
+        known.add(entry["business_key"])
+        user_id = entry["user_id"]
+        balances[user_id] += entry["amount_cents"]
+        if require_funds and balances[user_id] < 0:
+            raise errors.InsufficientFunds(
+                f"user {user_id!r} has less than {-entry['amount_cents']} cents", user_id=user_id
+            )
+        fresh.append({**entry, "balance_after_cents": balances[user_id]})
+    if not fresh:
         return 0
     # Parameters as lists (executemany): each statement compiles once and is cached.
     inserted = (
         await session.execute(
             dialect_insert(session, LedgerEntryRow.__table__)
             .on_conflict_do_nothing()
-            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents),
-            entries,
+            .returning(LedgerEntryRow.business_key),
+            fresh,
         )
     ).all()
-    deltas: Counter[str] = Counter()
-    for user_id, amount_cents in inserted:
-        deltas[user_id] += amount_cents
-    if deltas:
-        # In user order: the upsert locks account rows one by one, and two batches that
-        # took the same users in different orders would deadlock on PostgreSQL.
-        rows = [
-            {"user_id": user_id, "balance_cents": deltas[user_id]} for user_id in sorted(deltas)
-        ]
-        upsert = dialect_insert(session, AccountRow.__table__)
-        await session.execute(
-            upsert.on_conflict_do_update(
-                index_elements=[AccountRow.user_id],
-                set_={"balance_cents": AccountRow.balance_cents + upsert.excluded.balance_cents},
-            ),
-            rows,
-        )
-    return len(inserted)
+    if len(inserted) != len(fresh):
+        # Only a key that does not name its user (a deposit's reference) can be taken by
+        # another user's transaction meanwhile; deposits post one entry, which did not apply.
+        if len(fresh) == 1:
+            return 0
+        raise RuntimeError("ledger keys were applied concurrently for other users")
+    changed = sorted({entry["user_id"] for entry in fresh})
+    # An upsert rather than an UPDATE per row: SQLAlchemy sends the rows of an INSERT
+    # as a few multi-row statements (every account exists and is locked by now).
+    upsert = dialect_insert(session, AccountRow.__table__)
+    await session.execute(
+        upsert.on_conflict_do_update(
+            index_elements=[AccountRow.user_id],
+            set_={"balance_cents": upsert.excluded.balance_cents},
+        ),
+        [{"user_id": user_id, "balance_cents": balances[user_id]} for user_id in changed],
+    )
+    return len(fresh)
 
 
 async def post_entry(
@@ -67,8 +116,8 @@ async def post_entry(
     """Apply one entry unless `business_key` was applied before; True if applied now.
 
     With `require_funds`, a debit that would take the balance below zero raises
-    InsufficientFunds (the caller's transaction then rolls the entry back). The balance
-    changes by a conditional UPDATE, so concurrent debits can never both pass the check.
+    InsufficientFunds (the caller's transaction then rolls the entry back). The account
+    row is locked before the check, so concurrent debits can never both pass it.
     """
     entry = {
         "business_key": business_key,
@@ -77,20 +126,7 @@ async def post_entry(
         "amount_cents": amount_cents,
         "created_at": at,
     }
-    if not require_funds:
-        return await post_entries(session, [entry]) == 1
-    if not await insert_ignore(session, LedgerEntryRow.__table__, entry):
-        return False
-    debit = await session.execute(
-        update(AccountRow)
-        .where(AccountRow.user_id == user_id, AccountRow.balance_cents >= -amount_cents)
-        .values(balance_cents=AccountRow.balance_cents + amount_cents)
-    )
-    if cast(CursorResult[Any], debit).rowcount != 1:
-        raise errors.InsufficientFunds(
-            f"user {user_id!r} has less than {-amount_cents} cents", user_id=user_id
-        )
-    return True
+    return await _apply(session, [entry], require_funds=require_funds) == 1
 
 
 async def take_back(session: AsyncSession, business_key: str) -> bool:
@@ -101,7 +137,7 @@ async def take_back(session: AsyncSession, business_key: str) -> bool:
         await session.execute(
             delete(LedgerEntryRow)
             .where(LedgerEntryRow.business_key == business_key)
-            .returning(LedgerEntryRow.user_id, LedgerEntryRow.amount_cents)
+            .returning(LedgerEntryRow.id, LedgerEntryRow.user_id, LedgerEntryRow.amount_cents)
         )
     ).first()
     if removed is None:
@@ -110,6 +146,12 @@ async def take_back(session: AsyncSession, business_key: str) -> bool:
         update(AccountRow)
         .where(AccountRow.user_id == removed.user_id)
         .values(balance_cents=AccountRow.balance_cents - removed.amount_cents)
+    )
+    # Entries applied after it counted it in their balance after: keep the running sum.
+    await session.execute(
+        update(LedgerEntryRow)
+        .where(LedgerEntryRow.user_id == removed.user_id, LedgerEntryRow.id > removed.id)
+        .values(balance_after_cents=LedgerEntryRow.balance_after_cents - removed.amount_cents)
     )
     return True
 

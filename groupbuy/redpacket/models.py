@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, DateTime, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.db import Base
@@ -25,6 +25,8 @@ class LedgerEntryRow(Base):
     """One movement of money; `business_key` makes applying it twice impossible."""
 
     __tablename__ = "ledger_entries"
+    # a user's entries newest first, a page at a time
+    __table_args__ = (Index("ix_ledger_entries_user_entry", "user_id", "id"),)
 
     id: Mapped[int] = mapped_column(_ID, primary_key=True, autoincrement=True)
     business_key: Mapped[str] = mapped_column(String(200), unique=True)
@@ -32,12 +34,20 @@ class LedgerEntryRow(Base):
     kind: Mapped[str] = mapped_column(String(32))  # deposit|packet_debit|grab_credit|refund_credit
     amount_cents: Mapped[int] = mapped_column(BigInteger)  # signed: debits are negative
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the balance once this entry was applied: set in the transaction that applies it
+    balance_after_cents: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class PacketRow(Base):
     """A sent packet. `pending` until its Redis state exists; then the outcome is recorded here."""
 
     __tablename__ = "packets"
+    # the listing pages newest first, of every packet, of one sender or of one status
+    __table_args__ = (
+        Index("ix_packets_created", "created_at", "packet_id"),
+        Index("ix_packets_sender_created", "sender_id", "created_at", "packet_id"),
+        Index("ix_packets_status_created", "status", "created_at", "packet_id"),
+    )
 
     packet_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     sender_id: Mapped[str] = mapped_column(String(64))

@@ -107,7 +107,7 @@ class SendService(UsesBackends):
                     if counted:
                         await self._unadmit(sender_id, packet_id, now_ms)
                 raise
-        return Outcome(self._sent_body(row), created)
+        return Outcome(sent_body(row), created)
 
     async def _admit(self, sender_id: str, packet_id: str, amount_cents: int, now_ms: int) -> bool:
         """The send's first step, in Redis before any money moves: a blocked sender is refused
@@ -265,14 +265,15 @@ class SendService(UsesBackends):
                 .values(records_done=True)  # there is no stream to drain
             )
 
-    @staticmethod
-    def _sent_body(row: PacketRow) -> dict[str, Any]:
-        return {
-            "packet_id": row.packet_id,
-            "sender_id": row.sender_id,
-            "amount_cents": row.amount_cents,
-            "count": row.count,
-            "strategy": row.strategy,
-            "status": "active" if row.status == "pending" else row.status,
-            "expires_at": iso_ms(to_ms(row.expires_at)),
-        }
+
+def sent_body(row: PacketRow) -> dict[str, Any]:
+    """A packet as its send answers it, from its SQL row (listings add their live fields)."""
+    return {
+        "packet_id": row.packet_id,
+        "sender_id": row.sender_id,
+        "amount_cents": row.amount_cents,
+        "count": row.count,
+        "strategy": row.strategy,
+        "status": "active" if row.status == "pending" else row.status,
+        "expires_at": iso_ms(to_ms(row.expires_at)),
+    }

@@ -10,9 +10,10 @@ contracts (`python -m groupbuy.ops.script_docs`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, Protocol
 
 
@@ -98,15 +99,15 @@ class ScriptContract:
         # Where each key comes from depends only on the kinds of group and the names given,
         # so it is worked out once per call shape: this runs on every script call.
         shape = (*map(type, groups), *named)
-        plan = self._plans.get(shape)
-        if plan is None:
-            plan = self._plans[shape] = self._plan(groups, named)
-        out = [named[source] if at < 0 else getattr(groups[at], source) for at, source in plan]
+        build = self._plans.get(shape)
+        if build is None:
+            build = self._plans[shape] = _builder(self._plan(groups, named))
+        out = build(groups, named)
         out.extend(more)
         return out
 
     @cached_property
-    def _plans(self) -> dict[tuple[Any, ...], tuple[tuple[int, str], ...]]:
+    def _plans(self) -> dict[tuple[Any, ...], KeyListBuilder]:
         return {}
 
     def _plan(
@@ -149,6 +150,36 @@ class ScriptContract:
     ) -> list[Any]:
         """Run the script with KEYS already in order (`key_list`) and named arguments."""
         return await scripts.call(self.name, keys, self.arg_list(args, more_args))
+
+
+KeyListBuilder = Callable[[Sequence[KeyGroup], Mapping[str, str]], list[str]]
+
+
+def _builder(plan: Sequence[tuple[int, str]]) -> KeyListBuilder:
+    """A function that lays out KEYS by `plan`: each run of keys from one source (a group,
+    or the named keys) is read by one attrgetter or itemgetter call, so a script call
+    pays a few C calls rather than a Python step per key."""
+    runs: list[tuple[int, list[str]]] = []
+    for at, source in plan:
+        if runs and runs[-1][0] == at:
+            runs[-1][1].append(source)
+        else:
+            runs.append((at, [source]))
+    getters: list[tuple[int, Callable[[Any], Any], bool]] = [
+        (at, (attrgetter if at >= 0 else itemgetter)(*names), len(names) == 1) for at, names in runs
+    ]
+
+    def build(groups: Sequence[KeyGroup], named: Mapping[str, str]) -> list[str]:
+        out: list[str] = []
+        for at, get, single in getters:
+            got = get(groups[at] if at >= 0 else named)
+            if single:
+                out.append(got)
+            else:
+                out.extend(got)
+        return out
+
+    return build
 
 
 def slots(*pairs: tuple[str, str]) -> tuple[Slot, ...]:

@@ -39,16 +39,27 @@ class Shot:
     role: str | None = None
 
 
+LIVE = ".live-state.on"  # a console page whose live updates are on
 # The pages the command shoots, in order.
 SHOTS: tuple[Shot, ...] = (
     Shot("home", "/", ready="#links"),
     Shot("docs", "/docs", ready=".swagger-ui .opblock"),
+    Shot("console-overview", "/console", ready=LIVE, role="admin"),
+    Shot("console-activities", "/console/activities", ready=LIVE, role="admin"),
+    Shot("console-activity", "/console/activities/spring-sale-3", ready=LIVE, role="admin"),
+    Shot("console-redpacket", "/console/redpackets/new-year-1", ready=LIVE, role="admin"),
+    Shot("console-events", "/console/events", ready=LIVE, role="admin"),
+    Shot("console-integrity", "/console/integrity", ready=".checks", role="admin"),
+    Shot("console-webhooks", "/console/webhooks", ready="h1", role="admin"),
+    Shot("console-audit", "/console/audit", ready="tr[data-audit]", role="admin"),
 )
 
 
 def add_demo_data(url: str) -> None:
     """A few activities with teams (formed, filling, locked seats), red packets half
-    grabbed, through the API as a shop would call it."""
+    grabbed, through the API as a shop would call it; then an operator's action (a user
+    blocked, with its reason, in the audit log), the records written to SQL and a reconcile
+    report."""
     with httpx.Client(base_url=url, timeout=30) as api:
 
         def call(path: str, body: dict[str, object], role: str = "service") -> None:
@@ -77,6 +88,15 @@ def add_demo_data(url: str) -> None:
             call("/v1/redpackets", body)
             for guest in range(grabs):
                 call(f"/v1/redpackets/{packet}/grab", {"user_id": f"guest{guest}"})
+        reason = {"reason": "scripted grabs from one device"}
+        answers = [
+            api.put("/v1/admin/blocked-users/bot-4711", json=reason, headers=bearer("admin"))
+        ]
+        for job in ("flush_records", "reconcile"):  # the lists read SQL; integrity its report
+            answers.append(api.post(f"/v1/admin/jobs/{job}/run", headers=bearer("admin")))
+        for answer in answers:
+            if answer.status_code != 200:
+                raise RuntimeError(f"{answer.request.url}: {answer.status_code} {answer.text}")
 
 
 def shoot(out: Path, shots: Sequence[Shot] = SHOTS) -> list[Path]:

@@ -53,10 +53,15 @@ def prepared(client: TestClient) -> TestClient:
     return client
 
 
+# The fixture's set-up goes through the admin API, which audits it too: not the console's.
+_SET_UP = {("webhook.create", "e1"), ("user.block", "bad1")}
+
+
 def _audit(client: TestClient) -> list[dict[str, Any]]:
+    """The audit entries of the console's actions, newest first."""
     services = client.app.state.services  # type: ignore[attr-defined]
     page: dict[str, Any] = client.portal.call(services.audit.page, 100)  # type: ignore[union-attr]
-    return list(page["entries"])
+    return [e for e in page["entries"] if (e["action"], e["target"]) not in _SET_UP]
 
 
 @pytest.mark.parametrize(("page", "target", "extra", "action", "subject"), ACTIONS)

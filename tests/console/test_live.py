@@ -65,11 +65,14 @@ async def test_the_overview_stream_pushes_its_numbers_and_ends(
     assert "unsafe-inline" not in answer.headers["content-security-policy"]
     assert answer.text.startswith("retry: 5000\n\n")
     assert answer.text.endswith("event: end\ndata: {}\n\n")
+    # How many updates fit in the stream's time depends on the machine's load: at least the
+    # first, sent at once. The rates need two samples; tests/console/test_numbers.py checks
+    # them on a clock of its own.
     updates = _messages(answer.text)
-    assert len(updates) >= 2
+    assert len(updates) >= 1
     assert all(update["page"] == "overview" for update in updates)
     assert updates[-1]["fields"]["redis"] == "ok" and updates[-1]["fields"]["database"] == "ok"
-    assert updates[-1]["fields"]["requests_per_s"] is not None
+    assert "requests_per_s" in updates[-1]["fields"]
 
 
 async def test_the_packet_and_activity_streams_carry_their_hooks(
@@ -121,7 +124,7 @@ async def test_the_events_stream_moves_on_from_its_last_id(
     first, *rest = updates
     assert [event["type"] for event in first["events"]] == ["team.opened"]
     assert all(update["events"] == [] for update in rest)  # each event is pushed once
-    assert rest[-1]["next_after"] == first["events"][-1]["id"]
+    assert updates[-1]["next_after"] == first["events"][-1]["id"]
     other = await client.get("/console/live.json?page=events&after=0&type=packet.sent")
     assert other.json()["events"] == []
 

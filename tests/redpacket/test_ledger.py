@@ -58,6 +58,30 @@ async def test_concurrent_batches_crediting_the_same_users_in_any_order_all_comm
     expected = sum(batch + 1 for batch in range(BATCHES))
     assert balances == {user: expected for user in users}
     assert entries == USERS * (BATCHES + 1)
+    await assert_running_sums(services)
+
+
+async def assert_running_sums(services: Services) -> None:
+    """Each entry's balance_after_cents is the sum of its user's entries up to it (id
+    order), and each user's last one is the balance."""
+    async with services.database.sessions() as session:
+        rows = (
+            await session.execute(
+                select(
+                    LedgerEntryRow.user_id,
+                    LedgerEntryRow.amount_cents,
+                    LedgerEntryRow.balance_after_cents,
+                ).order_by(LedgerEntryRow.id)
+            )
+        ).all()
+        balances = dict(
+            (await session.execute(select(AccountRow.user_id, AccountRow.balance_cents))).all()
+        )
+    running: dict[str, int] = {}
+    for user_id, amount_cents, balance_after_cents in rows:
+        running[user_id] = running.get(user_id, 0) + amount_cents
+        assert balance_after_cents == running[user_id], user_id
+    assert running == balances
 
 
 async def apply_all(services: Services, batches: list[list[dict[str, object]]]) -> None:

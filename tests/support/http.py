@@ -17,6 +17,8 @@ ADMIN_KEY = "admin-secret-for-tests"
 SERVICE_KEY = "service-secret-for-tests"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SERVICE = {"Authorization": f"Bearer {SERVICE_KEY}"}
+VIEWER_KEY = "viewer-secret-for-tests"
+VIEWER = {"Authorization": f"Bearer {VIEWER_KEY}"}
 
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from groupbuy.settings import Settings, load_settings
 from groupbuy.testing.servers import free_port
-from tests.support.http import ADMIN_KEY, SERVICE_KEY
+from tests.support.http import ADMIN_KEY, SERVICE_KEY, VIEWER_KEY
 from tests.support.redis import is_cluster_url
 from tests.support.schema import database_with_schema
 
-API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY}"
+API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY},viewer:{VIEWER_KEY}"
 # Rate limits stay on (every HTTP test goes through the check and its headers, and the
 # per-key defaults never bite), but tests poll one user at machine speed (a balance every
 # 20 ms until a credit lands): per user, far above the defaults meant for people.

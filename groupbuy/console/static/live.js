@@ -25,13 +25,22 @@
     return base + "?" + params.toString();
   }
 
-  function setFields(fields) {
+  function setFields(fields, within) {
     Object.keys(fields || {}).forEach(function (name) {
       var value = fields[name];
       var text = value === null || value === undefined ? "\u2013" : String(value);
-      root.querySelectorAll('[data-field="' + CSS.escape(name) + '"]').forEach(function (el) {
+      within.querySelectorAll('[data-field="' + CSS.escape(name) + '"]').forEach(function (el) {
         if (el.textContent !== text) { el.textContent = text; }
       });
+    });
+  }
+
+  // A list page's update: each listed row's fields, by the row's id.
+  function setRows(rows) {
+    Object.keys(rows || {}).forEach(function (id) {
+      var key = CSS.escape(id);
+      root.querySelectorAll('[data-activity="' + key + '"], [data-packet="' + key + '"]')
+        .forEach(function (row) { setFields(rows[id], row); });
     });
   }
 
@@ -58,7 +67,8 @@
   }
 
   function apply(update) {
-    setFields(update.fields);
+    setFields(update.fields, root);
+    setRows(update.rows);
     addEvents(update.events);
     if (update.next_after !== undefined) { after = String(update.next_after); }
   }

@@ -1,0 +1,405 @@
+"""What the console and the listings cost: every page's latency on a big database, the HTTP
+flash grab with 20 consoles open against none, and the Redis commands pages send.
+
+Seeds (benchmarks/console_seed.py) 10,000 activities and 100,000 packets with their ledger,
+feed and audit rows into the SQLite file of one `groupbuy serve` worker on a private
+redis-server, then:
+
+- asks every console page and every listing route (first page, a deep cursor page,
+  filtered pages) N times in a row, signed in with an admin key: p50 and p99 against
+  SPEC §3's 200 ms; list pages the console does not serve (404) are skipped, so pages
+  added later are measured once they exist, and the activity pages carry whatever
+  live numbers the activity body gains;
+- counts the Redis commands (INFO commandstats) around the page loads: no scan may be
+  among them;
+- runs the flash grab with wrk (benchmarks/http_level.py) with no console open and with
+  20 (10 on the overview, 5 on an activity, 5 on a packet; each holds its live stream
+  and reloads its page every 10 s, as the page does when it polls), alternated rounds.
+
+Usage:
+
+    .venv/bin/python -m benchmarks.console_cost --quick    # about three minutes
+    .venv/bin/python -m benchmarks.console_cost --write    # full, into docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import re
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from benchmarks import console_report
+from benchmarks.console_seed import FULL, QUICK, Scale, Seeded, seed
+from benchmarks.http_level import Groupbuy, _ensure_wrk, _flash_grab, _trial
+from benchmarks.interleave import Trial, comparison, run_sync
+from benchmarks.measure import percentile
+from benchmarks.servers import ADMIN_KEY, Server, groupbuy_command, serve, wait_idle
+from groupbuy.services import build_services, running
+from groupbuy.settings import load_settings
+from groupbuy.testing.servers import start_redis
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+CONSOLES = 20
+POLL_S = 10.0  # a console page that polls reloads every 10 s (docs/console.md)
+DEEP_PAGES = 20  # pages followed (of 100 rows) before a deep cursor page is timed
+TARGET = 0.95
+SCANS = ("keys", "scan", "hscan", "sscan", "zscan")
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to seed and measure."""
+
+    scale: Scale
+    requests: int  # of each page
+    rounds: int  # alternated grab rounds, after a 1 s warm-up round
+    round_s: int
+
+
+PLANS = {"full": Plan(FULL, 100, 8, 3), "quick": Plan(QUICK, 20, 2, 2)}
+
+
+def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
+    """(path, the key of a cursor to follow DEEP_PAGES times first, or None) of every
+    listing and console page."""
+    aid, (tid_aid, tid), (fid_aid, fid) = seeded.live_activity, seeded.open_team, seeded.formed_team
+    return [
+        ("/v1/activities?limit=100", None),
+        ("/v1/activities?limit=100", "next_cursor"),
+        ("/v1/activities?status=open&limit=100", None),
+        ("/v1/activities?status=closed&limit=100", None),
+        ("/v1/activities?status=closed&limit=100", "next_cursor"),
+        (f"/v1/activities/{aid}", None),
+        (f"/v1/activities/{aid}/teams?limit=100", None),
+        (f"/v1/activities/{aid}/teams?has_free_seats=false&limit=100", None),
+        (f"/v1/activities/{fid_aid}/teams?status=formed&limit=100", None),
+        (f"/v1/activities/{fid_aid}/teams?status=failed&limit=100", None),
+        ("/v1/redpackets?limit=100", None),
+        ("/v1/redpackets?limit=100", "next_cursor"),
+        ("/v1/redpackets?status=active&limit=100", None),
+        ("/v1/redpackets?status=sold_out&limit=100", None),
+        ("/v1/redpackets?status=expired&limit=100", "next_cursor"),
+        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", None),
+        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", "next_cursor"),
+        (f"/v1/accounts/{seeded.whale}/entries?limit=100", None),
+        (f"/v1/accounts/{seeded.whale}/entries?limit=100", "next_cursor"),
+        ("/v1/admin/audit?limit=100", None),
+        ("/v1/admin/audit?limit=100", "next_cursor"),
+        ("/console", None),
+        ("/console/events", None),
+        ("/console/events?type=team.formed", None),
+        ("/console/events?after=1000", None),
+        ("/console/activities", None),
+        ("/console/activities?status=closed", None),
+        ("/console/redpackets", None),
+        ("/console/redpackets?status=active", None),
+        (f"/console/activities/{aid}", None),
+        (f"/console/activities/{seeded.closed_activity}", None),
+        (f"/console/activities/{tid_aid}/teams/{tid}", None),
+        (f"/console/activities/{fid_aid}/teams/{fid}", None),
+        (f"/console/redpackets/{seeded.active_packet}", None),
+        (f"/console/redpackets/{seeded.sold_out_packet}", None),
+        ("/console/integrity", None),
+        ("/console/webhooks", None),
+        ("/console/audit", None),
+        ("/console/blocked-users", None),
+        ("/console/live.json?page=overview", None),
+        (f"/console/live.json?page=activity&id={aid}", None),
+        (f"/console/live.json?page=packet&id={seeded.active_packet}", None),
+        ("/console/live.json?page=events&after=1000", None),
+    ]
+
+
+def signed_in(url: str) -> httpx.Client:
+    """A client holding an admin's console session and sending the admin key to the API."""
+    client = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
+    )
+    form = client.get("/console/signin")
+    found = _CSRF.search(form.text)
+    if found is None:
+        raise RuntimeError(f"no sign-in form at /console/signin: {form.status_code}")
+    answer = client.post(
+        "/console/signin",
+        data={"key": ADMIN_KEY, "csrf": found.group(1), "next": "/console"},
+        follow_redirects=False,
+    )
+    if answer.status_code != 303:
+        raise RuntimeError(f"console sign-in answered {answer.status_code}: {answer.text[:200]}")
+    return client
+
+
+def _deep(client: httpx.Client, path: str, key: str) -> str | None:
+    """`path` at the cursor reached after DEEP_PAGES pages, or None when the listing ends
+    sooner."""
+    cursor: str | None = None
+    for _ in range(DEEP_PAGES):
+        sep = "&" if "?" in path else "?"
+        at = f"{path}{sep}cursor={cursor}" if cursor else path
+        cursor = client.get(at).raise_for_status().json().get(key)
+        if cursor is None:
+            return None
+    sep = "&" if "?" in path else "?"
+    return f"{path}{sep}cursor={cursor}"
+
+
+def time_pages(client: httpx.Client, seeded: Seeded, requests: int) -> list[dict[str, Any]]:
+    """p50 and p99 of `requests` sequential GETs of every page that exists."""
+    rows = []
+    for path, cursor_key in pages(seeded):
+        target = _deep(client, path, cursor_key) if cursor_key else path
+        if target is None:
+            print(f"  {path}: fewer than {DEEP_PAGES} pages, no deep page")
+            continue
+        first = client.get(target)
+        if first.status_code == 404 and target.startswith("/console/"):
+            print(f"  {target}: not served here (404), skipped")
+            continue
+        first.raise_for_status()
+        took = []
+        for _ in range(requests):
+            began = time.perf_counter()
+            client.get(target).raise_for_status()
+            took.append(time.perf_counter() - began)
+        took.sort()
+        row = {
+            "path": target if len(target) < 90 else target[:87] + "...",
+            "ops": requests,
+            "p50_ms": round(statistics.median(took) * 1000, 2),
+            "p99_ms": percentile(took, 0.99),
+            "load_1m": round(os.getloadavg()[0], 2),
+        }
+        print(f"  {row['path']:<80} p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms")
+        rows.append(row)
+    return rows
+
+
+def command_counts(url: str) -> dict[str, int]:
+    """Calls of each Redis command so far (INFO commandstats)."""
+    with redis.Redis.from_url(url) as client:
+        stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+# -- open consoles ----------------------------------------------------------------------
+
+
+class Consoles:
+    """`n` open console pages in a thread of their own: each loads its page, holds its live
+    stream and reloads the page every POLL_S; `ready` once every stream has pushed once."""
+
+    def __init__(self, url: str, cookies: httpx.Cookies, watched: list[tuple[str, str]]) -> None:
+        self.url, self.cookies, self.watched = url, cookies, watched
+        self.updates = 0
+        self.failures = 0
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _console(self, client: httpx.AsyncClient, page: str, live: str, first: Any) -> None:
+        assert self._stop is not None
+        (await client.get(page)).raise_for_status()
+        async with client.stream("GET", live) as stream:
+            stream.raise_for_status()
+            last_load = time.monotonic()
+            async for line in stream.aiter_lines():
+                if line.startswith('data: {"'):
+                    self.updates += 1
+                    first.set()
+                if time.monotonic() - last_load >= POLL_S:
+                    (await client.get(page)).raise_for_status()
+                    last_load = time.monotonic()
+                if self._stop.is_set():
+                    return
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        limits = httpx.Limits(max_connections=2 * len(self.watched) + 4)
+        timeout = httpx.Timeout(30, read=None)
+        async with httpx.AsyncClient(
+            base_url=self.url, cookies=self.cookies, limits=limits, timeout=timeout
+        ) as client:
+            firsts = [asyncio.Event() for _ in self.watched]
+            tasks = [
+                asyncio.create_task(self._console(client, page, live, first))
+                for (page, live), first in zip(self.watched, firsts, strict=True)
+            ]
+            waiting = asyncio.gather(*(f.wait() for f in firsts))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiting, 30)
+            self._ready.set()
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            for result in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(result, Exception):
+                    self.failures += 1
+
+    def __enter__(self) -> Consoles:
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise RuntimeError("the consoles did not open in 60 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+def watched_pages(seeded: Seeded) -> list[tuple[str, str]]:
+    """(page, its live stream) of each of the CONSOLES open consoles."""
+    overview = ("/console", "/console/live?page=overview")
+    aid, pid = seeded.live_activity, seeded.active_packet
+    activity = (f"/console/activities/{aid}", f"/console/live?page=activity&id={aid}")
+    packet = (f"/console/redpackets/{pid}", f"/console/live?page=packet&id={pid}")
+    half, quarter = CONSOLES // 2, CONSOLES // 4
+    return [overview] * half + [activity] * quarter + [packet] * (CONSOLES - half - quarter)
+
+
+def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: Plan) -> Any:
+    """The flash grab with no console and with CONSOLES open, alternated round by round."""
+    wrk = _ensure_wrk()
+    loads: list[float] = []
+    opened: list[int] = []
+
+    def bare(index: int) -> Trial:
+        seconds = plan.round_s if index else 1
+        loads.append(round(os.getloadavg()[0], 2))
+        return _trial(*_flash_grab(target, wrk, seconds, f"n{index}"))
+
+    def watched(index: int) -> Trial:
+        seconds = plan.round_s if index else 1
+        loads.append(round(os.getloadavg()[0], 2))
+        with Consoles(target.server.url, cookies, watched_pages(seeded)) as consoles:
+            trial = _trial(*_flash_grab(target, wrk, seconds, f"c{index}"))
+        opened.append(consoles.updates)
+        if consoles.failures:
+            raise RuntimeError(f"{consoles.failures} console(s) failed during round {index}")
+        return trial
+
+    trials = run_sync(
+        {"none": bare, "consoles": watched}, plan.rounds, between=lambda: wait_idle([target.server])
+    )
+    compared = comparison(
+        "http_grab_consoles_vs_none",
+        f"HTTP grab, 1 worker: {CONSOLES} consoles open / none",
+        trials["consoles"],
+        trials["none"],
+        TARGET,
+        percent=True,
+    )
+    return {
+        "consoles": CONSOLES,
+        "comparison": compared,
+        "rates": {name: [round(t.rate) for t in ts] for name, ts in trials.items()},
+        "loads_1m": loads,
+        "live_updates": opened,
+        "how": f"Wrk {'' if wrk else 'absent: httpx '}load, rounds of {plan.round_s} s; "
+        f"each console holds its live stream and reloads its page every {POLL_S:.0f} s.",
+        "ok": all(t.correct.get("ok", False) for ts in trials.values() for t in ts),
+    }
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def seeded_server(redis_url: str, workdir: Path, scale: Scale) -> Iterator[tuple[Server, Seeded]]:
+    """A seeded database (and its Redis state) served by one `groupbuy serve` worker."""
+    args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, "console")
+    config = REPO / "config.toml"
+    settings = load_settings(config if config.is_file() else None, env)
+
+    async def fill() -> Seeded:
+        async with running(build_services(settings), scheduler=False) as services:
+            return await seed(services, scale)
+
+    began = time.monotonic()
+    seeded = asyncio.run(fill())
+    print(f"  seeded in {time.monotonic() - began:.0f} s")
+    with serve(args, env, port, workdir / "groupbuy-console.log") as server:
+        yield server, seeded
+
+
+def run_console_cost(redis_url: str, workdir: Path, quick: bool, command: str) -> dict[str, Any]:
+    """Seed, serve, time the pages, count the Redis commands, run the grab rounds."""
+    plan = PLANS["quick" if quick else "full"]
+    with (
+        seeded_server(redis_url, workdir, plan.scale) as (server, seeded),
+        contextlib.closing(signed_in(server.url)) as client,
+    ):
+        wait_idle([server])
+        before = command_counts(redis_url)
+        page_rows = time_pages(client, seeded, plan.requests)
+        after = command_counts(redis_url)
+        calls = {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n)}
+        target = Groupbuy(server, client, "console")
+        grab = grab_rounds(target, seeded, client.cookies, plan)
+        errors = server.log_errors()
+    s = plan.scale
+    return {
+        "meta": {
+            "command": command,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.system()} {platform.machine()}, "
+            f"Python {platform.python_version()}, {os.cpu_count()} cores",
+            "seeded": f"{s.activities:,} activities ({s.live_activities} with open teams in "
+            f"Redis), {s.packets:,} packets ({s.active_packets} active), {s.senders} senders, "
+            f"{s.events:,} events, {s.audit:,} audit rows",
+            "requests": plan.requests,
+            "server_log_errors": errors,
+        },
+        "pages": page_rows,
+        "grab": grab,
+        "redis_commands": {
+            "total": sum(calls.values()),
+            "scans": sum(calls.get(name, 0) for name in SCANS),
+            "by_command": calls,
+        },
+    }
+
+
+def main() -> None:
+    """Run alone; with --write, into docs/benchmarks.json and its section of benchmarks.md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    parser.add_argument("--write", action="store_true", help="record in docs/benchmarks.md")
+    args = parser.parse_args()
+    command = ".venv/bin/python -m benchmarks.console_cost" + (" --quick" if args.quick else "")
+    server = start_redis()
+    try:
+        with tempfile.TemporaryDirectory(prefix="groupbuy-console-") as workdir:
+            result = run_console_cost(server.url, Path(workdir), args.quick, command)
+    finally:
+        server.stop()
+    c = result["grab"]["comparison"]
+    print(
+        f"grab with {CONSOLES} consoles / none: {c['median']:.1%} ({c['min']:.1%}–{c['max']:.1%})"
+    )
+    print(f"redis commands during the pages: {result['redis_commands']}")
+    if args.write:
+        console_report.write(DOCS, result)
+        print(f"written: {DOCS / 'benchmarks.md'}")
+
+
+if __name__ == "__main__":
+    main()
