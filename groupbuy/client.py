@@ -55,7 +55,7 @@ class ActivityLimits(TypedDict):
 
 
 class Activity(TypedDict):
-    """An activity and the parameters its teams take."""
+    """An activity, the parameters its teams take, and its live counts."""
 
     activity_id: str
     name: str | None
@@ -66,6 +66,12 @@ class Activity(TypedDict):
     limits: ActivityLimits | None
     created_at: str
     status: str  # open | closed
+    teams_open: int  # live counts at the read: teams open now
+    teams_formed: int
+    teams_failed: int
+    members: int  # of open and formed teams, leaders included
+    live_locks: int  # seat locks not expired now
+    virtual_completions: int
 
 
 class ActivitiesPage(TypedDict):

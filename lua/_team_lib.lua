@@ -17,7 +17,19 @@
 local A = {outbox = activity_outbox, lock_index = activity_lock_index,
            deadlines = activity_deadlines, pending = activity_pending,
            due_locks = activity_due_locks, due_deadlines = activity_due_deadlines,
-           open_seats = activity_open_seats}
+           open_seats = activity_open_seats, counts = activity_counts,
+           lock_expiries = activity_lock_expiries}
+
+-- The activity's live counts, kept here in the call that changes them (docs/scripts.md,
+-- activity_counts): `by` added to one counter of the counts hash.
+local function tally(field, by)
+  redis.call('HINCRBY', A.counts, field, by)
+end
+
+-- A lock's entry in the activity's lock-expiry zset (score: expiry ms).
+local function expiry_entry(team_id, user)
+  return team_id .. '|' .. user
+end
 
 -- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
 -- index lists the activity from its first waiting record (the entry id's ms) until
@@ -119,8 +131,12 @@ local function forget_team(team_id)
   redis.call('ZREM', A.open_seats, team_id)
 end
 
--- A team that stops taking seats leaves every index and drops its locks.
+-- A team that stops taking seats leaves every index and drops its locks (and their entries
+-- in the activity's lock-expiry zset: at most `size` of them).
 local function close_team(team, status, at_field, at)
+  for _, user in ipairs(redis.call('ZRANGE', team.locks, 0, -1)) do
+    redis.call('ZREM', A.lock_expiries, expiry_entry(team.id, user))
+  end
   redis.call('DEL', team.locks)
   forget_team(team.id)
   redis.call('HSET', team.hash, 'status', status, at_field, int(at))
@@ -136,6 +152,7 @@ local function purge_expired(team, at)
     emit({'type', 'lock.expired', 'at_ms', int(locked_at + team.lock_ttl_ms),
           'activity_id', activity_id, 'team_id', team.id, 'user_id', expired[i],
           'locked_at_ms', int(locked_at), 'version', bump(team.hash)})
+    redis.call('ZREM', A.lock_expiries, expiry_entry(team.id, expired[i]))
   end
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', team.locks, '-inf', cutoff)
@@ -166,6 +183,9 @@ local function end_at_deadline(team)
   if team.virtual_min > 0 and team.member_count >= team.virtual_min then
     local seats = team.size - team.member_count
     ended_counts(team, false)
+    tally('teams_open', -1)
+    tally('teams_formed', 1)
+    tally('virtual_completions', 1)
     close_team(team, 'formed', 'formed_ms', team.deadline_ms)
     redis.call('HSET', team.hash, 'virtual_seats', seats)
     emit({'type', 'team.formed', 'at_ms', int(team.deadline_ms), 'activity_id', activity_id,
@@ -176,6 +196,9 @@ local function end_at_deadline(team)
     return
   end
   ended_counts(team, true)
+  tally('teams_open', -1)
+  tally('teams_failed', 1)
+  tally('members', -team.member_count)
   close_team(team, 'failed', 'failed_ms', team.deadline_ms)
   emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', activity_id,
         'team_id', team.id, 'members', member_list(team), 'version', bump(team.hash)})
@@ -223,6 +246,7 @@ end
 local function take_seat(team, user, now, lock_count, user_key)
   local expires = now + team.lock_ttl_ms
   redis.call('ZADD', team.locks, now, user)
+  redis.call('ZADD', A.lock_expiries, int(expires), expiry_entry(team.id, user))
   if lock_count == 0 then
     -- The first lock: it is the earliest (the index learns its expiry) and it creates the
     -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.

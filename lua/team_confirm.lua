@@ -6,8 +6,8 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local user_lock = KEYS[11]
-local blocklist = KEYS[12]
+local user_lock = KEYS[13]
+local blocklist = KEYS[14]
 local user_id = ARGV[5]
 local order_id = ARGV[6]
 -- Returns {OK, formed 0|1, team...} joined (formed: this member completed the team),
@@ -47,6 +47,8 @@ if refused then
 end
 
 redis.call('ZREM', team_locks, user)
+redis.call('ZREM', A.lock_expiries, expiry_entry(team_id, user))
+tally('members', 1)
 reindex(team_id, team_locks, team.lock_ttl_ms)
 local seq = redis.call('HINCRBY', team_hash, 'member_count', 1)
 count(team, user, 'teams', team.teams_limit, 1)
@@ -62,6 +64,8 @@ if seq < team.size then
   return {OK, 0, snapshot(team)}
 end
 ended_counts(team, false)
+tally('teams_open', -1)
+tally('teams_formed', 1)
 close_team(team, 'formed', 'formed_ms', now)
 redis.call('HSET', team_hash, 'formed_by', user)
 emit({'type', 'team.formed', 'at_ms', int(now), 'activity_id', activity_id, 'team_id', team_id,

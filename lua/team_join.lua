@@ -11,8 +11,8 @@
 -- requires: _pick_keys
 -- requires: _team_lib
 -- requires: _team_pick
-local user_lock = KEYS[9]
-local blocklist = KEYS[10]
+local user_lock = KEYS[11]
+local blocklist = KEYS[12]
 local user_id = ARGV[10]
 -- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
 -- team's after the lock, as team_lock answers it),

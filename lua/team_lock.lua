@@ -6,11 +6,11 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local user_lock = KEYS[11]
-local blocklist = KEYS[12]
-local activity_hash = KEYS[13]
-local other_hash = KEYS[14]
-local other_locks = KEYS[15]
+local user_lock = KEYS[13]
+local blocklist = KEYS[14]
+local activity_hash = KEYS[15]
+local other_hash = KEYS[16]
+local other_locks = KEYS[17]
 local user_id = ARGV[5]
 local other_team_id = ARGV[6]
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or '', version} new lock
@@ -89,6 +89,7 @@ if current then
       local expiry = locked_at + tonumber(o[1])
       local deadline = tonumber(o[2])
       redis.call('ZREM', other_locks, user)
+      redis.call('ZREM', A.lock_expiries, expiry_entry(other, user))
       reindex(other, other_locks, tonumber(o[1]))
       index_seats({id = other, hash = other_hash, locks = other_locks})
       if expiry > math.min(now, deadline) then

@@ -6,8 +6,8 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local activity_hash = KEYS[11]
-local blocklist = KEYS[12]
+local activity_hash = KEYS[13]
+local blocklist = KEYS[14]
 local leader_id = ARGV[5]
 local leader_order_id = ARGV[6]
 local retention_ms = ARGV[7]
@@ -60,6 +60,8 @@ count(team, leader_id, 'led', led_limit, 1)
 redis.call('HSET', team_members, leader_id, '1|' .. int(now) .. '|' .. leader_order_id)
 index_deadline(team_id, deadline)
 index_seats(team)
+tally('teams_open', 1)
+tally('members', 1)
 redis.call('PEXPIREAT', team_hash, expire_at)
 redis.call('PEXPIREAT', team_members, expire_at)
 emit({'type', 'team.opened', 'at_ms', int(now), 'activity_id', activity_id, 'team_id', team_id,

@@ -7,7 +7,10 @@
 -- requires: _team_lib
 -- Returns {OK, locks expired now, status, 1 when this call ended it at its deadline else 0},
 -- or {TEAM_NOT_FOUND} (its index entries are dropped).
-local team = load_team(now_ms(shift_ms), named_team())
+local now = now_ms(shift_ms)
+-- Entries of locks whose team Redis lost: no script removes them one by one.
+redis.call('ZREMRANGEBYSCORE', A.lock_expiries, '-inf', now)
+local team = load_team(now, named_team())
 if not team then
   forget_team(team_id)
   return {TEAM_NOT_FOUND}

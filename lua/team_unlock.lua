@@ -6,7 +6,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local user_lock = KEYS[11]
+local user_lock = KEYS[13]
 local user_id = ARGV[5]
 -- Returns {OK, 1} released an unexpired lock, {OK, 0} there was none, {TEAM_NOT_FOUND}.
 local now = now_ms(shift_ms)
@@ -16,6 +16,7 @@ if not team then
 end
 local released = redis.call('ZREM', team_locks, user_id)
 if released == 1 then
+  redis.call('ZREM', A.lock_expiries, expiry_entry(team_id, user_id))
   reindex(team_id, team_locks, team.lock_ttl_ms)
   bump(team_hash)
   index_seats(team)

@@ -170,7 +170,9 @@ async def test_activities_teams_and_locks(clients: Clients) -> None:
     assert [a["activity_id"] for a in listed["activities"]] == ["a1"]
     await raises("forbidden", 403, gb.update_activity("a1", close=True))
     closed = await admin.update_activity("a1", name="Spring!", close=True)
-    assert closed == {**activity, "name": "Spring!", "status": "closed"}
+    # Live counts: t1 formed (L, u1, u2), the team of M open; no lock is left.
+    counts = {"teams_open": 1, "teams_formed": 1, "members": 4, "live_locks": 0}
+    assert closed == {**activity, "name": "Spring!", "status": "closed", **counts}
     assert (await gb.list_activities(status="closed"))["activities"] == [closed]
     await raises("activity_closed", 409, gb.join("a1", "u7"))
 

@@ -247,3 +247,32 @@ def test_ended_teams_refuse_bad_queries(client: TestClient, query: str) -> None:
     make_activity(client, "q")
     assert_problem(client.get(f"/v1/activities/q/teams?{query}", headers=SERVICE), 422)
     assert_problem(client.get(f"/v1/activities/q/teams?{query}", headers={}), 401)
+
+
+# -- the live counts of GET /v1/activities/{id} and of the listing -------------------------
+
+
+def _counts(body: dict[str, Any]) -> dict[str, int]:
+    return {k: body[k] for k in ("teams_open", "teams_formed", "members", "live_locks")}
+
+
+def test_activity_body_carries_live_counts_the_listing_too(client: TestClient) -> None:
+    made = make_activity(client, "live", team_size=2, team_deadline_s=60)
+    assert (made["teams_open"], made["members"], made["virtual_completions"]) == (0, 0, 0)
+    open_team(client, "live", "t1", "L1")
+    open_team(client, "live", "t2", "L2")
+    assert_ok(lock(client, "live", "t1", "u1"), 201)
+    assert_ok(lock(client, "live", "t2", "u2"), 201)
+    one = assert_ok(client.get("/v1/activities/live", headers=SERVICE), 200)
+    assert _counts(one) == {"teams_open": 2, "teams_formed": 0, "members": 2, "live_locks": 2}
+    assert_ok(confirm(client, "live", "t1", "u1"), 201)  # t1 formed
+    one = assert_ok(client.get("/v1/activities/live", headers=SERVICE), 200)
+    assert _counts(one) == {"teams_open": 1, "teams_formed": 1, "members": 3, "live_locks": 1}
+    listed = assert_ok(client.get("/v1/activities", headers=SERVICE), 200)
+    assert listed["activities"] == [one]
+    app_services(client).clock.advance(61)  # t2 failed at its deadline, unread since
+    one = assert_ok(client.get("/v1/activities/live", headers=SERVICE), 200)
+    assert _counts(one) == {"teams_open": 0, "teams_formed": 1, "members": 2, "live_locks": 0}
+    assert one["teams_failed"] == 1
+    assert_problem(client.get("/v1/activities/nope", headers=SERVICE), 404, "activity_not_found")
+    assert_problem(client.get("/v1/activities/live"), 401)

@@ -74,6 +74,12 @@ ACTIVITY_KEYS = {
     "limits",
     "created_at",
     "status",
+    "teams_open",
+    "teams_formed",
+    "teams_failed",
+    "members",
+    "live_locks",
+    "virtual_completions",
 }
 
 
@@ -229,7 +235,9 @@ def test_create_activity_defaults(client: TestClient) -> None:
         },
         headers=ADMIN,
     )
-    assert assert_ok(r, 200) == created
+    # The same activity, its live counts now: the team opened and the lock held above.
+    now = {"teams_open": 1, "members": 1, "live_locks": 1}
+    assert assert_ok(r, 200) == {**created, **now}
 
 
 def test_get_activity_200_and_404(client: TestClient) -> None:

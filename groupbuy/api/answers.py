@@ -179,7 +179,7 @@ class ActivityLimitsRule(Answer):
 
 
 class Activity(Answer):
-    """An activity and the parameters its teams take."""
+    """An activity, the parameters its teams take, and its live counts."""
 
     activity_id: Id
     name: str | None
@@ -198,6 +198,14 @@ class Activity(Answer):
     status: Literal["open", "closed"] = Field(
         description="`closed`: an admin ended the sale early; no team opens, no seat is "
         "locked or joined (409 activity_closed), teams already open run to their deadline"
+    )
+    teams_open: int = Field(ge=0, description="teams open now (a team past its deadline is not)")
+    teams_formed: int = Field(ge=0, description="teams formed, virtual completions included")
+    teams_failed: int = Field(ge=0, description="teams that failed at their deadline")
+    members: int = Field(ge=0, description="members of open and formed teams, leaders included")
+    live_locks: int = Field(ge=0, description="seat locks not expired now")
+    virtual_completions: int = Field(
+        ge=0, description="teams formed by virtual completion at their deadline"
     )
 
 

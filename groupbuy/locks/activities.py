@@ -98,7 +98,7 @@ class ActivityService(UsesBackends):
                 await session.flush()
             row = await session.get(ActivityRow, activity_id, populate_existing=True)
         assert row is not None
-        body = activity_body(row)
+        body = await self._body(row)
         wanted["virtual_completion"] = virtual_body(virtual_min_members)
         wanted["limits"] = limits_body(teams_per_user, open_teams_per_leader)
         if not created and any(body[k] != v for k, v in wanted.items()):
@@ -146,11 +146,15 @@ class ActivityService(UsesBackends):
         # carries the status. Never the other way round: Redis closed, SQL open.
         if row.status == "closed":
             await self._activities.put(row)
-        return Outcome(activity_body(row), closed_now)
+        return Outcome(await self._body(row), closed_now)
 
     async def get_activity(self, activity_id: str) -> dict[str, Any]:
-        """An activity, or ActivityNotFound."""
-        return activity_body(await self._activities.row(activity_id))
+        """An activity with its live counts, or ActivityNotFound."""
+        return await self._body(await self._activities.row(activity_id))
+
+    async def _body(self, row: ActivityRow) -> dict[str, Any]:
+        counts = await self._activities.counts.read(row.activity_id)
+        return {**activity_body(row), **counts.body()}
 
     async def open_team(
         self,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from groupbuy import errors
+from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.models import ActivityRow
-from groupbuy.storage.backends import UsesBackends
+from groupbuy.storage.backends import Backends, UsesBackends
 
 # How long Redis keeps its copy of an activity after it was last put there. The repair
 # job drops it sooner once the activity's last live team has ended.
@@ -12,7 +13,12 @@ ACTIVITY_COPY_TTL_MS = 86_400_000
 
 
 class ActivityCopy(UsesBackends):
-    """Reads an activity's SQL row and writes Redis's expiring copy of it."""
+    """Reads an activity's SQL row and writes Redis's expiring copy of it (and its counts,
+    from SQL, when Redis has none)."""
+
+    def __init__(self, backends: Backends, counts: ActivityCounts) -> None:
+        super().__init__(backends)
+        self.counts = counts
 
     async def row(self, activity_id: str) -> ActivityRow:
         """The activity's SQL row, or ActivityNotFound."""
@@ -47,4 +53,8 @@ class ActivityCopy(UsesBackends):
                 # (a recovery racing a close) then never reopens the activity.
                 pipe.hset(key, "status", "closed")
             pipe.pexpire(key, ACTIVITY_COPY_TTL_MS)
-            await pipe.execute()
+            pipe.hexists(self._keys.activity_counts(row.activity_id), "counted")
+            counted = (await pipe.execute())[-1]
+        if not counted:
+            # A new activity, or the first put after a loss: before any team is put back.
+            await self.counts.put_from_sql(row.activity_id)

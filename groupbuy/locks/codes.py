@@ -24,7 +24,7 @@ class TeamCode(IntEnum):
     SWITCH_NEEDED = 10
     NO_LOCK = 11
     NO_TEAM_AVAILABLE = 12
-    LOOK_FURTHER = 13  # team_join: call again from the cursor it answered
+    LOOK_FURTHER = 13  # team_join, activity_counts: call again (from the cursor it answered)
     USER_LIMIT_REACHED = 14
     USER_BLOCKED = 15
     ACTIVITY_CLOSED = 16

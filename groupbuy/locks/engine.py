@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.listings import Listings
 from groupbuy.locks.recovery import TeamRecovery
@@ -27,6 +28,7 @@ class TeamEngine:
     sweeps: TeamSweeps  # the scheduled jobs: expiry, write-behind, repair
     recovery: TeamRecovery  # rebuilding what Redis lost, from SQL
     listings: Listings  # SQL pages: activities, an activity's formed or failed teams
+    counts: ActivityCounts  # an activity's live counts (Redis; put back from SQL)
 
     @classmethod
     def build(
@@ -34,7 +36,8 @@ class TeamEngine:
     ) -> TeamEngine:
         """Wire the parts over one set of backends, sharing the scripts and the record writer."""
         scripts = TeamScripts(backends.scripts, backends.keys, backends.clock)
-        copies = ActivityCopy(backends)
+        counts = ActivityCounts(backends, scripts, defaults.join_candidates)
+        copies = ActivityCopy(backends, counts)
         history = TeamHistory(backends, copies)
         recovery = TeamRecovery(backends, defaults, scripts, copies)
         return cls(
@@ -44,5 +47,6 @@ class TeamEngine:
             seats=SeatService(scripts, outbox, defaults, copies, history, recovery),
             sweeps=TeamSweeps(backends, outbox, scripts, recovery),
             recovery=recovery,
-            listings=Listings(backends),
+            listings=Listings(backends, counts),
+            counts=counts,
         )

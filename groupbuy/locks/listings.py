@@ -6,6 +6,7 @@ cursor is the (time, id) of the last row of the previous page, opaque to clients
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -16,11 +17,12 @@ from sqlalchemy.orm import InstrumentedAttribute
 from groupbuy import errors
 from groupbuy.locks.bodies import activity_body
 from groupbuy.locks.codec import page_cursor, parse_page_cursor
+from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import recorded_members
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.records import recorded_version
 from groupbuy.locks.view import TeamView
-from groupbuy.storage.backends import UsesBackends
+from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.timefmt import from_ms, to_ms
 
 EndedStatus = Literal["formed", "failed"]
@@ -52,6 +54,10 @@ def _next_cursor(rows: Sequence[Any], limit: int, at: str, key: str) -> str | No
 class Listings(UsesBackends):
     """Newest-first pages of activities and of an activity's formed or failed teams."""
 
+    def __init__(self, backends: Backends, counts: ActivityCounts) -> None:
+        super().__init__(backends)
+        self._counts = counts
+
     async def activities(
         self, status: str | None, limit: int, cursor: str | None = None
     ) -> dict[str, Any]:
@@ -62,8 +68,13 @@ class Listings(UsesBackends):
         query = _newest_first(query, ActivityRow.created_at, ActivityRow.activity_id, cursor, limit)
         async with self._db.sessions() as session:
             rows = (await session.scalars(query)).all()
+        # One counts script per listed activity, sent together (a page is at most `limit`).
+        counts = await asyncio.gather(*(self._counts.read(row.activity_id) for row in rows[:limit]))
         return {
-            "activities": [activity_body(row) for row in rows[:limit]],
+            "activities": [
+                {**activity_body(row), **c.body()}
+                for row, c in zip(rows[:limit], counts, strict=True)
+            ],
             "next_cursor": _next_cursor(rows, limit, "created_at", "activity_id"),
         }
 

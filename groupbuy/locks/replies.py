@@ -226,6 +226,38 @@ def parse_sweep(reply: list[Any]) -> Swept | TeamReply:
     return _bare(code, rest)
 
 
+@dataclass(frozen=True)
+class Counts(TeamReply):
+    """activity_counts' OK: the activity's live counts at the call's instant."""
+
+    teams_open: int
+    teams_formed: int
+    teams_failed: int
+    members: int  # of open and formed teams, leaders included
+    live_locks: int
+    virtual_completions: int
+
+    def body(self) -> dict[str, int]:
+        """The counts as the activity's API body carries them."""
+        return {
+            "teams_open": self.teams_open,
+            "teams_formed": self.teams_formed,
+            "teams_failed": self.teams_failed,
+            "members": self.members,
+            "live_locks": self.live_locks,
+            "virtual_completions": self.virtual_completions,
+        }
+
+
+def parse_counts(reply: list[Any]) -> Counts | TeamReply:
+    """activity_counts' reply: OK with the counts, LOOK_FURTHER, ACTIVITY_NOT_FOUND."""
+    code, rest = split_reply(reply)
+    if code is TeamCode.OK:
+        opened, formed, failed, members, live, virtual = (int(v) for v in rest)
+        return Counts(code, opened, formed, failed, members, live, virtual)
+    return _bare(code, rest)
+
+
 def parse_restore(reply: list[Any]) -> TeamReply:
     """team_restore's reply: OK rebuilt, EXISTING Redis has the team."""
     code, rest = split_reply(reply)

@@ -19,6 +19,8 @@ _ACTIVITY_KEYS = slots(
         "deadline-due index: zset activity_id -> at most its earliest deadline",
     ),
     ("activity_open_seats", "zset team_id -> seat score of each open team with a free seat"),
+    ("activity_counts", "hash of the activity's live counts (activity_counts reads it)"),
+    ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
 )
 # The KEYS and ARGV every script naming a team starts with (lua/_team_keys.lua).
 TEAM_KEYS = (
@@ -209,16 +211,39 @@ ACTIVITY_REINDEX = ScriptContract(
 )
 ACTIVITY_RELEASE = ScriptContract(
     "activity_release",
-    "Drop an activity's Redis copy once no team of it is live (SQL keeps it).",
+    "Drop an activity's Redis copy and counts once no team of it is live and SQL has every "
+    "record of it (SQL keeps it).",
     keys=slots(
         ("activity_hash", "the activity's copy of its parameters"),
         ("activity_lock_index", "zset team_id -> when its earliest lock expires"),
         ("activity_deadlines", "zset team_id -> deadline ms"),
         ("activity_due_locks", "lock-due index (of its slot in a cluster)"),
         ("activity_due_deadlines", "deadline-due index (of its slot in a cluster)"),
+        ("activity_outbox", "the activity's outbox stream (gone once SQL has every record)"),
+        ("activity_counts", "hash of the activity's live counts"),
+        ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
     ),
     argv=slots(("activity_id", "the activity")),
-    reply="`{1}` released, `{0}` a team is still open (nothing changed).",
+    reply="`{1}` released, `{0}` a team is still open or a record waits (nothing changed).",
+)
+_COUNTS = ("teams_open", "teams_formed", "teams_failed", "members", "virtual_completions")
+ACTIVITY_COUNTS = ScriptContract(
+    "activity_counts",
+    "An activity's live counts, after time is applied where it is due.",
+    keys=PICK_KEYS,
+    argv=PICK_ARGV,
+    reply=(
+        "`{OK, teams_open, teams_formed, teams_failed, members, live_locks, "
+        "virtual_completions}`, `{LOOK_FURTHER}` more was due than one call applies (call "
+        "again), `{ACTIVITY_NOT_FOUND}` Redis has no counts (put them back from SQL)."
+    ),
+)
+ACTIVITY_COUNTS_PUT = ScriptContract(
+    "activity_counts_put",
+    "Set an activity's counts from SQL's, once: only while Redis has none.",
+    keys=slots(("activity_counts", "hash of the activity's live counts")),
+    argv=slots(*((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS)),
+    reply="`{OK}` set, `{EXISTING}` Redis has counts (nothing changed).",
 )
 CONTRACTS = (
     TEAM_OPEN,
@@ -233,4 +258,6 @@ CONTRACTS = (
     USER_LOCK_READ,
     ACTIVITY_REINDEX,
     ACTIVITY_RELEASE,
+    ACTIVITY_COUNTS,
+    ACTIVITY_COUNTS_PUT,
 )

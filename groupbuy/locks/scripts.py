@@ -7,12 +7,13 @@ arguments and answers the reply parsed (groupbuy/locks/replies.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from groupbuy.locks import replies
 from groupbuy.locks.replies import (
     ConfirmReply,
+    Counts,
     JoinReply,
     Listed,
     LockReply,
@@ -24,6 +25,8 @@ from groupbuy.locks.replies import (
     UserLock,
 )
 from groupbuy.locks.script_contracts import (
+    ACTIVITY_COUNTS,
+    ACTIVITY_COUNTS_PUT,
     ACTIVITY_REINDEX,
     ACTIVITY_RELEASE,
     CONTRACTS,
@@ -47,6 +50,8 @@ from groupbuy.storage.contracts import ScriptCaller
 from groupbuy.storage.keys import ActivityKeys, Keys, TeamKeys
 
 __all__ = [
+    "ACTIVITY_COUNTS",
+    "ACTIVITY_COUNTS_PUT",
     "ACTIVITY_REINDEX",
     "ACTIVITY_RELEASE",
     "CONTRACTS",
@@ -233,3 +238,17 @@ class TeamScripts:
         )
         reply = await ACTIVITY_RELEASE.call(self._scripts, keys, {"activity_id": activity_id})
         return bool(int(reply[0]))
+
+    async def counts(self, activity_id: str, candidates: int) -> Counts | TeamReply:
+        """activity_counts, applying time to at most `candidates` teams of each index."""
+        keys = ACTIVITY_COUNTS.key_list(
+            self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
+        )
+        args = self._pick_args(activity_id, candidates, ("", ""))
+        return replies.parse_counts(await ACTIVITY_COUNTS.call(self._scripts, keys, args))
+
+    async def put_counts(self, activity_id: str, counts: Mapping[str, int]) -> TeamReply:
+        """activity_counts_put: `counts` (SQL's) unless Redis has the activity's counts."""
+        keys = ACTIVITY_COUNTS_PUT.key_list(activity_counts=self._keys.activity_counts(activity_id))
+        reply = await ACTIVITY_COUNTS_PUT.call(self._scripts, keys, counts)
+        return replies.parse_restore(reply)

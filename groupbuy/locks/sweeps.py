@@ -162,6 +162,8 @@ class TeamSweeps(UsesBackends):
         # expires by itself (ACTIVITY_COPY_TTL_MS).
         released = 0
         for activity_id in sorted({activity_id for activity_id, _team in ended}):
+            # Its counts go with the copy and come back from SQL: SQL must have every record.
+            await self._outbox.drain_quietly(activity_id)
             released += await self._teams.release(activity_id)
         return {"teams_released": len(ended), "activities_released": released}
 

@@ -40,8 +40,8 @@ class TeamKeys(KeyGroup):
 @dataclass(frozen=True)
 class ActivityKeys(KeyGroup):
     """The activity keys every team script takes: its outbox, lock, deadline and open-seat
-    indexes under its tag, and the pending, lock-due and deadline-due indexes (the copies
-    of the shared keys the layout gives the activity)."""
+    indexes, its live counts and lock-expiry zset under its tag, and the pending, lock-due
+    and deadline-due indexes (the copies of the shared keys the layout gives the activity)."""
 
     prefix = "activity_"
     outbox: str
@@ -51,6 +51,8 @@ class ActivityKeys(KeyGroup):
     due_locks: str
     due_deadlines: str
     open_seats: str
+    counts: str
+    lock_expiries: str
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,15 @@ class Keys:
             buckets.append(f"{tag}:user:{user_id}")
         return buckets
 
+    def activity_counts(self, activity_id: str) -> str:
+        """Hash of an activity's live counts, kept by the team scripts (no expiry: the teams
+        they count outlive the activity's copy; rebuilt from SQL after a loss)."""
+        return f"{self._activity_tag(activity_id)}:counts"
+
+    def lock_expiries(self, activity_id: str) -> str:
+        """Sorted set 'team_id|user_id' -> expiry ms of each of an activity's seat locks."""
+        return f"{self._activity_tag(activity_id)}:lock_expiries"
+
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
@@ -294,6 +305,8 @@ class Keys:
             due_locks=self.due_locks(slot),
             due_deadlines=self.due_deadlines(slot),
             open_seats=self.open_seats(activity_id),
+            counts=self.activity_counts(activity_id),
+            lock_expiries=self.lock_expiries(activity_id),
         )
 
     # Built on every seat lock; a storm hits the same teams again and again (15% of a lock's

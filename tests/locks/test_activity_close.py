@@ -106,7 +106,10 @@ async def test_a_stale_copy_put_after_the_close_does_not_reopen(services: Servic
     await activities.create_activity("stale", team_size=3)
     await activities.open_team("stale", "L1", team_id="t1")
     copies = ActivityCopy(
-        Backends(services.redis, services.scripts, services.database, services.keys, services.clock)
+        Backends(
+            services.redis, services.scripts, services.database, services.keys, services.clock
+        ),
+        services.teams.counts,
     )
     before_close = await copies.row("stale")  # a recovery read SQL while still open ...
     await activities.update_activity("stale", close=True)

@@ -25,6 +25,7 @@ from groupbuy.storage.scripts import (
 # (sweeps, expiry: reads apply it too), what frees memory (acks, releases), the scheduler's
 # lease, and the reads; a read that writes nothing declares it.
 REFUSED_OVER_MAXMEMORY = {
+    "activity_counts_put",
     "packet_admit",
     "packet_create",
     "packet_grab",

@@ -623,8 +623,12 @@ async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> 
     await h.open("t1")
     assert await h.teams.release(AID) is False  # a team is open
     await h.redis.delete(h.keys.deadline_index(AID))  # as if its last team had ended
+    assert await h.teams.release(AID) is False  # its team.opened record waits for SQL
+    await h.redis.delete(h.keys.outbox(AID))  # as if SQL had every record
+    assert await h.redis.exists(h.keys.activity_counts(AID))
     assert await h.teams.release(AID) is True
-    assert not await h.redis.exists(h.keys.activity(AID), h.keys.due_deadlines())
+    gone = (h.keys.activity(AID), h.keys.due_deadlines(), h.keys.activity_counts(AID))
+    assert not await h.redis.exists(*gone)
 
 
 # -- team_join and team_list: scripts that pick a team -------------------------------
