@@ -160,10 +160,6 @@ def test_a_packets_remaining_count_changes_on_screen(browser: Browser, api: http
     _wait_field(browser, f'data-packet="{pid}"', "status", "sold_out")
 
 
-@pytest.mark.skip(
-    reason="the activity body carries no live counts yet (teams_open, teams_formed, "
-    "teams_failed, members, live_locks): they come with the activity counts change"
-)
 def test_an_activitys_counts_change_on_screen(browser: Browser, api: httpx.Client) -> None:
     aid, tid = _activity(api, size=4)
     body = _call(api, "GET", f"/v1/activities/{aid}", "service")
