@@ -3,7 +3,10 @@ Redis has none (a new activity, or after a loss of Redis data)."""
 
 from __future__ import annotations
 
-from sqlalchemy import and_, func, select
+import asyncio
+from collections.abc import Sequence
+
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks.codes import TeamCode
@@ -15,39 +18,69 @@ from groupbuy.storage.backends import Backends, UsesBackends
 
 async def recorded_counts(session: AsyncSession, activity_id: str) -> dict[str, int]:
     """The activity's counts as SQL records them (no live lock: none outlives Redis)."""
-    by_status = dict(
-        (
-            await session.execute(
-                select(TeamRow.status, func.count())
-                .where(TeamRow.activity_id == activity_id)
-                .group_by(TeamRow.status)
+    return (await recorded_counts_of(session, [activity_id]))[activity_id]
+
+
+async def recorded_counts_of(
+    session: AsyncSession, activity_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """The counts SQL records of each activity: three statements whatever their number."""
+    # One row per activity (a page's worth at most): each status summed in its own column.
+    by_status = {
+        activity_id: (int(open_ or 0), int(formed or 0), int(failed or 0))
+        for activity_id, open_, formed, failed in await session.execute(
+            select(
+                TeamRow.activity_id,
+                *(
+                    func.sum(case((TeamRow.status == status, 1), else_=0))
+                    for status in ("open", "formed", "failed")
+                ),
             )
-        ).all()
-    )
+            .where(TeamRow.activity_id.in_(activity_ids))
+            .group_by(TeamRow.activity_id)
+        )
+    }
     joined = and_(
         MemberRow.activity_id == TeamRow.activity_id, MemberRow.team_id == TeamRow.team_id
     )
-    members = await session.scalar(
-        select(func.count())
-        .select_from(MemberRow)
-        .join(TeamRow, joined)
-        .where(TeamRow.activity_id == activity_id, TeamRow.status.in_(("open", "formed")))
+    members = dict(
+        (
+            await session.execute(
+                select(TeamRow.activity_id, func.count())
+                .select_from(MemberRow)
+                .join(TeamRow, joined)
+                .where(
+                    TeamRow.activity_id.in_(activity_ids),
+                    TeamRow.status.in_(("open", "formed")),
+                )
+                .group_by(TeamRow.activity_id)
+            )
+        ).all()
     )
     # A team formed with fewer members than seats was formed by virtual completion.
     seated = select(func.count()).where(joined).scalar_subquery()
-    virtual = await session.scalar(
-        select(func.count())
-        .select_from(TeamRow)
-        .where(
-            TeamRow.activity_id == activity_id, TeamRow.status == "formed", TeamRow.size > seated
-        )
+    virtual = dict(
+        (
+            await session.execute(
+                select(TeamRow.activity_id, func.count())
+                .where(
+                    TeamRow.activity_id.in_(activity_ids),
+                    TeamRow.status == "formed",
+                    TeamRow.size > seated,
+                )
+                .group_by(TeamRow.activity_id)
+            )
+        ).all()
     )
     return {
-        "teams_open": int(by_status.get("open", 0)),
-        "teams_formed": int(by_status.get("formed", 0)),
-        "teams_failed": int(by_status.get("failed", 0)),
-        "members": int(members or 0),
-        "virtual_completions": int(virtual or 0),
+        aid: {
+            "teams_open": by_status.get(aid, (0, 0, 0))[0],
+            "teams_formed": by_status.get(aid, (0, 0, 0))[1],
+            "teams_failed": by_status.get(aid, (0, 0, 0))[2],
+            "members": int(members.get(aid, 0)),
+            "virtual_completions": int(virtual.get(aid, 0)),
+        }
+        for aid in activity_ids
     }
 
 
@@ -69,6 +102,30 @@ class ActivityCounts(UsesBackends):
             counts = await recorded_counts(session, activity_id)
         await self._teams.put_counts(activity_id, counts)
 
+    async def read_many(self, activity_ids: Sequence[str]) -> list[Counts]:
+        """The counts of many activities (a listing's page): one script call each, sent
+        together, and SQL's counts of those Redis has none of read in one go."""
+        replies = await asyncio.gather(
+            *(self._teams.counts(aid, self._candidates) for aid in activity_ids)
+        )
+        missing = [
+            aid
+            for aid, reply in zip(activity_ids, replies, strict=True)
+            if not isinstance(reply, Counts) and reply.code is TeamCode.ACTIVITY_NOT_FOUND
+        ]
+        if missing:
+            async with self._db.sessions() as session:
+                recorded = await recorded_counts_of(session, missing)
+            await asyncio.gather(*(self._teams.put_counts(aid, recorded[aid]) for aid in missing))
+        return list(
+            await asyncio.gather(
+                *(
+                    _done(reply) if isinstance(reply, Counts) else self.read(aid)
+                    for aid, reply in zip(activity_ids, replies, strict=True)
+                )
+            )
+        )
+
     async def read(self, activity_id: str) -> Counts:
         """The activity's counts now (time applied where it is due)."""
         rebuilt = False
@@ -83,3 +140,7 @@ class ActivityCounts(UsesBackends):
                 # Only a bug answers anything else (put_counts leaves counts in place).
                 raise ValueError(f"activity_counts answered {reply.code.name}")
             # LOOK_FURTHER: the call applied time to `candidates` teams; the next goes further.
+
+
+async def _done(counts: Counts) -> Counts:
+    return counts

@@ -6,7 +6,6 @@ cursor is the (time, id) of the last row of the previous page, opaque to clients
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -69,7 +68,7 @@ class Listings(UsesBackends):
         async with self._db.sessions() as session:
             rows = (await session.scalars(query)).all()
         # One counts script per listed activity, sent together (a page is at most `limit`).
-        counts = await asyncio.gather(*(self._counts.read(row.activity_id) for row in rows[:limit]))
+        counts = await self._counts.read_many([row.activity_id for row in rows[:limit]])
         return {
             "activities": [
                 {**activity_body(row), **c.body()}
