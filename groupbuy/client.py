@@ -616,6 +616,13 @@ class _HttpxWire:
         await self._http.aclose()
 
 
+def _wire(base_url: str, transport: "httpx.AsyncBaseTransport | None", timeout_s: float) -> _Wire:
+    """An aiohttp session (at most 100 connections, aiohttp's default), or the transport."""
+    if transport is None:
+        return _AiohttpWire(base_url, timeout_s)
+    return _HttpxWire(base_url, transport, timeout_s)
+
+
 # -- the client ----------------------------------------------------------------------------
 
 
@@ -623,11 +630,11 @@ class GroupBuyClient:
     """The groupbuy API over HTTP: one typed async method per operation.
 
     `api_key` is the bearer secret; with `sign=True` every request to a `/v1` endpoint is
-    also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). Requests go out
-    on an aiohttp session of its own (at most 100 connections, aiohttp's default);
-    `transport`, an httpx transport, replaces the network (e.g. `httpx.ASGITransport(app)`
-    to call an app in-process). `timeout_s` bounds each request as a whole. Use it as an
-    async context manager, or call `aclose()`.
+    also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`, an
+    httpx transport, replaces the network (e.g. to call an app in-process); without one,
+    requests go out on the module's own pool of connections (see the module's docstring).
+    `timeout_s` bounds each request as a whole. Use it as an async context manager, or
+    call `aclose()`.
 
     Two equal requests signed in one second would carry one signature (the server takes
     the second for a replay), so a repeat is signed with the next second, and a request
@@ -654,11 +661,7 @@ class GroupBuyClient:
         # request (method, target, body hash) -> the last timestamp it was signed with
         self._last_stamps: dict[tuple[str, str, str], int] = {}
         self._pruned_at = 0
-        self._wire: _Wire = (
-            _AiohttpWire(base_url, timeout_s)
-            if transport is None
-            else _HttpxWire(base_url, transport, timeout_s)
-        )
+        self._wire = _wire(base_url, transport, timeout_s)
 
     async def __aenter__(self) -> "GroupBuyClient":
         return self

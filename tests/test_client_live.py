@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from groupbuy.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
+from groupbuy.client_sync import GroupBuySyncClient
 from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
 from tests.support.receiver import Receiver, running_receiver
@@ -179,6 +180,35 @@ async def test_webhooks(live: Service, receiver: Receiver) -> None:
         assert (await admin.replay_webhook("shop", after=0))["endpoint_id"] == "shop"
         assert await admin.delete_webhook("shop") == {"endpoint_id": "shop", "deleted": True}
     await refused_unsigned(live, "webhooks", limit=5)
+
+
+def test_the_blocking_client_on_every_family(live: Service, receiver: Receiver) -> None:
+    """GroupBuySyncClient (generated from the async one) signs each call as sent."""
+    with (
+        GroupBuySyncClient(live.url, ADMIN_KEY, sign=True) as admin,
+        GroupBuySyncClient(live.url, SERVICE_KEY, sign=True) as gb,
+        GroupBuySyncClient(live.url, SERVICE_KEY) as unsigned,
+    ):
+        assert gb.health() == {"status": "ok"} and gb.ready()["status"] == "ready"
+        admin.create_activity("sync-a", team_size=2)
+        assert gb.list_activities(status="open", limit=100)["activities"]
+        gb.open_team("sync-a", "L", team_id="t1")
+        assert gb.lock("sync-a", "t1", "u1")["status"] == "locked"
+        assert gb.list_teams("sync-a", has_free_seats=False)["teams"][0]["team_id"] == "t1"
+        assert gb.confirm("sync-a", "t1", "u1", "o1")["formed"] is True
+        admin.deposit("sync-s", 200, "ref-s")
+        gb.send_packet("sync-s", 200, 2, packet_id="pk-s")
+        assert gb.grab("pk-s", "bob")["status"] == "grabbed"
+        assert [e["kind"] for e in gb.entries("sync-s", limit=5)["entries"]] == ["send", "deposit"]
+        assert gb.events(after=0, limit=1000)["events"]
+        assert admin.block_user("sync-m")["user_id"] == "sync-m"
+        assert admin.unblock_user("sync-m")["unblocked"] is True
+        admin.create_webhook("sync-w", receiver.url, ["packet.sent"])
+        assert admin.test_webhook("sync-w")["succeeded"] is True
+        assert admin.delete_webhook("sync-w")["deleted"] is True
+        with pytest.raises(GroupBuyAPIError) as caught:
+            unsigned.list_teams("sync-a", has_free_seats=False)
+        assert (caught.value.status, caught.value.code) == (401, "bad_signature")
 
 
 # -- no answer -------------------------------------------------------------------------------
