@@ -86,7 +86,9 @@ class Listings(UsesBackends):
         query = select(TeamRow).where(TeamRow.activity_id == activity_id, TeamRow.status == status)
         query = _newest_first(query, at, TeamRow.team_id, cursor, limit)
         async with self._db.sessions() as session:
-            if await session.get(ActivityRow, activity_id) is None:
+            # Whether it exists only: not its row, whose rules load in a statement more.
+            known = select(ActivityRow.activity_id).where(ActivityRow.activity_id == activity_id)
+            if await session.scalar(known) is None:
                 raise errors.ActivityNotFound(f"no activity {activity_id!r}")
             rows = (await session.scalars(query)).all()
             shown = rows[:limit]

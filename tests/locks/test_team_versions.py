@@ -12,7 +12,7 @@ import json
 import random
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from groupbuy import errors
 from groupbuy.locks.codec import TeamRecord, parse_event_key, parse_team_record
@@ -183,3 +183,28 @@ async def test_a_late_or_repeated_batch_never_lowers_the_version(services: Servi
             await project_team_records(session, batch)
         seen.append((await versions_in_rows(services))[("a", "t")])
     assert seen == [3, 4, 4, 4, 4]
+
+
+async def test_a_page_of_ended_teams_is_three_statements_whatever_its_size(
+    services: Services,
+) -> None:
+    activities, seats = services.teams.activities, services.teams.seats
+    await activities.create_activity("p", team_size=2)
+    for n in range(6):
+        await activities.open_team("p", f"L{n}", team_id=f"t{n}")
+        await seats.lock("p", f"t{n}", f"u{n}")
+        await seats.confirm("p", f"t{n}", f"u{n}", f"o{n}")
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    engine = services.database.engine.sync_engine
+    event.listen(engine, "after_cursor_execute", count)
+    try:
+        page = await services.teams.listings.ended_teams("p", "formed", 100)
+    finally:
+        event.remove(engine, "after_cursor_execute", count)
+    assert [t["team_id"] for t in page["teams"]] == [f"t{n}" for n in reversed(range(6))]
+    assert all(t["version"] == 4 for t in page["teams"])  # opened, lock, member, formed
+    assert len(statements) == 3, statements  # the activity, the teams, their members
