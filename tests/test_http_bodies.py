@@ -183,3 +183,33 @@ def test_nested_models_count_their_keys() -> None:
     assert not may_have_duplicate_keys(raw, ActivityCreate.model_validate_json(raw))
     with pytest.raises(ValidationError):
         ActivityCreate.model_validate_json(b'{"activity_id":"a","nope":1}')
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail", "field"),
+    [
+        (b'{"activity_id": ', "invalid body: Invalid JSON: EOF while parsing", "body"),
+        (b"[1]", "invalid body: Input should be an object", "body"),
+        (b'{"activity_id": "a1", "team_size": 1}', "invalid body: team_size: ", "team_size"),
+    ],
+)
+def test_a_bad_body_is_named_once(client: TestClient, raw: bytes, detail: str, field: str) -> None:
+    """`invalid body: body: Invalid JSON` said "body" twice: a fault of the whole body is
+    said once, a field's fault names the field."""
+    problem = assert_problem(post(client, "/v1/activities", raw), 422, "invalid_request")
+    assert problem["detail"].startswith(detail), problem
+    assert "body: body" not in problem["detail"]
+    assert problem["errors"][0]["field"] == field, problem
+
+
+def test_a_validator_message_shows_without_pydantics_prefix(client: TestClient) -> None:
+    teams = "/v1/activities/a1/teams"
+    rule = client.get(f"{teams}?status=formed&has_free_seats=false", headers=ADMIN)
+    problem = assert_problem(rule, 422, "invalid_request")
+    assert problem["detail"] == "invalid query: has_free_seats applies to status=open only"
+    assert problem["errors"] == [
+        {"field": "query", "message": "has_free_seats applies to status=open only"}
+    ]
+    cursor = assert_problem(client.get(f"{teams}?cursor=zzz", headers=ADMIN), 422)
+    assert cursor["detail"] == "invalid query: cursor: not a cursor this list answered"
+    assert "Value error" not in json.dumps([problem, cursor])

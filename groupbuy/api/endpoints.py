@@ -140,12 +140,22 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# pydantic's own words before a validator's message: the message alone says it.
+_VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
 def _validation_problem(exc: ValidationError, where: str) -> errors.InvalidRequest:
-    details = [
-        {"field": ".".join(str(p) for p in err["loc"]) or where, "message": err["msg"]}
-        for err in exc.errors(include_url=False, include_context=False, include_input=False)
-    ]
-    summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+    """422 naming each bad field once: `invalid body: team_size: ...`, and a fault of the
+    whole body (not JSON, not an object) as `invalid body: ...`, not `body: body: ...`."""
+    details, parts = [], []
+    for err in exc.errors(include_url=False, include_context=False, include_input=False):
+        message = str(err["msg"])
+        for prefix in _VALIDATOR_PREFIXES:
+            message = message.removeprefix(prefix)
+        field = ".".join(str(p) for p in err["loc"])
+        details.append({"field": field or where, "message": message})
+        parts.append(f"{field}: {message}" if field else message)
+    summary = "; ".join(parts)
     return errors.InvalidRequest(f"invalid {where}: {summary}", errors=details)
 
 
