@@ -6,22 +6,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import secrets
 import signal
 import socket
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from groupbuy import __version__
-from groupbuy.api import ACCESS_LOGGER
-from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
+from groupbuy.api.logformat import configure_logging, flush_logs
 from groupbuy.metrics import multiprocess_dir
-from groupbuy.settings import Settings, SettingsError, load_settings
+from groupbuy.settings import LogSettings, Settings, SettingsError, load_settings
 from groupbuy.storage.redis_client import describe
 
 if TYPE_CHECKING:
@@ -29,8 +31,6 @@ if TYPE_CHECKING:
     from groupbuy.storage.db import Database
 
 T = TypeVar("T")
-
-_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]:
@@ -44,9 +44,46 @@ def _settings_for_serve(args: argparse.Namespace) -> tuple[Settings, str | None]
         settings = settings.replace("server", **server)
     generated = None
     if not settings.auth.api_keys:
-        generated = f"dev-{secrets.token_urlsafe(24)}"
+        if not _loopback(settings.server.host):
+            raise SettingsError(
+                f"serving on {settings.server.host} (beyond this machine) needs API keys of "
+                "your own: set GROUPBUY_API_KEYS (the development key is for loopback only)"
+            )
+        generated = _development_key(Path(settings.embedded.data_dir))
         settings = settings.replace("auth", api_keys=(f"admin:{generated}",))
     return settings, generated
+
+
+DEV_KEY_FILE = "dev-admin-key"
+"""The file in the data directory that keeps the generated development admin key."""
+
+
+def _development_key(data_dir: Path) -> str:
+    """The development admin key kept in `data_dir` (owner-only), made on the first start:
+    the same key after a restart, so an exported GROUPBUY_KEY keeps working."""
+    path = data_dir / DEV_KEY_FILE
+    with contextlib.suppress(FileNotFoundError):
+        kept = path.read_text().strip()
+        if kept:
+            os.chmod(path, 0o600)  # an older or copied file: owner-only again
+            return kept
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = f"dev-{secrets.token_urlsafe(24)}"
+    # Created owner-only: the key never sits in a file others may read, not even briefly.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
+
+
+def _loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _redis_for_serve(settings: Settings, stack: contextlib.ExitStack) -> tuple[Settings, str]:
@@ -99,11 +136,11 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         settings, generated = _settings_for_serve(args)
+        _configure_logging(settings)
         _check_database(settings)
     except (SettingsError, OSError) as exc:
         print(f"groupbuy: {exc}", file=sys.stderr)
         return 2
-    _configure_logging(settings)
     with _stopping_on_signals(), contextlib.ExitStack() as stack:
         # The port first: when it is taken, nothing else starts and nothing says "listening".
         try:
@@ -132,8 +169,19 @@ def serve(args: argparse.Namespace) -> int:
             except SettingsError as exc:
                 print(f"groupbuy: {exc}", file=sys.stderr)
                 return 2
-        return _run_server(settings, sock, redis_line, generated, args.config)
-    return 0  # stopped by a signal before the server ran
+        status = _run_server(settings, sock, redis_line, generated, args.config)
+        if status:
+            return status
+    # Here after a signal (the server's, or one before it ran) and everything stopped.
+    _say_stopped()
+    return 0
+
+
+def _say_stopped() -> None:
+    """The last line of a clean stop, after every part (server, engine, jobs) has ended."""
+    flush_logs()  # the access lines of the last requests come before it
+    print(f"groupbuy {__version__} stopped")
+    sys.stdout.flush()
 
 
 async def _check_redis(settings: Settings) -> None:
@@ -158,6 +206,7 @@ def _checked_settings(args: argparse.Namespace) -> Settings | None:
     after one line saying why not (the caller exits 2)."""
     try:
         settings = load_settings(args.config)
+        _configure_logging(settings)
         _check_database(settings)
     except (SettingsError, OSError) as exc:
         print(f"groupbuy: {exc}", file=sys.stderr)
@@ -231,6 +280,14 @@ def _join_sqlite_threads() -> None:
             thread.join(timeout=2)
 
 
+def _missing_sqlite_file(settings: Settings) -> bool:
+    """True when the database is a SQLite file that does not exist yet."""
+    from groupbuy.storage.db import sqlite_path
+
+    path = sqlite_path(settings.database.effective_url)
+    return path is not None and not os.path.exists(path)
+
+
 def _database_failure(settings: Settings, exc: BaseException) -> str:
     """One line about a database operation that failed: where, and the driver's reason."""
     from groupbuy.storage.db import shown_url
@@ -246,11 +303,15 @@ def _banner(settings: Settings, port: int, redis_line: str, generated: str | Non
 
     workers = settings.server.workers
     several = f" ({workers} workers)" if workers > 1 else ""
-    print(f"groupbuy {__version__} listening on http://{settings.server.host}:{port}{several}")
+    base = f"http://{_url_host(settings.server.host)}:{port}"
+    print(f"groupbuy {__version__} listening on {base}{several}")
+    print(f"  home:     {base}/  (what runs here)")
+    print(f"  API docs: {base}/docs")
     print(f"  redis:    {redis_line}")
     print(f"  database: {shown_url(settings.database.effective_url)}")
     if generated:
-        print("  no API keys configured; a development admin key was generated for this run:")
+        key_file = os.path.abspath(os.path.join(settings.embedded.data_dir, DEV_KEY_FILE))
+        print(f"  no API keys configured; the development admin key (kept in {key_file}):")
         print(f"    export GROUPBUY_KEY={generated}")
         print('    curl -H "Authorization: Bearer $GROUPBUY_KEY" ...')
     else:
@@ -263,6 +324,11 @@ def _banner(settings: Settings, port: int, redis_line: str, generated: str | Non
             f"X-Groupbuy-Signature; +-{settings.auth.signature_skew_s} s)"
         )
     sys.stdout.flush()
+
+
+def _url_host(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 def _run_server(
@@ -394,6 +460,7 @@ def worker(args: argparse.Namespace) -> int:
         except SettingsError as exc:  # [redis] strict and a Redis that could lose writes
             print(f"groupbuy: {exc}", file=sys.stderr)
             return 2
+    _say_stopped()
     return 0
 
 
@@ -411,6 +478,7 @@ async def _work(settings: Settings) -> None:
 def db(args: argparse.Namespace) -> int:
     """`groupbuy db upgrade|downgrade|current|history|revision`: the schema's migrations."""
     from groupbuy import migrations
+    from groupbuy.storage.db import shown_url
 
     if args.db_command == "history":
         for revision in reversed(migrations.history()):
@@ -423,6 +491,14 @@ def db(args: argparse.Namespace) -> int:
     settings = _checked_settings(args)
     if settings is None:
         return 2
+    missing = _missing_sqlite_file(settings)
+    if args.db_command == "current" and missing:
+        # Read without creating: opening the file would leave an empty groupbuy.db behind.
+        print(
+            f"none: {shown_url(settings.database.effective_url)}: no database file yet; "
+            f"`groupbuy serve` creates it at {migrations.head()}"
+        )
+        return 1 if args.check else 0
     try:
         return _run_on_database(lambda: _db(args, settings))
     except migrations.SchemaNotCurrent as exc:
@@ -447,6 +523,9 @@ async def _db(args: argparse.Namespace, settings: Settings) -> int:
             if problem is None:
                 print(f"{shown} (head): {where}")
                 return 0
+            if database.is_sqlite and found.known and found.revision != migrations.head():
+                # Behind or empty: `groupbuy serve` upgrades SQLite itself at start.
+                problem = f"`groupbuy serve` upgrades it to {migrations.head()} at start"
             print(f"{shown}: {where}: {problem}")
             return 1 if args.check else 0
         if args.db_command == "upgrade":
@@ -505,17 +584,8 @@ def app_from_environment() -> object:
 
 
 def _configure_logging(settings: Settings) -> None:
-    """Log INFO and up to stderr; with access_log_json each access line is bare JSON."""
-    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)  # no-op once configured
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # its set-up chatter at INFO
-    access = logging.getLogger(ACCESS_LOGGER)
-    if not access.handlers:
-        # One line per request: written in batches, not one system call each.
-        handler = BufferedLineHandler()
-        line_format = "%(message)s" if settings.server.access_log_json else _LOG_FORMAT
-        handler.setFormatter(CachedTimeFormatter(line_format))
-        access.addHandler(handler)
-        access.propagate = False
+    """Every line to stderr as [log] says: its level, format and access lines."""
+    configure_logging(settings.log.level, settings.log.access_log, settings.log.format)
 
 
 _CONFIGURATION_HELP = """\
@@ -523,29 +593,32 @@ configuration:
   Settings come from config.toml (--config, else $GROUPBUY_CONFIG, else ./config.toml
   when present, else the built-in defaults), then from environment variables named
   GROUPBUY_<SECTION>_<NAME> for the key <name> of the section [<section>], which win
-  over the file (e.g. GROUPBUY_SERVER_PORT=9000). An unknown GROUPBUY_* variable is
-  warned about at start-up. The main ones:
+  over the file (e.g. GROUPBUY_SERVER_PORT=9000). A GROUPBUY_* variable that resembles
+  a setting but is none (a misspelling) stops the command with exit status 2; an
+  unknown key in config.toml too. The main ones:
     GROUPBUY_REDIS_URL        redis://host:port/db or unix:///path; unset: the embedded
                               engine, kept in GROUPBUY_EMBEDDED_DATA_DIR
     GROUPBUY_DATABASE_URL     sqlite+aiosqlite:///path.db or postgresql+asyncpg://...;
                               unset: ./groupbuy.db
-    GROUPBUY_API_KEYS         role:secret[,role:secret...], role service or admin;
-                              unset: serve generates an admin key for the run
+    GROUPBUY_API_KEYS         role:secret[,role:secret...], role service, admin or viewer;
+                              unset: serve uses a development admin key kept in the data
+                              directory (loopback only)
+    GROUPBUY_SERVER_HOST, GROUPBUY_SERVER_PORT, GROUPBUY_SERVER_WORKERS
+                              what serve's --host, --port and --workers set
+    GROUPBUY_LOG_LEVEL, GROUPBUY_LOG_FORMAT, GROUPBUY_LOG_ACCESS_LOG
+                              debug|info|warning|error, text|json, true|false
 """
+_SEE_CONFIGURATION = "Settings and their variables: `groupbuy --help`.\n"
 
 _SERVE_HELP = (
     "Serve the HTTP API with uvicorn until SIGINT or SIGTERM. Each process also runs the "
-    "scheduled jobs when it holds the scheduler lease. Flags override [server] settings."
+    "scheduled jobs when it holds the scheduler lease. Flags override [server] settings. "
+    "On PostgreSQL the database must be at this version's schema revision (run `groupbuy "
+    "db upgrade` first); the SQLite default upgrades itself at start."
 )
 _SERVE_EPILOG = (
-    _CONFIGURATION_HELP
-    + """    GROUPBUY_SERVER_HOST, GROUPBUY_SERVER_PORT, GROUPBUY_SERVER_WORKERS
-                              what --host, --port and --workers set
-    GROUPBUY_SERVER_HEADER_TIMEOUT_S, GROUPBUY_SERVER_BODY_TIMEOUT_S
-                              slow clients are cut off after these
-  On PostgreSQL the database must be at this version's schema revision (run
-  `groupbuy db upgrade` first); the SQLite default upgrades itself at start.
-exit status: 0 after a signal, 2 for a configuration error (the database schema not at
+    _SEE_CONFIGURATION
+    + """exit status: 0 after a signal, 2 for a configuration error (the database schema not at
 this version's revision included), 1 when the port is in use, 3 when the service did not
 start (the database could not be reached, or a worker failed to start; the reason is above).
 """
@@ -553,110 +626,140 @@ start (the database could not be reached, or a worker failed to start; the reaso
 _WORKER_HELP = (
     "Run only the scheduled jobs (records to SQL, sweeps, expiry, repair, reconcile) until "
     "SIGINT or SIGTERM, beside `groupbuy serve` processes that run with "
-    "GROUPBUY_SCHEDULER_ENABLED=false or compete for the same lease."
+    "GROUPBUY_SCHEDULER_ENABLED=false or compete for the same lease. With no "
+    "GROUPBUY_REDIS_URL the worker attaches to the engine a running `groupbuy serve` keeps "
+    "in the same GROUPBUY_EMBEDDED_DATA_DIR."
 )
 _WORKER_EPILOG = (
-    _CONFIGURATION_HELP
-    + """  With no GROUPBUY_REDIS_URL the worker attaches to the engine a running
-  `groupbuy serve` keeps in the same GROUPBUY_EMBEDDED_DATA_DIR.
-exit status: 0 after a signal, 2 for a configuration error (the database schema not at
+    _SEE_CONFIGURATION
+    + """exit status: 0 after a signal, 2 for a configuration error (the database schema not at
 this version's revision included).
 """
 )
 _DB_HELP = (
     "The schema's migrations, shipped inside the package (Alembic): upgrade the database "
     "named by GROUPBUY_DATABASE_URL / [database] url, or say where it stands. Run "
-    "`groupbuy db upgrade` before starting a new version on PostgreSQL."
+    "`groupbuy db upgrade` before starting a new version on PostgreSQL; `groupbuy serve` "
+    "upgrades SQLite itself. A database made by versions before migrations (tables, no "
+    "alembic_version) is checked against revision 0001 and stamped with it by `upgrade`."
 )
 _DB_EPILOG = (
-    _CONFIGURATION_HELP
-    + """  A database made by versions before migrations (tables, no alembic_version) is
-  checked against revision 0001 and stamped with it by `upgrade`.
-exit status: 0 on success, 1 when the database cannot be reached or a migration failed
+    _SEE_CONFIGURATION
+    + """exit status: 0 on success, 1 when the database cannot be reached or a migration failed
 (`current --check`: also when the schema is not at this version's revision), 2 for a
 configuration error or a schema that cannot be adopted.
 """
 )
+_DB_STEPS = {
+    "upgrade": "apply the migrations up to REVISION (default: head)",
+    "downgrade": "undo the migrations down to REVISION ('base': no tables at all)",
+    "current": "the database's revision, and whether it is current (never creates it)",
+    "history": "the revisions this version ships, newest first",
+    "revision": "for developers: write a new revision file into the package",
+}
+_CONFIG_HELP = "path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
+
+
+def _paragraph(text: str) -> str:
+    """One paragraph wrapped for an 80-column terminal (the epilogs keep their own lines)."""
+    return textwrap.fill(text, width=79)
+
+
+def _options() -> argparse.ArgumentParser:
+    """The options every command takes, before or after its subcommand: given at one
+    level they are not reset by another (SUPPRESS: no default written there)."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
+    return options
+
+
+def _command(commands: Any, name: str, summary: str, about: str, epilog: str) -> Any:
+    """A subcommand's parser: its summary in the list, its paragraph, its epilog as written."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=_paragraph(about),
+        epilog=epilog,
+        parents=[_options()],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def _add_db_parser(commands: Any) -> None:
     """`groupbuy db ...` and its subcommands."""
-    schema = commands.add_parser(
+    schema = _command(
+        commands,
         "db",
-        help="the database schema's migrations (upgrade, current, history)",
-        description=_DB_HELP,
-        epilog=_DB_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the database schema's migrations: " + ", ".join(_DB_STEPS),
+        _DB_HELP,
+        _DB_EPILOG,
     )
-    config_help = "path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
     schema.set_defaults(func=db)
-    steps = schema.add_subparsers(dest="db_command", required=True)
-    up = steps.add_parser("upgrade", help="apply the migrations up to REVISION (default: head)")
-    up.add_argument("revision", nargs="?", default="head", help="target revision (default head)")
-    down = steps.add_parser(
-        "downgrade", help="undo the migrations down to REVISION ('base': no tables at all)"
+    steps = schema.add_subparsers(
+        dest="db_command", required=True, metavar="{" + ",".join(_DB_STEPS) + "}"
     )
-    down.add_argument("revision", help="target revision, or base")
-    now = steps.add_parser("current", help="the database's revision, and whether it is current")
-    now.add_argument(
+    step = {
+        name: steps.add_parser(
+            name,
+            help=about,
+            description=_paragraph(about[0].upper() + about[1:] + "."),
+            parents=[_options()],
+        )
+        for name, about in _DB_STEPS.items()
+    }
+    step["upgrade"].add_argument(
+        "revision", nargs="?", default="head", help="target revision (default head)"
+    )
+    step["downgrade"].add_argument("revision", help="target revision, or base")
+    step["current"].add_argument(
         "--check",
         action="store_true",
         help="exit 1 unless the schema is at this version's revision",
     )
-    steps.add_parser("history", help="the revisions this version ships, newest first")
-    new = steps.add_parser(
-        "revision", help="write a new revision file into the package (for developers)"
-    )
-    new.add_argument("-m", "--message", required=True, help="what the revision changes")
-    new.add_argument(
+    step["revision"].add_argument("-m", "--message", required=True, help="what it changes")
+    step["revision"].add_argument(
         "--autogenerate",
         action="store_true",
         help="fill it with the differences between the models and the database (at head)",
     )
-    for step in (up, down, now, new):
-        step.add_argument("--config", help=config_help)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The whole command line: `groupbuy [--config C] serve|worker|db ...`."""
+    parser = argparse.ArgumentParser(
+        prog="groupbuy",
+        description=_paragraph(" ".join(str(__doc__).split())),
+        epilog=_CONFIGURATION_HELP
+        + "Run `groupbuy <command> --help` for a command's options and exit status.\n",
+        parents=[_options()],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(config=None)
+    parser.add_argument("--version", action="version", version=f"groupbuy {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker,db}")
+    run = _command(commands, "serve", "run the HTTP API", _SERVE_HELP, _SERVE_EPILOG)
+    run.add_argument("--host", help="interface to listen on (default from config)")
+    run.add_argument("--port", type=int, help="port to listen on (default from config)")
+    run.add_argument("--workers", type=int, help="worker processes (default from config)")
+    run.set_defaults(func=serve)
+    work = _command(
+        commands,
+        "worker",
+        "run the scheduled jobs alone (records to SQL, sweeps, expiry, repair)",
+        _WORKER_HELP,
+        _WORKER_EPILOG,
+    )
+    work.set_defaults(func=worker)
+    _add_db_parser(commands)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `groupbuy` console script."""
-    parser = argparse.ArgumentParser(
-        prog="groupbuy",
-        description=__doc__,
-        epilog=_CONFIGURATION_HELP + "Run `groupbuy serve --help` for the server's settings.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"groupbuy {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser(
-        "serve",
-        help="run the HTTP API",
-        description=_SERVE_HELP,
-        epilog=_SERVE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    run.add_argument("--host", help="interface to listen on (default from config)")
-    run.add_argument("--port", type=int, help="port to listen on (default from config)")
-    run.add_argument("--workers", type=int, help="worker processes (default from config)")
-    run.add_argument(
-        "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
-    )
-    run.set_defaults(func=serve)
-    work = commands.add_parser(
-        "worker",
-        help="run the scheduled jobs alone (records to SQL, sweeps, expiry, repair)",
-        description=_WORKER_HELP,
-        epilog=_WORKER_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    work.add_argument(
-        "--config", help="path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
-    )
-    work.set_defaults(func=worker)
-    _add_db_parser(commands)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
-    # Alembic says at INFO how it sets itself up each time; the commands say the outcome.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    args = _parser().parse_args(argv)
+    # Until the settings are read (their own warnings included): the defaults of [log].
+    defaults = LogSettings()
+    configure_logging(defaults.level, defaults.access_log, defaults.format)
     return int(args.func(args))
 
 

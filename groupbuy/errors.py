@@ -172,3 +172,15 @@ class DatabaseUnavailable(Unavailable):
 
 class InternalError(GroupBuyError):
     status_code, code, title = 500, "internal_error", "Internal error"
+
+
+def every_error() -> list[type[GroupBuyError]]:
+    """One class per code the API can answer (the first met of a code), by status then code:
+    what the problem documentation lists."""
+    found: dict[str, type[GroupBuyError]] = {}
+    pending: list[type[GroupBuyError]] = [GroupBuyError]
+    while pending:
+        cls = pending.pop(0)
+        found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return sorted(found.values(), key=lambda cls: (cls.status_code, cls.code))

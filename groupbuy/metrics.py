@@ -9,6 +9,7 @@ that directory and `render()` sums them (gauges keep the most recent write inste
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import shutil
@@ -24,6 +25,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
     multiprocess,
 )
@@ -32,6 +34,24 @@ from groupbuy import errors
 from groupbuy.outcome import Outcome
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# A `_created` series per counter and histogram doubles the text of /metrics and says when
+# the process started, which process_start_time_seconds already says.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+REQUEST_OUTCOME: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "groupbuy_request_outcome", default=None
+)
+"""Where the access log finds a request's outcome code: the request's middleware sets an
+empty list, `note_outcome` appends (a list, so tasks started by the request write it too)."""
+
+
+def note_outcome(code: str) -> None:
+    """Record the outcome code (`grabbed`, `team_full`...) of the request being served."""
+    slot = REQUEST_OUTCOME.get()
+    if slot is not None:
+        slot.append(code)
+
 
 # Requests are decided by one script call: most answer in a few milliseconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -197,6 +217,7 @@ def counts_outcomes(
                 raise
             finally:
                 child(*labels, outcome).inc()
+                note_outcome(outcome)
 
         return counted
 

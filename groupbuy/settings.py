@@ -78,7 +78,6 @@ class ServerSettings(_Section):
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     max_body_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 65536
-    access_log_json: bool = False
     # A request's head (line and headers) must arrive within this, from the connection or
     # from its first byte after a keep-alive pause; else the connection is closed.
     header_timeout_s: Annotated[float, Field(ge=0.05, le=3600)] = 10.0
@@ -409,6 +408,16 @@ class ConsoleSettings(_Section):
     live_stream_s: Annotated[float, Field(ge=0.1, le=86400)] = 300.0
 
 
+class LogSettings(_Section):
+    """What the service logs to stderr, and in which form: every line, access lines included."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    # One line per request on the `groupbuy.access` logger (at INFO).
+    access_log: bool = True
+    # text: `time LEVEL logger: message`; json: one object per line, the same for every logger.
+    format: Literal["text", "json"] = "text"
+
+
 class Settings(_Section):
     """Every setting of the service, one frozen object."""
 
@@ -424,6 +433,7 @@ class Settings(_Section):
     ratelimit: RateLimitSettings = RateLimitSettings()
     webhooks: WebhookSettings = WebhookSettings()
     console: ConsoleSettings = ConsoleSettings()
+    log: LogSettings = LogSettings()
 
     def replace(self, section: str, **values: Any) -> Settings:
         """A copy with some values of one section changed (CLI flags, tests), checked again."""
@@ -488,18 +498,31 @@ def _from_environment(
     return found, sources
 
 
-def _warn_unknown_variables(environ: Mapping[str, str]) -> None:
-    """One WARNING per GROUPBUY_* variable that is no setting: a misspelt one is otherwise
-    silently ignored. Names the closest setting when one is close."""
+def _did_you_mean(name: str, known: typing.Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The known name closest to a misspelt one, when one is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def _check_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Refuse (SettingsError) a GROUPBUY_* variable that is no setting but resembles one: a
+    misspelt GROUPBUY_REDIS_URL would otherwise run the service on another Redis. One that
+    resembles none (another tool's) is warned about, once."""
     known = _variable_names()
+    misspelt = []
     for variable in sorted(environ):
         if not variable.startswith("GROUPBUY_") or variable in known:
             continue
         if variable in NON_SETTING_VARIABLES or variable.startswith(NON_SETTING_PREFIXES):
             continue
-        close = difflib.get_close_matches(variable, known, n=1, cutoff=0.8)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        log.warning("unknown environment variable %s is ignored%s", variable, hint)
+        # Long names share GROUPBUY_ and a section: only a near-identical one is a misspelling.
+        close = _did_you_mean(variable, known, cutoff=0.8)
+        if close:
+            misspelt.append(f"unknown environment variable {variable} (did you mean {close}?)")
+        else:
+            log.warning("unknown environment variable %s is ignored", variable)
+    if misspelt:
+        raise SettingsError("; ".join(misspelt))
 
 
 def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) -> str:
@@ -511,8 +534,13 @@ def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) 
         return f"{variable}: {_message(error, source, {})}"
     if error["type"] == "extra_forbidden":
         if len(location) == 1:
-            return f"unknown section(s) in {source}: {location[0]}"
-        return f"unknown key(s) in [{location[0]}]: {location[1]}"
+            close = _did_you_mean(location[0], Settings.model_fields)
+            hint = f" (did you mean [{close}]?)" if close else ""
+            return f"unknown section(s) in {source}: {location[0]}{hint}"
+        section = typing.cast(type[BaseModel], Settings.model_fields[location[0]].annotation)
+        close = _did_you_mean(location[1], section.model_fields)
+        hint = f" (did you mean {close}?)" if close else ""
+        return f"unknown key(s) in [{location[0]}]: {location[1]}{hint}"
     where = f"[{location[0]}] {'.'.join(location[1:])}" if location else source
     if len(location) == 1:
         if error["type"] == "value_error":  # a rule over several keys of the section
@@ -559,7 +587,7 @@ def load_settings(
     for section, values in overrides.items():
         given = merged.get(section, {})
         merged[section] = {**given, **values} if isinstance(given, dict) else given
-    _warn_unknown_variables(environ)
+    _check_unknown_variables(environ)
     return _validated(Settings, merged, str(path or "the environment"), variables)
 
 
@@ -570,6 +598,7 @@ __all__ = [
     "ConsoleSettings",
     "EmbeddedSettings",
     "LockTtlS",
+    "LogSettings",
     "PacketLifetimeS",
     "RateLimitSettings",
     "Settings",

@@ -1,20 +1,25 @@
-"""The access log's buffered handler and the orjson answers: cheaper, nothing lost or changed."""
+"""The access log's buffered handler and the orjson answers (cheaper, nothing lost or
+changed), and [log]: one format for every line."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import re
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse
 
+from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
 from groupbuy.api.jsonbody import FastJSONResponse
+from groupbuy.api.logformat import JsonFormatter, configure_logging, flush_logs
 from groupbuy.storage.timefmt import iso_ms
 
 
@@ -104,3 +109,87 @@ def test_without_a_stream_lines_go_to_the_stderr_of_the_moment(
     log.info("to the second")
     handler.flush()
     assert second.getvalue() == "to the second\n"
+
+
+# -- [log]: one format for every line ---------------------------------------------------------
+
+
+@pytest.fixture
+def clean_logging() -> Iterator[None]:
+    """Put back the root and access loggers as they were (configure_logging changes both)."""
+    root, access = logging.getLogger(), logging.getLogger(ACCESS_LOGGER)
+    saved = (list(root.handlers), root.level, list(access.handlers), access.level)
+    propagate = access.propagate
+    yield
+    for handler in access.handlers:
+        if handler not in saved[2]:
+            handler.flush()
+    root.handlers, root.level, access.handlers, access.level = saved
+    access.propagate = propagate
+
+
+@pytest.mark.usefixtures("clean_logging")
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_every_logger_writes_in_the_one_format(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure_logging("info", True, form)
+    configure_logging("info", True, form)  # again (a worker process, a second command): once
+    logging.getLogger("groupbuy.somewhere").warning("careful: %d", 7)
+    logging.getLogger("uvicorn.error").error("a server line")
+    logging.getLogger("groupbuy.quiet").debug("below the level")
+    record = logging.LogRecord(
+        ACCESS_LOGGER, logging.INFO, "", 0, "%s %s %s", ("GET", "/healthz", "-"), None
+    )
+    record.field_names = ("method", "route", "outcome")
+    logging.getLogger(ACCESS_LOGGER).handle(record)
+    flush_logs()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    if form == "text":
+        stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+        assert re.fullmatch(rf"{stamp} WARNING groupbuy.somewhere: careful: 7", lines[0])
+        assert re.fullmatch(rf"{stamp} ERROR uvicorn.error: a server line", lines[1])
+        assert re.fullmatch(rf"{stamp} INFO groupbuy.access: GET /healthz -", lines[2])
+        return
+    parsed = [json.loads(line) for line in lines]
+    for line in parsed:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line.pop("time"))
+    assert parsed == [
+        {"level": "WARNING", "logger": "groupbuy.somewhere", "message": "careful: 7"},
+        {"level": "ERROR", "logger": "uvicorn.error", "message": "a server line"},
+        {
+            "level": "INFO",
+            "logger": ACCESS_LOGGER,
+            "method": "GET",
+            "route": "/healthz",
+            "outcome": "-",
+        },
+    ]
+
+
+@pytest.mark.usefixtures("clean_logging")
+def test_the_level_and_access_log_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure_logging("warning", False, "text")
+    logging.getLogger("groupbuy.x").info("hidden")
+    logging.getLogger(ACCESS_LOGGER).info("hidden too")
+    logging.getLogger("groupbuy.x").warning("shown")
+    flush_logs()
+    assert [line.rsplit(": ", 1)[1] for line in stream.getvalue().splitlines()] == ["shown"]
+    # access lines are their own switch: on, they are written whatever the level
+    configure_logging("warning", True, "text")
+    logging.getLogger(ACCESS_LOGGER).info("an access line")
+    flush_logs()
+    assert stream.getvalue().splitlines()[-1].endswith("groupbuy.access: an access line")
+
+
+def test_a_traceback_stays_inside_its_json_line() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        record = logging.LogRecord("x", logging.ERROR, "", 0, "failed", (), sys.exc_info())
+    [line] = JsonFormatter().format(record).splitlines()
+    parsed = json.loads(line)
+    assert parsed["message"] == "failed" and "RuntimeError: boom" in parsed["exception"]

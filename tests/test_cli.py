@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,23 +20,25 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from groupbuy import __version__
 from groupbuy.cli import _check_database, main
 from groupbuy.redpacket.models import AccountRow, GrabRow
 from groupbuy.settings import SettingsError, load_settings
 from groupbuy.storage.db import Database
 from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN, SERVICE
-from tests.support.service import run_groupbuy, service_environment, start_service
+from tests.support.service import Service, run_groupbuy, service_environment, start_service
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["worker", "--help"]])
-def test_help_exits_0_and_names_the_configuration(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exited:
-        main(argv)
+        main([*argv, "--help"])
     assert exited.value.code == 0
-    text = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_help_names_the_configuration_once(capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_of([], capsys)
     for words in (
         "config.toml",
         "GROUPBUY_CONFIG",
@@ -42,24 +46,72 @@ def test_help_exits_0_and_names_the_configuration(
         "GROUPBUY_REDIS_URL",
         "GROUPBUY_DATABASE_URL",
         "GROUPBUY_API_KEYS",
+        "GROUPBUY_SERVER_PORT",
+        "GROUPBUY_LOG_FORMAT",
     ):
-        assert words in text, words
+        assert text.count(words) >= 1, words
+    for command in (["serve"], ["worker"], ["db"], ["db", "current"]):
+        page = help_of(command, capsys)
+        assert "GROUPBUY_<SECTION>_<NAME>" not in page and "configuration:" not in page, page
+    for command in (["serve"], ["worker"], ["db"]):
+        assert "`groupbuy --help`" in help_of(command, capsys), command
 
 
 def test_the_description_is_a_whole_sentence(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    text = capsys.readouterr().out
+    text = help_of([], capsys)
     assert "`groupbuy worker` the background." not in text
-    assert "`groupbuy worker` runs only the scheduled jobs" in text
+    assert "`groupbuy worker` runs only the scheduled jobs" in " ".join(text.split())
 
 
-def test_serve_help_names_the_server_variables(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["serve", "--help"])
-    text = capsys.readouterr().out
-    for name in ("GROUPBUY_SERVER_PORT", "GROUPBUY_SERVER_WORKERS", "exit status"):
-        assert name in text, name
+@pytest.mark.parametrize("command", [["serve"], ["worker"], ["db"]])
+def test_each_command_is_one_wrapped_paragraph_then_its_exit_status(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_of(command, capsys)
+    about = text.split("\n\n")[1]  # after the usage
+    assert all(len(line) <= 79 for line in about.splitlines()), about
+    assert "\n\n" not in about and about.endswith("."), about
+    assert "exit status:" in text
+
+
+def test_db_help_lists_every_subcommand_and_marks_revision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = help_of(["db"], capsys)
+    for step in ("upgrade", "downgrade", "current", "history", "revision"):
+        assert re.search(rf"^    {step} +\S", text, re.MULTILINE), step
+    assert re.search(r"^    revision +for developers", text, re.MULTILINE)
+    top = help_of([], capsys)
+    assert "upgrade, downgrade, current, history, revision" in " ".join(top.split())
+
+
+def test_a_missing_subcommand_names_the_choices_not_an_internal_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for argv in (["db"], []):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "db_command" not in err and "required: {" in err, err
+        assert "command" not in err.splitlines()[-1].replace("subcommand", ""), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config", "{c}", "db", "current"],
+        ["db", "--config", "{c}", "current"],
+        ["db", "current", "--config", "{c}"],
+    ],
+)
+def test_options_go_before_or_after_the_subcommand(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[server]\nport = 'abc'\n")
+    assert main([part.format(c=config) for part in argv]) == 2
+    assert capsys.readouterr().err == "groupbuy: [server] port must be a number, got 'abc'\n"
 
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
@@ -267,3 +319,109 @@ def test_the_rewritten_scheme_is_said_in_a_log_line(
         record.getMessage()
         == "database URL sqlite:// is read as sqlite+aiosqlite:// (the async driver)"
     )
+
+
+# -- the first hour: no surprises -------------------------------------------------------------
+
+
+def test_a_misspelt_variable_stops_the_start_naming_the_one_it_resembles(tmp_path: Path) -> None:
+    env = fakeredis_environment(tmp_path, GROUPBUY_REDIS_ULR="redis://127.0.0.1:6379/0")
+    done = run_groupbuy(tmp_path, env, "serve", "--port", "0")
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "groupbuy: unknown environment variable GROUPBUY_REDIS_ULR "
+        "(did you mean GROUPBUY_REDIS_URL?)"
+    ]
+
+
+def test_db_current_in_an_empty_directory_creates_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPBUY_")}
+    done = run_groupbuy(tmp_path, env, "db", "current")
+    assert done.returncode == 0, done
+    assert list(tmp_path.iterdir()) == []  # no groupbuy.db, not even an empty one
+    assert done.stdout == (
+        f"none: sqlite+aiosqlite:///{tmp_path}/groupbuy.db: no database file yet; "
+        "`groupbuy serve` creates it at 0005\n"
+    )
+    assert "upgrade" not in done.stdout and done.stderr == ""
+    checked = run_groupbuy(tmp_path, env, "db", "current", "--check")
+    assert checked.returncode == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_db_current_on_a_sqlite_file_behind_says_serve_upgrades_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPBUY_")}
+    assert run_groupbuy(tmp_path, env, "db", "upgrade", "0004").returncode == 0
+    done = run_groupbuy(tmp_path, env, "db", "current")
+    assert done.returncode == 0, done
+    assert done.stdout == (
+        f"0004: sqlite+aiosqlite:///{tmp_path}/groupbuy.db: "
+        "`groupbuy serve` upgrades it to 0005 at start\n"
+    )
+
+
+def wait_for_text(service: Service, text: str) -> str:
+    """The service's output once it contains `text` (bounded)."""
+    deadline = time.monotonic() + 30
+    while text not in service.text():
+        assert service.process.poll() is None, service.text()
+        assert time.monotonic() < deadline, service.text()
+        time.sleep(0.02)
+    return service.text()
+
+
+def without_keys(directory: Path) -> dict[str, str]:
+    env = fakeredis_environment(directory)
+    del env["GROUPBUY_API_KEYS"]
+    return env
+
+
+def test_the_development_key_survives_a_restart_and_is_owner_only(tmp_path: Path) -> None:
+    keys = []
+    for _ in range(2):
+        service = start_service(tmp_path, env=without_keys(tmp_path))
+        try:
+            text = wait_for_text(service, "export GROUPBUY_KEY=")
+            key = re.search(r"export GROUPBUY_KEY=(\S+)", text)
+            assert key, text
+            keys.append(key[1])
+            answer = httpx.get(
+                f"{service.url}/v1/events", headers={"Authorization": f"Bearer {key[1]}"}
+            )
+            assert answer.status_code == 200, answer.text
+        finally:
+            assert service.stop() == 0, service.text()
+    assert keys[0] == keys[1]
+    kept = tmp_path / "data" / "dev-admin-key"
+    assert kept.read_text().strip() == keys[0]
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert f"kept in {kept}" in service.text()
+
+
+def test_a_generated_key_beyond_loopback_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = run_groupbuy(tmp_path, without_keys(tmp_path), "serve", "--host", "0.0.0.0")
+    assert done.returncode == 2, done
+    [line] = done.stderr.splitlines()
+    assert "GROUPBUY_API_KEYS" in line and "0.0.0.0" in line, line
+    assert not (tmp_path / "data" / "dev-admin-key").exists()
+
+
+def test_start_up_lines_link_the_pages_and_show_the_database_absolute(tmp_path: Path) -> None:
+    env = fakeredis_environment(tmp_path, GROUPBUY_DATABASE_URL="sqlite:///relative.db")
+    service = start_service(tmp_path, env=env)
+    try:
+        text = wait_for_text(service, "database:")
+        assert f"  home:     {service.url}/  (what runs here)\n" in text
+        assert f"  API docs: {service.url}/docs\n" in text
+        assert f"  database: sqlite+aiosqlite:///{tmp_path}/relative.db\n" in text
+        assert httpx.get(f"{service.url}/").status_code == 200
+    finally:
+        assert service.stop() == 0, service.text()
+
+
+def test_ctrl_c_ends_with_a_stopped_line(tmp_path: Path) -> None:
+    service = start_service(tmp_path, env=fakeredis_environment(tmp_path))
+    wait_for_text(service, "listening on")
+    service.process.send_signal(signal.SIGINT)
+    assert service.process.wait(timeout=30) == 0, service.text()
+    assert service.text().splitlines()[-1] == f"groupbuy {__version__} stopped", service.text()

@@ -30,6 +30,7 @@ from starlette.testclient import TestClient
 from groupbuy import metrics
 from groupbuy.api import ACCESS_LOGGER, system
 from groupbuy.api.app import create_app
+from groupbuy.api.logformat import JsonFormatter
 from groupbuy.api.problems import handle_error
 from groupbuy.services import Services
 from groupbuy.settings import Settings
@@ -163,6 +164,14 @@ def test_metrics_is_open_prometheus_text_not_redirected(client: TestClient) -> N
     documented = client.get("/openapi.json").json()["paths"]["/metrics"]["get"]
     assert documented["security"] == []
     assert "text/plain" in documented["responses"]["200"]["content"]
+
+
+def test_metrics_has_no_created_series(client: TestClient) -> None:
+    """prometheus-client's `_created` series (one per counter and histogram) are off."""
+    assert grab(client, "nope", "u1") == 404  # a counter and a histogram with a value
+    text = client.get("/metrics").text
+    assert "groupbuy_grab_outcomes_total{" in text
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line]
 
 
 def test_lock_outcomes_count_exactly_the_attempts(
@@ -563,9 +572,52 @@ def test_access_log_one_line_per_request_with_template_status_and_request_id(
     records = access_records(caplog)
     assert len(records) == 2, [rec.getMessage() for rec in records]
     first, second = (rec.getMessage() for rec in records)
-    assert re.fullmatch(rf"POST {re.escape(LOCKS)} 201 \d+\.\d\dms request_id=req-42\.a_B", first)
-    assert second.startswith("GET unmatched 404 ") and "/no/such" not in second
+    assert re.fullmatch(
+        rf"POST {re.escape(LOCKS)} 201 locked \d+\.\d\dms activity_id=a team_id=t1 "
+        r"client=testclient request_id=req-42\.a_B",
+        first,
+    )
+    assert second.startswith("GET unmatched 404 not_found ") and "/no/such" not in second
     assert records[0].levelno == logging.INFO
+
+
+def test_an_access_line_names_the_outcome_the_ids_and_the_client(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both grab answers are a 200: the line tells `grabbed` from `already_grabbed`, and a
+    refusal by its code; an id that is no id is not written as it came."""
+    fund(client, "sender", 1000)
+    send(client, sender_id="sender", amount_cents=100, count=1, packet_id="p1")
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    caplog.clear()
+    assert grab(client, "p1", "u1") == 200
+    assert grab(client, "p1", "u1") == 200
+    assert grab(client, "p1", "u2") == 409
+    assert grab(client, "bad%20id%0Aforged", "u2") == 422  # decoded: a space, a newline
+    lines = [rec.getMessage() for rec in access_records(caplog)]
+    pattern = (
+        rf"POST {re.escape(GRAB)} (\d+) (\S+) \d+\.\d\dms packet_id=(\S+) "
+        rf"client=testclient request_id={GENERATED_ID.pattern}"
+    )
+    found = [re.fullmatch(pattern, line) for line in lines]
+    assert all(found), lines
+    assert [m.groups() for m in found if m] == [
+        ("200", "grabbed", "p1"),
+        ("200", "already_grabbed", "p1"),
+        ("409", "sold_out", "p1"),
+        ("422", "invalid_request", "<invalid>"),
+    ]
+
+
+def test_no_access_lines_when_access_log_is_false(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    with TestClient(create_app(settings.replace("log", access_log=False))) as client:
+        caplog.clear()
+        assert client.get("/healthz").status_code == 200
+        assert access_records(caplog) == []
+        assert scrape(client)  # the latency histogram is still observed
 
 
 @pytest.mark.parametrize("given", [None, "", "has space", "x" * 65, "a/b", "é".encode(), "a\tb"])
@@ -612,42 +664,58 @@ def test_no_secret_reaches_any_log_record(
 
 def test_json_access_log_lines_parse(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    app = create_app(settings.replace("server", access_log_json=True))
-    with TestClient(app) as client:
+    with TestClient(create_app(settings)) as client:
         caplog.clear()
         assert client.get("/healthz", headers={"X-Request-Id": "r1"}).status_code == 200
         assert lock(client, "u1") == 404
-    lines = [json.loads(rec.getMessage()) for rec in access_records(caplog)]
+    formatter = JsonFormatter()
+    lines = [json.loads(formatter.format(rec)) for rec in access_records(caplog)]
     assert [(line["route"], line["status"], line["method"]) for line in lines] == [
         ("/healthz", 200, "GET"),
         (LOCKS, 404, "POST"),
     ]
     assert lines[0]["request_id"] == "r1" and GENERATED_ID.fullmatch(lines[1]["request_id"])
+    assert lines[1]["outcome"] == "activity_not_found" and lines[0]["outcome"] == "-"
+    assert (lines[1]["activity_id"], lines[1]["team_id"]) == ("a", "t1")
+    base = {"time", "level", "logger", "request_id", "method", "route", "status", "outcome"}
     for line in lines:
-        assert set(line) == {"time", "request_id", "method", "route", "status", "duration_ms"}
+        assert set(line) - {"activity_id", "team_id"} == base | {"duration_ms", "client"}
+        assert line["level"] == "INFO" and line["logger"] == ACCESS_LOGGER
         assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
 
 
-def test_serve_logging_writes_bare_json_access_lines(tmp_path: Path) -> None:
-    """What `groupbuy serve` sets up: with access_log_json each access line is one JSON object."""
+def test_serve_logging_writes_every_line_as_json(tmp_path: Path) -> None:
+    """What `groupbuy serve` sets up with [log] format = "json": the access lines and every
+    other logger's lines alike are one JSON object each."""
     env = {
         **os.environ,
-        "GROUPBUY_SERVER_ACCESS_LOG_JSON": "true",
+        "GROUPBUY_LOG_FORMAT": "json",
         "GROUPBUY_API_KEYS": f"admin:{ADMIN_KEY}",
         "GROUPBUY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
     }
     env.pop(metrics.MULTIPROC_ENV, None)
     output = run_python(
         """
+        import logging
         from starlette.testclient import TestClient
         from groupbuy.cli import app_from_environment
         with TestClient(app_from_environment()) as client:
             assert client.get("/healthz").status_code == 200
             assert client.get("/metrics").status_code == 200
+        logging.getLogger("groupbuy.somewhere").warning("a %s line", "plain")
         """,
         env,
         cwd=tmp_path,
     )
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in output.splitlines()]
+    others = [line for line in lines if line["logger"] != ACCESS_LOGGER]
+    assert {
+        "time": others[-1]["time"],
+        "level": "WARNING",
+        "logger": "groupbuy.somewhere",
+        "message": "a plain line",
+    } == others[-1], output
+    assert all("message" in line and "time" in line for line in others), output
+    lines = [line for line in lines if line["logger"] == ACCESS_LOGGER]
     assert [line["route"] for line in lines] == ["/healthz", "/metrics"], output

@@ -3,16 +3,18 @@ OpenAPI document, no inline script, nothing from another origin)."""
 
 from __future__ import annotations
 
+import html
 import re
 
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from groupbuy import __version__
+from groupbuy import __version__, errors
 from groupbuy.api import pages
+from groupbuy.api.problems import PROBLEMS_PATH
 from tests.support.http import app_of, assert_problem
 
-PAGES = ("/", "/docs", "/docs/assets/docs.js", "/favicon.ico")
+PAGES = ("/", "/docs", PROBLEMS_PATH, "/docs/assets/docs.js", "/favicon.ico")
 SCRIPT_TAG = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S)
 REFERENCED = re.compile(r'(?:src|href)="([^"]+)"')
 
@@ -94,3 +96,23 @@ def test_pages_are_not_in_the_openapi_document(client: TestClient) -> None:
     }
     assert {route.path for route in pages.ROUTES} <= hidden
     assert not hidden & set(documented)
+
+
+def test_every_problem_code_is_documented_where_its_type_points(client: TestClient) -> None:
+    """A problem's `type` is `/docs/problems#<code>`: that page answers here, and lists each
+    code the API can answer, with its status and meaning, as the row with that id."""
+    page = client.get(PROBLEMS_PATH)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for cls in errors.every_error():
+        row = re.search(rf'<tr id="{cls.code}">(.*?)</tr>', page.text)
+        assert row, cls.code
+        assert f"<td>{cls.status_code}</td>" in row[1], row[1]
+        assert html.escape(cls.title) in row[1], row[1]
+    codes = [cls.code for cls in errors.every_error()]
+    assert len(codes) == len(set(codes))
+    assert {"team_full", "sold_out", "not_found", "invalid_request", "bad_request"} <= set(codes)
+    problem = assert_problem(client.get("/no/such/route"), 404, "not_found")
+    assert problem["type"] == f"{PROBLEMS_PATH}#not_found"
+    path, _hash, code = problem["type"].partition("#")
+    assert client.get(path).status_code == 200 and f'id="{code}"' in client.get(path).text
+    assert f'<a href="{PROBLEMS_PATH}">' in client.get("/").text

@@ -70,7 +70,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
         middleware=[
-            Middleware(ObserveRequests, json_lines=settings.server.access_log_json),
+            Middleware(ObserveRequests, access_log=settings.log.access_log),
             Middleware(LimitBodyTime, timeout_s=settings.server.body_timeout_s),
             Middleware(RejectAmbiguousPaths),
         ],

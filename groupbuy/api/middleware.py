@@ -8,7 +8,7 @@ raw path, and never a header or a body: bearer secrets and signatures stay out o
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import re
 import secrets
@@ -20,13 +20,14 @@ from groupbuy import errors
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.endpoints import ID_PATTERN
 from groupbuy.api.problems import problem_response
-from groupbuy.metrics import HTTP_DURATION, series
-from groupbuy.storage.timefmt import iso_ms
+from groupbuy.metrics import HTTP_DURATION, REQUEST_OUTCOME, series
 
 REQUEST_ID_HEADER = b"x-request-id"
 UNMATCHED = "unmatched"
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# A path id the access line shows as it is; another (a space, a newline) shows as <invalid>.
+_LOGGED_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 # Anything else is labelled OTHER so clients cannot invent label values.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -60,9 +61,9 @@ class ObserveRequests:
     """ASGI middleware: tag each request with an id (echoed as X-Request-Id), time it,
     observe the latency histogram and write one line to the `groupbuy.access` logger."""
 
-    def __init__(self, app: Any, json_lines: bool = False) -> None:
+    def __init__(self, app: Any, access_log: bool = True) -> None:
         self.app = app
-        self.json_lines = json_lines
+        self.access_log = access_log
         # Bounded: methods, route templates and statuses are finite sets.
         self._latency = series(HTTP_DURATION)
 
@@ -72,6 +73,8 @@ class ObserveRequests:
             return
         started = time.perf_counter()
         request_id = request_id_of(scope.get("headers") or ())
+        outcomes: list[str] = []
+        token = REQUEST_OUTCOME.set(outcomes)
         # Stays 500 when the app raises before answering (the outer error middleware answers).
         status = 500
 
@@ -87,34 +90,42 @@ class ObserveRequests:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self._observe(scope, status, time.perf_counter() - started, request_id)
+            REQUEST_OUTCOME.reset(token)
+            self._observe(scope, status, time.perf_counter() - started, request_id, outcomes)
 
-    def _observe(self, scope: Any, status: int, elapsed_s: float, request_id: str) -> None:
+    def _observe(
+        self, scope: Any, status: int, elapsed_s: float, request_id: str, outcomes: list[str]
+    ) -> None:
         method, route = method_of(scope), route_of(scope)
         self._latency(method, route, status).observe(elapsed_s)
-        if not log.isEnabledFor(logging.INFO):
+        if not self.access_log or not log.isEnabledFor(logging.INFO):
             return
-        duration_ms = round(elapsed_s * 1000, 2)
-        if self.json_lines:
-            line = {
-                "time": iso_ms(int(time.time() * 1000)),
-                "request_id": request_id,
-                "method": method,
-                "route": route,
-                "status": status,
-                "duration_ms": duration_ms,
-            }
-            _access_line("%s", (json.dumps(line, separators=(",", ":")),))
-        else:
-            _access_line(
-                "%s %s %d %.2fms request_id=%s", (method, route, status, duration_ms, request_id)
-            )
+        params = scope.get("path_params") or {}
+        line_format, names = _access_format(tuple(params))
+        ids = [value if _LOGGED_ID.fullmatch(value) else "<invalid>" for value in params.values()]
+        args = (
+            method,
+            route,
+            status,
+            outcomes[-1] if outcomes else "-",
+            round(elapsed_s * 1000, 2),
+            *ids,
+            (scope.get("client") or ("-",))[0],
+            request_id,
+        )
+        # Logger.info would search the call stack for a source line no access format shows.
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, line_format, args, None)
+        record.field_names = names  # the JSON format writes each arg under its name
+        log.handle(record)
 
 
-def _access_line(message: str, args: tuple[Any, ...]) -> None:
-    """Log one access line at INFO through the logger's handlers and filters, without
-    `Logger.info`'s search of the call stack for a source line no access format shows."""
-    log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None))
+@functools.lru_cache(maxsize=256)
+def _access_format(ids: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The text of an access line with these path ids, and the names of its arguments
+    (one per route: made once, not per request)."""
+    text = "%s %s %d %s %.2fms " + "".join(f"{name}=%s " for name in ids)
+    names = ("method", "route", "status", "outcome", "duration_ms", *ids, "client", "request_id")
+    return text + "client=%s request_id=%s", names
 
 
 class RejectAmbiguousPaths:

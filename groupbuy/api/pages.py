@@ -17,6 +17,7 @@ from starlette.routing import Route
 from swagger_ui_bundle import swagger_ui_path
 
 from groupbuy import __version__, errors
+from groupbuy.api.problems import PROBLEMS_PATH
 
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS_PATH = "/docs/assets"
@@ -44,6 +45,7 @@ LINKS = (
     ("/console", "Console: watch and steer a flash event"),
     ("/docs", "API reference: every operation, try it out with a key"),
     ("/openapi.json", "OpenAPI 3.1 document"),
+    (PROBLEMS_PATH, "Problem codes: what each error answer means"),
     ("/metrics", "Prometheus metrics"),
 )
 
@@ -99,6 +101,30 @@ async def docs(_request: Request) -> Response:
     return page(f"groupbuy {__version__} API reference", head, body)
 
 
+async def problems(_request: Request) -> Response:
+    """Every problem code with its status and meaning, each row the target of the `type`
+    URI of its answers (`/docs/problems#team_full`)."""
+    rows = "\n".join(
+        f'<tr id="{html.escape(cls.code)}"><td><code>{html.escape(cls.code)}</code></td>'
+        f"<td>{cls.status_code}</td><td>{html.escape(cls.title)}</td></tr>"
+        for cls in errors.every_error()
+    )
+    body = (
+        '<h1 id="problems">Problem codes</h1>\n'
+        "<p>Every error answer is <code>application/problem+json</code> (RFC 9457). Its "
+        "<code>code</code> is stable: branch on it. Its <code>type</code> links here.</p>\n"
+        "<table>\n<thead><tr><th>code</th><th>status</th><th>meaning</th></tr></thead>\n"
+        f"<tbody>\n{rows}\n</tbody>\n</table>"
+    )
+    return page(f"groupbuy {__version__} problem codes", _HOME_STYLE + _TABLE_STYLE, body)
+
+
+_TABLE_STYLE = """<style>
+table { border-collapse: collapse; } td, th { padding: 0.2rem 0.6rem; text-align: left; }
+tr:target { background: #fde8eb; }
+</style>"""
+
+
 async def asset(request: Request) -> Response:
     name = request.path_params["name"]
     path = ASSETS.get(name)
@@ -122,6 +148,7 @@ async def favicon(_request: Request) -> Response:
 ROUTES = [
     Route("/", home, methods=["GET"], include_in_schema=False),
     Route("/docs", docs, methods=["GET"], include_in_schema=False),
+    Route(PROBLEMS_PATH, problems, methods=["GET"], include_in_schema=False),
     Route(f"{ASSETS_PATH}/{{name}}", asset, methods=["GET"], include_in_schema=False),
     Route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False),
 ]

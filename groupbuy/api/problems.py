@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from groupbuy import errors
 from groupbuy.api.jsonbody import FastJSONResponse
 from groupbuy.api.ratelimit import SCOPE_KEY as RATELIMIT_FIELDS
-from groupbuy.metrics import BACKEND_ERRORS
+from groupbuy.metrics import BACKEND_ERRORS, note_outcome
 from groupbuy.storage.db import FAILURES as DATABASE_FAILURES
 from groupbuy.storage.db import unavailable as database_unavailable
 from groupbuy.storage.reachability import UNREACHABLE, unreachable
@@ -25,11 +25,21 @@ CLIENT_CLOSED_REQUEST = 499
 it was read (nginx's "client closed request"); nothing is sent."""
 
 
+PROBLEMS_PATH = "/docs/problems"
+"""The service's page that documents every problem code (groupbuy.api.pages)."""
+
+
+def problem_type(code: str) -> str:
+    """A code's problem type: a URI relative to the service (RFC 9457 allows it), naming
+    the code's entry on the service's own problem page."""
+    return f"{PROBLEMS_PATH}#{code}"
+
+
 def problem_body(error: errors.GroupBuyError) -> dict[str, Any]:
-    """The RFC 9457 body for an error: its type URL, title, status, code, detail and the
+    """The RFC 9457 body for an error: its type URI, title, status, code, detail and the
     context it carries."""
     return {
-        "type": f"https://groupbuy.dev/problems/{error.code}",
+        "type": problem_type(error.code),
         "title": error.title,
         "status": error.status_code,
         "code": error.code,
@@ -39,7 +49,8 @@ def problem_body(error: errors.GroupBuyError) -> dict[str, Any]:
 
 
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
-    """An application/problem+json answer for an error."""
+    """An application/problem+json answer for an error (its code is the request's outcome)."""
+    note_outcome(error.code)
     headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
     if isinstance(error, errors.RateLimited):
         headers = {"Retry-After": str(error.extra["retry_after_s"])}

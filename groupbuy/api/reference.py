@@ -128,7 +128,7 @@ A request a limit refuses costs none of its other limits anything.
 
 ```json
 {{
-  "type": "https://groupbuy.dev/problems/team_full",
+  "type": "/docs/problems#team_full",
   "title": "Every seat of the team is taken or locked",
   "status": 409,
   "code": "team_full",
@@ -138,7 +138,9 @@ A request a limit refuses costs none of its other limits anything.
 }}
 ```
 
-`code` is stable and is what a client should branch on; some codes add fields of
+`type` is relative to the service: `/docs/problems` lists every code with its status
+and meaning, and `#<code>` is that code's row. `code` is stable and is what a client
+should branch on; some codes add fields of
 their own (listed below with the code). Besides the codes listed per endpoint, any
 request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (with
 `Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`

@@ -62,6 +62,10 @@ class ServerConfig(uvicorn.Config):
     worker process of `--workers N`, so the limits travel with it)."""
 
     def __init__(self, app: Any, head_limits: HeadLimits, **options: Any) -> None:
+        # No log_config: uvicorn's lines go through the root logger, in the [log] format,
+        # rather than through a format of its own; its access lines are ours (groupbuy.access).
+        options.setdefault("log_config", None)
+        options.setdefault("access_log", False)
         super().__init__(app, http=GuardedHttpToolsProtocol, **options)
         self.head_limits = head_limits
 

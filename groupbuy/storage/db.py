@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -38,11 +39,31 @@ def missing_driver(url: str) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """The URL as the start-up message shows it: the password masked."""
+    """The URL as the start-up message shows it: the password masked, a SQLite file's path
+    absolute (so the operator knows which file, whatever directory they are in)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except exc.ArgumentError:
         return url
+    path = sqlite_path(url)
+    if path is not None:
+        parsed = parsed.set(database=os.path.abspath(path))
+    return parsed.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file a SQLite URL names, as given (relative or not); None for another database
+    or an in-memory one."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        return None
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):  # a URI filename: left as it is
+        return None
+    return database
 
 
 class Base(DeclarativeBase):
