@@ -15,7 +15,8 @@ read back: nobody over a team's size, every lock confirmed, every grab recorded.
     .venv/bin/python -m benchmarks.confirm_mix --before /path/to/other/checkout
 
 `--before` serves from another checkout (a worktree of main, say) in alternation with this
-one, round by round, on the same Redis and database server: a same-hour before/after.
+one (or the `--after` checkout), round by round, on the same Redis and database server: a
+same-hour before/after.
 """
 
 from __future__ import annotations
@@ -239,10 +240,12 @@ def run_confirm_mix(
     seconds: float | None = None,
     before: Path | None = None,
     rate: float = RATE,
+    after: Path = REPO,
 ) -> list[Row]:
-    """The rows of every database asked for (and the `before` checkout's, when given)."""
+    """The rows of every database asked for, served from the checkout `after` (this one
+    unless said), and from the `before` checkout in alternation, when given."""
     seconds = seconds or (QUICK_SECONDS if quick else SECONDS)
-    checkouts = {"after": REPO} if before is None else {"before": before, "after": REPO}
+    checkouts = {"after": after} if before is None else {"before": before, "after": after}
     redis_server = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
     postgres = start_postgres() if "postgresql" in databases else None
     out: list[Row] = []
@@ -267,6 +270,7 @@ def _main() -> None:
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s, all kinds")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--before", type=Path, help="another checkout to alternate with")
+    parser.add_argument("--after", type=Path, default=REPO, help="the checkout measured")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="groupbuy-confirm-mix-"))
     found = run_confirm_mix(
@@ -277,6 +281,7 @@ def _main() -> None:
         args.seconds,
         args.before,
         args.rate,
+        args.after,
     )
     for row in found:
         print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}))
