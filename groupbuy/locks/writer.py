@@ -48,6 +48,14 @@ class ActivityOutboxes:
         return self.keys.pending_activities(slot)
 
 
+def _one_lane(_owner: str) -> str:
+    return ""
+
+
+def _own_lane(owner: str) -> str:
+    return owner
+
+
 class TeamRecordWriter(RecordWriter):
     """Drains activities' outbox streams into SQL, one transaction per batch."""
 
@@ -64,7 +72,9 @@ class TeamRecordWriter(RecordWriter):
         self._reachability = reachability or Reachability("the configured URL")
         self._project = project_team_records
         dead_letters.register(self.engine, self._apply)
-        self._rounds = GroupCommit(self._commit)
+        # SQLite takes one writer at a time: every activity in one lane, their records in
+        # shared transactions. PostgreSQL takes them side by side: a lane per activity.
+        self._rounds = GroupCommit(self._commit, _one_lane if self._db.is_sqlite else _own_lane)
 
     async def drain_all(self, within: RunTime | None = None) -> int:
         """Drain every stream the pending index lists, oldest record first (one read of the
@@ -82,11 +92,12 @@ class TeamRecordWriter(RecordWriter):
         """Apply every entry now in activity `owner`'s stream to SQL (not those written while
         it runs: the next drain has them); returns how many it applied.
 
-        Callers share drains, whatever their activity (groupbuy/storage/groupcommit.py): a
-        caller joins the round that has not started yet, which reads every stream it lists
-        after the caller's entries were written, and commits the activities' records
-        together, at most a batch to a transaction. Many confirms at once, of one activity
-        or of many, cost about two rounds instead of a transaction each.
+        Callers share drains (groupbuy/storage/groupcommit.py): a caller joins its lane's
+        round that has not started yet, which reads every stream it lists after the
+        caller's entries were written, and commits the activities' records together, at
+        most a batch to a transaction. On SQLite every activity is in one lane; on
+        PostgreSQL each has its own. Many confirms at once cost about two rounds instead
+        of a transaction each.
         """
         return await self._rounds.join(owner)
 

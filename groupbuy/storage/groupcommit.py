@@ -2,12 +2,14 @@
 
 A round writes what several owners (activities) have waiting, in as few transactions as
 the records allow, and answers each owner's callers as soon as that owner's records are
-committed. One round runs at a time; a caller arriving meanwhile joins the round that is
-gathering (every record written before it joined is in that round's reads), so N
-concurrent confirms of any number of activities cost about two rounds, not N
-transactions queueing for SQLite's single writer. Nothing waits on purpose: a round starts
-as soon as the previous one ends, and how much one transaction takes is the writer's
-bound (its batch size).
+committed. One round runs at a time in a lane; a caller arriving meanwhile joins the
+lane's round that is gathering (every record written before it joined is in that round's
+reads). With one lane for every owner (SQLite, one writer at a time), N concurrent
+confirms of any number of activities cost about two rounds, not N transactions queueing
+for the writer; with a lane per owner (PostgreSQL, writers side by side), each activity's
+confirms share their own rounds, and activities do not wait for each other. Nothing
+waits on purpose: a round starts as soon as the previous one ends, and how much one
+transaction takes is the writer's bound (its batch size).
 """
 
 from __future__ import annotations
@@ -28,23 +30,29 @@ def _retrieved(future: asyncio.Future[int]) -> None:
 
 
 class GroupCommit:
-    """Rounds of `commit(waiters)`, one at a time; `commit` resolves each owner's future once
-    that owner's records are in SQL (those it leaves unresolved get its error, or 0)."""
+    """Rounds of `commit(waiters)`, one at a time in each lane; `commit` resolves each owner's
+    future once that owner's records are in SQL (those it leaves unresolved get its error,
+    or 0). `lane(owner)` names the owner's lane: one lane for all shares rounds across
+    owners; a lane per owner lets owners' rounds run side by side."""
 
-    def __init__(self, commit: Callable[[Waiters], Awaitable[None]]) -> None:
+    def __init__(
+        self, commit: Callable[[Waiters], Awaitable[None]], lane: Callable[[str], str]
+    ) -> None:
         self._commit = commit
-        self._gathering: Waiters | None = None  # the next round, not started yet
-        self._running: asyncio.Task[None] | None = None
+        self._lane = lane
+        self._gathering: dict[str, Waiters] = {}  # per lane: the next round, not started yet
+        self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def join(self, owner: str) -> int:
         """Wait for the owner's records written before this call to reach SQL; how many the
         round applied. The round runs in its own task: a cancelled caller never interrupts
         it mid-SQL."""
-        waiters = self._gathering
+        lane = self._lane(owner)
+        waiters = self._gathering.get(lane)
         if waiters is None:
-            waiters = self._gathering = {}
-            task = asyncio.create_task(self._run(self._running, waiters))
+            waiters = self._gathering[lane] = {}
+            task = asyncio.create_task(self._run(lane, self._running.get(lane), waiters))
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
         future = waiters.get(owner)
@@ -53,14 +61,16 @@ class GroupCommit:
             future.add_done_callback(_retrieved)
         return await asyncio.shield(future)
 
-    async def _run(self, previous: asyncio.Task[None] | None, waiters: Waiters) -> None:
+    async def _run(self, lane: str, previous: asyncio.Task[None] | None, waiters: Waiters) -> None:
+        me = asyncio.current_task()
+        assert me is not None
         try:
             if previous is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(previous)
-            if self._gathering is waiters:
-                self._gathering = None  # from here on, callers join the round after this one
-            self._running = asyncio.current_task()
+            if self._gathering.get(lane) is waiters:
+                del self._gathering[lane]  # from here on, callers join the round after this
+            self._running[lane] = me
             await self._commit(waiters)
         except asyncio.CancelledError:
             for future in waiters.values():
@@ -75,7 +85,7 @@ class GroupCommit:
                 if not future.done():
                     future.set_result(0)
         finally:
-            if self._gathering is waiters:
-                self._gathering = None
-            if self._running is asyncio.current_task():
-                self._running = None
+            if self._gathering.get(lane) is waiters:
+                del self._gathering[lane]
+            if self._running.get(lane) is me:
+                del self._running[lane]

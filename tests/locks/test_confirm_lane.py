@@ -31,30 +31,82 @@ async def _members(services: Services) -> int:
     return count
 
 
-async def test_confirms_of_many_activities_share_transactions(
+def _slow_first_round(
     services: Services, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Five confirms of five activities at once, while a slow transaction writes: the four
-    that arrive during it are committed together in the round after it."""
-    await _locked(services, ACTIVITIES)
+) -> tuple[list[int], asyncio.Event, asyncio.Event]:
+    """Make the team writer's first transaction wait: (the sizes of its transactions, in
+    records projected; set once the first one writes; set it to let the first one go)."""
     writer = services.team_writer
     real_project = writer._project
     projected: list[int] = []
+    writing, release = asyncio.Event(), asyncio.Event()
 
     async def slow_project(session: Any, records: list[TeamRecord]) -> Any:
         projected.append(len(records))
         if len(projected) == 1:
-            await asyncio.sleep(0.2)  # the first round writes while the others confirm
+            writing.set()
+            await release.wait()
         return await real_project(session, records)
 
     monkeypatch.setattr(writer, "_project", slow_project)
+    return projected, writing, release
+
+
+async def test_activities_share_rounds_on_sqlite_and_not_on_postgresql(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five confirms of five activities while the first one's transaction writes: on SQLite
+    (one writer) the four others are committed together in the round after it; on
+    PostgreSQL each activity has its own lane, and the four are answered meanwhile."""
+    await _locked(services, ACTIVITIES)
+    projected, writing, release = _slow_first_round(services, monkeypatch)
     first = asyncio.create_task(services.teams.seats.confirm("a0", "t1", "u", "o"))
-    await asyncio.sleep(0.05)
-    others = [services.teams.seats.confirm(f"a{a}", "t1", "u", "o") for a in range(1, ACTIVITIES)]
+    await asyncio.wait_for(writing.wait(), 10)
+    others = [
+        asyncio.create_task(services.teams.seats.confirm(f"a{a}", "t1", "u", "o"))
+        for a in range(1, ACTIVITIES)
+    ]
+    if services.database.is_sqlite:
+        await asyncio.sleep(0.1)
+        assert not any(task.done() for task in others)  # behind the one writer
+        release.set()
+        answers = await asyncio.gather(first, *others)
+        assert projected == [1, ACTIVITIES - 1]  # two transactions, not five
+    else:
+        done, _ = await asyncio.wait(others, timeout=10)
+        assert len(done) == ACTIVITIES - 1 and not first.done()
+        release.set()
+        answers = await asyncio.gather(first, *others)
+        assert projected == [1] * ACTIVITIES
+    assert all(answer.created for answer in answers)
+    assert await _members(services) == ACTIVITIES * 2  # leaders and the confirmed users
+
+
+async def test_confirms_of_one_activity_share_a_round(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five users of one activity confirm while a transaction of it writes: the five are
+    committed together in the round after it."""
+    await services.teams.activities.create_activity("a0", team_size=10)
+    await services.teams.activities.open_team("a0", "L", team_id="t1")
+    await services.teams.activities.open_team("a0", "M", team_id="t2")
+    users = [f"u{n}" for n in range(5)]
+    for user in users:
+        await services.teams.seats.lock("a0", "t1", user)
+    await services.teams.seats.lock("a0", "t2", "first")
+    projected, writing, release = _slow_first_round(services, monkeypatch)
+    first = asyncio.create_task(services.teams.seats.confirm("a0", "t2", "first", "o"))
+    await asyncio.wait_for(writing.wait(), 10)
+    others = [
+        asyncio.create_task(services.teams.seats.confirm("a0", "t1", user, f"o{user}"))
+        for user in users
+    ]
+    await asyncio.sleep(0.1)
+    assert not any(task.done() for task in others)  # the record is not in SQL yet
+    release.set()
     answers = await asyncio.gather(first, *others)
     assert all(answer.created for answer in answers)
-    assert projected == [1, ACTIVITIES - 1]  # two transactions, not five
-    assert await _members(services) == ACTIVITIES * 2  # leaders and the confirmed users
+    assert projected == [1, len(users)]
 
 
 async def test_a_confirm_goes_before_bulk_writers_waiting_on_sqlite(services: Services) -> None:
