@@ -3,10 +3,11 @@
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
 service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
 replica: benchmarks/replica_wait.py; for the production shapes, a PostgreSQL and a 3-master
-Redis Cluster: benchmarks/topologies.py; for confirms among grabs and locks, a redis-server
-with AOF and a PostgreSQL of their own: benchmarks/confirm_mix.py), runs every scenario,
-stops everything, and writes docs/benchmarks.json, docs/benchmarks.md (tables with the
-ratios to each baseline) and docs/benchmarks-latency.png. Usage:
+Redis Cluster: benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py;
+for confirms among grabs and locks, a redis-server with AOF and a PostgreSQL of their own:
+benchmarks/confirm_mix.py), runs every scenario, stops everything, and writes
+docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
+docs/benchmarks-latency.png. Usage:
 
     .venv/bin/python -m benchmarks.run            # the full run (under ten minutes)
     .venv/bin/python -m benchmarks.run --quick    # a smoke run (about two minutes)
@@ -23,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.client_speed import FULL as CLIENT_FULL
+from benchmarks.client_speed import QUICK as CLIENT_QUICK
+from benchmarks.client_speed import run_client_speed
 from benchmarks.confirm_mix import (
     TARGET_CONFIRM_OVER_GRAB,
     TARGET_CONFIRM_P99_MS,
@@ -108,6 +112,8 @@ INTERLEAVED = (
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
     "webhook_lag_p99_dead_vs_alone",
+    "client_grab_vs_aiohttp_32",
+    "client_grab_vs_aiohttp_256",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
@@ -359,6 +365,9 @@ def main() -> None:
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
             print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
             rows += run_serving(server.url, Path(workdir), args.quick)
+            print("== the typed client against a plain aiohttp session, 32 and 256 callers")
+            plan = CLIENT_QUICK if args.quick else CLIENT_FULL
+            rows += run_client_speed(server.url, Path(workdir), plan)
             print("== console and listings: pages on a big database, the grab with consoles open")
             command = ".venv/bin/python -m benchmarks.run" + (" --quick" if args.quick else "")
             console = run_console_cost(server.url, Path(workdir), args.quick, command)
