@@ -20,6 +20,7 @@ from sqlalchemy.orm import DeclarativeBase
 
 from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
+from groupbuy.storage.turns import WriterTurns
 
 # The async driver of each URL scheme the service takes, and how to install it.
 _DRIVERS = {
@@ -150,18 +151,21 @@ class Database:
         # SQLite takes one writer at a time; a second one waits in its busy handler, which
         # sleeps in steps of up to 100 ms. Queueing this process's writers here instead
         # hands the lock over at once (the p99 of a confirm behind the write-behind fell
-        # from over a second to milliseconds). Other processes still meet the busy handler.
-        self._writers = asyncio.Lock() if self.is_sqlite else None
+        # from over a second to milliseconds), urgent ones first (groupbuy/storage/turns.py).
+        # Other processes still meet the busy handler.
+        self._writers = WriterTurns() if self.is_sqlite else None
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session inside one transaction, committed on success (never nest them)."""
-        async with self._turn(), self.sessions() as session, session.begin():
+    async def transaction(self, urgent: bool = False) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction, committed on success (never nest them). An
+        `urgent` one (an answer waits on it) goes before the other writers waiting on
+        SQLite."""
+        async with self._turn(urgent), self.sessions() as session, session.begin():
             yield session
         self.reachability.answered()  # committed: the database takes writes (again)
 
     @asynccontextmanager
-    async def _turn(self) -> AsyncIterator[None]:
+    async def _turn(self, urgent: bool) -> AsyncIterator[None]:
         """This process's turn to write (SQLite), waited for at most `timeout_s`: while
         another process holds the file's lock, each writer in the queue waits out its busy
         timeout in turn, and without a bound the last would wait for all of them."""
@@ -170,7 +174,7 @@ class Database:
             return
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self._writers.acquire()
+                await self._writers.acquire(urgent)
         except TimeoutError:
             raise DatabaseBusy(
                 f"no turn to write within {self.timeout_s:g} s: the writers before this one "
