@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from groupbuy import metrics
 from groupbuy.settings import WebhookSettings
@@ -82,6 +84,8 @@ class Deliverer:
         self._pause_s = min(settings.poll_interval_s, self.claim_ms * RENEW_SHARE / 1000)
         self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
         self._recorder = Recorder(self._complete)
+        # Outcome batches waiting for the next pass to record them (while the loop runs).
+        self._ended: list[tuple[list[Outcome], asyncio.Future[list[Completion]]]] = []
         # Passes and outcome batches each keep a connection: no checkout (and its ping) for
         # each of their several transactions a second.
         self._pass_connection = database.held()
@@ -101,14 +105,36 @@ class Deliverer:
         renewing = self._renewal_due(now)
         token = queue.new_token(self._owner)
         sqlite = self._db.is_sqlite
-        async with self._pass_connection.transaction() as session:
-            await sequence_in(session, sqlite)
-            targets, top = await queue.read_targets(session, sqlite)
-            await queue.derive_in(session, targets, top, now)
-            if renewing:
-                await queue.renew_in(session, renewing, now + self.claim_ms)
-            wanted = {t.endpoint_id: self._wanted(t.endpoint_id) for t in targets}
-            claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
+        ended, self._ended = self._ended, []
+        outcomes = [outcome for batch, _ in ended for outcome in batch]
+        try:
+            async with self._pass_connection.transaction() as session:
+                # The endpoints' rows first (the lock order of every pass), then what
+                # changes them: outcomes may disable an endpoint, which then claims nothing.
+                await sequence_in(session, sqlite)
+                targets, top = await queue.read_targets(session, sqlite)
+                completions = await complete_in(session, outcomes, self._disable_after_ms)
+                targets = _without_disabled(targets, outcomes, completions)
+                await queue.derive_in(session, targets, top, now)
+                if renewing:
+                    await queue.renew_in(session, renewing, now + self.claim_ms)
+                # The attempts recorded here free their room now, before their tasks end.
+                ending = Counter(o.claimed.endpoint_id for o in outcomes)
+                wanted = {t.endpoint_id: self._wanted(t.endpoint_id, ending) for t in targets}
+                claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
+        except BaseException as error:
+            for _, future in ended:
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+            raise
+        for batch, future in ended:
+            if not future.done():
+                future.set_result(completions[: len(batch)])
+            completions = completions[len(batch) :]
         if renewing is not None:
             self._renewed_ms = now
         by_id = {t.endpoint_id: t for t in targets}
@@ -123,11 +149,11 @@ class Deliverer:
             return None
         return list(self._held.values())
 
-    def _wanted(self, endpoint_id: str) -> int:
+    def _wanted(self, endpoint_id: str, ending: Counter[str]) -> int:
         """How many of the endpoint's deliveries this process may hold after the next claim:
         its claim rounds' worth, or none until a round's worth of room is free (fewer,
-        larger claims)."""
-        held = len(self._in_flight.get(endpoint_id, ()))
+        larger claims); `ending` counts the attempts whose outcomes the pass records."""
+        held = len(self._in_flight.get(endpoint_id, ())) - ending[endpoint_id]
         batch = self.claim_rounds(endpoint_id) * self._settings.max_in_flight
         return batch if batch - held >= self._settings.max_in_flight else 0
 
@@ -136,10 +162,18 @@ class Deliverer:
         return FAST_CLAIM_ROUNDS if endpoint_id in self._fast else CLAIM_ROUNDS
 
     async def _complete(self, outcomes: list[Outcome]) -> list[Completion]:
+        """Record a batch of outcomes: in the next pass's transaction while the background
+        loop runs (one transaction records them and claims what follows), else in one
+        of its own (tests driving passes by hand, shutdown)."""
         if not outcomes:
             return []
-        async with self._record_connection.transaction() as session:
-            return await complete_in(session, outcomes, self._disable_after_ms)
+        if self._loop is None or self._stopping:
+            async with self._record_connection.transaction() as session:
+                return await complete_in(session, outcomes, self._disable_after_ms)
+        future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
+        self._ended.append((outcomes, future))
+        self._wake.set()
+        return await future
 
     def _start(self, endpoint: Target, claimed: Claimed) -> None:
         task = asyncio.create_task(self._attempt(endpoint, claimed))
@@ -240,6 +274,18 @@ class Deliverer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._pause_s)
 
+    async def _record_ended(self) -> None:
+        """Record the outcome batches no pass took (the loop has ended)."""
+        ended, self._ended = self._ended, []
+        for outcomes, future in ended:
+            try:
+                async with self._record_connection.transaction() as session:
+                    completions = await complete_in(session, outcomes, self._disable_after_ms)
+            except Exception as error:
+                future.set_exception(error)
+            else:
+                future.set_result(completions)
+
     async def stop(self) -> None:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
         out their time), then close the connections."""
@@ -256,6 +302,7 @@ class Deliverer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop
             self._loop = None
+        await self._record_ended()
         try:
             async with asyncio.timeout(self._settings.timeout_s + 1):
                 await self.settle()
@@ -271,6 +318,16 @@ class Deliverer:
         await self._pass_connection.close()
         await self._record_connection.close()
         await self.sender.aclose()
+
+
+def _without_disabled(
+    targets: list[Target], outcomes: list[Outcome], completions: list[Completion]
+) -> list[Target]:
+    """The endpoints as read, those the recorded outcomes disabled marked so."""
+    disabled = {
+        o.claimed.endpoint_id for o, c in zip(outcomes, completions, strict=True) if c.disabled
+    }
+    return [replace(t, disabled=True) if t.endpoint_id in disabled else t for t in targets]
 
 
 def _outcome(reply: Reply, completion: Completion) -> str:

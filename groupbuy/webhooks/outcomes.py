@@ -58,6 +58,8 @@ async def complete_in(
     session: AsyncSession, outcomes: list[Outcome], disable_after_ms: int, max_answer: int = 1024
 ) -> list[Completion]:
     """complete inside the caller's transaction."""
+    if not outcomes:
+        return []
     await session.execute(
         insert(AttemptRow),
         [
