@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     func,
     select,
     text,
@@ -133,12 +134,16 @@ async def _sequence(database: Database, limit: int) -> int:
 
 async def sequence_in(session: AsyncSession, is_sqlite: bool, limit: int = POSITION_BATCH) -> int:
     """assign_positions inside the caller's transaction, whose commit ends the sequencer's
-    exclusion: on PostgreSQL the advisory lock, taken only when rows wait (one probe
-    otherwise); on SQLite the write lock, which this statement takes first whatever waits
-    (a caller that writes next needs it anyway)."""
+    exclusion: on PostgreSQL the advisory lock, on SQLite the write lock, which this takes
+    first whatever waits (before any read: a read transaction that later writes fails at
+    once if another process wrote since its reads). Rows waiting are probed first, so the
+    numbering statement runs only when some do."""
+    if is_sqlite:
+        # A write that changes nothing still takes the lock; far cheaper than numbering.
+        await session.execute(update(EventRow).where(false()).values(position=EventRow.position))
+    if not await _waiting(session):
+        return 0
     if not is_sqlite:
-        if not await _waiting(session):
-            return 0
         await session.execute(select(func.pg_advisory_xact_lock(SEQUENCER_LOCK)))
     return await _number(session, limit)
 

@@ -60,8 +60,9 @@ async def complete_in(
     """complete inside the caller's transaction."""
     if not outcomes:
         return []
+    # Core rows (an executemany), not the ORM's bulk path: this runs in every pass.
     await session.execute(
-        insert(AttemptRow),
+        insert(cast(Table, AttemptRow.__table__)),
         [
             {
                 "delivery_id": o.claimed.delivery_id,
