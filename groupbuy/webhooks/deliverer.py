@@ -18,11 +18,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
+from sqlalchemy import select
+
 from groupbuy import metrics
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import sequence_in
 from groupbuy.webhooks import queue
+from groupbuy.webhooks.models import EndpointRow
 from groupbuy.webhooks.outcomes import Completion, Outcome, complete_in, fail_unsendable
 from groupbuy.webhooks.queue import Claimed, Target
 from groupbuy.webhooks.recorder import Recorder
@@ -93,6 +96,9 @@ class Deliverer:
         self._wake = asyncio.Event()
         # Passes the background loop has ended (tests wait for one to know it is idle).
         self.passes = 0
+        # Whether the last pass found endpoints: while none are registered, a pass is one
+        # probe, not a transaction that takes locks.
+        self._endpoints_seen = True
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -105,6 +111,8 @@ class Deliverer:
         renewing = self._renewal_due(now)
         token = queue.new_token(self._owner)
         sqlite = self._db.is_sqlite
+        if not self._ended and not self._endpoints_seen and not await self._endpoint_exists():
+            return 0
         ended, self._ended = self._ended, []
         outcomes = [outcome for batch, _ in ended for outcome in batch]
         try:
@@ -135,12 +143,19 @@ class Deliverer:
             if not future.done():
                 future.set_result(completions[: len(batch)])
             completions = completions[len(batch) :]
+        self._endpoints_seen = bool(targets)
         if renewing is not None:
             self._renewed_ms = now
         by_id = {t.endpoint_id: t for t in targets}
         for claimed in claims:
             self._start(by_id[claimed.endpoint_id], claimed)
         return len(claims)
+
+    async def _endpoint_exists(self) -> bool:
+        """Whether any endpoint is registered: one read, no lock (an idle service's pass)."""
+        async with self._pass_connection.transaction() as session:
+            found = await session.scalar(select(EndpointRow.endpoint_id).limit(1))
+        return found is not None
 
     def _renewal_due(self, now: int) -> list[Claimed] | None:
         """The claims held, once a share of a claim's length has passed since the last

@@ -58,3 +58,11 @@ async def test_a_pass_costs_the_same_for_one_endpoint_and_for_three(
     assert alone["transactions"] == three["transactions"] == 1
     assert alone["statements"] == three["statements"]
     assert len(receiver.received) == 5 + 15
+
+
+async def test_without_endpoints_a_pass_is_one_probe(db: Database, hooks: WebhookService) -> None:
+    await feed(db, team_event("team.opened", "t1", 1))
+    assert await hooks.deliverer.tick() == 0  # finds no endpoint
+    with counted(db) as counts:
+        assert await hooks.deliverer.tick() == 0
+    assert counts == {"statements": 1, "transactions": 1}
