@@ -12,6 +12,9 @@ redis-server, then:
   live numbers the activity body gains;
 - counts the Redis commands (INFO commandstats) around the page loads: no scan may be
   among them;
+- checks that every activity's live counts (`{a:<aid>}:counts`) are in Redis before and
+  after the page loads, so the activity pages and listings are timed reading them there
+  (not putting them back from SQL);
 - runs the flash grab with wrk (benchmarks/http_level.py) with no console open and with
   20 (10 on the overview, 5 on an activity, 5 on a packet; each holds its live stream
   and reloads its page every 10 s, as the page does when it polls), alternated rounds.
@@ -197,6 +200,15 @@ def command_counts(url: str) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
+def counts_in_redis(url: str, keys: tuple[str, ...]) -> int:
+    """How many of the activities' live-counts hashes Redis holds (one pipeline of HEXISTS,
+    no scan)."""
+    with redis.Redis.from_url(url) as client, client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.hexists(key, "counted")
+        return sum(bool(there) for there in pipe.execute())
+
+
 # -- open consoles ----------------------------------------------------------------------
 
 
@@ -348,9 +360,17 @@ def run_console_cost(redis_url: str, workdir: Path, quick: bool, command: str) -
         contextlib.closing(signed_in(server.url)) as client,
     ):
         wait_idle([server])
+        counted_before = counts_in_redis(redis_url, seeded.counts_keys)
+        if counted_before != len(seeded.counts_keys):
+            raise RuntimeError(
+                f"only {counted_before} of {len(seeded.counts_keys)} activities have live "
+                "counts in Redis: the pages would be timed putting them back from SQL"
+            )
         before = command_counts(redis_url)
         page_rows = time_pages(client, seeded, plan.requests)
         after = command_counts(redis_url)
+        counted_after = counts_in_redis(redis_url, seeded.counts_keys)
+        print(f"  live counts in Redis: {counted_before} before the pages, {counted_after} after")
         calls = {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n)}
         target = Groupbuy(server, client, "console")
         grab = grab_rounds(target, seeded, client.cookies, plan)
@@ -366,6 +386,8 @@ def run_console_cost(redis_url: str, workdir: Path, quick: bool, command: str) -
             f"Redis), {s.packets:,} packets ({s.active_packets} active), {s.senders} senders, "
             f"{s.events:,} events, {s.audit:,} audit rows",
             "requests": plan.requests,
+            "counts_in_redis": f"{counted_before:,} of {len(seeded.counts_keys):,} activities' "
+            f"live counts in Redis before the pages, {counted_after:,} after",
             "server_log_errors": errors,
         },
         "pages": page_rows,

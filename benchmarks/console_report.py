@@ -32,7 +32,9 @@ def section(console: dict[str, Any]) -> str:
         "",
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}: {meta['seeded']}. "
         "One `groupbuy serve` worker, signed in with an admin key; each page is asked "
-        f"{meta['requests']} times in a row. Target: p99 within {BOUND_MS:.0f} ms "
+        f"{meta['requests']} times in a row"
+        + (f" ({meta['counts_in_redis']})" if meta.get("counts_in_redis") else "")
+        + f". Target: p99 within {BOUND_MS:.0f} ms "
         "(SPEC §3 Console). The load average (1 min) is the machine's when the figure "
         "was taken: the machine is shared.",
         "",

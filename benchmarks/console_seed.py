@@ -5,7 +5,9 @@ The rows go into SQL in bulk (one INSERT of many rows at a time); the live Redis
 the open teams and active packets is then rebuilt by the service's own recovery
 (`TeamRecovery.restore`, `RecoveryService.restore`), the path it takes after Redis lost
 data, so Redis holds what the service would hold. The ended ones stay in SQL only, as
-after the repair job released them.
+after the repair job released them. Every activity's live counts (`{a:<aid>}:counts`)
+are put in Redis from SQL's, as a listing puts back those Redis has none of: the pages
+then read counts in place, as they do once an activity has been listed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from groupbuy.storage.events import EventRow
 
 CHUNK = 2000  # rows per INSERT
 RESTORE_AT_ONCE = 32
+COUNTS_AT_ONCE = 500  # activities whose counts are put back in one go
 TEAM_SIZE = 5
 PACKET_CENTS = 1000
 WHALE = "whale"  # the sender of many packets, for deep pages of one sender's listing
@@ -60,6 +63,7 @@ class Seeded:
     active_packet: str
     sold_out_packet: str
     whale: str
+    counts_keys: tuple[str, ...] = ()  # every activity's live-counts hash in Redis
 
 
 def _activity_id(i: int) -> str:
@@ -181,6 +185,15 @@ async def _feed_and_audit(services: Services, scale: Scale, now: datetime) -> No
     await _bulk(services, AuditRow, audit)
 
 
+async def _counts(services: Services, scale: Scale) -> list[str]:
+    """Every activity's counts into Redis from SQL's, the way a listing puts back those Redis
+    has none of (`ActivityCounts.read_many`); the keys of the counts hashes."""
+    ids = [_activity_id(i) for i in range(scale.activities)]
+    for start in range(0, len(ids), COUNTS_AT_ONCE):
+        await services.teams.counts.read_many(ids[start : start + COUNTS_AT_ONCE])
+    return [services.keys.activity_counts(aid) for aid in ids]
+
+
 async def _restore_live(services: Services, scale: Scale) -> None:
     """The open teams and active packets into Redis, as the service rebuilds them."""
     teams = services.teams.recovery
@@ -200,6 +213,7 @@ async def seed(services: Services, scale: Scale) -> Seeded:
     await _teams(services, scale, now)
     await _packets(services, scale, now)
     await _feed_and_audit(services, scale, now)
+    counts_keys = await _counts(services, scale)
     await _restore_live(services, scale)
     last = scale.activities - 1
     closed = next(
@@ -215,4 +229,5 @@ async def seed(services: Services, scale: Scale) -> Seeded:
         active_packet=_packet_id(scale.packets - 1),
         sold_out_packet=_packet_id(scale.packets - scale.active_packets - 1),
         whale=WHALE,
+        counts_keys=tuple(counts_keys),
     )

@@ -3,7 +3,8 @@
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
 service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
 replica: benchmarks/replica_wait.py; for the production shapes, a PostgreSQL and a 3-master
-Redis Cluster: benchmarks/topologies.py), runs every scenario, stops everything, and writes
+Redis Cluster: benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py),
+runs every scenario, stops everything, and writes
 docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
 docs/benchmarks-latency.png. Usage:
 
@@ -22,6 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.client_speed import FULL as CLIENT_FULL
+from benchmarks.client_speed import QUICK as CLIENT_QUICK
+from benchmarks.client_speed import run_client_speed
 from benchmarks.console_cost import run_console_cost
 from benchmarks.console_report import section
 from benchmarks.engine import run_engine
@@ -102,6 +106,8 @@ INTERLEAVED = (
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
     "webhook_lag_p99_dead_vs_alone",
+    "client_grab_vs_aiohttp_32",
+    "client_grab_vs_aiohttp_256",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
@@ -331,6 +337,9 @@ def main() -> None:
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
             print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
             rows += run_serving(server.url, Path(workdir), args.quick)
+            print("== the typed client against a plain aiohttp session, 32 and 256 callers")
+            plan = CLIENT_QUICK if args.quick else CLIENT_FULL
+            rows += run_client_speed(server.url, Path(workdir), plan)
             print("== console and listings: pages on a big database, the grab with consoles open")
             command = ".venv/bin/python -m benchmarks.run" + (" --quick" if args.quick else "")
             console = run_console_cost(server.url, Path(workdir), args.quick, command)

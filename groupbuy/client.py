@@ -6,24 +6,35 @@ async with GroupBuyClient("http://127.0.0.1:8000", key, sign=True) as gb:
 ```
 
 Every operation of docs/api.md is one method answering the JSON body as a TypedDict; an
-error answer raises `GroupBuyAPIError` carrying its problem+json. Network failures are
-httpx's own exceptions (`httpx.TransportError`): retrying is safe, every call of the API
-is idempotent. This module imports nothing of the server but `groupbuy.signing` (standard
-library only), so callers need only httpx besides it.
+error answer raises `GroupBuyAPIError` carrying its problem+json. A request that gets no
+answer (refused or broken connection, `timeout_s` passed) raises `GroupBuyTransportError`,
+its cause the HTTP library's own exception: retrying is safe, every call of the API is
+idempotent. Requests go out on an aiohttp session (a runtime dependency of the service
+anyway; httpx's pool drove a tenth of its rate under hundreds of concurrent callers,
+docs/benchmarks-findings.md), which reads no proxy settings from the environment (httpx
+did); an httpx transport handed in replaces the network, e.g. to call an app in-process.
+A blocking flavour with the same methods: groupbuy.client_sync. This module imports
+nothing of the server but `groupbuy.signing` (standard library only), so callers need
+only aiohttp and orjson besides it.
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired[...] from the
 # evaluated annotations on Python 3.11.
-import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, NotRequired, TypedDict, cast
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
+from urllib.parse import quote, urlencode
 
-import httpx
+import aiohttp
+import orjson
+from yarl import URL
 
 from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+
+if TYPE_CHECKING:
+    import httpx
 
 # -- the answers ---------------------------------------------------------------------------
 
@@ -423,11 +434,29 @@ JobReport = dict[str, Any]
 _PROBLEM_FIELDS = ("type", "title", "status", "code", "detail")
 
 
+class HTTPAnswer(Protocol):
+    """What an error is read from: an answer of the client's (or an `httpx.Response`)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def reason_phrase(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
 class GroupBuyAPIError(Exception):
     """An error answer of the API: its status and problem+json (`code` is what to branch
     on; fields particular to the code, such as `next_unlock_at`, are in `extra`)."""
 
-    def __init__(self, status: int, problem: Mapping[str, Any], headers: httpx.Headers) -> None:
+    def __init__(self, status: int, problem: Mapping[str, Any], headers: Mapping[str, str]) -> None:
         self.status = status
         self.problem = dict(problem)
         self.code = str(problem.get("code", "http_error"))
@@ -435,11 +464,11 @@ class GroupBuyAPIError(Exception):
         self.detail = str(problem.get("detail", ""))
         self.type = str(problem.get("type", "about:blank"))
         self.extra = {k: v for k, v in problem.items() if k not in _PROBLEM_FIELDS}
-        self.headers = headers  # e.g. Retry-After of a 429
+        self.headers = headers  # case-insensitive, e.g. Retry-After of a 429
         super().__init__(f"{status} {self.code}: {self.detail}")
 
     @classmethod
-    def from_response(cls, response: httpx.Response) -> "GroupBuyAPIError":
+    def from_response(cls, response: HTTPAnswer) -> "GroupBuyAPIError":
         """The error of an answer, problem+json or not (a proxy's HTML page, say)."""
         problem: Any = None
         if "json" in response.headers.get("content-type", ""):
@@ -455,7 +484,13 @@ class GroupBuyAPIError(Exception):
         return cls(response.status_code, problem, response.headers)
 
 
-# -- the client ----------------------------------------------------------------------------
+class GroupBuyTransportError(Exception):
+    """No answer came: the connection was refused or broke, or `timeout_s` passed. The
+    HTTP library's own exception is the cause (`__cause__`). Whether the server applied
+    the request is unknown; sending it again is safe (the API is idempotent)."""
+
+
+# -- the client's helpers ---------------------------------------------------------------------
 
 
 def _segment(value: str) -> str:
@@ -463,11 +498,26 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
+def _query_value(value: Any) -> str:
+    """A query parameter as text: booleans as JSON writes them, the rest as str()."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _target(path: str, params: Mapping[str, Any] | None) -> str:
+    """The request target exactly as sent and signed: the path, then `?query` if any."""
+    if not params:
+        return path
+    pairs = [(name, _query_value(value)) for name, value in params.items()]
+    return f"{path}?{urlencode(pairs, quote_via=quote)}"
+
+
 # Tries of a signed request the server refused as a replay of an equal one.
 _REPLAY_RETRIES = 3
 
 
-def _refused_as_replay(response: httpx.Response) -> bool:
+def _refused_as_replay(response: "_Answer") -> bool:
     """True for 401 bad_signature with reason `replayed`."""
     if response.status_code != 401:
         return False
@@ -486,13 +536,107 @@ def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
+# -- the wire: one exchange of a request for its whole answer --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """An answer read whole (an `HTTPAnswer`)."""
+
+    status_code: int
+    reason_phrase: str
+    headers: Mapping[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return orjson.loads(self.content)
+
+
+class _Wire(Protocol):
+    async def exchange(
+        self, method: str, target: str, headers: dict[str, str], content: bytes
+    ) -> _Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _AiohttpWire:
+    """Requests over an aiohttp session, made on the first request (a session belongs to
+    the event loop it was made in, and warns when made outside one)."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def exchange(
+        self, method: str, target: str, headers: dict[str, str], content: bytes
+    ) -> _Answer:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        # encoded=True: the target goes out byte for byte as it was signed.
+        url = URL(self._base_url + target, encoded=True)
+        try:
+            async with self._session.request(
+                method, url, data=content or None, headers=headers, allow_redirects=False
+            ) as response:
+                body = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise GroupBuyTransportError(f"{method} {target}: {error!r}") from error
+        return _Answer(response.status, response.reason or "", response.headers, body)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class _HttpxWire:
+    """Requests through an httpx transport (e.g. `httpx.ASGITransport(app)`, in-process)."""
+
+    def __init__(self, base_url: str, transport: "httpx.AsyncBaseTransport", timeout_s: float):
+        import httpx  # only callers that hand in an httpx transport need httpx
+
+        self._transport_error = httpx.TransportError
+        self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout_s)
+
+    async def exchange(
+        self, method: str, target: str, headers: dict[str, str], content: bytes
+    ) -> _Answer:
+        try:
+            response = await self._http.request(method, target, content=content, headers=headers)
+        except self._transport_error as error:
+            raise GroupBuyTransportError(f"{method} {target}: {error!r}") from error
+        return _Answer(
+            response.status_code, response.reason_phrase, response.headers, response.content
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def _wire(base_url: str, transport: "httpx.AsyncBaseTransport | None", timeout_s: float) -> _Wire:
+    """An aiohttp session (at most 100 connections, aiohttp's default), or the transport."""
+    if transport is None:
+        return _AiohttpWire(base_url, timeout_s)
+    return _HttpxWire(base_url, transport, timeout_s)
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
 class GroupBuyClient:
     """The groupbuy API over HTTP: one typed async method per operation.
 
     `api_key` is the bearer secret; with `sign=True` every request to a `/v1` endpoint is
-    also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`
-    replaces the network (e.g. `httpx.ASGITransport(app)` to call an app in-process).
-    Use it as an async context manager, or call `aclose()`.
+    also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`, an
+    httpx transport, replaces the network (e.g. to call an app in-process); without one,
+    requests go out on the module's own pool of connections (see the module's docstring).
+    `timeout_s` bounds each request as a whole. Use it as an async context manager, or
+    call `aclose()`.
 
     Two equal requests signed in one second would carry one signature (the server takes
     the second for a replay), so a repeat is signed with the next second, and a request
@@ -508,17 +652,18 @@ class GroupBuyClient:
         api_key: str,
         *,
         sign: bool = False,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: "httpx.AsyncBaseTransport | None" = None,
         timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._api_key = api_key
+        self._bearer = f"Bearer {api_key}"
         self._sign = sign
         self._clock = clock
         # request (method, target, body hash) -> the last timestamp it was signed with
-        self._last_stamps: dict[tuple[str, bytes, str], int] = {}
+        self._last_stamps: dict[tuple[str, str, str], int] = {}
         self._pruned_at = 0
-        self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout_s)
+        self._wire = _wire(base_url, transport, timeout_s)
 
     async def __aenter__(self) -> "GroupBuyClient":
         return self
@@ -533,7 +678,7 @@ class GroupBuyClient:
 
     async def aclose(self) -> None:
         """Close the connections."""
-        await self._http.aclose()
+        await self._wire.aclose()
 
     # -- operations: health, readiness, metrics, the OpenAPI document (no key) ------------
 
@@ -906,7 +1051,7 @@ class GroupBuyClient:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         authenticated: bool = True,
-    ) -> httpx.Response:
+    ) -> _Answer:
         response = await self._send(method, path, body, params, authenticated)
         if response.status_code >= 400:
             raise GroupBuyAPIError.from_response(response)
@@ -919,22 +1064,20 @@ class GroupBuyClient:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         authenticated: bool = True,
-    ) -> httpx.Response:
+    ) -> _Answer:
         headers: dict[str, str] = {}
         content = b""
         if body is not None:
-            content = json.dumps(body, separators=(",", ":")).encode()
+            content = orjson.dumps(body)
             headers["Content-Type"] = "application/json"
         if authenticated:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = self._http.build_request(
-            method, path, content=content, params=params, headers=headers
-        )
+            headers["Authorization"] = self._bearer
+        target = _target(path, params)
         if not (authenticated and self._sign):
-            return await self._http.send(request)
+            return await self._wire.exchange(method, target, headers, content)
         for _ in range(_REPLAY_RETRIES):
-            self._sign_request(request, content)
-            response = await self._http.send(request)
+            self._sign_request(method, target, headers, content)
+            response = await self._wire.exchange(method, target, headers, content)
             if not _refused_as_replay(response):
                 return response
             # An equal request signed in the same second by another client with this key
@@ -942,17 +1085,16 @@ class GroupBuyClient:
             # later timestamp (_timestamp moves on) and so another signature.
         return response
 
-    def _sign_request(self, request: httpx.Request, content: bytes) -> None:
-        # httpx's raw_path is the path as sent and the query after '?' when there is one:
-        # exactly the TARGET that is signed.
-        target = request.url.raw_path
-        stamp = self._timestamp((request.method, target, body_hash(content)))
-        request.headers[TIMESTAMP_HEADER] = stamp
-        request.headers[SIGNATURE_HEADER] = signature(
-            self._api_key, request.method, target, stamp, content
+    def _sign_request(
+        self, method: str, target: str, headers: dict[str, str], content: bytes
+    ) -> None:
+        stamp = self._timestamp((method, target, body_hash(content)))
+        headers[TIMESTAMP_HEADER] = stamp
+        headers[SIGNATURE_HEADER] = signature(
+            self._api_key, method, target.encode(), stamp, content
         )
 
-    def _timestamp(self, request: tuple[str, bytes, str]) -> str:
+    def _timestamp(self, request: tuple[str, str, str]) -> str:
         """Now in Unix seconds, or one second past the last time this very request was
         signed: two equal requests in one second would carry one signature, and the
         server refuses the second as a replay."""

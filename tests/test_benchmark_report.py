@@ -340,3 +340,21 @@ def test_every_page_reads_one_page_and_never_scans(
     assert measured >= 30
     # the seeding put more than a page in the listed tables
     assert len(client.get("/v1/redpackets?limit=100", headers=ADMIN).json()["packets"]) == 100
+
+
+def test_every_activity_is_seeded_with_its_live_counts_in_redis(
+    client: TestClient, seeded: Seeded
+) -> None:
+    """The pages are timed reading the counts hash, as once an activity has been listed."""
+    services = app_services(client)
+    assert len(seeded.counts_keys) == SCALE.activities
+
+    async def present() -> list[bool]:
+        return [bool(await services.redis.hexists(k, "counted")) for k in seeded.counts_keys]
+
+    assert all(portal(client).call(present))
+    # What the hash holds is SQL's count: the newest activity has a formed, a failed and
+    # two open teams (their leaders are members, and the formed team's five).
+    body = client.get(f"/v1/activities/{seeded.live_activity}", headers=ADMIN).json()
+    assert (body["teams_open"], body["teams_formed"], body["teams_failed"]) == (2, 1, 1)
+    assert body["members"] == 2 + 5

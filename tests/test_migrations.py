@@ -394,8 +394,9 @@ def test_db_on_an_unreachable_database_is_one_line_and_exit_1(
 # -- groupbuy serve ------------------------------------------------------------------------
 
 
-def wait_listening(service: Service, timeout_s: float = 60) -> None:
-    """Until every worker has started (the first answers /healthz before the others)."""
+def wait_listening(service: Service, timeout_s: float = 120) -> None:
+    """Until every worker has started (the first answers /healthz before the others; the
+    bound only catches a hang, see start_service)."""
     deadline = time.monotonic() + timeout_s
     while "listening on" not in service.text():
         assert service.process.poll() is None, service.text()

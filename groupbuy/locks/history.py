@@ -11,7 +11,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.locks.records import recorded_version
 from groupbuy.locks.view import TeamView
 from groupbuy.outcome import Outcome
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -32,9 +31,8 @@ class TeamHistory(UsesBackends):
             if team is None:
                 await self._raise_team_not_found(activity_id, team_id)
             members = await recorded_members(session, activity_id, team_id)
-            version = await recorded_version(session, activity_id, team_id)
         assert team is not None
-        return TeamView.from_rows(team, members, version).body()
+        return TeamView.from_rows(team, members).body()
 
     async def _raise_team_not_found(self, activity_id: str, team_id: str) -> None:
         if not await self._redis.exists(self._keys.activity(activity_id)):
@@ -77,3 +75,21 @@ async def recorded_members(
         .order_by(MemberRow.seq)
     )
     return (await session.scalars(query)).all()
+
+
+async def members_of_teams(
+    session: AsyncSession, activity_id: str, team_ids: Sequence[str]
+) -> dict[str, list[MemberRow]]:
+    """The member rows of several teams of an activity (a page's), each team's in joining
+    order: one statement on the primary key's prefix, whatever their number."""
+    members: dict[str, list[MemberRow]] = {}
+    if not team_ids:
+        return members
+    query = (
+        select(MemberRow)
+        .where(MemberRow.activity_id == activity_id, MemberRow.team_id.in_(team_ids))
+        .order_by(MemberRow.team_id, MemberRow.seq)
+    )
+    for member in await session.scalars(query):
+        members.setdefault(member.team_id, []).append(member)
+    return members

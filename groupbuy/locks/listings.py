@@ -17,9 +17,8 @@ from groupbuy import errors
 from groupbuy.locks.bodies import activity_body
 from groupbuy.locks.codec import page_cursor, parse_page_cursor
 from groupbuy.locks.counts import ActivityCounts
-from groupbuy.locks.history import recorded_members
+from groupbuy.locks.history import members_of_teams
 from groupbuy.locks.models import ActivityRow, TeamRow
-from groupbuy.locks.records import recorded_version
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.timefmt import from_ms, to_ms
@@ -81,20 +80,20 @@ class Listings(UsesBackends):
         self, activity_id: str, status: EndedStatus, limit: int, cursor: str | None = None
     ) -> dict[str, Any]:
         """A page of the activity's formed (or failed) teams as SQL recorded them, newest end
-        first; ActivityNotFound when SQL does not know the activity."""
+        first; ActivityNotFound when SQL does not know the activity. Three statements
+        whatever the page's size: the activity, the teams, and their members."""
         at = TeamRow.formed_at if status == "formed" else TeamRow.failed_at
         query = select(TeamRow).where(TeamRow.activity_id == activity_id, TeamRow.status == status)
         query = _newest_first(query, at, TeamRow.team_id, cursor, limit)
         async with self._db.sessions() as session:
-            if await session.get(ActivityRow, activity_id) is None:
+            # Whether it exists only: not its row, whose rules load in a statement more.
+            known = select(ActivityRow.activity_id).where(ActivityRow.activity_id == activity_id)
+            if await session.scalar(known) is None:
                 raise errors.ActivityNotFound(f"no activity {activity_id!r}")
             rows = (await session.scalars(query)).all()
-            teams = []
-            for team in rows[:limit]:
-                members = await recorded_members(session, activity_id, team.team_id)
-                version = await recorded_version(session, activity_id, team.team_id)
-                teams.append(TeamView.from_rows(team, members, version).body())
+            shown = rows[:limit]
+            members = await members_of_teams(session, activity_id, [t.team_id for t in shown])
         return {
-            "teams": teams,
+            "teams": [TeamView.from_rows(t, members.get(t.team_id, [])).body() for t in shown],
             "next_cursor": _next_cursor(rows, limit, f"{status}_at", "team_id"),
         }

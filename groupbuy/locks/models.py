@@ -100,6 +100,9 @@ class TeamRow(Base):
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # True once the repair job removed the ended team's keys from Redis.
     redis_cleared: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    # The highest team version the applied records carry (SPEC §3 `version`): what an
+    # ended team's body shows, and where a rebuild in Redis counts on from.
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class MemberRow(Base):

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Table, bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
 from groupbuy.locks.codec import MemberJoined, TeamFailed, TeamFormed, TeamOpened, TeamRecord
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import dialect_insert
-from groupbuy.storage.events import Event, EventRow
+from groupbuy.storage.events import Event
 from groupbuy.storage.timefmt import from_ms, iso_ms
 
 
@@ -36,13 +35,17 @@ async def project_team_records(session: AsyncSession, records: list[TeamRecord])
 
     New teams and members go in with one executemany each, whatever the batch size (a
     flush inside a confirm used to wait on one statement per record); the rare endings
-    update their team after that. Rows applied before are skipped, so a batch applied
-    twice changes nothing.
+    update their team after that, and one executemany raises the version of the teams the
+    other records changed. Rows applied before are skipped and a version never goes down,
+    so a batch applied twice changes nothing.
     """
     teams: list[dict[str, Any]] = []
     members: list[dict[str, Any]] = []
     endings: list[tuple[TeamFormed | TeamFailed, str, str]] = []
     events = [_versioned(_project(f, teams, members, endings), f) for f in records]
+    versions = _team_versions(records)
+    for team in teams:  # a team opened in this batch goes in at its version after the batch
+        team["version"] = versions.pop((team["activity_id"], team["team_id"]), 0)
     if teams:
         await session.execute(
             dialect_insert(session, TeamRow.__table__).on_conflict_do_nothing(), teams
@@ -57,7 +60,37 @@ async def project_team_records(session: AsyncSession, records: list[TeamRecord])
             .where(TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"])
             .values(status=status, **{column: from_ms(int(f["at_ms"]))})
         )
+    if versions:
+        await session.execute(
+            _RAISE_VERSION,
+            [{"b_aid": aid, "b_tid": tid, "b_version": v} for (aid, tid), v in versions.items()],
+        )
     return events
+
+
+_TEAMS = cast(Table, TeamRow.__table__)
+# A team's version only goes up: a record applied late (a retried batch, a dead letter
+# replayed) leaves the newer version in place.
+_RAISE_VERSION = (
+    update(_TEAMS)
+    .where(
+        _TEAMS.c.activity_id == bindparam("b_aid"),
+        _TEAMS.c.team_id == bindparam("b_tid"),
+        _TEAMS.c.version < bindparam("b_version"),
+    )
+    .values(version=bindparam("b_version"))
+)
+
+
+def _team_versions(records: list[TeamRecord]) -> dict[tuple[str, str], int]:
+    """(activity_id, team_id) -> the highest version the batch's records of the team carry
+    (records written before teams had versions carry none)."""
+    versions: dict[tuple[str, str], int] = {}
+    for f in records:
+        if "version" in f:
+            team = (f["activity_id"], f["team_id"])
+            versions[team] = max(versions.get(team, 0), int(f["version"]))
+    return versions
 
 
 def _versioned(event: Event, f: TeamRecord) -> Event:
@@ -66,29 +99,6 @@ def _versioned(event: Event, f: TeamRecord) -> Event:
     if "version" in f:
         event.data["version"] = int(f["version"])
     return event
-
-
-async def recorded_version(session: AsyncSession, activity_id: str, team_id: str) -> int:
-    """The highest team version SQL's events of the team carry (0 when none does)."""
-    keys = [
-        codec.team_event_key(k, activity_id, team_id)
-        for k in ("team.opened", "team.formed", "team.failed")
-    ]
-    per_user = [
-        f"{kind}{codec.KEY}{activity_id}{codec.KEY}{team_id}{codec.KEY}%"
-        for kind in ("team.member_joined", "lock.expired")
-    ]
-    rows = await session.execute(
-        select(EventRow.dedup_key, EventRow.data).where(
-            or_(EventRow.dedup_key.in_(keys), *(EventRow.dedup_key.like(p) for p in per_user))
-        )
-    )
-    versions = [0]
-    for key, data in rows:
-        parsed = codec.parse_event_key(key)
-        if parsed is not None and (parsed.activity_id, parsed.team_id) == (activity_id, team_id):
-            versions.append(int(json.loads(data).get("version", 0)))
-    return max(versions)
 
 
 def _project(

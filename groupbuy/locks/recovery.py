@@ -17,7 +17,6 @@ from groupbuy.locks.codec import member_value
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.history import recorded_members
 from groupbuy.locks.models import ActivityRow, TeamRow
-from groupbuy.locks.records import recorded_version
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.metrics import RESTORED
 from groupbuy.settings import TeamSettings
@@ -78,7 +77,7 @@ class TeamRecovery(UsesBackends):
                     return False
                 members = await recorded_members(session, activity_id, team_id)
                 # The rebuild is a change of its own: after every change SQL has seen.
-                version = await recorded_version(session, activity_id, team_id) + 1
+                version = team.version + 1
             await self._activities.put(activity)
             recorded: list[Any] = []
             leader_order = ""

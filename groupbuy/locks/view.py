@@ -62,9 +62,9 @@ class TeamView:
         )
 
     @classmethod
-    def from_rows(cls, team: TeamRow, members: Sequence[MemberRow], version: int) -> TeamView:
+    def from_rows(cls, team: TeamRow, members: Sequence[MemberRow]) -> TeamView:
         """From the SQL record of an ended (or Redis-forgotten) team; members in seq order,
-        `version` the one its last recorded event carries."""
+        its version the highest its applied records carry."""
         return cls(
             activity_id=team.activity_id,
             team_id=team.team_id,
@@ -77,7 +77,7 @@ class TeamView:
             deadline_ms=to_ms(team.deadline_at),
             formed_ms=to_ms(team.formed_at) if team.formed_at else None,
             failed_ms=to_ms(team.failed_at) if team.failed_at else None,
-            version=version,
+            version=team.version,
             # a formed team short of members was formed by virtual completion
             virtual_seats=team.size - len(members) if team.status == "formed" else 0,
         )

@@ -1,9 +1,10 @@
-"""Screenshots of the service's pages: `python -m groupbuy.testing.screenshots --out DIR`.
+"""Screenshots of the service's pages: `python -m groupbuy.testing.screenshots [--out DIR]`.
 
 Starts `groupbuy serve` in a temp dir, fills it with demo data through the API (activities,
 teams, locks, members, red packets and grabs), opens each page of SHOTS in headless
 Chromium at 1280x800 and writes DIR/<name>.png. A page that logs a console error fails
-the run. Needs Chromium and chromedriver (`apt-get install -y chromium chromium-driver`).
+the run. DIR is docs/console/ by default, where README.md and docs/*.md show them.
+Needs Chromium and chromedriver (`apt-get install -y chromium chromium-driver`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Shot:
     role: str | None = None
 
 
+OUT = Path("docs/console")  # where README.md and docs/*.md show them
 LIVE = ".live-state.on"  # a console page whose live updates are on
 # The pages the command shoots, in order.
 SHOTS: tuple[Shot, ...] = (
@@ -130,7 +132,7 @@ def shoot(out: Path, shots: Sequence[Shot] = SHOTS) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: shoot SHOTS into --out."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     reason = missing()
     if reason is not None:

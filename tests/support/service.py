@@ -104,10 +104,13 @@ def service_environment(directory: Path, **variables: str) -> dict[str, str]:
 
 
 def start_service(
-    directory: Path, *args: str, env: dict[str, str] | None = None, ready_s: float = 30
+    directory: Path, *args: str, env: dict[str, str] | None = None, ready_s: float = 90
 ) -> Service:
     """Start `groupbuy serve` on a free port with its files under `directory`; return it
-    once /healthz answers (AssertionError, with its output, if it exits or takes too long)."""
+    once /healthz answers (AssertionError, with its output, if it exits or takes too long).
+
+    `ready_s` only catches a start that hangs: each process imports ~3 s of CPU worth of
+    modules, so `--workers 2` on a busy 2-core machine took over 30 s to answer."""
     port = free_port()
     output = directory / f"serve-{port}.log"
     with output.open("wb") as out:
