@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, event, exc, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -21,6 +23,9 @@ from sqlalchemy.orm import DeclarativeBase
 from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.turns import WriterTurns
+
+# The session.info key of the topics whose listeners run after the transaction commits.
+_COMMIT_TOPICS = "groupbuy_commit_topics"
 
 # The async driver of each URL scheme the service takes, and how to install it.
 _DRIVERS = {
@@ -154,6 +159,19 @@ class Database:
         # from over a second to milliseconds), urgent ones first (groupbuy/storage/turns.py).
         # Other processes still meet the busy handler.
         self._writers = WriterTurns() if self.is_sqlite else None
+        # Called after a transaction that marked their topic commits (mark_committing).
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
+
+    def on_commit(self, topic: str, listener: Callable[[], None]) -> None:
+        """Call `listener` after each of this process's transactions that marked `topic`
+        commits (it runs in the committing task: it must be quick and must not raise)."""
+        self._listeners.setdefault(topic, []).append(listener)
+
+    def off_commit(self, topic: str, listener: Callable[[], None]) -> None:
+        """Stop calling a listener given to on_commit."""
+        listeners = self._listeners.get(topic, [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     @asynccontextmanager
     async def transaction(self, urgent: bool = False) -> AsyncIterator[AsyncSession]:
@@ -162,7 +180,17 @@ class Database:
         SQLite."""
         async with self._turn(urgent), self.sessions() as session, session.begin():
             yield session
+        self._committed(session)
+
+    def _committed(self, session: AsyncSession) -> None:
         self.reachability.answered()  # committed: the database takes writes (again)
+        for topic in session.info.pop(_COMMIT_TOPICS, ()):
+            for listener in list(self._listeners.get(topic, ())):
+                listener()
+
+    def held(self) -> HeldConnection:
+        """One connection kept across transactions, for a loop that writes often."""
+        return HeldConnection(self)
 
     @asynccontextmanager
     async def _turn(self, urgent: bool) -> AsyncIterator[None]:
@@ -193,6 +221,50 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+
+
+class HeldConnection:
+    """One connection of a Database's pool kept across its transactions: a checkout pings
+    the connection first (`pool_pre_ping`: three round trips on asyncpg, BEGIN, a query,
+    ROLLBACK), which a loop that writes several times a second pays once instead. A
+    transaction that fails drops the connection; the next one checks out a fresh one, pinged.
+    Its transactions run one at a time; close() gives the connection back."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._connection: AsyncConnection | None = None
+        self._one_at_a_time = asyncio.Lock()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """As Database.transaction, on the held connection."""
+        async with self._one_at_a_time, self._db._turn(urgent=False):
+            if self._connection is None:
+                self._connection = await self._db.engine.connect()
+            try:
+                async with (
+                    AsyncSession(bind=self._connection, expire_on_commit=False) as session,
+                    session.begin(),
+                ):
+                    yield session
+            except BaseException:
+                # Whatever failed may have been the connection itself.
+                await self.close()
+                raise
+        self._db._committed(session)
+
+    async def close(self) -> None:
+        """Give the connection back to the pool (a later transaction takes another)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):  # a broken one is discarded by the pool
+                await connection.close()
+
+
+def mark_committing(session: AsyncSession, topic: str) -> None:
+    """Have the on_commit listeners of `topic` called once this session's transaction
+    (a Database.transaction) commits."""
+    session.info.setdefault(_COMMIT_TOPICS, set()).add(topic)
 
 
 def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
