@@ -24,6 +24,15 @@ Modes (what benchmarks/http_level.py drives; the bodies match benchmarks/wrk/pos
                           round-robin over teams t1..tTEAMS
   join KEY ACTIVITY       POST /v1/activities/<a>/locks ("join any team"), a new user per request
   bare KEY                POST /grab (benchmarks/bare_app.py), a new user per request
+  mixed KEY ACTIVITIES TEAMS PACKET...
+                          two grabs by new users for every seat lock by a new user (locks
+                          round-robin over activities a1..aN, then their teams t1..tTEAMS; the
+                          activity ids are the first argument with -1..-N appended), and for
+                          each lock answered 201 its confirm (POST .../members), due
+                          CONFIRM_AFTER_S after the lock's answer: the payment's time
+  In mixed mode the RATE given is the scheduled grabs and locks; the confirms come on top
+  (a quarter of all requests when every lock succeeds). The result has `by_kind`: each
+  kind's count, statuses and p50/p95/p99.
 Usage: python -m benchmarks.openloop URL RATE SECONDS CONNECTIONS TAG MODE KEY ARG...
 prints one JSON object.
 """
@@ -39,6 +48,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -50,6 +60,7 @@ SAMPLE = 2000  # latencies kept for the plot
 KEPT_UP_RATE = 0.95
 ON_TIME_LATE_MS = 5.0
 DRAIN_TIMEOUT_S = 30.0
+CONFIRM_AFTER_S = 0.030  # from a lock's answer to its confirm (mixed mode)
 
 
 def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callable[[int], bytes]:
@@ -84,6 +95,52 @@ def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callabl
     if mode == "bare":
         return lambda i: build("/grab", f"o{tag}-{i}")
     raise ValueError(f"unknown mode {mode!r}")
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Several kinds of request in one schedule, and follow-ups due some time after an
+    answer: `kind(i)` names request i's kind, `follow(i, status)` is the request (kind,
+    bytes) to send `after_s` after request i was answered with `status`, or None."""
+
+    kind: Callable[[int], str]
+    follow: Callable[[int, int], tuple[str, bytes] | None]
+    after_s: float
+
+
+def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int], bytes], Mix]:
+    """Mixed mode: request i is a grab unless i % 3 == 2, a seat lock; a lock answered 201
+    is confirmed CONFIRM_AFTER_S later (order id = the user's)."""
+    activity, activities, teams, packets = params[0], int(params[1]), int(params[2]), params[3:]
+    head = (
+        "POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer " + key + "\r\n"
+        "Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+
+    def post(path: str, body: str) -> bytes:
+        return (head.format(path=path, length=len(body)) + body).encode()
+
+    def team_path(i: int) -> tuple[str, str]:
+        n = i // 3  # the n-th lock
+        a, t = n % activities + 1, (n // activities) % teams + 1
+        return f"/v1/activities/{activity}-{a}/teams/t{t}", f"m{tag}-{i}"
+
+    def build(i: int) -> bytes:
+        if i % 3 != 2:
+            g = i // 3 * 2 + i % 3  # the g-th grab: a new user, round-robin over the packets
+            return post(
+                f"/v1/redpackets/{packets[g % len(packets)]}/grab", f'{{"user_id":"g{tag}-{g}"}}'
+            )
+        path, user = team_path(i)
+        return post(f"{path}/locks", f'{{"user_id":"{user}"}}')
+
+    def follow(i: int, status: int) -> tuple[str, bytes] | None:
+        if i % 3 != 2 or status != 201:
+            return None
+        path, user = team_path(i)
+        return "confirm", post(f"{path}/members", f'{{"user_id":"{user}","order_id":"{user}"}}')
+
+    return build, Mix(lambda i: "lock" if i % 3 == 2 else "grab", follow, CONFIRM_AFTER_S)
 
 
 class Connection(asyncio.Protocol):
@@ -132,36 +189,55 @@ async def run(
     seconds: float,
     connections: int,
     build: Callable[[int], bytes],
+    mix: Mix | None = None,
 ) -> dict[str, Any]:
-    """Offer rate x seconds requests on `connections` connections; what happened."""
+    """Offer rate x seconds requests on `connections` connections (and, with a `mix`, the
+    follow-ups their answers call for); what happened."""
     loop = asyncio.get_running_loop()
     parsed = urlparse(url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
     total = max(1, int(rate * seconds))
     interval = 1.0 / rate
     latencies: list[float] = []
+    by_kind: dict[str, list[float]] = {}
+    kind_statuses: dict[str, Counter[str]] = {}
     late: list[float] = []
     statuses: Counter[str] = Counter()
     bodies: Counter[str] = Counter()
-    pending: deque[tuple[int, float]] = deque()  # due, waiting for a free connection
-    in_flight: dict[Connection, tuple[int, float]] = {}
+    # due, waiting for a free connection: (index, due, kind, request or None to build)
+    pending: deque[tuple[int, float, str, bytes | None]] = deque()
+    in_flight: dict[Connection, tuple[int, float, str]] = {}
     free: list[Connection] = []
     waited = 0
     done = loop.create_future()
     answered = 0
+    expected = total  # grows by each follow-up an answer calls for
 
     def dispatch() -> None:
         while pending and free:
             conn = free.pop()
-            index, due = pending.popleft()
-            in_flight[conn] = (index, due)
-            conn.send(build(index))
+            index, due, kind, data = pending.popleft()
+            in_flight[conn] = (index, due, kind)
+            conn.send(build(index) if data is None else data)
+
+    def follow_up(kind: str, data: bytes, due: float) -> None:
+        pending.append((-1, due, kind, data))
+        dispatch()
 
     def on_answer(conn: Connection, status: int, body: bytes) -> None:
-        nonlocal answered
-        _index, due = in_flight.pop(conn)
-        latencies.append(time.perf_counter() - due)
+        nonlocal answered, expected
+        index, due, kind = in_flight.pop(conn)
+        latency = time.perf_counter() - due
+        latencies.append(latency)
         statuses[str(status)] += 1
+        if mix is not None:
+            by_kind.setdefault(kind, []).append(latency)
+            kind_statuses.setdefault(kind, Counter())[str(status)] += 1
+            then = mix.follow(index, status) if index >= 0 else None
+            if then is not None:
+                expected += 1
+                at = time.perf_counter() + mix.after_s
+                loop.call_later(mix.after_s, follow_up, then[0], then[1], at)
         if b'"grabbed"' in body:
             bodies["grabbed"] += 1
         elif b'"already_grabbed"' in body:
@@ -169,7 +245,7 @@ async def run(
         answered += 1
         free.append(conn)
         dispatch()
-        if answered == total and not done.done():
+        if answered == expected and not done.done():
             done.set_result(None)
 
     conns = []
@@ -186,7 +262,7 @@ async def run(
             due = start + index * interval
             late.append(now - due)
             waited += not free
-            pending.append((index, due))
+            pending.append((index, due, mix.kind(index) if mix else "", None))
             index += 1
         dispatch()
         if index < total:
@@ -208,10 +284,10 @@ async def run(
     late_p99 = percentile(late, 0.99) or 0.0
     kept_up = issued_per_s >= KEPT_UP_RATE * rate
     sample = latencies if len(latencies) <= SAMPLE else random.sample(latencies, SAMPLE)
-    return {
-        "requests": total,
+    result: dict[str, Any] = {
+        "requests": expected,
         "answered": answered,
-        "unanswered": total - answered,
+        "unanswered": expected - answered,
         "connections_lost": lost,
         "offered_per_s": round(rate, 1),
         "issued_per_s": round(issued_per_s, 1),
@@ -231,13 +307,35 @@ async def run(
         "already": bodies["already"],
         "latencies_ms": sorted(round(s * 1000, 3) for s in sample),
     }
+    if mix is not None:
+        result["by_kind"] = {kind: _kind_summary(sorted(values), kind_statuses[kind])
+                             for kind, values in sorted(by_kind.items())}  # fmt: skip
+    return result
+
+
+def _kind_summary(ordered: list[float], statuses: Counter[str]) -> dict[str, Any]:
+    """Count, statuses, percentiles and a latency sample of one kind of request."""
+    sample = ordered if len(ordered) <= SAMPLE else sorted(random.sample(ordered, SAMPLE))
+    return {
+        "count": len(ordered),
+        "statuses": dict(statuses),
+        "p50_ms": percentile(ordered, 0.50),
+        "p95_ms": percentile(ordered, 0.95),
+        "p99_ms": percentile(ordered, 0.99),
+        "max_ms": round(ordered[-1] * 1000, 3) if ordered else None,
+        "latencies_ms": [round(s * 1000, 3) for s in sample],
+    }
 
 
 def main(argv: list[str]) -> None:
     """Parse the command line, run, print the JSON result."""
     url, rate, seconds, connections, tag, mode, key, *params = argv
-    build = request_builder(mode, key, tag, params)
-    result = asyncio.run(run(url, float(rate), float(seconds), int(connections), build))
+    mix = None
+    if mode == "mixed":
+        build, mix = mixed_workload(key, tag, params)
+    else:
+        build = request_builder(mode, key, tag, params)
+    result = asyncio.run(run(url, float(rate), float(seconds), int(connections), build, mix))
     print(json.dumps(result))
 
 

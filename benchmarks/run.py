@@ -3,8 +3,9 @@
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
 service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
 replica: benchmarks/replica_wait.py; for the production shapes, a PostgreSQL and a 3-master
-Redis Cluster: benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py),
-runs every scenario, stops everything, and writes
+Redis Cluster: benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py;
+for confirms among grabs and locks, a redis-server with AOF and a PostgreSQL of their own:
+benchmarks/confirm_mix.py), runs every scenario, stops everything, and writes
 docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
 docs/benchmarks-latency.png. Usage:
 
@@ -26,6 +27,11 @@ from typing import Any
 from benchmarks.client_speed import FULL as CLIENT_FULL
 from benchmarks.client_speed import QUICK as CLIENT_QUICK
 from benchmarks.client_speed import run_client_speed
+from benchmarks.confirm_mix import (
+    TARGET_CONFIRM_OVER_GRAB,
+    TARGET_CONFIRM_P99_MS,
+    run_confirm_mix,
+)
 from benchmarks.console_cost import run_console_cost
 from benchmarks.console_report import section
 from benchmarks.engine import run_engine
@@ -190,6 +196,26 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
                 what = f"{level} {kind} p99 offered at {label} the maximum rate (open loop)"
                 met = None if p99 is None else p99 <= limit
                 out.append((what, figure, f"<= {limit:.0f} ms", _met(met)))
+    out += confirm_targets(rows)
+    return out
+
+
+def confirm_targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """Issue 24's target for the confirm mix (benchmarks/confirm_mix.py), per database:
+    confirm p99 within 30 ms and within twice the grab p99 of the same runs."""
+    out = []
+    for row in measured(rows):
+        if not (row["scenario"].startswith("confirm mix") and row["scenario"].endswith("confirm")):
+            continue
+        grab = _find(rows, row["scenario"].replace(": confirm", ": grab"), "http",
+                     row["implementation"])  # fmt: skip
+        p99, grab_p99 = row.get("p99_ms"), grab.get("p99_ms") if grab else None
+        if p99 is None or grab_p99 is None:
+            continue
+        met = p99 <= TARGET_CONFIRM_P99_MS and p99 <= TARGET_CONFIRM_OVER_GRAB * grab_p99
+        what = f"{row['scenario']} p99, {row['implementation']} (grab p99 {grab_p99:.1f} ms)"
+        target = f"<= {TARGET_CONFIRM_P99_MS:.0f} ms and <= {TARGET_CONFIRM_OVER_GRAB:.0f}x grab"
+        out.append((what, f"{p99:.1f} ms", target, _met(met)))
     return out
 
 
@@ -333,6 +359,8 @@ def main() -> None:
             rows += run_http(server.url, Path(workdir), args.quick)
             rows.append(run_join_http(server.url, Path(workdir)))
             rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
+            print("== confirms among grabs and locks, open loop, on SQLite and PostgreSQL")
+            rows += run_confirm_mix(Path(workdir), args.quick)
             print("== webhooks: delivery throughput, commit-to-delivery lag, dead endpoints")
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
             print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")

@@ -55,12 +55,15 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(args: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[Server]:
-    """Run a server in its own process group; yield it once /healthz answers."""
+def serve(
+    args: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = REPO
+) -> Iterator[Server]:
+    """Run a server in its own process group (from the checkout `cwd`: `python -m` imports
+    the package found there); yield it once /healthz answers."""
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
             deadline = time.monotonic() + 30

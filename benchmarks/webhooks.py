@@ -119,12 +119,12 @@ async def throughput(url: str, base: str, events: int) -> Row:
         async with database.transaction() as session:
             await record_events(session, bench_events(first, min(1000, events - first)))
     began = time.perf_counter()
-    hooks.deliverer.start()
+    hooks.start_delivering()
     try:
         await _until_received(base, events, timeout_s=300)
         seconds = time.perf_counter() - began
     finally:
-        await hooks.deliverer.stop()
+        await hooks.stop_delivering()
         await database.dispose()
     seen = (await _received(base))["seen"]
     return result_row(
@@ -151,7 +151,7 @@ async def steady_lag(
     await hooks.create(EndpointSpec("fast", f"{base}/fast", ("*",)))
     for n in range(dead):
         await hooks.create(EndpointSpec(f"dead{n}", f"{base}/dead", ("*",)))
-    hooks.deliverer.start()
+    hooks.start_delivering()
     sent = 0
     tick = 0.05
     began = time.perf_counter()
@@ -165,7 +165,7 @@ async def steady_lag(
             await asyncio.sleep(tick)
         await _until_received(base, sent, timeout_s=30)
     finally:
-        await hooks.deliverer.stop()
+        await hooks.stop_delivering()
         await database.dispose()
     got = await _received(base)
     lags = sorted(v / 1000 for v in got["lags_ms"])

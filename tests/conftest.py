@@ -123,7 +123,8 @@ def database_url(database: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out PostgreSQL on fakeredis and SQLite on the cluster (the module's docstring)."""
+    """Leave out PostgreSQL on fakeredis and SQLite on the cluster (the module's docstring);
+    put the slow files first."""
     kept, left_out = [], []
     for item in items:
         params = getattr(item, "callspec", None)
@@ -135,7 +136,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kept.append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = kept
+    # Files marked slow as a whole first (a stable sort keeps every file's own order): the
+    # test processes (scripts/test.sh) are handed whole files in this order, and a long file
+    # handed out last leaves one process running it alone at the end.
+    kept.sort(key=lambda item: not _file_is_slow(item))
+    items[:] = kept
+
+
+def _file_is_slow(item: pytest.Item) -> bool:
+    module = item.getparent(pytest.Module)
+    return module is not None and any(mark.name == "slow" for mark in module.own_markers)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from benchmarks.console_cost import pages
 from benchmarks.console_seed import Scale, Seeded, seed
 from benchmarks.engine.versus import grade_locks
 from benchmarks.interleave import Trial, comparison, merge_correct, rotation, run_sync
-from benchmarks.openloop import request_builder, run
-from benchmarks.run import markdown, ratios
+from benchmarks.openloop import mixed_workload, request_builder, run
+from benchmarks.run import confirm_targets, markdown, ratios
 from groupbuy.console import feed
 from groupbuy.testing.joins import Tap, grade_joins
 from tests.support.console import sign_in
@@ -231,6 +231,74 @@ async def test_open_loop_latency_counts_from_when_each_request_was_due() -> None
     assert sorted(result["latencies_ms"])[-25] >= 50
     assert result["waited_for_connection"] >= 25
     assert time.perf_counter() - began < 5
+
+
+async def test_mixed_open_loop_confirms_each_lock_30_ms_after_its_answer() -> None:
+    """Two grabs for every lock; each lock answered 201 is confirmed (same user, same
+    team) no sooner than 30 ms after its answer, and latencies are kept per kind."""
+    seen: list[tuple[float, str, bytes]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                body = await reader.readexactly(length)
+                path = head.split(b" ")[1].decode()
+                seen.append((time.perf_counter(), path, body))
+                # every other lock is refused: no confirm may follow it
+                refused = path.endswith("/locks") and len(seen) % 2 == 0
+                status = b"409 Conflict" if refused else b"201 Created"
+                writer.write(b"HTTP/1.1 %s\r\nContent-Length: 2\r\n\r\n{}" % status)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    build, mix = mixed_workload("key", "t", ["act", "2", "3", "p1", "p2"])
+    try:
+        result = await run(f"http://127.0.0.1:{port}", 300.0, 0.5, 8, build, mix)
+    finally:
+        server.close()
+        await server.wait_closed()
+    kinds = result["by_kind"]
+    locked = kinds["lock"]["statuses"].get("201", 0)
+    assert kinds["grab"]["count"] == 100 and kinds["lock"]["count"] == 50
+    assert 0 < locked < 50 and kinds["confirm"]["count"] == locked
+    assert result["answered"] == result["requests"] == 150 + locked
+    answered_at = {}
+    for at, path, body in seen:
+        if path.endswith("/locks"):
+            answered_at[(path.rsplit("/", 1)[0], body)] = at
+    for at, path, body in seen:
+        if path.endswith("/members"):
+            user = body.split(b'"user_id":"')[1].split(b'"')[0]
+            lock = (path.rsplit("/", 1)[0], b'{"user_id":"%s"}' % user)
+            assert at - answered_at[lock] >= 0.029  # the payment's 30 ms, after the answer
+            assert body == b'{"user_id":"%s","order_id":"%s"}' % (user, user)
+    grabs = [path for _, path, _ in seen if "/grab" in path]
+    assert {p.split("/")[3] for p in grabs} == {"p1", "p2"}
+
+
+def test_confirm_targets_compare_each_database_with_its_grabs() -> None:
+    def mix(kind: str, impl: str, p99: float) -> dict[str, object]:
+        return _row(f"confirm mix @ 2,400/s: {kind}", "http", impl, 600, p99_ms=p99)
+
+    rows = [
+        mix("grab", "groupbuy (1 worker, SQLite)", 10.0),
+        mix("confirm", "groupbuy (1 worker, SQLite)", 25.0),  # over twice the grab
+        mix("grab", "groupbuy (1 worker, PostgreSQL)", 20.0),
+        mix("confirm", "groupbuy (1 worker, PostgreSQL)", 28.0),
+    ]
+    found = {what: (figure, met) for what, figure, _target, met in confirm_targets(rows)}
+    sqlite = "confirm mix @ 2,400/s: confirm p99, groupbuy (1 worker, SQLite) (grab p99 10.0 ms)"
+    postgres = (
+        "confirm mix @ 2,400/s: confirm p99, groupbuy (1 worker, PostgreSQL) (grab p99 20.0 ms)"
+    )
+    assert found == {sqlite: ("25.0 ms", "no"), postgres: ("28.0 ms", "yes")}
 
 
 def test_a_join_flash_is_graded_from_its_answers_and_their_times() -> None:

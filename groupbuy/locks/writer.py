@@ -10,7 +10,6 @@ next drain (of any process) applies them again harmlessly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -20,8 +19,9 @@ from groupbuy.locks.codec import parse_team_record
 from groupbuy.locks.records import project_team_records
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
-from groupbuy.storage.deadletters import DeadLetters, apply_isolating
+from groupbuy.storage.deadletters import DeadLetters, Entries, apply_isolating, is_poison
 from groupbuy.storage.events import record_events
+from groupbuy.storage.groupcommit import GroupCommit, Waiters
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import RecordWriter, RunTime, drain_each, read_outbox
 from groupbuy.storage.reachability import Reachability
@@ -48,6 +48,14 @@ class ActivityOutboxes:
         return self.keys.pending_activities(slot)
 
 
+def _one_lane(_owner: str) -> str:
+    return ""
+
+
+def _own_lane(owner: str) -> str:
+    return owner
+
+
 class TeamRecordWriter(RecordWriter):
     """Drains activities' outbox streams into SQL, one transaction per batch."""
 
@@ -64,9 +72,9 @@ class TeamRecordWriter(RecordWriter):
         self._reachability = reachability or Reachability("the configured URL")
         self._project = project_team_records
         dead_letters.register(self.engine, self._apply)
-        # Per stream: the drain running now, and the one queued to start after it.
-        self._current: dict[str, asyncio.Task[int]] = {}
-        self._queued: dict[str, asyncio.Task[int]] = {}
+        # SQLite takes one writer at a time: every activity in one lane, their records in
+        # shared transactions. PostgreSQL takes them side by side: a lane per activity.
+        self._rounds = GroupCommit(self._commit, _one_lane if self._db.is_sqlite else _own_lane)
 
     async def drain_all(self, within: RunTime | None = None) -> int:
         """Drain every stream the pending index lists, oldest record first (one read of the
@@ -84,64 +92,93 @@ class TeamRecordWriter(RecordWriter):
         """Apply every entry now in activity `owner`'s stream to SQL (not those written while
         it runs: the next drain has them); returns how many it applied.
 
-        Callers share drains: one that is queued and has not started yet will see every
-        entry written before this call, so a caller joins it instead of queueing its own.
-        Under load (many confirms of one activity at once) that turns N drains into two.
-        The drain runs in its own task, shielded: a cancelled caller never interrupts it
-        mid-SQL.
+        Callers share drains (groupbuy/storage/groupcommit.py): a caller joins its lane's
+        round that has not started yet, which reads every stream it lists after the
+        caller's entries were written, and commits the activities' records together, at
+        most a batch to a transaction. On SQLite every activity is in one lane; on
+        PostgreSQL each has its own. Many confirms at once cost about two rounds instead
+        of a transaction each.
         """
-        queued = self._queued.get(owner)
-        if queued is None:
-            queued = asyncio.create_task(self._after(self._current.get(owner), owner))
-            self._queued[owner] = queued
-        return await asyncio.shield(queued)
+        return await self._rounds.join(owner)
 
-    async def _after(self, previous: asyncio.Task[int] | None, activity_id: str) -> int:
-        if previous is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(previous)
-        me = asyncio.current_task()
-        assert me is not None
-        if self._queued.get(activity_id) is me:
-            del self._queued[activity_id]
-        self._current[activity_id] = me
-        try:
-            return await self._drain(activity_id)
-        finally:
-            if self._current.get(activity_id) is me:
-                del self._current[activity_id]
-
-    async def _drain(self, activity_id: str) -> int:
-        stream = self.layout.stream(activity_id)
-        applied = 0
-        # What the stream holds now, not until it is empty: an activity that keeps writing
-        # faster than SQL takes its records (several replicas on one database) would hold
-        # the drain, and every confirm and job waiting on it, for as long as its writes go
-        # on. What comes later is the next drain's. A batch that is not full was the rest;
-        # when more than a batch waits, the drain stops at the newest entry there now.
-        last_id = "+"
-        while True:
-            entries = await read_outbox(self._scripts, stream, "-", last_id, self._batch_size)
+    async def _commit(self, waiters: Waiters) -> None:
+        """One round: read each listed stream, commit the short ones' records together, then
+        drain the long ones (a full batch waiting) one by one."""
+        owners = list(waiters)
+        reads = await asyncio.gather(*(self._read(owner, "+") for owner in owners))
+        long: list[tuple[str, Entries]] = []
+        group: list[tuple[str, Entries]] = []
+        size = 0
+        for owner, entries in zip(owners, reads, strict=True):
             if not entries:
-                return applied
-            if last_id == "+" and len(entries) == self._batch_size:
-                last_id = (await self._redis.xrevrange(stream, "+", "-", count=1))[0][0]
+                waiters[owner].set_result(0)
+            elif len(entries) >= self._batch_size:
+                long.append((owner, entries))
+            else:
+                if size + len(entries) > self._batch_size:
+                    await self._commit_together(group, waiters)
+                    group, size = [], 0
+                group.append((owner, entries))
+                size += len(entries)
+        await self._commit_together(group, waiters)
+        for owner, entries in long:
+            waiters[owner].set_result(await self._drain_long(owner, entries))
 
-            async def apply(batch: list[tuple[str, dict[str, str]]]) -> None:
-                async with self._db.transaction() as session:
-                    await self._apply(session, [fields for _id, fields in batch])
+    async def _commit_together(self, group: list[tuple[str, Entries]], waiters: Waiters) -> None:
+        """Several activities' records (under a batch in all) in one transaction; when one
+        of them cannot be applied, each activity's on its own (its poison to the dead
+        letters)."""
+        if not group:
+            return
+        try:
+            async with self._db.transaction(urgent=True) as session:
+                await self._apply(session, [f for _owner, entries in group for _id, f in entries])
+        except Exception as exc:
+            if not is_poison(exc):
+                raise
+            for owner, entries in group:
+                waiters[owner].set_result(await self._apply_batch(owner, entries))
+            return
+        await asyncio.gather(
+            *(self.ack(owner, [entry_id for entry_id, _ in entries]) for owner, entries in group)
+        )
+        for owner, entries in group:
+            waiters[owner].set_result(self._written(len(entries)))
 
-            poisoned = await apply_isolating(entries, apply)
-            if poisoned:  # out of the stream (into the dead letters) before the rest is acked
-                index = self.layout.index_of(activity_id)
-                await self._dead.bury(self.engine, activity_id, stream, index, "", poisoned)
-            dead = {p.entry_id for p in poisoned}
-            await self.ack(
-                activity_id, [entry_id for entry_id, _ in entries if entry_id not in dead]
-            )
-            applied += self._written(len(entries) - len(poisoned))
+    async def _read(self, activity_id: str, last_id: str) -> Entries:
+        stream = self.layout.stream(activity_id)
+        return await read_outbox(self._scripts, stream, "-", last_id, self._batch_size)
+
+    async def _drain_long(self, activity_id: str, entries: Entries) -> int:
+        """The rest of a stream that held a full batch or more, batch by batch: up to its
+        newest entry now, not until it is empty. An activity that keeps writing faster than
+        SQL takes its records (several replicas on one database) would hold the drain, and
+        every confirm and job waiting on it, for as long as its writes go on."""
+        stream = self.layout.stream(activity_id)
+        last_id = (await self._redis.xrevrange(stream, "+", "-", count=1))[0][0]
+        applied = 0
+        while True:
+            applied += await self._apply_batch(activity_id, entries)
             if len(entries) < self._batch_size:
                 return applied
+            entries = await self._read(activity_id, last_id)
+            if not entries:
+                return applied
+
+    async def _apply_batch(self, activity_id: str, entries: Entries) -> int:
+        """One activity's batch, a transaction (poison isolated, buried), then acked."""
+
+        async def apply(batch: Entries) -> None:
+            async with self._db.transaction(urgent=True) as session:
+                await self._apply(session, [fields for _id, fields in batch])
+
+        poisoned = await apply_isolating(entries, apply)
+        if poisoned:  # out of the stream (into the dead letters) before the rest is acked
+            stream, index = self.layout.stream(activity_id), self.layout.index_of(activity_id)
+            await self._dead.bury(self.engine, activity_id, stream, index, "", poisoned)
+        dead = {p.entry_id for p in poisoned}
+        await self.ack(activity_id, [entry_id for entry_id, _ in entries if entry_id not in dead])
+        return self._written(len(entries) - len(poisoned))
 
     async def _apply(self, session: AsyncSession, fields: list[dict[str, str]]) -> None:
         """Parse records, project them into rows and record their events, in the caller's

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, event, exc, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -21,6 +23,10 @@ from sqlalchemy.orm import DeclarativeBase
 
 from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
+from groupbuy.storage.turns import WriterTurns
+
+# The session.info key of the topics whose listeners run after the transaction commits.
+_COMMIT_TOPICS = "groupbuy_commit_topics"
 
 # The async driver of each URL scheme the service takes, and how to install it.
 _DRIVERS = {
@@ -171,18 +177,44 @@ class Database:
         # SQLite takes one writer at a time; a second one waits in its busy handler, which
         # sleeps in steps of up to 100 ms. Queueing this process's writers here instead
         # hands the lock over at once (the p99 of a confirm behind the write-behind fell
-        # from over a second to milliseconds). Other processes still meet the busy handler.
-        self._writers = asyncio.Lock() if self.is_sqlite else None
+        # from over a second to milliseconds), urgent ones first (groupbuy/storage/turns.py).
+        # Other processes still meet the busy handler.
+        self._writers = WriterTurns() if self.is_sqlite else None
+        # Called after a transaction that marked their topic commits (mark_committing).
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
+
+    def on_commit(self, topic: str, listener: Callable[[], None]) -> None:
+        """Call `listener` after each of this process's transactions that marked `topic`
+        commits (it runs in the committing task: it must be quick and must not raise)."""
+        self._listeners.setdefault(topic, []).append(listener)
+
+    def off_commit(self, topic: str, listener: Callable[[], None]) -> None:
+        """Stop calling a listener given to on_commit."""
+        listeners = self._listeners.get(topic, [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session inside one transaction, committed on success (never nest them)."""
-        async with self._turn(), self.sessions() as session, session.begin():
+    async def transaction(self, urgent: bool = False) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction, committed on success (never nest them). An
+        `urgent` one (an answer waits on it) goes before the other writers waiting on
+        SQLite."""
+        async with self._turn(urgent), self.sessions() as session, session.begin():
             yield session
+        self._committed(session)
+
+    def _committed(self, session: AsyncSession) -> None:
         self.reachability.answered()  # committed: the database takes writes (again)
+        for topic in session.info.pop(_COMMIT_TOPICS, ()):
+            for listener in list(self._listeners.get(topic, ())):
+                listener()
+
+    def held(self) -> HeldConnection:
+        """One connection kept across transactions, for a loop that writes often."""
+        return HeldConnection(self)
 
     @asynccontextmanager
-    async def _turn(self) -> AsyncIterator[None]:
+    async def _turn(self, urgent: bool) -> AsyncIterator[None]:
         """This process's turn to write (SQLite), waited for at most `timeout_s`: while
         another process holds the file's lock, each writer in the queue waits out its busy
         timeout in turn, and without a bound the last would wait for all of them."""
@@ -191,7 +223,7 @@ class Database:
             return
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self._writers.acquire()
+                await self._writers.acquire(urgent)
         except TimeoutError:
             raise DatabaseBusy(
                 f"no turn to write within {self.timeout_s:g} s: the writers before this one "
@@ -210,6 +242,50 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+
+
+class HeldConnection:
+    """One connection of a Database's pool kept across its transactions: a checkout pings
+    the connection first (`pool_pre_ping`: three round trips on asyncpg, BEGIN, a query,
+    ROLLBACK), which a loop that writes several times a second pays once instead. A
+    transaction that fails drops the connection; the next one checks out a fresh one, pinged.
+    Its transactions run one at a time; close() gives the connection back."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._connection: AsyncConnection | None = None
+        self._one_at_a_time = asyncio.Lock()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """As Database.transaction, on the held connection."""
+        async with self._one_at_a_time, self._db._turn(urgent=False):
+            if self._connection is None:
+                self._connection = await self._db.engine.connect()
+            try:
+                async with (
+                    AsyncSession(bind=self._connection, expire_on_commit=False) as session,
+                    session.begin(),
+                ):
+                    yield session
+            except BaseException:
+                # Whatever failed may have been the connection itself.
+                await self.close()
+                raise
+        self._db._committed(session)
+
+    async def close(self) -> None:
+        """Give the connection back to the pool (a later transaction takes another)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):  # a broken one is discarded by the pool
+                await connection.close()
+
+
+def mark_committing(session: AsyncSession, topic: str) -> None:
+    """Have the on_commit listeners of `topic` called once this session's transaction
+    (a Database.transaction) commits."""
+    session.info.setdefault(_COMMIT_TOPICS, set()).add(topic)
 
 
 def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     func,
     select,
     text,
@@ -30,9 +31,11 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, aliased, mapped_column
 
-from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore
+from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore, mark_committing
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
+# The on_commit topic of transactions that recorded events (the webhook deliverer listens).
+FEED_COMMITTED = "feed"
 # Most rows one sequencer transaction positions: bounds a feed read behind a large backlog
 # (the next read positions the rest).
 POSITION_BATCH = 5000
@@ -88,12 +91,14 @@ def _row(event: Event) -> dict[str, Any]:
 
 async def record_event(session: AsyncSession, event: Event) -> bool:
     """Insert the event unless already recorded; True if this call recorded it."""
+    mark_committing(session, FEED_COMMITTED)
     return await insert_ignore(session, EventRow.__table__, _row(event))
 
 
 async def record_events(session: AsyncSession, events: list[Event]) -> None:
     """Insert many events in one statement, skipping those already recorded (ids follow order)."""
     if events:
+        mark_committing(session, FEED_COMMITTED)
         # executemany, rows in list order: compiled once, cached (not per batch size).
         statement = dialect_insert(session, EventRow.__table__).on_conflict_do_nothing()
         await session.execute(statement, [_row(e) for e in events])
@@ -124,28 +129,48 @@ async def _sequence(database: Database, limit: int) -> int:
     async with database.transaction() as session:
         if not database.is_sqlite:
             await session.execute(select(func.pg_advisory_xact_lock(SEQUENCER_LOCK)))
-        # One statement: on SQLite it takes the write lock before it reads, so the highest
-        # position it reads cannot change under it (another process's sequencer waits).
-        given = aliased(EventRow)
-        top = select(func.coalesce(func.max(given.position), 0)).scalar_subquery()
-        unpositioned = aliased(EventRow)
-        numbered = (
-            select(
-                unpositioned.id.label("id"),
-                (top + func.row_number().over(order_by=unpositioned.id)).label("position"),
-            )
-            .where(unpositioned.position.is_(None))
-            .order_by(unpositioned.id)
-            .limit(limit)
-            .subquery()
+        return await _number(session, limit)
+
+
+async def sequence_in(session: AsyncSession, is_sqlite: bool, limit: int = POSITION_BATCH) -> int:
+    """assign_positions inside the caller's transaction, whose commit ends the sequencer's
+    exclusion: on PostgreSQL the advisory lock, on SQLite the write lock, which this takes
+    first whatever waits (before any read: a read transaction that later writes fails at
+    once if another process wrote since its reads). Rows waiting are probed first, so the
+    numbering statement runs only when some do."""
+    if is_sqlite:
+        # A write that changes nothing still takes the lock; far cheaper than numbering.
+        await session.execute(update(EventRow).where(false()).values(position=EventRow.position))
+    if not await _waiting(session):
+        return 0
+    if not is_sqlite:
+        await session.execute(select(func.pg_advisory_xact_lock(SEQUENCER_LOCK)))
+    return await _number(session, limit)
+
+
+async def _number(session: AsyncSession, limit: int) -> int:
+    # One statement: on SQLite it takes the write lock before it reads, so the highest
+    # position it reads cannot change under it (another process's sequencer waits).
+    given = aliased(EventRow)
+    top = select(func.coalesce(func.max(given.position), 0)).scalar_subquery()
+    unpositioned = aliased(EventRow)
+    numbered = (
+        select(
+            unpositioned.id.label("id"),
+            (top + func.row_number().over(order_by=unpositioned.id)).label("position"),
         )
-        result = await session.execute(
-            update(EventRow)
-            .where(EventRow.id == numbered.c.id)
-            .values(position=numbered.c.position)
-            .execution_options(synchronize_session=False)
-        )
-        return int(cast(CursorResult[Any], result).rowcount)
+        .where(unpositioned.position.is_(None))
+        .order_by(unpositioned.id)
+        .limit(limit)
+        .subquery()
+    )
+    result = await session.execute(
+        update(EventRow)
+        .where(EventRow.id == numbered.c.id)
+        .values(position=numbered.c.position)
+        .execution_options(synchronize_session=False)
+    )
+    return int(cast(CursorResult[Any], result).rowcount)
 
 
 async def read_events(session: AsyncSession, after: int, limit: int) -> dict[str, Any]:

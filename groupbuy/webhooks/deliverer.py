@@ -14,19 +14,24 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+
+from sqlalchemy import select
 
 from groupbuy import metrics
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
+from groupbuy.storage.events import sequence_in
 from groupbuy.webhooks import queue
 from groupbuy.webhooks.models import EndpointRow
-from groupbuy.webhooks.outcomes import Completion, Outcome, complete, fail_unsendable
-from groupbuy.webhooks.queue import Claimed
+from groupbuy.webhooks.outcomes import Completion, Outcome, complete_in, fail_unsendable
+from groupbuy.webhooks.queue import Claimed, Target
 from groupbuy.webhooks.recorder import Recorder
 from groupbuy.webhooks.sender import Reply, Sender
 from groupbuy.webhooks.signing import headers
-from groupbuy.webhooks.store import EndpointStore, secrets_in_use
+from groupbuy.webhooks.store import secrets_in_use
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +63,11 @@ class Deliverer:
         self,
         database: Database,
         settings: WebhookSettings,
-        store: EndpointStore,
         sender: Sender,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._db = database
         self._settings = settings
-        self._store = store
         self.sender = sender
         self._clock = clock
         # One process works an endpoint at a time (queue.claim): its claims, this process's.
@@ -84,63 +87,110 @@ class Deliverer:
         self._pause_s = min(settings.poll_interval_s, self.claim_ms * RENEW_SHARE / 1000)
         self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
         self._recorder = Recorder(self._complete)
-        # The endpoints as last read, and when (a pass reads them again, and derives new
-        # deliveries, at most once per poll interval; claims read the rest from SQL).
-        self._endpoints: list[EndpointRow] = []
-        self._derived_at: float | None = None
+        # Outcome batches waiting for the next pass to record them (while the loop runs).
+        self._ended: list[tuple[list[Outcome], asyncio.Future[list[Completion]]]] = []
+        # Passes and outcome batches each keep a connection: no checkout (and its ping) for
+        # each of their several transactions a second.
+        self._pass_connection = database.held()
+        self._record_connection = database.held()
         self._wake = asyncio.Event()
+        # Passes the background loop has ended (tests wait for one to know it is idle).
+        self.passes = 0
+        # Whether the last pass found endpoints: while none are registered, a pass is one
+        # probe, not a transaction that takes locks.
+        self._endpoints_seen = True
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
 
-    async def tick(self, derive: bool = True) -> int:
-        """One pass: derive new deliveries (unless `derive` is False and the last
-        derivation is younger than the poll interval), then claim and start what is due for
-        every enabled endpoint with a free slot; returns how many attempts it started."""
+    async def tick(self) -> int:
+        """One pass, one transaction: position the feed's new events, read the endpoints
+        (their rows held to the commit), derive their new deliveries, renew the claims held
+        when due, then claim what is due for every enabled endpoint with a free round of
+        slots, and start those attempts; returns how many it started."""
         now = self._clock()
-        fresh = self._derived_at is not None and (
-            time.monotonic() - self._derived_at < self._settings.poll_interval_s
-        )
-        if derive or not fresh:
-            self._endpoints = await self._store.rows()
-            self._derived_at = time.monotonic()
-            if self._endpoints:
-                await queue.derive(self._db, now)
-        await self._renew(now)
-        started = 0
-        for endpoint in self._endpoints:
-            if endpoint.disabled:
-                continue
-            held = len(self._in_flight.get(endpoint.endpoint_id, ()))
-            rounds = self.claim_rounds(endpoint.endpoint_id)
-            batch = rounds * self._settings.max_in_flight
-            # Claim again once a round's worth of room is free: fewer, larger claims.
-            if batch - held < self._settings.max_in_flight:
-                continue
-            claims = await queue.claim(
-                self._db, endpoint.endpoint_id, now, batch, self.claim_ms, self._owner
-            )
-            for claimed in claims:
-                self._start(endpoint, claimed)
-            started += len(claims)
-        return started
+        renewing = self._renewal_due(now)
+        token = queue.new_token(self._owner)
+        sqlite = self._db.is_sqlite
+        if not self._ended and not self._endpoints_seen and not await self._endpoint_exists():
+            return 0
+        ended, self._ended = self._ended, []
+        outcomes = [outcome for batch, _ in ended for outcome in batch]
+        try:
+            async with self._pass_connection.transaction() as session:
+                # The endpoints' rows first (the lock order of every pass), then what
+                # changes them: outcomes may disable an endpoint, which then claims nothing.
+                await sequence_in(session, sqlite)
+                targets, top = await queue.read_targets(session, sqlite)
+                completions = await complete_in(session, outcomes, self._disable_after_ms)
+                targets = _without_disabled(targets, outcomes, completions)
+                await queue.derive_in(session, targets, top, now)
+                if renewing:
+                    await queue.renew_in(session, renewing, now + self.claim_ms)
+                # The attempts recorded here free their room now, before their tasks end.
+                ending = Counter(o.claimed.endpoint_id for o in outcomes)
+                wanted = {t.endpoint_id: self._wanted(t.endpoint_id, ending) for t in targets}
+                claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
+        except BaseException as error:
+            for _, future in ended:
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+            raise
+        for batch, future in ended:
+            if not future.done():
+                future.set_result(completions[: len(batch)])
+            completions = completions[len(batch) :]
+        self._endpoints_seen = bool(targets)
+        if renewing is not None:
+            self._renewed_ms = now
+        by_id = {t.endpoint_id: t for t in targets}
+        for claimed in claims:
+            self._start(by_id[claimed.endpoint_id], claimed)
+        return len(claims)
 
-    async def _renew(self, now: int) -> None:
-        """Extend the claims held (attempts running or waiting for a slot) once a share of
-        a claim's length has passed since the last renewal."""
+    async def _endpoint_exists(self) -> bool:
+        """Whether any endpoint is registered: one read, no lock (an idle service's pass)."""
+        async with self._pass_connection.transaction() as session:
+            found = await session.scalar(select(EndpointRow.endpoint_id).limit(1))
+        return found is not None
+
+    def _renewal_due(self, now: int) -> list[Claimed] | None:
+        """The claims held, once a share of a claim's length has passed since the last
+        renewal (None before that)."""
         if self._renewed_ms is not None and now - self._renewed_ms < self.claim_ms * RENEW_SHARE:
-            return
-        if self._held:
-            await queue.renew(self._db, list(self._held.values()), now + self.claim_ms)
-        self._renewed_ms = now
+            return None
+        return list(self._held.values())
+
+    def _wanted(self, endpoint_id: str, ending: Counter[str]) -> int:
+        """How many of the endpoint's deliveries this process may hold after the next claim:
+        its claim rounds' worth, or none until a round's worth of room is free (fewer,
+        larger claims); `ending` counts the attempts whose outcomes the pass records."""
+        held = len(self._in_flight.get(endpoint_id, ())) - ending[endpoint_id]
+        batch = self.claim_rounds(endpoint_id) * self._settings.max_in_flight
+        return batch if batch - held >= self._settings.max_in_flight else 0
 
     def claim_rounds(self, endpoint_id: str) -> int:
         """Rounds of `max_in_flight` attempts the next claim of the endpoint covers."""
         return FAST_CLAIM_ROUNDS if endpoint_id in self._fast else CLAIM_ROUNDS
 
     async def _complete(self, outcomes: list[Outcome]) -> list[Completion]:
-        return await complete(self._db, outcomes, self._disable_after_ms)
+        """Record a batch of outcomes: in the next pass's transaction while the background
+        loop runs (one transaction records them and claims what follows), else in one
+        of its own (tests driving passes by hand, shutdown)."""
+        if not outcomes:
+            return []
+        if self._loop is None or self._stopping:
+            async with self._record_connection.transaction() as session:
+                return await complete_in(session, outcomes, self._disable_after_ms)
+        future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
+        self._ended.append((outcomes, future))
+        self._wake.set()
+        return await future
 
-    def _start(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+    def _start(self, endpoint: Target, claimed: Claimed) -> None:
         task = asyncio.create_task(self._attempt(endpoint, claimed))
         tasks = self._in_flight.setdefault(endpoint.endpoint_id, set())
         tasks.add(task)
@@ -154,7 +204,7 @@ class Deliverer:
 
         task.add_done_callback(done)
 
-    async def _attempt(self, endpoint: EndpointRow, claimed: Claimed) -> None:
+    async def _attempt(self, endpoint: Target, claimed: Claimed) -> None:
         slots = self._slots.setdefault(
             endpoint.endpoint_id, asyncio.Semaphore(self._settings.max_in_flight)
         )
@@ -179,7 +229,7 @@ class Deliverer:
                 type(error).__name__,
             )
 
-    async def _send(self, endpoint: EndpointRow, claimed: Claimed) -> Reply | None:
+    async def _send(self, endpoint: Target, claimed: Claimed) -> Reply | None:
         """POST the delivery, signed now; None when its body is over the bound (then it has
         failed at once, with the reason)."""
         if len(claimed.body) > self._settings.max_payload_bytes:
@@ -197,7 +247,7 @@ class Deliverer:
         )
         return reply
 
-    async def _record(self, endpoint: EndpointRow, claimed: Claimed, reply: Reply) -> None:
+    async def _record(self, endpoint: Target, claimed: Claimed, reply: Reply) -> None:
         completion = await self._recorder.record(Outcome(claimed, reply, self._clock()))
         if reply.succeeded:
             self._fast.add(endpoint.endpoint_id)
@@ -213,7 +263,6 @@ class Deliverer:
 
     def wake(self) -> None:
         """Start a pass now rather than at the next poll (new work was queued)."""
-        self._derived_at = None
         self._wake.set()
 
     async def settle(self) -> None:
@@ -227,21 +276,30 @@ class Deliverer:
         self._loop = asyncio.create_task(self._run(), name="webhook-deliverer")
 
     async def _run(self) -> None:
-        woken = False
         while not self._stopping:
             self._wake.clear()
             try:
-                # Woken by an ended attempt: claim its successors now; new events are
-                # looked for once per poll interval.
-                await self.tick(derive=not woken)
+                # Every pass looks for new events too: in one transaction with the claims,
+                # that costs one probe, so an ended attempt's pass also derives.
+                await self.tick()
             except Exception as error:  # SQL away: said by the database's reachability
                 if not self._db.reachability.failed(error):
                     log.warning("webhook deliverer pass failed", exc_info=True)
-            try:
+            self.passes += 1
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._pause_s)
-                woken = True
-            except TimeoutError:
-                woken = False
+
+    async def _record_ended(self) -> None:
+        """Record the outcome batches no pass took (the loop has ended)."""
+        ended, self._ended = self._ended, []
+        for outcomes, future in ended:
+            try:
+                async with self._record_connection.transaction() as session:
+                    completions = await complete_in(session, outcomes, self._disable_after_ms)
+            except Exception as error:
+                future.set_exception(error)
+            else:
+                future.set_result(completions)
 
     async def stop(self) -> None:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
@@ -259,6 +317,7 @@ class Deliverer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop
             self._loop = None
+        await self._record_ended()
         try:
             async with asyncio.timeout(self._settings.timeout_s + 1):
                 await self.settle()
@@ -271,7 +330,19 @@ class Deliverer:
             with contextlib.suppress(Exception):  # else their claims expire
                 await queue.release(self._db, self._unattempted)
             self._unattempted = []
+        await self._pass_connection.close()
+        await self._record_connection.close()
         await self.sender.aclose()
+
+
+def _without_disabled(
+    targets: list[Target], outcomes: list[Outcome], completions: list[Completion]
+) -> list[Target]:
+    """The endpoints as read, those the recorded outcomes disabled marked so."""
+    disabled = {
+        o.claimed.endpoint_id for o, c in zip(outcomes, completions, strict=True) if c.disabled
+    }
+    return [replace(t, disabled=True) if t.endpoint_id in disabled else t for t in targets]
 
 
 def _outcome(reply: Reply, completion: Completion) -> str:

@@ -51,61 +51,70 @@ async def complete(
     if not outcomes:
         return []
     async with database.transaction() as session:
+        return await complete_in(session, outcomes, disable_after_ms, max_answer)
+
+
+async def complete_in(
+    session: AsyncSession, outcomes: list[Outcome], disable_after_ms: int, max_answer: int = 1024
+) -> list[Completion]:
+    """complete inside the caller's transaction."""
+    if not outcomes:
+        return []
+    # Core rows (an executemany), not the ORM's bulk path: this runs in every pass.
+    await session.execute(
+        insert(cast(Table, AttemptRow.__table__)),
+        [
+            {
+                "delivery_id": o.claimed.delivery_id,
+                "at_ms": o.ended_ms,
+                "status_code": o.reply.status_code,
+                "error": o.reply.error,
+                "duration_ms": o.reply.duration_ms,
+                "answer": o.reply.answer[:max_answer].decode("utf-8", "replace"),
+            }
+            for o in outcomes
+        ],
+    )
+    succeeded = [o for o in outcomes if o.reply.succeeded]
+    if succeeded:
+        # executemany: one round trip for the whole batch's successes.
+        table = cast(Table, DeliveryRow.__table__)
         await session.execute(
-            insert(AttemptRow),
+            update(table)
+            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
+            .values(
+                status="delivered",
+                tries=table.c.tries + 1,
+                claim_token=None,
+                claim_until_ms=None,
+                ended_ms=bindparam("ended"),
+            ),
             [
                 {
-                    "delivery_id": o.claimed.delivery_id,
-                    "at_ms": o.ended_ms,
-                    "status_code": o.reply.status_code,
-                    "error": o.reply.error,
-                    "duration_ms": o.reply.duration_ms,
-                    "answer": o.reply.answer[:max_answer].decode("utf-8", "replace"),
+                    "delivery": o.claimed.delivery_id,
+                    "token": o.claimed.token,
+                    "ended": o.ended_ms,
                 }
-                for o in outcomes
+                for o in succeeded
             ],
         )
-        succeeded = [o for o in outcomes if o.reply.succeeded]
-        if succeeded:
-            # executemany: one round trip for the whole batch's successes.
-            table = cast(Table, DeliveryRow.__table__)
-            await session.execute(
-                update(table)
-                .where(
-                    table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token")
-                )
-                .values(
-                    status="delivered",
-                    tries=table.c.tries + 1,
-                    claim_token=None,
-                    claim_until_ms=None,
-                    ended_ms=bindparam("ended"),
-                ),
-                [
-                    {
-                        "delivery": o.claimed.delivery_id,
-                        "token": o.claimed.token,
-                        "ended": o.ended_ms,
-                    }
-                    for o in succeeded
-                ],
+        # One statement for every endpoint: it locks only the rows it changes (endpoints
+        # back from failing, seldom more than one).
+        await session.execute(
+            update(EndpointRow)
+            .where(
+                EndpointRow.endpoint_id.in_(sorted({o.claimed.endpoint_id for o in succeeded})),
+                EndpointRow.failing_since_ms.is_not(None),
             )
-            for endpoint_id in sorted({o.claimed.endpoint_id for o in succeeded}):
-                await session.execute(
-                    update(EndpointRow)
-                    .where(
-                        EndpointRow.endpoint_id == endpoint_id,
-                        EndpointRow.failing_since_ms.is_not(None),
-                    )
-                    .values(failing_since_ms=None)
-                )
-        # Failures take endpoint rows too: in endpoint order, as derive does.
-        failures = sorted(
-            (i for i in range(len(outcomes)) if not outcomes[i].reply.succeeded),
-            key=lambda i: outcomes[i].claimed.endpoint_id,
+            .values(failing_since_ms=None)
         )
-        decided = await _failed(session, [(i, outcomes[i]) for i in failures], disable_after_ms)
-        return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
+    # Failures take endpoint rows too: in endpoint order, as derive does.
+    failures = sorted(
+        (i for i in range(len(outcomes)) if not outcomes[i].reply.succeeded),
+        key=lambda i: outcomes[i].claimed.endpoint_id,
+    )
+    decided = await _failed(session, [(i, outcomes[i]) for i in failures], disable_after_ms)
+    return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
 
 
 @dataclass

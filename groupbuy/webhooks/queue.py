@@ -1,13 +1,15 @@
 """Deliveries in SQL: what is owed and who attempts it. Deliveries are derived from the
 events feed; due ones are claimed by one process at a time.
 
-A claim is a token and a deadline on the row (`claim_token`, `claim_until_ms`), taken by a
-conditional UPDATE: two processes cannot both hold one delivery, and a process killed
-mid-attempt leaves a claim that expires, after which another takes the delivery (at least
-once; the receiver dedups by `webhook-id`). A live process renews its claims while it holds
-them, so the deadline can be short. Each claim transaction first writes the
-endpoint's row, which serialises claims per endpoint: a row lock on PostgreSQL, the write
-lock on SQLite (taken before the reads that count what is in flight).
+A claim is a token and a deadline on the row (`claim_token`, `claim_until_ms`): two
+processes cannot both hold one delivery, and a process killed mid-attempt leaves a claim
+that expires, after which another takes the delivery (at least once; the receiver dedups
+by `webhook-id`). A live process renews its claims while it holds them, so the deadline
+can be short. Derivation and claims run inside a transaction that holds the endpoints'
+rows first (read_targets), which serialises them per endpoint: row locks taken in id order
+on PostgreSQL, the write lock on SQLite (taken by the sequencer's UPDATE, before the reads
+that count what is in flight). Each step is one statement for every endpoint at once, so
+a pass costs the same few round trips however many endpoints there are.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Select, Table, and_, bindparam, func, or_, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from groupbuy.storage.db import Database, dialect_insert
-from groupbuy.storage.events import EventRow, assign_positions
-from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.storage.events import EventRow, sequence_in
+from groupbuy.webhooks.messages import Bodies
 from groupbuy.webhooks.models import DeliveryRow, EndpointRow
 from groupbuy.webhooks.store import subscribes
 
@@ -49,17 +51,6 @@ def entity_of(event_type: str, data: dict[str, Any]) -> tuple[str, int]:
 def webhook_id(position: int) -> str:
     """A delivery's `webhook-id`: the same on every attempt (the receiver's dedup key)."""
     return f"evt_{position}"
-
-
-def message(position: int, event_type: str, at_ms: int, data: dict[str, Any]) -> bytes:
-    """The body of a delivery: `{"type", "timestamp", "data": <the feed event>}`."""
-    at = iso_ms(at_ms)
-    body = {
-        "type": event_type,
-        "timestamp": at,
-        "data": {"id": position, "type": event_type, "at": at, "data": data},
-    }
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass(frozen=True)
@@ -97,54 +88,105 @@ def delivery_row(
     }
 
 
+@dataclass(frozen=True)
+class Target:
+    """An endpoint as a pass reads it: where its deliveries go, how they are signed, what
+    it subscribes to, and how far into the feed its deliveries exist."""
+
+    endpoint_id: str
+    url: str
+    event_types: tuple[str, ...]
+    ordering: str
+    disabled: bool
+    secret: str
+    previous_secret: str | None
+    previous_until_ms: int | None
+    position: int
+
+
+async def read_targets(session: AsyncSession, is_sqlite: bool) -> tuple[list[Target], int]:
+    """Every endpoint, by id, and the feed's highest position, in one statement. On
+    PostgreSQL the endpoints' rows are locked in id order to the commit (two passes cannot
+    deadlock); on SQLite the caller holds the write lock already."""
+    top = select(func.coalesce(func.max(EventRow.position), 0)).scalar_subquery()
+    table = EndpointRow
+    query = select(
+        table.endpoint_id,
+        table.url,
+        table.event_types,
+        table.ordering,
+        table.disabled,
+        table.secret,
+        table.previous_secret,
+        table.previous_until_ms,
+        table.position,
+        top,
+    ).order_by(table.endpoint_id)
+    if not is_sqlite:
+        query = query.with_for_update(of=table)
+    rows = (await session.execute(query)).all()
+    targets = [
+        Target(
+            endpoint_id=str(row[0]),
+            url=str(row[1]),
+            event_types=tuple(json.loads(row[2])),
+            ordering=str(row[3]),
+            disabled=bool(row[4]),
+            secret=str(row[5]),
+            previous_secret=row[6],
+            previous_until_ms=None if row[7] is None else int(row[7]),
+            position=int(row[8]),
+        )
+        for row in rows
+    ]
+    return targets, int(rows[0][9] or 0) if rows else 0
+
+
 async def derive(database: Database, now_ms: int) -> int:
     """Queue a delivery for each event past each endpoint's position that it subscribes to
     (disabled endpoints too: they keep their queue), and move the positions; returns how
-    many were queued. Safe in several processes at once: a position moves only from the
-    value read, and a delivery exists once per (endpoint, event)."""
-    async with database.sessions() as session:
-        # No endpoint, nothing to do: an idle service costs one probe per poll.
-        if await session.scalar(select(EndpointRow.endpoint_id).limit(1)) is None:
-            return 0
-    await assign_positions(database)
-    async with database.sessions() as session:
-        top = await session.scalar(select(func.coalesce(func.max(EventRow.position), 0)))
-        behind = list(
-            (
-                await session.execute(
-                    select(
-                        EndpointRow.endpoint_id, EndpointRow.position, EndpointRow.event_types
-                    ).where(EndpointRow.position < (top or 0))
-                )
-            ).all()
-        )
-    # Endpoints at one position (the usual case: all caught up together) share one read of
-    # the feed; every endpoint's deliveries go into one transaction, which takes the
-    # endpoints' rows in id order (two processes deriving at once cannot deadlock).
-    members = sorted((str(e), int(p), json.loads(t)) for e, p, t in behind)
-    async with database.sessions() as session:
-        reads = {p: await _events_after(session, p) for p in sorted({m[1] for m in members})}
-    rows: list[dict[str, Any]] = []
+    many were queued. One transaction, which positions the feed first; safe in several
+    processes at once (they take the endpoints' rows, or SQLite's write lock, in turn)."""
     async with database.transaction() as session:
-        for member, position, subscribed in members:
-            events = reads[position]
-            if not events:
-                continue
-            moved = await session.execute(
-                update(EndpointRow)
-                .where(EndpointRow.endpoint_id == member, EndpointRow.position == position)
-                .values(position=int(events[-1][0] or 0))
+        await sequence_in(session, database.is_sqlite)
+        targets, top = await read_targets(session, database.is_sqlite)
+        return await derive_in(session, targets, top, now_ms)
+
+
+async def derive_in(session: AsyncSession, targets: list[Target], top: int, now_ms: int) -> int:
+    """derive inside the caller's transaction, which holds the endpoints' rows as read
+    (read_targets): endpoints at one position (the usual case: all caught up together)
+    share one read of the feed, one position update serves them all, one insert every
+    endpoint's deliveries."""
+    behind = [t for t in targets if t.position < top]
+    if not behind:
+        return 0
+    reads = {p: await _events_after(session, p) for p in sorted({t.position for t in behind})}
+    rows: list[dict[str, Any]] = []
+    moves: list[dict[str, Any]] = []
+    for target in behind:
+        events = reads[target.position]
+        if not events:
+            continue
+        moves.append({"endpoint": target.endpoint_id, "old": target.position, "new": events[-1][0]})
+        rows += [
+            delivery_row(target.endpoint_id, int(p), kind, data, now_ms)
+            for p, kind, data in events
+            if subscribes(list(target.event_types), kind)
+        ]
+    if moves:
+        table = cast(Table, EndpointRow.__table__)
+        await session.execute(
+            update(table)
+            .where(
+                table.c.endpoint_id == bindparam("endpoint"), table.c.position == bindparam("old")
             )
-            if not cast(CursorResult[Any], moved).rowcount:
-                continue  # another process derived these first
-            rows += [
-                delivery_row(member, int(p or 0), kind, data, now_ms)
-                for p, kind, data in events
-                if subscribes(subscribed, kind)
-            ]
-        if rows:
-            insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
-            await session.execute(insert, rows)
+            .values(position=bindparam("new")),
+            moves,
+        )
+    if rows:
+        insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
+        await session.execute(insert, rows)
     return len(rows)
 
 
@@ -194,93 +236,140 @@ async def claim(
     claim_ms: int,
     owner: str,
 ) -> list[Claimed]:
-    """Claim the endpoint's due deliveries for the process `owner`, up to `limit` claimed at
-    once, in feed order; with `ordering: "entity"` only the first pending delivery of each
-    entity. None while another process holds claims on the endpoint (one process works an
-    endpoint at a time, so its bound on attempts in flight holds for the endpoint), and none
-    when the endpoint is disabled or gone."""
-    token = owner + secrets.token_hex(OWNER_CHARS // 2)
+    """Claim one endpoint's due deliveries for the process `owner` (claim_in for one
+    endpoint, in a transaction of its own)."""
     async with database.transaction() as session:
-        held = await session.execute(
-            update(EndpointRow)
-            .where(EndpointRow.endpoint_id == endpoint_id, EndpointRow.disabled.is_(False))
-            .values(endpoint_id=EndpointRow.endpoint_id)
-            .returning(EndpointRow.ordering)
+        await sequence_in(session, database.is_sqlite)
+        targets, _ = await read_targets(session, database.is_sqlite)
+        wanted = {t.endpoint_id: limit for t in targets if t.endpoint_id == endpoint_id}
+        return await claim_in(session, targets, wanted, now_ms, claim_ms, new_token(owner))
+
+
+def new_token(owner: str) -> str:
+    """A claim token of the process `owner`: its prefix, then a random part."""
+    return owner + secrets.token_hex(OWNER_CHARS // 2)
+
+
+async def claim_in(
+    session: AsyncSession,
+    targets: list[Target],
+    wanted: dict[str, int],
+    now_ms: int,
+    claim_ms: int,
+    token: str,
+) -> list[Claimed]:
+    """Claim due deliveries under `token`, inside the caller's transaction, which holds the
+    endpoints' rows (read_targets): for each enabled endpoint in `wanted`, up to its number
+    claimed at once by this process, in feed order; with `ordering: "entity"` only the
+    first pending delivery of each entity. None for an endpoint while another process
+    holds claims on it (one process works an endpoint at a time, so its bound on attempts
+    in flight holds for the endpoint). Three statements whatever the number of endpoints:
+    the live claims counted, the due rows chosen (one branch per endpoint), the claim."""
+    chosen = [t for t in targets if not t.disabled and wanted.get(t.endpoint_id, 0) > 0]
+    if not chosen:
+        return []
+    owner = token[:OWNER_CHARS]
+    mine = func.substr(DeliveryRow.claim_token, 1, OWNER_CHARS) == owner
+    live = await session.execute(
+        select(DeliveryRow.endpoint_id, mine, func.count())
+        .where(
+            DeliveryRow.endpoint_id.in_([t.endpoint_id for t in chosen]),
+            DeliveryRow.status == "pending",
+            DeliveryRow.claim_until_ms > now_ms,
         )
-        ordering = held.scalar()
-        if ordering is None:
-            return []
-        pending = (DeliveryRow.endpoint_id == endpoint_id) & (DeliveryRow.status == "pending")
-        mine = func.substr(DeliveryRow.claim_token, 1, OWNER_CHARS) == owner
-        claimed = await session.execute(
-            select(mine, func.count())
-            .where(pending, DeliveryRow.claim_until_ms > now_ms)
-            .group_by(mine)
-        )
-        counts = {bool(is_mine): int(n) for is_mine, n in claimed.all()}
-        if counts.get(False):
-            return []
-        room = limit - counts.get(True, 0)
-        if room <= 0:
-            return []
-        due = select(DeliveryRow.id).where(
-            pending,
-            DeliveryRow.next_ms <= now_ms,
-            or_(DeliveryRow.claim_until_ms.is_(None), DeliveryRow.claim_until_ms <= now_ms),
-        )
-        if ordering == "entity":
-            due = due.where(or_(DeliveryRow.entity == "", ~_earlier_pending()))
-        ids = list(await session.scalars(due.order_by(DeliveryRow.event_position).limit(room)))
-        if not ids:
-            return []
+        .group_by(DeliveryRow.endpoint_id, mine)
+    )
+    held: dict[str, int] = {}
+    busy: set[str] = set()
+    for endpoint_id, is_mine, count in live.all():
+        if is_mine:
+            held[str(endpoint_id)] = int(count)
+        elif count:
+            busy.add(str(endpoint_id))
+    branches: list[Select[int]] = []
+    for target in chosen:
+        room = wanted[target.endpoint_id] - held.get(target.endpoint_id, 0)
+        if target.endpoint_id not in busy and room > 0:
+            branches.append(_due(target, now_ms).limit(room))
+    if not branches:
+        return []
+    picked = (
+        branches[0]
+        if len(branches) == 1
+        else union_all(*(select(branch.subquery().c.id) for branch in branches))
+    ).subquery()
+    found = (
         await session.execute(
-            update(DeliveryRow)
-            .where(DeliveryRow.id.in_(ids))
-            .values(claim_token=token, claim_until_ms=now_ms + claim_ms)
-            .execution_options(synchronize_session=False)
-        )
-        found = await session.execute(
             select(
                 DeliveryRow.id,
+                DeliveryRow.endpoint_id,
                 DeliveryRow.event_position,
                 DeliveryRow.tries,
                 EventRow.type,
                 EventRow.at,
                 EventRow.data,
             )
+            .join(picked, picked.c.id == DeliveryRow.id)
             .join(EventRow, EventRow.position == DeliveryRow.event_position)
-            .where(DeliveryRow.id.in_(ids))
-            .order_by(DeliveryRow.event_position)
+            .order_by(DeliveryRow.endpoint_id, DeliveryRow.event_position)
         )
-        return [
-            Claimed(
-                delivery_id=int(delivery_id),
-                token=token,
-                endpoint_id=endpoint_id,
-                position=int(position),
-                event_type=kind,
-                tries=int(tries),
-                body=message(int(position), kind, to_ms(at), json.loads(data)),
-            )
-            for delivery_id, position, tries, kind, at, data in found.all()
-        ]
+    ).all()
+    if not found:
+        return []
+    await session.execute(
+        update(DeliveryRow)
+        .where(DeliveryRow.id.in_([row[0] for row in found]))
+        .values(claim_token=token, claim_until_ms=now_ms + claim_ms)
+        .execution_options(synchronize_session=False)
+    )
+    bodies = Bodies()
+    return [
+        Claimed(
+            delivery_id=int(delivery_id),
+            token=token,
+            endpoint_id=str(endpoint_id),
+            position=int(position),
+            event_type=kind,
+            tries=int(tries),
+            body=bodies.body(int(position), kind, at, data),
+        )
+        for delivery_id, endpoint_id, position, tries, kind, at, data in found
+    ]
+
+
+def _due(target: Target, now_ms: int) -> Select[int]:
+    """The endpoint's deliveries an attempt may start now, in feed order."""
+    due = select(DeliveryRow.id).where(
+        DeliveryRow.endpoint_id == target.endpoint_id,
+        DeliveryRow.status == "pending",
+        DeliveryRow.next_ms <= now_ms,
+        or_(DeliveryRow.claim_until_ms.is_(None), DeliveryRow.claim_until_ms <= now_ms),
+    )
+    if target.ordering == "entity":
+        due = due.where(or_(DeliveryRow.entity == "", ~_earlier_pending()))
+    return due.order_by(DeliveryRow.event_position)
+
+
+async def renew_in(session: AsyncSession, claims: list[Claimed], until_ms: int) -> None:
+    """renew inside the caller's transaction."""
+    table = cast(Table, DeliveryRow.__table__)
+    await session.execute(
+        update(table)
+        .where(
+            table.c.id == bindparam("delivery"),
+            table.c.claim_token == bindparam("token"),
+            table.c.status == "pending",
+        )
+        .values(claim_until_ms=until_ms),
+        [{"delivery": c.delivery_id, "token": c.token} for c in claims],
+    )
 
 
 async def renew(database: Database, claims: list[Claimed], until_ms: int) -> None:
     """Extend claims this process still holds (its attempts are running or waiting for a
     slot) to `until_ms`; a claim already ended or taken over is left as it is."""
-    table = cast(Table, DeliveryRow.__table__)
     async with database.transaction() as session:
-        await session.execute(
-            update(table)
-            .where(
-                table.c.id == bindparam("delivery"),
-                table.c.claim_token == bindparam("token"),
-                table.c.status == "pending",
-            )
-            .values(claim_until_ms=until_ms),
-            [{"delivery": c.delivery_id, "token": c.token} for c in claims],
-        )
+        await renew_in(session, claims, until_ms)
 
 
 async def release(database: Database, claims: list[Claimed]) -> None:

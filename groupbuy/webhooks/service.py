@@ -11,6 +11,7 @@ from groupbuy import errors
 from groupbuy.outcome import Outcome
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
+from groupbuy.storage.events import FEED_COMMITTED
 from groupbuy.storage.timefmt import iso_ms
 from groupbuy.webhooks import history, queue
 from groupbuy.webhooks.addresses import host_problem, url_problem
@@ -40,7 +41,7 @@ class WebhookService:
         self.sender = sender or Sender(
             settings.timeout_s, settings.max_in_flight, settings.allow_private_networks
         )
-        self.deliverer = Deliverer(database, settings, self.store, self.sender, clock)
+        self.deliverer = Deliverer(database, settings, self.sender, clock)
         # With `own_thread`, a copy of it runs on a thread instead (start_delivering).
         self.thread: DelivererThread | None = None
         if settings.own_thread:
@@ -48,14 +49,17 @@ class WebhookService:
 
     def start_delivering(self) -> None:
         """Run the deliverer in the background: on its own thread with `own_thread`, else
-        on this loop."""
+        on this loop; events this process commits wake it at once (others' at its next
+        poll)."""
         if self.thread is not None:
             self.thread.start()
         else:
             self.deliverer.start()
+        self._db.on_commit(FEED_COMMITTED, self.wake)
 
     async def stop_delivering(self) -> None:
         """Stop the deliverer started by start_delivering (attempts in flight end first)."""
+        self._db.off_commit(FEED_COMMITTED, self.wake)
         if self.thread is not None:
             await self.thread.stop()
         await self.deliverer.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -39,7 +39,21 @@ def subscribes(event_types: list[str], event_type: str) -> bool:
     return ALL_TYPES in event_types or event_type in event_types
 
 
-def secrets_in_use(row: EndpointRow, now_ms: int) -> list[str]:
+class Signer(Protocol):
+    """What signs an endpoint's deliveries: its secret, and the rotated-out one with the
+    end of its overlap (an endpoint's row, or a pass's reading of it)."""
+
+    @property
+    def secret(self) -> str: ...
+
+    @property
+    def previous_secret(self) -> str | None: ...
+
+    @property
+    def previous_until_ms(self) -> int | None: ...
+
+
+def secrets_in_use(row: Signer, now_ms: int) -> list[str]:
     """The secrets that sign now: the current one, and the rotated-out one while it overlaps."""
     found = [row.secret]
     if row.previous_secret and row.previous_until_ms is not None and now_ms < row.previous_until_ms:

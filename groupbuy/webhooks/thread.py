@@ -18,7 +18,6 @@ from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.webhooks.deliverer import Deliverer, wall_clock_ms
 from groupbuy.webhooks.sender import Sender
-from groupbuy.webhooks.store import EndpointStore
 
 # How long start-up on the thread (an engine, a pool) may take before stop gives up on it.
 READY_TIMEOUT_S = 30.0
@@ -61,13 +60,12 @@ class DelivererThread:
 
     async def _deliver(self) -> None:
         database = Database(self._url, self._timeout_s)
-        store = EndpointStore(database, self._clock, self._settings.secret_overlap_s)
         sender = Sender(
             self._settings.timeout_s,
             self._settings.max_in_flight,
             self._settings.allow_private_networks,
         )
-        deliverer = Deliverer(database, self._settings, store, sender, self._clock)
+        deliverer = Deliverer(database, self._settings, sender, self._clock)
         self._stop = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._deliverer = deliverer

@@ -104,21 +104,31 @@ async def test_a_replica_killed_mid_attempt_leaves_its_deliveries_to_another(
             assert time.monotonic() < deadline, f"{len(answered)} of {PACKETS} delivered"
             await asyncio.sleep(0.1)
         live = replicas.live()[0].client
-        delivered: set[str] = set()
-        cursor = None
-        while True:
-            params = {
-                "status": "delivered",
-                "limit": "100",
-                **({"cursor": cursor} if cursor else {}),
-            }
-            page = (
-                await live.get("/v1/admin/webhooks/shop/deliveries", params=params, headers=ADMIN)
-            ).json()
-            delivered |= {d["webhook_id"] for d in page["deliveries"]}
-            cursor = page["next_cursor"]
-            if cursor is None:
-                break
+
+        async def listed_delivered() -> set[str]:
+            delivered: set[str] = set()
+            cursor = None
+            while True:
+                params = {
+                    "status": "delivered",
+                    "limit": "100",
+                    **({"cursor": cursor} if cursor else {}),
+                }
+                page = (
+                    await live.get(
+                        "/v1/admin/webhooks/shop/deliveries", params=params, headers=ADMIN
+                    )
+                ).json()
+                delivered |= {d["webhook_id"] for d in page["deliveries"]}
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    return delivered
+
+        # The receiver has answered every one; their outcomes are recorded by the
+        # deliverers' next passes: wait for the listing to show them.
+        while len(delivered := await listed_delivered()) < PACKETS:
+            assert time.monotonic() < deadline, f"{len(delivered)} of {PACKETS} recorded"
+            await asyncio.sleep(0.1)
         events = (await live.get("/v1/events?limit=1000", headers=ADMIN)).json()["events"]
     finally:
         await replicas.aclose()

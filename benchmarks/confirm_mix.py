@@ -1,0 +1,301 @@
+"""Confirms among grabs and seat locks, open loop, on SQLite and on PostgreSQL (issue 24).
+
+One `groupbuy serve` worker on a redis-server with an append-only file (fsync every
+second), its database SQLite or a throwaway PostgreSQL cluster. The open-loop generator
+(benchmarks/openloop.py, mode `mixed`) offers grabs by new users and seat locks by new
+users two to one, and confirms each lock answered 201 30 ms after its answer (the
+payment's time): at 2,400 requests/s that is 1,200 grabs, 600 locks and 600 confirms a
+second. Latency counts from when each request was due. A confirm answers once its member
+is in SQL, and SQL also takes the grabs' write-behind in bulk: the confirm rows show
+whether confirms queue behind those bulk transactions. Afterwards every team and packet is
+read back: nobody over a team's size, every lock confirmed, every grab recorded.
+
+    .venv/bin/python -m benchmarks.confirm_mix                   # both databases, 2,400/s
+    .venv/bin/python -m benchmarks.confirm_mix --database sqlite --seconds 5 --rounds 3
+    .venv/bin/python -m benchmarks.confirm_mix --before /path/to/other/checkout
+
+`--before` serves from another checkout (a worktree of main, say) in alternation with this
+one (or the `--after` checkout), round by round, on the same Redis and database server: a
+same-hour before/after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.http_level import _open_teams, _packet_checks, _send_packets, _team_checks
+from benchmarks.measure import Row, result_row
+from benchmarks.servers import (
+    ADMIN_KEY,
+    REPO,
+    SERVICE_KEY,
+    Server,
+    create_schema,
+    groupbuy_command,
+    serve,
+    wait_idle,
+)
+from groupbuy.testing.postgres import PostgresProcess, start_postgres
+from groupbuy.testing.servers import start_redis
+
+RATE = 2_400.0  # requests/s: grabs, locks and their confirms together
+SCHEDULED = 0.75  # of which grabs and locks are due on the clock; confirms follow locks
+SECONDS, QUICK_SECONDS = 8, 3
+CONNECTIONS = 128
+ACTIVITIES = 4
+SEATS_USED = 40  # of a team's 49 free seats (teams of 50, http_level.TEAM_SIZE)
+SHARES = 1_000  # per packet: enough packets that none sells out
+TARGET_CONFIRM_P99_MS = 30.0
+TARGET_CONFIRM_OVER_GRAB = 2.0
+DATABASES = ("sqlite", "postgresql")
+NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+KINDS = ("grab", "lock", "confirm")
+
+
+def _load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _generator(url: str, rate: float, seconds: float, tag: str, *params: str) -> dict[str, Any]:
+    """benchmarks/openloop.py in mixed mode, in its own process."""
+    args = [sys.executable, "-m", "benchmarks.openloop", url, f"{rate * SCHEDULED:.1f}"]
+    args += [str(seconds), str(CONNECTIONS), tag, "mixed", SERVICE_KEY, *params]
+    done = subprocess.run(
+        args, cwd=REPO, capture_output=True, text=True, timeout=seconds + 120, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"open-loop generator failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def one_run(server: Server, rate: float, seconds: float, tag: str) -> dict[str, Any]:
+    """Set up activities and packets, offer the mixed load, read everything back."""
+    url = server.url
+    scheduled = int(rate * SCHEDULED * seconds)
+    locks = scheduled // 3
+    teams = math.ceil(locks / ACTIVITIES / SEATS_USED) + 1
+    grabs = scheduled - locks
+    prefix = f"cm-{tag}"
+    activities = [f"{prefix}-{a}" for a in range(1, ACTIVITIES + 1)]
+    packets = [f"{prefix}-p{i}" for i in range(math.ceil(grabs / SHARES) + 1)]
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
+    ) as client:
+        _open_teams(client, activities, teams, lock_ttl_s=300)
+        _send_packets(client, prefix, packets, SHARES * 100, SHARES)
+        load_before = _load_average()
+        result = _generator(url, rate, seconds, tag, prefix, str(ACTIVITIES), str(teams), *packets)
+        load_after = _load_average()
+        idle_after_s = round(wait_idle([server]), 2)  # the write-behind has caught up
+        team_checks = _team_checks(client, activities, teams)
+        packet_checks = _packet_checks(client, packets)
+    kinds = result["by_kind"]
+    confirmed = sum(
+        n for status, n in kinds.get("confirm", {}).get("statuses", {}).items() if status == "201"
+    )
+    locked = kinds.get("lock", {}).get("statuses", {}).get("201", 0)
+    correct: dict[str, Any] = {
+        "seconds_to_idle_after_load": idle_after_s,
+        **team_checks,
+        **packet_checks,
+        "locked": locked,
+        "confirmed": confirmed,
+        "grabbed_answers": result["grabbed"],
+        "unanswered": result["unanswered"],
+        "statuses": {kind: kinds[kind]["statuses"] for kind in kinds},
+        "generator_kept_up": result["generator_kept_up"],
+        "generator_on_time": result["generator_on_time"],
+        "load_average": f"{load_before} -> {load_after}",
+    }
+    correct["ok"] = bool(
+        result["unanswered"] == 0
+        and locked == confirmed == team_checks["members_joined"]
+        and team_checks["teams_overfull"] == 0
+        and team_checks["users_locked_in_two_teams"] == 0
+        and packet_checks["grabs_recorded"] == result["grabbed"]
+        and packet_checks["packets_inconsistent"] == 0
+        and set(result["statuses"]) <= {"200", "201"}
+    )
+    return {"result": result, "correct": correct}
+
+
+@contextlib.contextmanager
+def database(
+    kind: str, workdir: Path, name: str, postgres: PostgresProcess | None
+) -> Iterator[str]:
+    """A fresh, migrated database of `kind` (its URL)."""
+    if kind == "sqlite":
+        path = workdir / f"{name}.db"
+        path.unlink(missing_ok=True)
+        url = f"sqlite+aiosqlite:///{path}"
+    else:
+        assert postgres is not None
+        url = postgres.create_database(name.replace("-", "_"))
+    create_schema(url)
+    yield url
+
+
+def measure(
+    kind: str,
+    redis_url: str,
+    workdir: Path,
+    rate: float,
+    seconds: float,
+    rounds: int,
+    postgres: PostgresProcess | None,
+    checkouts: dict[str, Path],
+) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` runs per checkout on database `kind`, alternating checkouts round by round
+    (each run its own server and database; the order rotates)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+    names = list(checkouts)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            tag = f"{kind[:2]}{name[:2]}{round_}"
+            with database(kind, workdir, f"mix_{tag}", postgres) as url:
+                settings = {"GROUPBUY_DATABASE_URL": url}
+                args, env, port = groupbuy_command(
+                    "uvicorn", redis_url, workdir, 1, tag, **settings
+                )
+                log = workdir / f"groupbuy-{tag}.log"
+                with serve(args, env, port, log, cwd=checkouts[name]) as server:
+                    wait_idle([server])
+                    run = one_run(server, rate, seconds, tag)
+                    run["log_errors"] = server.log_errors()
+            runs[name].append(run)
+            by = run["result"]["by_kind"]
+            figures = "  ".join(
+                f"{k} p50 {by[k]['p50_ms']} p99 {by[k]['p99_ms']}" for k in KINDS if k in by
+            )
+            print(
+                f"[confirm_mix] {NAMES[kind]} {name} round {round_ + 1}: {figures}  "
+                f"ok {run['correct']['ok']}  load {run['correct']['load_average']}  "
+                f"issued {run['result']['issued_per_s']}/s late p99 "
+                f"{run['result']['issue_late_p99_ms']} ms",
+                flush=True,
+            )
+    return runs
+
+
+def rows(
+    kind: str, runs: list[dict[str, Any]], rate: float, seconds: float, label: str = ""
+) -> list[Row]:
+    """A row per request kind (grab, lock, confirm): the median run's percentiles (by the
+    confirm p99), every run's p99 in the note."""
+    middle = sorted(runs, key=lambda r: r["result"]["by_kind"]["confirm"]["p99_ms"])[len(runs) // 2]
+    out = []
+    grab_p99 = middle["result"]["by_kind"]["grab"]["p99_ms"]
+    for k in KINDS:
+        figures = middle["result"]["by_kind"][k]
+        p99s = ", ".join(str(r["result"]["by_kind"][k]["p99_ms"]) for r in runs)
+        correct = dict(middle["correct"])
+        correct["ok"] = all(r["correct"]["ok"] for r in runs)
+        if k == "confirm":
+            p99 = figures["p99_ms"]
+            correct["confirm_p99_target_met"] = bool(
+                p99 <= TARGET_CONFIRM_P99_MS and p99 <= TARGET_CONFIRM_OVER_GRAB * grab_p99
+            )
+        note = (
+            f"open loop at {rate:,.0f} requests/s: half grabs by new users, a quarter seat "
+            "locks by new users, a quarter their confirms 30 ms after each lock's answer; "
+            f"groupbuy serve, 1 worker, {NAMES[kind]}, redis-server with appendonly yes; "
+            f"{seconds:g} s a run, {len(runs)} run(s), the median run (by confirm p99) shown; "
+            f"p99 of each run: {p99s} ms; load average {middle['correct']['load_average']}"
+        )
+        out.append(
+            result_row(
+                f"confirm mix @ {rate:,.0f}/s: {k}",
+                "http",
+                f"groupbuy (1 worker, {NAMES[kind]}){label}",
+                figures["count"],
+                float(seconds),
+                (figures["p50_ms"], figures["p95_ms"], figures["p99_ms"]),
+                correct,
+                note,
+                latencies_ms=figures["latencies_ms"],
+            )
+        )
+    return out
+
+
+def run_confirm_mix(
+    workdir: Path,
+    quick: bool,
+    databases: tuple[str, ...] = DATABASES,
+    rounds: int = 1,
+    seconds: float | None = None,
+    before: Path | None = None,
+    rate: float = RATE,
+    after: Path = REPO,
+) -> list[Row]:
+    """The rows of every database asked for, served from the checkout `after` (this one
+    unless said), and from the `before` checkout in alternation, when given."""
+    seconds = seconds or (QUICK_SECONDS if quick else SECONDS)
+    checkouts = {"after": after} if before is None else {"before": before, "after": after}
+    redis_server = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
+    postgres = start_postgres() if "postgresql" in databases else None
+    out: list[Row] = []
+    try:
+        for kind in databases:
+            runs = measure(
+                kind, redis_server.url, workdir, rate, seconds, rounds, postgres, checkouts
+            )
+            for name, measured in runs.items():
+                out += rows(kind, measured, rate, seconds, f", {name}" if before else "")
+    finally:
+        redis_server.stop()
+        if postgres is not None:
+            postgres.stop()
+    return out
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=DATABASES, action="append")
+    parser.add_argument("--seconds", type=float, default=SECONDS)
+    parser.add_argument("--rate", type=float, default=RATE, help="requests/s, all kinds")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--before", type=Path, help="another checkout to alternate with")
+    parser.add_argument("--after", type=Path, default=REPO, help="the checkout measured")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="groupbuy-confirm-mix-"))
+    found = run_confirm_mix(
+        workdir,
+        False,
+        tuple(args.database or DATABASES),
+        args.rounds,
+        args.seconds,
+        args.before,
+        args.rate,
+        args.after,
+    )
+    for row in found:
+        print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}))
+    print()
+    for row in found:
+        print(
+            f"{row['scenario']:<28} {row['implementation']:<40} p50 {row['p50_ms']:>8} "
+            f"p99 {row['p99_ms']:>8}  ok {row['correct']['ok']}"
+        )
+    medians: dict[str, dict[str, float]] = {}
+    for row in found:
+        medians.setdefault(row["implementation"], {})[row["scenario"]] = row["p99_ms"]
+    print(f"logs in {workdir}; p99 by implementation: {json.dumps(medians)}")
+
+
+if __name__ == "__main__":
+    _main()
