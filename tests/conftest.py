@@ -14,6 +14,7 @@ tests/support/fixtures.py, registered here for every test.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
 from groupbuy.settings import DatabaseSettings, Settings
@@ -34,6 +36,26 @@ from tests.support.settings import settings_for
 from tests.support.starting import NO_REDIS, started_or_skip
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.cluster"]
+
+
+# The loggers groupbuy's logging set-up changes (groupbuy/api/logformat.py).
+_SET_UP_LOGGERS = ("", ACCESS_LOGGER, "alembic", "apscheduler", "uvicorn", "uvicorn.error")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_before() -> Iterator[None]:
+    """Undo what a test's in-process `groupbuy` command set up in logging: its handlers write
+    to the process's stderr, past pytest's capture, and every later test in that process
+    would print its access and job lines to the terminal."""
+    loggers = [logging.getLogger(name) for name in _SET_UP_LOGGERS]
+    before = [(log, list(log.handlers), log.level, log.propagate) for log in loggers]
+    yield
+    for log, handlers, level, propagate in before:
+        for added in [handler for handler in log.handlers if handler not in handlers]:
+            added.flush()  # into this test's captured output
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.propagate = propagate
 
 
 @pytest.fixture(scope="session")

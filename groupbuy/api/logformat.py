@@ -26,6 +26,8 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Loggers that say at INFO how they set themselves up each time; the commands say the outcome.
 _QUIET_AT_INFO = ("alembic", "apscheduler")
+# uvicorn's loggers but its access log (the service writes its own access lines).
+_UVICORN_LOGGERS = ("uvicorn", "uvicorn.error")
 
 
 class JsonFormatter(logging.Formatter):
@@ -79,6 +81,13 @@ def configure_logging(level: str, access_log: bool, form: str) -> None:
     stream.setFormatter(shown)
     root.addHandler(stream)
     root.setLevel(level.upper())
+    for name in _UVICORN_LOGGERS:
+        # uvicorn's own default set-up (a dictConfig run by anything that started uvicorn
+        # in this process before) gives them handlers and stops them at "uvicorn": their
+        # lines would leave in uvicorn's format instead of this one.
+        server_log = logging.getLogger(name)
+        server_log.handlers.clear()
+        server_log.propagate = True
     for name in _QUIET_AT_INFO:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     access = logging.getLogger(ACCESS_LOGGER)

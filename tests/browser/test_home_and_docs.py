@@ -37,6 +37,9 @@ def _check_landing(browser: Browser, path: str) -> None:
         assert json.loads(browser.element("body").text)["openapi"].startswith("3.1")
     elif path == "/metrics":
         assert "# TYPE" in browser.element("body").text
+    elif path == "/docs/problems":
+        assert browser.element("h1#problems").text == "Problem codes"
+        assert browser.element("tr#team_full").text.startswith("team_full 409")
     else:  # the console, signed out: its sign-in
         browser.element("form#signin input[name=key]")
 

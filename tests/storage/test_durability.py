@@ -103,6 +103,9 @@ def test_the_commands_refuse_in_one_line_and_exit_2(
     monkeypatch.setenv("GROUPBUY_REDIS_STRICT", "true")
     monkeypatch.setenv("GROUPBUY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/db")
     monkeypatch.setenv("GROUPBUY_SCHEDULER_ENABLED", "false")
+    # Only warnings and errors on stderr: the INFO line of SQLite's schema upgrade at start
+    # is not what this test is about.
+    monkeypatch.setenv("GROUPBUY_LOG_LEVEL", "warning")
     # Bounded if the refusal ever goes: the command is stopped by the signal after 20 s.
     args = [command, "--port", "0"] if command == "serve" else [command]
     stop = threading.Timer(20, os.kill, (os.getpid(), signal.SIGTERM))
