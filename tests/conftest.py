@@ -24,6 +24,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from groupbuy.api import ACCESS_LOGGER
+from groupbuy.api.accesslog import BufferedLineHandler
 from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
 from groupbuy.settings import DatabaseSettings, Settings
@@ -51,8 +52,9 @@ def _logging_as_before() -> Iterator[None]:
     before = [(log, list(log.handlers), log.level, log.propagate) for log in loggers]
     yield
     for log, handlers, level, propagate in before:
-        for added in [handler for handler in log.handlers if handler not in handlers]:
-            added.flush()  # into this test's captured output
+        for added in log.handlers:
+            if isinstance(added, BufferedLineHandler) and added not in handlers:
+                added.flush()  # the access lines it holds, into this test's captured output
         log.handlers[:] = handlers
         log.setLevel(level)
         log.propagate = propagate
