@@ -33,9 +33,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   python3 -m venv .venv
 fi
-echo "== installing groupbuy with its test and dev tools (versions pinned in pyproject.toml)"
+echo "== installing groupbuy with its test, dev and docs tools (versions pinned in pyproject.toml)"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,postgres,dev]'
+.venv/bin/python -m pip install -q -e '.[test,postgres,dev,docs]'
 
 CHECKED=(groupbuy tests benchmarks)
 echo "== ruff check"
@@ -44,6 +44,17 @@ echo "== ruff format --check"
 .venv/bin/ruff format --check "${CHECKED[@]}"
 echo "== mypy (strict)"
 .venv/bin/mypy "${CHECKED[@]}"
+
+# The documentation site, built as a reader gets it: a broken link or anchor in docs/ or
+# README.md fails here (mkdocs.yml, scripts/mkdocs_hooks.py). The site goes to a temporary
+# directory, removed afterwards.
+echo "== mkdocs build --strict"
+SITE="$(mktemp -d)"
+if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$SITE"; then
+  rm -rf "$SITE"
+  exit 1
+fi
+rm -rf "$SITE"
 
 # Three test processes (pytest-xdist), each given whole files (a file's tests share its
 # fixtures and order): the suite waits on servers more than it computes (two processes kept

@@ -1,5 +1,5 @@
 """The screenshots live where the docs show them: the command's default directory holds one
-PNG per shot, and every image README.md and docs/*.md show is there."""
+PNG per shot, and every image README.md and docs/**/*.md show is there."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_the_default_directory_holds_one_png_per_shot() -> None:
 
 
 def test_every_image_the_docs_show_is_a_screenshot_of_the_command() -> None:
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     shown = {image for page in pages for image in _shown(page) if image.suffix == ".png"}
     screenshots = {image for image in shown if image.parent == (REPO / OUT).resolve()}
     missing = sorted(str(image.relative_to(REPO)) for image in shown if not image.is_file())

@@ -1,6 +1,6 @@
-"""The README's "Receiving webhooks" receiver, as written there, under uvicorn on loopback:
-the service's deliverer reaches it, it verifies with standardwebhooks, handles each
-webhook-id once, and refuses what another secret signed."""
+"""The "Receiving webhooks" receiver of docs/webhooks.md, as written there, under uvicorn on
+loopback: the service's deliverer reaches it, it verifies with standardwebhooks, handles
+each webhook-id once, and refuses what another secret signed."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from groupbuy.webhooks.signing import headers, new_secret
 from groupbuy.webhooks.store import EndpointSpec
 from tests.support.webhooks import FakeClock, feed, team_event
 
-README = Path(__file__).resolve().parent.parent.parent / "README.md"
+WEBHOOKS_DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "webhooks.md"
 
 
-def readme_receiver() -> str:
-    """The Python block of the README's "Receiving webhooks" section."""
-    section = README.read_text(encoding="utf-8").split("## Receiving webhooks", 1)[1]
+def documented_receiver() -> str:
+    """The Python block of the "Receiving webhooks" section of docs/webhooks.md."""
+    section = WEBHOOKS_DOC.read_text(encoding="utf-8").split("## Receiving webhooks", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
@@ -44,7 +44,7 @@ def serve(app: Any) -> tuple[str, uvicorn.Server, threading.Thread]:
     return f"http://127.0.0.1:{port}/groupbuy-events", server, thread
 
 
-async def test_the_readme_receiver_verifies_and_dedups_real_deliveries(
+async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
     db: Database,
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
@@ -57,7 +57,7 @@ async def test_the_readme_receiver_verifies_and_dedups_real_deliveries(
     secret = str((await hooks.create(EndpointSpec("shop", placeholder, ("*",)))).body["secret"])
     monkeypatch.setenv("WEBHOOK_SECRET", secret)
     scope: dict[str, Any] = {}
-    exec(compile(readme_receiver(), "README.md", "exec"), scope)
+    exec(compile(documented_receiver(), "docs/webhooks.md", "exec"), scope)
     url, server, thread = serve(scope["app"])
     try:
         await hooks.update("shop", {"url": url})
