@@ -20,6 +20,8 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_`]*\s+")
 WORD = re.compile(r"\S*[A-Za-z0-9\u4e00-\u9fff]\S*")
+# A piece ending so does not end a sentence: an abbreviation, or a step's bold number.
+NOT_AN_END = re.compile(r"(\be\.g\.|\bi\.e\.|\*\*\d+\.\*\*)$")
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
@@ -88,12 +90,23 @@ def paragraphs(text: str, stats: Stats) -> list[str]:
     return blocks
 
 
+def sentences(block: str) -> list[str]:
+    """The sentences of one prose block."""
+    found: list[str] = []
+    for piece in SENTENCE_END.split(block):
+        if found and NOT_AN_END.search(found[-1]):
+            found[-1] += " " + piece
+        else:
+            found.append(piece)
+    return found
+
+
 def measure(path: Path) -> Stats:
     """The figures of one Markdown file."""
     text = path.read_text(encoding="utf-8")
     stats = Stats(lines=len(text.splitlines()))
     for block in paragraphs(text, stats):
-        for sentence in SENTENCE_END.split(block):
+        for sentence in sentences(block):
             words = len(WORD.findall(sentence))
             if words:
                 stats.sentences.append(words)
