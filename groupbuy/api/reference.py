@@ -53,11 +53,11 @@ key on an admin endpoint, or a `viewer` key on anything but a GET, answers 403
 `forbidden`. Each operation lists the roles it accepts (`x-roles` in `/openapi.json`).
 Secrets are compared in constant time and never logged.
 
-**Audit log.** Every state-changing admin operation that answers 2xx writes one entry
-(`x-audit` names its action): the actor `<role>:<key fingerprint>` (the first 16 hex
-digits of the secret's SHA-256, never the secret), the action, the target (the path's
-id) and the body's `reason` when it has one. `GET /v1/admin/audit` pages them, newest
-first.
+**Audit log.** Every state-changing admin operation that answers 2xx writes one entry;
+`x-audit` names its action. The entry holds the actor `<role>:<key fingerprint>`, the
+action, the target (the path's id) and the body's `reason` when it has one. The
+fingerprint is the first 16 hex digits of the secret's SHA-256, never the secret.
+`GET /v1/admin/audit` pages the entries, newest first.
 
 **Signed requests.** With `[auth] signed_requests = true` every key must sign its
 requests; a key written `role+signed:secret` (e.g. `service+signed:s2`) must sign
@@ -65,11 +65,11 @@ whatever that setting says. A signed request also carries `X-Groupbuy-Timestamp`
 seconds) and `X-Groupbuy-Signature`: the lowercase hex HMAC-SHA256, keyed by the key's
 secret, of `METHOD\nTARGET\nTIMESTAMP\nBODYHASH`, where `TARGET` is the path as sent,
 then `?` and the raw query string only when there is one, and `BODYHASH` the lowercase
-hex SHA-256 of the body bytes (of the empty string when there is none). A missing or
-wrong signature, a timestamp more than `[auth] signature_skew_s` (300) seconds from the
-server's clock either way, or a signature seen before (a replay) answers 401
-`bad_signature`, with nothing applied; its `reason` says which: `missing`, `malformed`
-(the timestamp is not Unix seconds), `stale`, `wrong` or `replayed`. A request that
+hex SHA-256 of the body bytes (of the empty string when there is none). These answer
+401 `bad_signature`, with nothing applied: a missing or wrong signature, a timestamp more
+than `[auth] signature_skew_s` (300) seconds from the server's clock either way, or a
+signature seen before (a replay). Its `reason` says which: `missing`, `malformed` (the
+timestamp is not Unix seconds), `stale`, `wrong` or `replayed`. A request that
 carries the two headers is checked even when its key need not sign. Two equal requests
 signed in the same second have the same signature: the second is refused as `replayed`,
 and signing it again with a later timestamp sends it (`groupbuy.client.GroupBuyClient(...,
@@ -88,15 +88,20 @@ Schema counts them as the integers 1 and 1000 (the document cannot say otherwise
 422 answers say it in words). A decimal text read as a number can no longer be told
 exact (`1.0000000000000001` reads as 1.0), and money is never a float.
 
-**Requests.** A body is one JSON object, validated strictly: an unknown field, a
-missing required one, a wrong type (`"3"` is not `3`), an out-of-range number or a
-key that appears twice in one object (at any depth: `{{"amount_cents": 1,
-"amount_cents": 700}}` is refused, not read as 700) is 422 `invalid_request`, whose
-`errors` lists each `field` and `message`. Unknown or repeated query parameters are
-422 too. A body must be sent with `Content-Type: application/json` (a `charset`
-parameter may only say `utf-8`); any other type, or a body with no type, is 415
-`unsupported_media_type` (`curl -d` sends a form type: add `-H 'Content-Type:
-application/json'` or use `curl --json`). A call that takes no body needs no type. A
+**Requests.** A body is one JSON object, validated strictly. These are 422
+`invalid_request`, whose `errors` lists each `field` and `message`:
+
+- an unknown field, or a missing required one;
+- a wrong type: `"3"` is not `3`;
+- an out-of-range number;
+- a key that appears twice in one object, at any depth: `{{"amount_cents": 1,
+  "amount_cents": 700}}` is refused, not read as 700.
+
+Unknown or repeated query parameters are 422 too. A body must be sent with
+`Content-Type: application/json`; a `charset` parameter may only say `utf-8`. Any other
+type, or a body with no type, is 415 `unsupported_media_type`. (`curl -d` sends a form
+type: add `-H 'Content-Type: application/json'`, or use `curl --json`.) A call that takes
+no body needs no type. A
 body larger than `[server] max_body_bytes` (64 KiB by default) is 413
 `payload_too_large`.
 
@@ -146,13 +151,13 @@ request may answer 404 `not_found` (no such route), 405 `method_not_allowed` (wi
 `Allow`), and every `/v1` endpoint 503 `redis_unavailable` or `database_unavailable`
 when a backing service does not answer. A call that would write to Redis while Redis is
 over its `maxmemory` answers 503 `redis_out_of_memory` with nothing applied (no debit, no
-seat, no grab); reads still answer. With `[redis] wait_replicas = n` set, a call whose
-Redis writes fewer than n replicas confirmed within `[redis] wait_timeout_s` answers 503
-`redis_replication_timeout` (with `replicas_acknowledged` and `replicas_wanted`): the
-write is applied on the primary but could be lost by a failover, and a retry answers the
-same (`already_grabbed` with the same amount, `existing` for a seat) once the replicas
-have it. A 500 `internal_error` is a bug. Every answer carries `X-Request-Id` (the
-caller's, when it is a sane token, else a new one).
+seat, no grab); reads still answer. With `[redis] wait_replicas = n` set, a call may
+find fewer than n replicas confirmed its Redis writes within `[redis] wait_timeout_s`.
+It then answers 503 `redis_replication_timeout`, with `replicas_acknowledged` and
+`replicas_wanted`. The write is applied on the primary, but could be lost by a failover.
+A retry answers the same once the replicas have it: `already_grabbed` with the same
+amount, `existing` for a seat. A 500 `internal_error` is a bug. Every answer carries
+`X-Request-Id`: the caller's, when it is a sane token, else a new one.
 
 **Slow and oversized requests.** A request's line and headers must arrive within
 `[server] header_timeout_s` (10 s by default) of the connection, or of their first byte
@@ -163,8 +168,8 @@ closed. A body must arrive within `[server] body_timeout_s` (20 s) of the header
 408 `request_timeout` (with `Connection: close`); nothing of the request is applied.
 These answers come before routing and carry no `X-Request-Id` when the headers were
 refused. A client that closes its connection before its body has arrived gets no
-answer; the access log and the latency metric record that request with status 499
-("client closed request", as nginx does) at INFO, never as an error or a 500.
+answer. The access log and the latency metric record that request with status 499
+("client closed request", as nginx does), at INFO, never as an error or a 500.
 """
 
 
