@@ -4,6 +4,7 @@ the README is not a page of the site) and the configuration that keeps the site 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,14 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py"
-    )
+def _script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (scripts/ is no package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _hooks() -> ModuleType:
+    return _script("mkdocs_hooks")
 
 
 def test_broken_links_names_a_missing_file_and_a_missing_heading(tmp_path: Path) -> None:
@@ -54,3 +61,33 @@ def test_the_site_loads_nothing_from_other_hosts() -> None:
     assert "font: false" in config  # else the theme links Google Fonts
     assert "- offline" not in config  # the offline plugin loads a shim from a CDN
     assert "hooks:\n  - scripts/mkdocs_hooks.py" in config
+
+
+def _prose_stats() -> ModuleType:
+    return _script("prose_stats")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/architecture.md"])
+def test_the_front_door_and_the_architecture_keep_short_sentences(page: str) -> None:
+    stats = _prose_stats().measure(ROOT / page)
+    average = sum(stats.sentences) / len(stats.sentences)
+    long = [words for words in stats.sentences if words > 40]
+    assert average < 25, f"{page}: {average:.1f} words per sentence"
+    assert not long, f"{page}: sentences of {long} words (scripts/prose_stats.py lists them)"
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 160
+
+
+def test_prose_stats_counts_sentences_outside_code_and_tables(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# A heading is not counted\n\nOne two three. Four five, e.g. six.\n\n"
+        "- a list item ends a sentence\n\n```sh\nnot. counted. at. all.\n```\n\n"
+        "| cell | a longer cell |\n| --- | --- |\n"
+    )
+    stats = _prose_stats().measure(page)
+    assert stats.sentences == [3, 4, 6]
+    assert stats.longest_cell == len("a longer cell")
+    assert stats.lines == 12
