@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from groupbuy import __version__
 from tests.support import snippets
 from tests.support.service import Service, service_environment, start_service
 from tests.support.snippets import GETTING_STARTED, Snippet
 
-WALK_THROUGHS = (("docs/getting-started.md", "curl"), ("docs/getting-started.md", "signed"))
+# The groups of docs/getting-started.md, each run by a test of its own below.
+WALK_THROUGHS = tuple(("docs/getting-started.md", name) for name in ("curl", "signed", "restart"))
 SALE = "SALE=curl-sale"  # the curl walk-through's activity, as its first block names it
 OTHER_GROUPS = [key for key in snippets.groups(snippets.doc_files()) if key not in WALK_THROUGHS]
 
@@ -30,13 +32,19 @@ def page_group(name: str) -> list[Snippet]:
     return snippets.groups([GETTING_STARTED])[("docs/getting-started.md", name)]
 
 
+def serve_as_the_readme(directory: Path) -> Service:
+    """`groupbuy serve` as the README starts it: the embedded engine, no API keys (so a
+    development admin key in groupbuy-data/), its files in `directory`, the snippets' cwd."""
+    data = str(directory / "groupbuy-data")
+    env = service_environment(directory, GROUPBUY_EMBEDDED_DATA_DIR=data)
+    del env["GROUPBUY_API_KEYS"]
+    return start_service(directory, env=env)
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    """`groupbuy serve` as the README starts it: the embedded engine, no API keys (so a
-    development admin key in groupbuy-data/), its files in `tmp_path`, the snippets' cwd."""
-    env = service_environment(tmp_path, GROUPBUY_EMBEDDED_DATA_DIR=str(tmp_path / "groupbuy-data"))
-    del env["GROUPBUY_API_KEYS"]
-    running = start_service(tmp_path, env=env)
+    """A service started as the README starts it, stopped at the end."""
+    running = serve_as_the_readme(tmp_path)
     try:
         yield running
     finally:
@@ -113,6 +121,32 @@ def test_a_second_run_answers_what_the_page_says(service: Service) -> None:
     other = run_walk_py(service, "py-sale-2")
     assert other.returncode == 0, other.stderr
     assert "carol holds a seat in py-team-1" in other.stdout
+
+
+@pytest.mark.real
+def test_a_restart_prints_the_same_key_and_keeps_what_the_walk_throughs_did(
+    tmp_path: Path,
+) -> None:
+    first = serve_as_the_readme(tmp_path)
+    try:
+        run_python_walk_through(first)
+        run_curl_walk_through(first)
+        key = exported(first)["GROUPBUY_KEY"]
+    finally:
+        assert first.stop() == 0, first.text()
+    assert f"groupbuy {__version__} stopped" in first.text()
+    second = serve_as_the_readme(tmp_path)
+    try:
+        assert exported(second)["GROUPBUY_KEY"] == key
+        group = page_group("restart")
+        outputs = snippets.run_group(group, exported(second), tmp_path)
+        snippets.check_group(group, outputs)
+        team, packet = (next(snippets.json_values(output)) for output in outputs)
+        assert isinstance(team, dict) and isinstance(packet, dict)
+        assert [member["user_id"] for member in team["members"]] == ["amy", "ben"]
+        assert [grab["user_id"] for grab in packet["grabs"]] == ["bob"]
+    finally:
+        assert second.stop() == 0, second.text()
 
 
 @pytest.mark.real
