@@ -91,6 +91,7 @@ def run_python_walk_through(service: Service) -> None:
 
 
 @pytest.mark.real
+@pytest.mark.slow
 @pytest.mark.parametrize("curl_first", [True, False], ids=["curl-then-python", "python-then-curl"])
 def test_both_walk_throughs_run_in_either_order(service: Service, curl_first: bool) -> None:
     steps = [run_curl_walk_through, run_python_walk_through]
@@ -99,6 +100,7 @@ def test_both_walk_throughs_run_in_either_order(service: Service, curl_first: bo
 
 
 @pytest.mark.real
+@pytest.mark.slow
 def test_a_second_run_answers_what_the_page_says(service: Service) -> None:
     run_curl_walk_through(service)
     run_python_walk_through(service)
@@ -124,6 +126,7 @@ def test_a_second_run_answers_what_the_page_says(service: Service) -> None:
 
 
 @pytest.mark.real
+@pytest.mark.slow
 def test_a_restart_prints_the_same_key_and_keeps_what_the_walk_throughs_did(
     tmp_path: Path,
 ) -> None:
@@ -150,6 +153,7 @@ def test_a_restart_prints_the_same_key_and_keeps_what_the_walk_throughs_did(
 
 
 @pytest.mark.real
+@pytest.mark.slow
 def test_the_signed_request_runs_twice_in_a_row(service: Service) -> None:
     group = page_group("signed")
     for _ in range(2):  # back to back, within a second or two: a fresh body each time
@@ -159,6 +163,7 @@ def test_the_signed_request_runs_twice_in_a_row(service: Service) -> None:
 
 
 @pytest.mark.real
+@pytest.mark.slow
 @pytest.mark.parametrize("key", OTHER_GROUPS, ids=["/".join(key) for key in OTHER_GROUPS])
 def test_every_other_snippet_group_runs(service: Service, key: tuple[str, str]) -> None:
     group = snippets.groups(snippets.doc_files())[key]
