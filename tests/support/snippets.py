@@ -30,6 +30,7 @@ class Block:
 
     path: Path
     line: int  # the opening fence's line, from 1
+    end: int  # the closing fence's line
     lang: str
     text: str
     marker: str | None  # the group named on the line before the fence, if any
@@ -74,7 +75,7 @@ def blocks(path: Path) -> list[Block]:
         marked = MARKER.match(lines[index - 1]) if index else None
         text = "\n".join(lines[index + 1 : end])
         found.append(
-            Block(path, index + 1, opening[1], text, marked[1] if marked is not None else None)
+            Block(path, index + 1, end + 1, opening[1], text, marked[1] if marked else None)
         )
         index = end + 1
     return found
@@ -102,8 +103,7 @@ def snippets(path: Path) -> list[Snippet]:
             continue
         shown = None
         after = found[number + 1] if number + 1 < len(found) else None
-        closing = block.line + block.text.count("\n") + (2 if block.text else 1)
-        between = lines[closing : after.line - 1] if after is not None else []
+        between = lines[block.end : after.line - 1] if after is not None else []
         if after is not None and after.lang == "json" and not any(s.strip() for s in between):
             shown = after.text
         result.append(Snippet(block, shown))
