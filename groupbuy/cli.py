@@ -369,6 +369,7 @@ def _run_server(
                 port,
                 settings.server.workers,
                 head_limits=limits,
+                keep_alive_s=settings.server.keep_alive_s,
                 sock=sock,
                 on_listening=announce,
             )
@@ -379,6 +380,7 @@ def _run_server(
             host=settings.server.host,
             port=port,
             log_level="warning",
+            timeout_keep_alive=settings.server.keep_alive_s,
         )
         with contextlib.suppress(SystemExit):  # uvicorn's exit when the app fails to start
             AnnouncingServer(config, announce).run(sockets=[sock])
@@ -402,11 +404,13 @@ def run_workers(
     workers: int,
     *,
     head_limits: HeadLimits | None = None,
+    keep_alive_s: float | None = None,
     sock: socket.socket | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> bool:
     """What uvicorn.run does for several workers, on one shared socket with TCP_NODELAY
-    (groupbuy.api.server.bind), with our limits on request heads; `on_listening` runs once
+    (groupbuy.api.server.bind), with our limits on request heads and on idle connections
+    (`keep_alive_s`, [server]'s default when None); `on_listening` runs once
     every worker has started its app and serves. False when a worker failed to start (at
     first, or replacing one that died), which stopped them all."""
     from groupbuy.api.server import AnnouncingMultiprocess, HeadLimits, ServerConfig, bind
@@ -420,6 +424,7 @@ def run_workers(
         port=port,
         workers=workers,
         log_level="warning",
+        timeout_keep_alive=keep_alive_s or ServerSettings().keep_alive_s,
     )
     supervisor = AnnouncingMultiprocess(config, [sock or bind(host, port)], on_listening)
     supervisor.run()

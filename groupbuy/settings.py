@@ -83,6 +83,10 @@ class ServerSettings(_Section):
     header_timeout_s: Annotated[float, Field(ge=0.05, le=3600)] = 10.0
     # A request's body must arrive within this, from the end of the head; else 408.
     body_timeout_s: Annotated[float, Field(ge=0.05, le=3600)] = 20.0
+    # An idle keep-alive connection is closed after this. It must outlast the idle timeout
+    # of every client and proxy in front (httpx 5 s, aiohttp 15 s, AWS ALB 60 s): a client
+    # that sends on a connection the server is closing at that moment gets no answer.
+    keep_alive_s: Annotated[float, Field(ge=1, le=3600)] = 75.0
     # Past either, the answer is 431 and the connection is closed (request line included).
     max_header_count: Annotated[int, Field(ge=8, le=10_000)] = 100
     max_header_bytes: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16384
