@@ -4,21 +4,18 @@ each webhook-id once, and refuses what another secret signed."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
-from groupbuy.testing.servers import free_port
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.signing import headers, new_secret
 from groupbuy.webhooks.store import EndpointSpec
+from tests.support.live import serving
 from tests.support.webhooks import FakeClock, feed, team_event
 
 WEBHOOKS_DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "webhooks.md"
@@ -28,20 +25,6 @@ def documented_receiver() -> str:
     """The Python block of the "Receiving webhooks" section of docs/webhooks.md."""
     section = WEBHOOKS_DOC.read_text(encoding="utf-8").split("## Receiving webhooks", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def serve(app: Any) -> tuple[str, uvicorn.Server, threading.Thread]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    return f"http://127.0.0.1:{port}/groupbuy-events", server, thread
 
 
 async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
@@ -58,33 +41,32 @@ async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
     monkeypatch.setenv("WEBHOOK_SECRET", secret)
     scope: dict[str, Any] = {}
     exec(compile(documented_receiver(), "docs/webhooks.md", "exec"), scope)
-    url, server, thread = serve(scope["app"])
-    try:
-        await hooks.update("shop", {"url": url})
-        await feed(db, team_event("team.formed", "t1", 3), team_event("team.failed", "t2", 2))
-        await hooks.deliverer.tick()
-        await hooks.deliverer.settle()
-        page = await hooks.deliveries("shop", None, None, 10)
-        assert [(d["status"], d["attempts"][0]["status_code"]) for d in page["deliveries"]] == [
-            ("delivered", 204),
-            ("delivered", 204),
-        ]
-        assert scope["handled"] == {"evt_1", "evt_2"}
-        printed = capsys.readouterr().out.splitlines()
-        assert [line.split()[0] for line in printed] == ["team.formed", "team.failed"]
-        # The same webhook-id again (a retry after a lost answer): answered, handled once.
-        await hooks.replay("shop", 0, 1)
-        await hooks.deliverer.tick()
-        await hooks.deliverer.settle()
-        assert capsys.readouterr().out == ""
-        # Signed with another secret: refused.
-        body = b'{"type":"team.formed","timestamp":"x","data":{}}'
-        forged = headers([new_secret()], "evt_9", clock() // 1000, body)
-        async with httpx.AsyncClient() as http:
-            answer = await http.post(url, content=body, headers=forged)
-        assert answer.status_code == 400
-        assert "evt_9" not in scope["handled"]
-    finally:
-        await hooks.deliverer.stop()
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(scope["app"]) as port:
+        url = f"http://127.0.0.1:{port}/groupbuy-events"
+        try:
+            await hooks.update("shop", {"url": url})
+            await feed(db, team_event("team.formed", "t1", 3), team_event("team.failed", "t2", 2))
+            await hooks.deliverer.tick()
+            await hooks.deliverer.settle()
+            page = await hooks.deliveries("shop", None, None, 10)
+            assert [(d["status"], d["attempts"][0]["status_code"]) for d in page["deliveries"]] == [
+                ("delivered", 204),
+                ("delivered", 204),
+            ]
+            assert scope["handled"] == {"evt_1", "evt_2"}
+            printed = capsys.readouterr().out.splitlines()
+            assert [line.split()[0] for line in printed] == ["team.formed", "team.failed"]
+            # The same webhook-id again (a retry after a lost answer): answered, handled once.
+            await hooks.replay("shop", 0, 1)
+            await hooks.deliverer.tick()
+            await hooks.deliverer.settle()
+            assert capsys.readouterr().out == ""
+            # Signed with another secret: refused.
+            body = b'{"type":"team.formed","timestamp":"x","data":{}}'
+            forged = headers([new_secret()], "evt_9", clock() // 1000, body)
+            async with httpx.AsyncClient() as http:
+                answer = await http.post(url, content=body, headers=forged)
+            assert answer.status_code == 400
+            assert "evt_9" not in scope["handled"]
+        finally:
+            await hooks.deliverer.stop()
