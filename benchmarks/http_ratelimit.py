@@ -1,6 +1,8 @@
 """The cost of rate limits on the grab path: the HTTP flash grab through `groupbuy serve`
-(1 worker) with `[ratelimit]` on (the defaults: every grab takes from its API key's bucket
-and its user's, in one script call) and off, side by side on the same redis-server.
+(1 worker) with `[ratelimit]` on (the defaults: each grab is decided from the process's
+copy of its API key's bucket and its user's, counted in Redis behind it), on and exact
+(`local_share = 0`: each grab first waits for one script call taking from both), and
+off, side by side on the same redis-server.
 
 Both servers run at once (own key prefixes and SQLite files) and are measured in
 alternation, round after round, each round started with both idle
@@ -51,6 +53,7 @@ from groupbuy.testing.servers import start_redis
 
 TARGET = 0.90  # rate with limits on / rate with them off, at least
 ON, OFF = "grab, rate limits on", "grab, rate limits off"
+EXACT = "grab, rate limits on, exact"
 
 
 def _default_limits() -> dict[str, str]:
@@ -91,6 +94,16 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
     limits = _default_limits()
     with contextlib.ExitStack() as stack:
         on = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **limits))
+        exact = stack.enter_context(
+            _groupbuy(
+                "uvicorn",
+                redis_url,
+                workdir,
+                1,
+                "rlx",
+                **{**limits, "GROUPBUY_RATELIMIT_LOCAL_SHARE": "0"},
+            )
+        )
         off = stack.enter_context(
             _groupbuy(
                 "uvicorn",
@@ -101,9 +114,10 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
                 **{**limits, "GROUPBUY_RATELIMIT_ENABLED": "false"},
             )
         )
-        servers = [on.server, off.server]
+        servers = [on.server, exact.server, off.server]
         contenders = {
             ON: _with_cpu(_groupbuy_trial(_flash_grab, on, wrk, plan.round_s), on.server),
+            EXACT: _with_cpu(_groupbuy_trial(_flash_grab, exact, wrk, plan.round_s), exact.server),
             OFF: _with_cpu(_groupbuy_trial(_flash_grab, off, wrk, plan.round_s), off.server),
         }
         _say(f"rate limits: {', '.join(contenders)}; {plan.rounds} rounds")
@@ -113,8 +127,15 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
                 "flash_grab",
                 "groupbuy (1 worker, rate limits on)",
                 trials[ON],
-                f"{note}; [ratelimit] at its defaults: each grab takes from the key's and "
-                "the user's bucket in one script call",
+                f"{note}; [ratelimit] at its defaults: each grab decided from the process's "
+                "copy of the key's and the user's bucket, counted in Redis behind it",
+            ),
+            _rounds_row(
+                "flash_grab",
+                "groupbuy (1 worker, rate limits on, exact)",
+                trials[EXACT],
+                f"{note}; [ratelimit] local_share = 0: each grab first takes from the key's "
+                "and the user's bucket in one script call",
             ),
             _rounds_row(
                 "flash_grab",
@@ -124,7 +145,8 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
             ),
         ]
         _log_errors(rows[:1], on.server)
-        _log_errors(rows[1:], off.server)
+        _log_errors(rows[1:2], exact.server)
+        _log_errors(rows[2:], off.server)
     for row in rows:
         correct = row["correct"]
         correct["rate_limited"] = correct.get("answers", {}).get("4xx", 0)
@@ -147,6 +169,26 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
             _per_cpu(trials[ON]),
             _per_cpu(trials[OFF]),
             TARGET,
+            percent=True,
+        )
+    )
+    rows.append(
+        comparison(
+            "http_grab_ratelimit_exact_vs_off",
+            "HTTP grab, 1 worker: rate limits on and exact (local_share = 0) / off (interleaved)",
+            trials[EXACT],
+            trials[OFF],
+            TARGET,
+            percent=True,
+        )
+    )
+    rows.append(
+        comparison(
+            "http_grab_ratelimit_local_vs_exact",
+            "HTTP grab, 1 worker: rate limits decided locally / exact (interleaved)",
+            trials[ON],
+            trials[EXACT],
+            1.0,
             percent=True,
         )
     )

@@ -3,9 +3,10 @@
 Each process keeps its own copy of the GCRA buckets of lua/ratelimit_take.lua: one
 "theoretical arrival time" (TAT) per bucket, on the process's monotonic clock. A request
 is decided from that copy at once, with no call in series; what the process let through
-is counted in Redis by lua/ratelimit_debit.lua in the background, one call per API key
-for everything let through since the last call (the calls of one event-loop turn share
-one batch), and Redis's answer, which holds every process's counts, replaces the copy.
+is counted in Redis by lua/ratelimit_debit.lua in the background: what one event-loop
+turn let through leaves at the end of the turn, one call per API key, even while earlier
+counts are in flight. Redis's answer, which holds every process's counts, replaces the
+copy (with what the process let through since added back).
 
 The bound: a process lets through at most `credit` requests of a bucket that Redis has
 not counted yet (a plan's credits: local_share x quota, at least 1); a request past that
@@ -14,8 +15,10 @@ is counted even past the limit, and the bucket then refuses longer), so over any
 of T seconds a bucket lets through at most quota + T x quota / window_s requests, plus
 the sum of the credits of the processes sharing it: with P processes and the same
 settings, P x credit. A refusal is never wrong: the copy only misses other processes'
-requests, so it is at most as full as the bucket in Redis. The RateLimit field's `r`
-and `t` are this process's estimate (exact with one process).
+requests, so it is at most as full as the bucket in Redis (but for a moment when the
+answers of two counts in flight cross: the copy then holds the older one twice until
+the next answer). The RateLimit field's `r` and `t` are this process's estimate (exact
+with one process).
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ Limit = tuple[int, int, int]
 class LocalBucket:
     """A process's copy of one bucket."""
 
-    __slots__ = ("owed", "pending", "tat_us")
+    __slots__ = ("answered", "owed", "pending", "tat_us")
 
     def __init__(self) -> None:
         self.tat_us = 0.0  # on the local clock; <= now: full
         self.owed = 0  # let through, not yet counted by Redis (pending and in flight)
         self.pending = 0  # let through, not yet sent
+        self.answered = 0  # the count whose answer the copy holds (counts are numbered)
 
 
 class LocalLimiter:
@@ -70,8 +74,11 @@ class LocalLimiter:
         self.buckets: dict[str, LocalBucket] = {}
         # API key id -> its buckets with requests to count: bucket key -> (quota, window_us)
         self._dirty: dict[str, dict[str, tuple[int, int]]] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._round: asyncio.Future[None] | None = None  # done when the call in flight ends
+        # Done when the counts of what was let through this turn are answered (None: nothing
+        # let through since the last turn's counts left); the counts in flight.
+        self._next: asyncio.Future[None] | None = None
+        self._counting: set[asyncio.Task[None]] = set()
+        self._rounds = 0  # counts sent
         self._swept_us = 0.0  # when full buckets were last forgotten
 
     def now_us(self) -> float:
@@ -85,9 +92,13 @@ class LocalLimiter:
             reply = self.decide(key_id, keys, limits)
             if reply is not None:
                 return reply
-            # A bucket's credit is spent: its count in flight frees it, one way or another.
-            assert self._round is not None  # owed > 0: a flush is running
-            await asyncio.shield(self._round)
+            # A bucket's credit is spent: its count frees it, one way or another (owed > 0:
+            # the count is about to leave, or in flight).
+            if self._next is not None:
+                await asyncio.shield(self._next)
+            else:
+                assert self._counting
+                await asyncio.wait(self._counting, return_when=asyncio.FIRST_COMPLETED)
 
     async def read(self, keys: Sequence[str], limits: Sequence[Limit]) -> None:
         """Copy the buckets from Redis (before deciding a key's requests here again)."""
@@ -133,64 +144,74 @@ class LocalLimiter:
             dirty[key] = (quota, window)
             ahead = bucket.tat_us - now
             reply += (math.floor((window - ahead) / interval + 1e-9), math.ceil(ahead / 1e6), 0)
-        if self._task is None:
+        if self._next is None:
+            # The counts leave once this turn's requests are decided, whether or not
+            # earlier ones are still in flight (a reply that lands out of order only misses
+            # others' requests, as a copy may).
             loop = asyncio.get_running_loop()
-            self._round = loop.create_future()
-            self._task = loop.create_task(self._flush())
+            self._next = loop.create_future()
+            loop.call_soon(self._send)
         return reply
 
     async def aclose(self) -> None:
         """Count what is left to count (the service is stopping)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        while self._next is not None or self._counting:
+            if self._next is not None:
+                await asyncio.shield(self._next)
+            else:
+                await asyncio.wait(self._counting)
 
-    async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _send(self) -> None:
+        batch, self._dirty = self._dirty, {}
+        done, self._next = self._next, None
+        assert done is not None
+        task = asyncio.get_running_loop().create_task(self._count_all(batch, done))
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
+
+    async def _count_all(
+        self, batch: dict[str, dict[str, tuple[int, int]]], done: asyncio.Future[None]
+    ) -> None:
         try:
-            while self._dirty:
-                batch, self._dirty = self._dirty, {}
-                try:
-                    if len(batch) == 1:
-                        await self._count(*next(iter(batch.items())))
-                    else:
-                        await asyncio.gather(*(self._count(k, b) for k, b in batch.items()))
-                finally:
-                    assert self._round is not None
-                    done, self._round = self._round, loop.create_future()
-                    done.set_result(None)
-                self._sweep()
+            if len(batch) == 1:
+                await self._count(*next(iter(batch.items())))
+            else:
+                await asyncio.gather(*(self._count(k, b) for k, b in batch.items()))
         finally:
-            self._task = None
-            if self._round is not None and not self._round.done():
-                self._round.set_result(None)
+            done.set_result(None)
+        self._sweep()
 
     async def _count(self, key_id: str, entries: dict[str, tuple[int, int]]) -> None:
+        self._rounds += 1
+        round_no = self._rounds
         keys = list(entries)
-        counts = []
+        buckets = [self.buckets[key] for key in keys]
+        counts = [bucket.pending for bucket in buckets]
         args: list[int] = []
-        for key, (quota, window) in entries.items():
-            bucket = self.buckets[key]
-            counts.append(bucket.pending)
+        for bucket, (quota, window) in zip(buckets, entries.values(), strict=True):
             args += (quota, window, bucket.pending)
             bucket.pending = 0
         try:
             aheads = await ratelimit_debit(self._scripts, keys, self._clock.shift_ms, args)
         except BaseException as error:
             # Those requests went through uncounted, as when the limiter cannot ask Redis.
-            for key, count in zip(keys, counts, strict=True):
-                self.buckets[key].owed -= count
+            for bucket, count in zip(buckets, counts, strict=True):
+                bucket.owed -= count
             if not isinstance(error, Exception):
                 raise
             self._failed(key_id, error)
             return
         now = self.now_us()
-        for key, count, ahead, (quota, window) in zip(
-            keys, counts, aheads, entries.values(), strict=True
+        for bucket, count, ahead, (quota, window) in zip(
+            buckets, counts, aheads, entries.values(), strict=True
         ):
-            bucket = self.buckets[key]
             bucket.owed -= count
-            # Redis's bucket, with this process's requests let through since the call.
-            bucket.tat_us = now + int(ahead) + bucket.pending * window / quota
+            if round_no < bucket.answered:
+                continue  # a later count's answer came first: it holds this one's too
+            bucket.answered = round_no
+            # Redis's bucket, with what this process let through that it has not counted
+            # (sent after this call, which Redis runs after it, or not sent yet).
+            bucket.tat_us = now + int(ahead) + bucket.owed * window / quota
         self._answered(key_id)
 
     def _sweep(self) -> None:
