@@ -86,14 +86,20 @@ def _per_cpu(trials: list[Trial]) -> list[Trial]:
     return [Trial(t.ops, t.correct["server_cpu_s"], t.correct) for t in trials]
 
 
-def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
-    """The flash grab with limits on and off, alternated; their rows and the ratio."""
+def run_ratelimit_http(
+    redis_url: str, workdir: Path, plan: Plan, local_share: float | None = None
+) -> list[Row]:
+    """The flash grab with limits on (local decisions, at `local_share` when given), on and
+    exact, and off, alternated; their rows and the ratios."""
     wrk = _ensure_wrk()
     how = f"wrk -t{THREADS} -c{CONNECTIONS}" if wrk else "httpx load in-process (no wrk)"
     note = _notes(how, 1, plan.round_s)["flash_grab"]
     limits = _default_limits()
+    local = {} if local_share is None else {"GROUPBUY_RATELIMIT_LOCAL_SHARE": str(local_share)}
     with contextlib.ExitStack() as stack:
-        on = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **limits))
+        on = stack.enter_context(
+            _groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **{**limits, **local})
+        )
         exact = stack.enter_context(
             _groupbuy(
                 "uvicorn",
@@ -199,6 +205,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
     parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
+    parser.add_argument(
+        "--local-share", type=float, help="[ratelimit] local_share of the first contender"
+    )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.rounds:
@@ -208,7 +217,7 @@ def main() -> None:
     began = time.monotonic()
     try:
         redis.Redis.from_url(server.url).flushall()
-        rows = run_ratelimit_http(server.url, workdir, plan)
+        rows = run_ratelimit_http(server.url, workdir, plan, args.local_share)
     finally:
         server.stop()
     for row in rows:
