@@ -28,6 +28,7 @@ from groupbuy.settings import Settings
 from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from tests.support.http import ADMIN_KEY, SERVICE_KEY, ms
 from tests.support.service import service_environment, start_service
+from tests.support.snippets import python_walk_through
 
 BASE = "http://groupbuy.test"
 
@@ -427,29 +428,22 @@ async def test_a_live_service_with_signed_requests(tmp_path: Path) -> None:
             assert (await gb.lock("live", "t1", "u1"))["status"] == "locked"
             assert (await gb.list_teams("live", limit=5))["teams"][0]["team_id"] == "t1"
             await raises("bad_signature", 401, unsigned.get_team("live", "t1"))
-        # The README's walk-through, as it is written there.
+        # The Python walk-through of docs/getting-started.md, as it is written there.
         walk = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-c", readme_walk_through()],
-            env={**env, "GROUPBUY_URL": service.url, "GROUPBUY_KEY": ADMIN_KEY},
+            [sys.executable, "-c", python_walk_through()[0]],
+            env={**env, "URL": service.url, "GROUPBUY_KEY": ADMIN_KEY},
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert walk.returncode == 0, walk.stderr
-        assert "carol holds a seat in team-1" in walk.stdout, walk.stdout
+        assert "carol holds a seat in py-team-1" in walk.stdout, walk.stdout
         assert "team_full - next seat may free at" in walk.stdout, walk.stdout
         assert "packet.sent" in walk.stdout, walk.stdout
         assert "signed requests: required of every key" in service.text()
     finally:
         assert service.stop() == 0, service.text()
-
-
-def readme_walk_through() -> str:
-    """The Python block of the README's walk-through with the client."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Walk-through with the Python client", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 async def test_repeats_of_one_request_take_the_next_seconds_and_old_stamps_are_forgotten() -> None:

@@ -81,7 +81,7 @@ class ActivityService(UsesBackends):
         # Over maxmemory Redis would refuse the activity's copy after the SQL row: ask first.
         await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis)
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             created = await insert_ignore(
                 session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
             )
@@ -110,7 +110,7 @@ class ActivityService(UsesBackends):
         except redis.exceptions.OutOfMemoryError:
             # Memory ran out after the probe: the client is told nothing was applied.
             if created:
-                async with self._db.transaction() as session:
+                async with self._db.transaction(urgent=True) as session:
                     await session.execute(
                         delete(ActivityRulesRow).where(ActivityRulesRow.activity_id == activity_id)
                     )
@@ -129,7 +129,7 @@ class ActivityService(UsesBackends):
             # Over maxmemory Redis would refuse the copy's status after SQL closed: ask first.
             await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis) if close else 0
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             row = await session.get(ActivityRow, activity_id, with_for_update=True)
             if row is None:
                 raise errors.ActivityNotFound(f"no activity {activity_id!r}")

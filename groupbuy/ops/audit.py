@@ -65,7 +65,7 @@ class AuditLog:
             # a round trip through JSON keeps only what the column can hold
             detail=json.loads(json.dumps(detail, default=str)) if detail else None,
         )
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             session.add(row)
         return entry_body(row)
 

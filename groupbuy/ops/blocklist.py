@@ -73,7 +73,7 @@ class BlocklistService(UsesBackends):
     async def block(self, user_id: str, reason: str | None = None) -> dict[str, Any]:
         """Block a user (again: the reason is replaced, the start of the block kept)."""
         now_ms = await self._clock.now_ms(self._redis)
-        async with self._lock(), self._db.transaction() as session:
+        async with self._lock(), self._db.transaction(urgent=True) as session:
             row = await session.get(BlockedUserRow, user_id, with_for_update=True)
             if row is None:
                 row = BlockedUserRow(user_id=user_id, blocked_at=from_ms(now_ms))
@@ -91,7 +91,7 @@ class BlocklistService(UsesBackends):
 
     async def unblock(self, user_id: str) -> dict[str, Any]:
         """Lift a user's block; `unblocked` is false when the user was not blocked."""
-        async with self._lock(), self._db.transaction() as session:
+        async with self._lock(), self._db.transaction(urgent=True) as session:
             deleted = await session.execute(
                 delete(BlockedUserRow).where(BlockedUserRow.user_id == user_id)
             )

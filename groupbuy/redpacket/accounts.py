@@ -18,7 +18,7 @@ class AccountService(UsesBackends):
     async def deposit(self, user_id: str, amount_cents: int, reference: str) -> Outcome:
         """Credit a user once per reference; the same reference again returns the balance."""
         at = from_ms(await self._clock.now_ms(self._redis))
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             applied = await ledger.post_entry(
                 session,
                 user_id=user_id,

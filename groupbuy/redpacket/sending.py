@@ -155,7 +155,7 @@ class SendService(UsesBackends):
         created is False when the packet id was recorded before (nothing changed)."""
         sender_id, amount_cents = wanted["sender_id"], wanted["amount_cents"]
         expires_in_s = wanted["expires_in_s"]
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             created = await insert_ignore(
                 session,
                 PacketRow.__table__,
@@ -195,7 +195,7 @@ class SendService(UsesBackends):
     async def _unsend(self, row: PacketRow) -> None:
         """Take back a send whose packet Redis refused: its row, debit and event, in one
         transaction, unless the repair job has made it live meanwhile."""
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             gone = await session.execute(
                 delete(PacketRow).where(
                     PacketRow.packet_id == row.packet_id, PacketRow.status == "pending"
@@ -219,7 +219,7 @@ class SendService(UsesBackends):
         shares = split(row.strategy, row.amount_cents, row.count)
         recorded = recorded_args(row, self._limits.retention_s)
         await self._packets.create(row.packet_id, shares, **recorded)
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             await session.execute(
                 update(PacketRow)
                 .where(PacketRow.packet_id == row.packet_id, PacketRow.status == "pending")

@@ -248,7 +248,7 @@ class DeadLetters(UsesBackends):
         fields = json.loads(row.fields)
         replayed_at = from_ms(await self._clock.now_ms(self._redis))
         try:
-            async with self._db.transaction() as session:
+            async with self._db.transaction(urgent=True) as session:
                 await self._appliers[row.stream](session, [fields])
                 stored = await session.get(DeadLetterRow, dead_letter_id)
                 assert stored is not None

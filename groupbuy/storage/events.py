@@ -125,8 +125,8 @@ async def _waiting(session: AsyncSession) -> bool:
     return found is not None
 
 
-async def _sequence(database: Database, limit: int) -> int:
-    async with database.transaction() as session:
+async def _sequence(database: Database, limit: int, urgent: bool = False) -> int:
+    async with database.transaction(urgent) as session:
         if not database.is_sqlite:
             await session.execute(select(func.pg_advisory_xact_lock(SEQUENCER_LOCK)))
         return await _number(session, limit)
@@ -204,7 +204,7 @@ async def read_feed(database: Database, after: int, limit: int) -> dict[str, Any
         if not await _waiting(session):
             return await read_events(session, after, limit)
     # The probe's connection is back in the pool before the sequencer takes one: a burst of
-    # reads never holds two connections each.
-    await _sequence(database, POSITION_BATCH)
+    # reads never holds two connections each. The reader's answer waits on it: urgent.
+    await _sequence(database, POSITION_BATCH, urgent=True)
     async with database.sessions() as session:
         return await read_events(session, after, limit)

@@ -86,7 +86,7 @@ async def replay(
     queued = 0
     start = after
     while True:
-        async with database.transaction() as session:
+        async with database.transaction(urgent=True) as session:
             position = await session.scalar(
                 select(EndpointRow.position).where(EndpointRow.endpoint_id == endpoint_id)
             )

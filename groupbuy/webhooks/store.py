@@ -89,7 +89,7 @@ class EndpointStore:
         its secret; the same id and parameters again: 200 without it; else 409."""
         # Events committed before now get their positions first, so "now" is after them.
         await assign_positions(self._db)
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             found = await session.get(EndpointRow, spec.endpoint_id)
             if found is not None:
                 return Outcome(self._same(found, spec), created=False)
@@ -170,7 +170,7 @@ class EndpointStore:
             values["disabled_reason"] = "admin" if changes["disabled"] else None
             if not changes["disabled"]:
                 values["failing_since_ms"] = None  # a fresh start for disable_after_s
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             row = await _row(session, endpoint_id)
             if values.get("disabled") is True and row.disabled:
                 values.pop("disabled_reason")  # keep why it was disabled first
@@ -185,7 +185,7 @@ class EndpointStore:
 
     async def delete(self, endpoint_id: str) -> dict[str, Any]:
         """Remove an endpoint with its deliveries and their attempts."""
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             await _row(session, endpoint_id)
             deliveries = select(DeliveryRow.id).where(DeliveryRow.endpoint_id == endpoint_id)
             await session.execute(delete(AttemptRow).where(AttemptRow.delivery_id.in_(deliveries)))
@@ -196,7 +196,7 @@ class EndpointStore:
     async def rotate(self, endpoint_id: str) -> dict[str, Any]:
         """A new secret; the current one goes on signing beside it for the overlap."""
         now = self._clock()
-        async with self._db.transaction() as session:
+        async with self._db.transaction(urgent=True) as session:
             row = await _row(session, endpoint_id)
             secret = new_secret()
             await session.execute(

@@ -154,7 +154,10 @@ async def test_sql_down_mid_storm(redis_server: RedisUnderTest, sql: Sql) -> Non
     stray = [
         a for a in answers if a.outcome == SQL_DOWN and not (began <= a.answered and a.sent <= up)
     ]
-    assert not stray, stray[:5]
+    assert not stray, (
+        f"outage from {began:.2f} to {up:.2f}",
+        [(a.kind, a.ids, round(a.sent, 2), round(a.answered, 2)) for a in stray[:5]],
+    )
     # Asked and answered while SQL was away: what needs SQL answered 503 database_unavailable.
     needs_sql = WRITES + (READS if outage.reads_fail else ())
     inside = [a for a in answers if down <= a.sent and a.answered <= reopening]

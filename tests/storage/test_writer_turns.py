@@ -1,4 +1,4 @@
-"""SQLite writers of one process take turns, urgent ones (a confirm waits) first."""
+"""SQLite writers of one process take turns, urgent ones (an answer waits) first."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from groupbuy.storage.turns import WriterTurns
+from groupbuy.storage.turns import URGENT_IN_A_ROW, WriterTurns
 
 
 async def _take(turns: WriterTurns, name: str, urgent: bool, order: list[str]) -> None:
@@ -77,3 +77,43 @@ async def test_timeout_while_waiting_frees_nothing_it_did_not_hold() -> None:
     turns.release()
     await asyncio.wait_for(other, 1)
     assert order == ["other"]
+
+
+async def test_a_bulk_writer_gets_a_turn_after_a_run_of_urgent_ones() -> None:
+    turns = WriterTurns()
+    await turns.acquire()
+    order: list[str] = []
+    urgent_count = URGENT_IN_A_ROW + 3
+    waiting = [asyncio.create_task(_take(turns, "bulk", False, order))]
+    waiting += [
+        asyncio.create_task(_take(turns, f"urgent{i}", True, order)) for i in range(urgent_count)
+    ]
+    await asyncio.sleep(0.01)
+    turns.release()
+    await asyncio.gather(*waiting)
+    urgent = [f"urgent{i}" for i in range(urgent_count)]
+    assert order == [*urgent[:URGENT_IN_A_ROW], "bulk", *urgent[URGENT_IN_A_ROW:]]
+
+
+async def test_a_free_moment_ends_a_run_of_urgent_turns() -> None:
+    turns = WriterTurns()
+    await turns.acquire()
+    order: list[str] = []
+    first = [
+        asyncio.create_task(_take(turns, f"early{i}", True, order))
+        for i in range(URGENT_IN_A_ROW + 2)
+    ]
+    await asyncio.sleep(0.01)
+    turns.release()
+    await asyncio.gather(*first)
+    # The turn was free for a moment: a new run starts, and an urgent writer arriving
+    # after a bulk one still goes first.
+    await turns.acquire()
+    late = [
+        asyncio.create_task(_take(turns, "bulk", False, order)),
+        asyncio.create_task(_take(turns, "urgent", True, order)),
+    ]
+    await asyncio.sleep(0.01)
+    turns.release()
+    await asyncio.gather(*late)
+    assert order[-2:] == ["urgent", "bulk"]
