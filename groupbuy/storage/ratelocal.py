@@ -24,7 +24,6 @@ with one process).
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +32,6 @@ from typing import Any
 from groupbuy.storage.calls import ratelimit_debit
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.scripts import Scripts
-
-log = logging.getLogger(__name__)
 
 SWEEP_ABOVE = 1024  # copies held before full ones are forgotten
 Limit = tuple[int, int, int]
@@ -146,8 +143,8 @@ class LocalLimiter:
             reply += (math.floor((window - ahead) / interval + 1e-9), math.ceil(ahead / 1e6), 0)
         if self._next is None:
             # The counts leave once this turn's requests are decided, whether or not
-            # earlier ones are still in flight (a reply that lands out of order only misses
-            # others' requests, as a copy may).
+            # earlier ones are still in flight (they are numbered: an answer overtaken by
+            # a later count's is not applied).
             loop = asyncio.get_running_loop()
             self._next = loop.create_future()
             loop.call_soon(self._send)
