@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -469,14 +470,22 @@ def test_the_gauges_are_the_backlog_in_redis_at_each_scrape_while_it_drains(
 def test_a_scrape_answers_when_the_backlog_takes_too_long_to_measure(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def never(_backlog: Any, _redis: Any) -> dict[str, Any]:
-        await asyncio.Event().wait()
-        raise AssertionError("not reached")
+    measure = metrics.update_writeback
+    released = threading.Event()
+
+    async def stuck(backlog: Any, redis: Any) -> dict[str, Any]:
+        # Stuck until the scrape has answered; then the scheduler's flush, which measures
+        # too, can end, and the app stops without waiting out the scheduler's stop.
+        await asyncio.to_thread(released.wait)
+        return await measure(backlog, redis)
 
     metrics.WRITEBACK_BACKLOG.labels(engine="packets").set(7)
-    monkeypatch.setattr(metrics, "update_writeback", never)
+    monkeypatch.setattr(metrics, "update_writeback", stuck)
     monkeypatch.setattr(system, "_MEASURE_WAIT_S", 0.05)
-    page = scrape(client)
+    try:
+        page = scrape(client)
+    finally:
+        released.set()
     assert (
         value(page, "groupbuy_writeback_backlog_records", engine="packets") == 7
     )  # the last measure's
