@@ -390,6 +390,11 @@ class RateLimitSettings(_Section):
     send_user_window_s: RateWindowS = 2
     read_user_quota: RateQuota = 40
     read_user_window_s: RateWindowS = 2
+    # Each process decides from its own copy of the buckets and counts what it let through
+    # in Redis in the background, letting through at most this share of a quota (at least
+    # one request) before Redis has counted them; 0: every request waits for Redis's
+    # decision, exact (groupbuy/storage/ratelocal.py).
+    local_share: Annotated[float, Field(ge=0, le=0.5)] = 0.01
 
     def limit(self, route_class: str, subject: str) -> tuple[int, int]:
         """(quota, window_s) of one route class for `key` or `user`."""

@@ -1,6 +1,7 @@
 """The cost of rate limits on the grab path at engine level: RedPacketService.grab alone
-against RateLimitService.take (the key's and the user's bucket, one script call) followed
-by the grab, as an HTTP request does, 64 callers, in alternation round after round
+against RateLimitService.take (the key's and the user's bucket: decided in the process and
+counted behind, or with `local_share = 0` one script call first) followed by the grab, as
+an HTTP request does, 64 callers, in alternation round after round
 (benchmarks/interleave.py). Each round grabs a fresh packet, a new user per call. Besides
 grabs per second, each contender's CPU time in this process per grab (Redis runs apart).
 
@@ -23,19 +24,23 @@ from benchmarks.interleave import Trial, comparison, merge_correct, run_async
 from benchmarks.measure import Meter, Row
 from groupbuy import errors
 from groupbuy.services import Services
+from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.testing.servers import start_redis
 
 CALLERS = 64
 GRABS = 5_000  # per round and contender
 ALONE, LIMITED = "grab alone", "rate limit + grab"
+EXACT = "exact rate limit + grab"
 KEY_ID = "bench-key"
 
 Grab = Callable[[str, str], Awaitable[dict[str, Any]]]
 
 
-async def limited_grab(services: Services, packet_id: str, user: str) -> dict[str, Any]:
+async def limited_grab(
+    services: Services, packet_id: str, user: str, limiter: RateLimitService | None = None
+) -> dict[str, Any]:
     """What a grab request does with limits on: take from the buckets, then grab."""
-    decision = await services.ratelimit.take("grab", KEY_ID, user)
+    decision = await (limiter or services.ratelimit).take("grab", KEY_ID, user)
     if decision is not None and not decision.allowed:
         return {"status": errors.RateLimited.code}
     return await groupbuy_grab(services, packet_id, user)
@@ -68,9 +73,16 @@ def grab_trial(services: Services, name: str, grab: Grab) -> Callable[[int], Awa
 
 async def compare(services: Services, rounds: int, extra: dict[str, Grab] | None = None) -> Any:
     """Every contender's trials (the grab alone, with our limits, and `extra`)."""
+    exact = RateLimitService(
+        services.settings.ratelimit.model_copy(update={"local_share": 0}),
+        services.scripts,
+        services.keys,
+        services.clock,
+    )
     contenders = {
         ALONE: grab_trial(services, ALONE, lambda p, u: groupbuy_grab(services, p, u)),
         LIMITED: grab_trial(services, LIMITED, lambda p, u: limited_grab(services, p, u)),
+        EXACT: grab_trial(services, EXACT, lambda p, u: limited_grab(services, p, u, exact)),
     }
     for name, grab in (extra or {}).items():
         contenders[name] = grab_trial(services, name, grab)

@@ -44,7 +44,14 @@ SHEBANG = "#!lua"
 # that Redis checks memory first) and the write-behind's acknowledgement (a lost one brings
 # back records SQL already holds, which apply again as no-ops).
 UNREPLICATED = frozenset(
-    {"ratelimit_take", "lease_hold", "lease_release", "write_probe", "outbox_ack"}
+    {
+        "ratelimit_take",
+        "ratelimit_debit",
+        "lease_hold",
+        "lease_release",
+        "write_probe",
+        "outbox_ack",
+    }
 )
 
 
