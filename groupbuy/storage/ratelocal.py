@@ -4,9 +4,11 @@ Each process keeps its own copy of the GCRA buckets of lua/ratelimit_take.lua: o
 "theoretical arrival time" (TAT) per bucket, on the process's monotonic clock. A request
 is decided from that copy at once, with no call in series; what the process let through
 is counted in Redis by lua/ratelimit_debit.lua in the background: what one event-loop
-turn let through leaves at the end of the turn, one call per API key, even while earlier
-counts are in flight. Redis's answer, which holds every process's counts, replaces the
-copy (with what the process let through since added back).
+turn let through leaves at the end of the turn, one call per API key. A key has one count
+in flight at a time: what it lets through meanwhile leaves when that count is answered.
+So Redis runs a key's counts in the order their answers arrive, and each answer, which
+holds every process's counts, replaces the copy (with what the process let through since
+added back).
 
 The bound: a process lets through at most `credit` requests of a bucket that Redis has
 not counted yet (a plan's credits: local_share x quota, at least 1); a request past that
@@ -15,10 +17,10 @@ is counted even past the limit, and the bucket then refuses longer), so over any
 of T seconds a bucket lets through at most quota + T x quota / window_s requests, plus
 the sum of the credits of the processes sharing it: with P processes and the same
 settings, P x credit. A refusal is never wrong: the copy only misses other processes'
-requests, so it is at most as full as the bucket in Redis (but for a moment when the
-answers of two counts in flight cross: the copy then holds the older one twice until
-the next answer). The RateLimit field's `r` and `t` are this process's estimate (exact
-with one process).
+requests, so it is at most as full as the bucket in Redis. (Counts of one key in flight
+side by side could have their answers cross, and the copy would then hold the older
+count twice, refusing requests with room left: hence one at a time.) The RateLimit
+field's `r` and `t` are this process's estimate (exact with one process).
 """
 
 from __future__ import annotations
@@ -41,13 +43,12 @@ Limit = tuple[int, int, int]
 class LocalBucket:
     """A process's copy of one bucket."""
 
-    __slots__ = ("answered", "owed", "pending", "tat_us")
+    __slots__ = ("owed", "pending", "tat_us")
 
     def __init__(self) -> None:
         self.tat_us = 0.0  # on the local clock; <= now: full
         self.owed = 0  # let through, not yet counted by Redis (pending and in flight)
         self.pending = 0  # let through, not yet sent
-        self.answered = 0  # the count whose answer the copy holds (counts are numbered)
 
 
 class LocalLimiter:
@@ -71,11 +72,11 @@ class LocalLimiter:
         self.buckets: dict[str, LocalBucket] = {}
         # API key id -> its buckets with requests to count: bucket key -> (quota, window_us)
         self._dirty: dict[str, dict[str, tuple[int, int]]] = {}
-        # Done when the counts of what was let through this turn are answered (None: nothing
-        # let through since the last turn's counts left); the counts in flight.
+        # Done when the counts of what was let through this turn are answered (None: no
+        # counts about to leave); the counts in flight, and the keys they are for.
         self._next: asyncio.Future[None] | None = None
         self._counting: set[asyncio.Task[None]] = set()
-        self._rounds = 0  # counts sent
+        self._in_flight: set[str] = set()
         self._swept_us = 0.0  # when full buckets were last forgotten
 
     def now_us(self) -> float:
@@ -141,13 +142,7 @@ class LocalLimiter:
             dirty[key] = (quota, window)
             ahead = bucket.tat_us - now
             reply += (math.floor((window - ahead) / interval + 1e-9), math.ceil(ahead / 1e6), 0)
-        if self._next is None:
-            # The counts leave once this turn's requests are decided, whether or not
-            # earlier ones are still in flight (they are numbered: an answer overtaken by
-            # a later count's is not applied).
-            loop = asyncio.get_running_loop()
-            self._next = loop.create_future()
-            loop.call_soon(self._send)
+        self._send_soon()
         return reply
 
     async def aclose(self) -> None:
@@ -158,10 +153,26 @@ class LocalLimiter:
             else:
                 await asyncio.wait(self._counting)
 
+    def _send_soon(self) -> None:
+        """The counts leave once this turn's requests are decided."""
+        if self._next is None:
+            loop = asyncio.get_running_loop()
+            self._next = loop.create_future()
+            loop.call_soon(self._send)
+
     def _send(self) -> None:
-        batch, self._dirty = self._dirty, {}
         done, self._next = self._next, None
         assert done is not None
+        # A key with a count in flight keeps its counts until that one is answered.
+        batch = {
+            key_id: self._dirty.pop(key_id)
+            for key_id in list(self._dirty)
+            if key_id not in self._in_flight
+        }
+        if not batch:
+            done.set_result(None)
+            return
+        self._in_flight.update(batch)
         task = asyncio.get_running_loop().create_task(self._count_all(batch, done))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
@@ -179,8 +190,14 @@ class LocalLimiter:
         self._sweep()
 
     async def _count(self, key_id: str, entries: dict[str, tuple[int, int]]) -> None:
-        self._rounds += 1
-        round_no = self._rounds
+        try:
+            await self._count_once(key_id, entries)
+        finally:
+            self._in_flight.discard(key_id)
+            if key_id in self._dirty:
+                self._send_soon()  # what the key let through while this count was out
+
+    async def _count_once(self, key_id: str, entries: dict[str, tuple[int, int]]) -> None:
         keys = list(entries)
         buckets = [self.buckets[key] for key in keys]
         counts = [bucket.pending for bucket in buckets]
@@ -203,11 +220,8 @@ class LocalLimiter:
             buckets, counts, aheads, entries.values(), strict=True
         ):
             bucket.owed -= count
-            if round_no < bucket.answered:
-                continue  # a later count's answer came first: it holds this one's too
-            bucket.answered = round_no
             # Redis's bucket, with what this process let through that it has not counted
-            # (sent after this call, which Redis runs after it, or not sent yet).
+            # (not sent yet: the key's next count).
             bucket.tat_us = now + int(ahead) + bucket.owed * window / quota
         self._answered(key_id)
 

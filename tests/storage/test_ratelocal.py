@@ -130,6 +130,30 @@ async def test_past_its_credit_a_request_waits_for_the_count_in_flight() -> None
     assert fake.counted == {KEY: 2}  # a refused request is not counted
 
 
+async def test_a_keys_counts_leave_one_at_a_time_so_their_answers_cannot_cross() -> None:
+    """Two counts of one key in flight side by side could be answered in the other order
+    than Redis ran them; the copy would then hold the first twice and refuse requests with
+    room left. What a key lets through while its count is out leaves after the answer."""
+    fake, now, heard = Redis(), Now(), Heard()
+    local = limiter(fake, now, heard)
+    limits: list[Limit] = [(100, 100 * SECOND_US, 10)]
+    fake.held = asyncio.Event()
+    assert (await local.take("k1", [KEY], limits))[0] == 0
+    await asyncio.sleep(0.01)  # the turn ends: its count leaves, and Redis holds it
+    for _ in range(3):
+        assert (await local.take("k1", [KEY], limits))[0] == 0
+    await asyncio.sleep(0.01)
+    assert len(fake.calls) == 1  # the other three wait for the first count's answer
+    fake.held.set()
+    await settle(local)
+    assert [args[3] for _keys, args in fake.calls] == [1, 3]
+    assert fake.counted == {KEY: 4}
+    assert local.buckets[KEY].owed == 0
+    # The copy is Redis's bucket: 4 of 100 taken; with this one, 95 left.
+    assert (await local.take("k1", [KEY], limits))[1] == 95
+    await settle(local)
+
+
 async def test_a_refusal_by_one_bucket_takes_from_none() -> None:
     fake, now, heard = Redis(), Now(), Heard()
     local = limiter(fake, now, heard)
