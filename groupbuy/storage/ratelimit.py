@@ -171,7 +171,7 @@ class RateLimitService:
         if self.local is not None:
             if key_id not in self._warm:
                 try:
-                    await self.local.read(keys, plan.local)
+                    await self.local.read(key_id, keys, plan.local)
                 except UNAVAILABLE as error:
                     self._failed(key_id, error)
                     return None

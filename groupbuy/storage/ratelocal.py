@@ -6,9 +6,11 @@ is decided from that copy at once, with no call in series; what the process let 
 is counted in Redis by lua/ratelimit_debit.lua in the background: what one event-loop
 turn let through leaves at the end of the turn, one call per API key. A key has one count
 in flight at a time: what it lets through meanwhile leaves when that count is answered.
-So Redis runs a key's counts in the order their answers arrive, and each answer, which
-holds every process's counts, replaces the copy (with what the process let through since
-added back).
+A read of a key's buckets (its first request after a start or a failure) waits for such a
+count too. So Redis runs a key's calls in the order their answers arrive, and each answer,
+which holds every process's counts, replaces the copy (with what the process let through
+since added back). A count that fails or is cancelled gives its requests back: they went
+through uncounted, as when Redis is away.
 
 The bound: a process lets through at most `credit` requests of a bucket that Redis has
 not counted yet (a plan's credits: local_share x quota, at least 1); a request past that
@@ -26,9 +28,12 @@ field's `r` and `t` are this process's estimate (exact with one process).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from groupbuy.storage.calls import ratelimit_debit
@@ -49,6 +54,26 @@ class LocalBucket:
         self.tat_us = 0.0  # on the local clock; <= now: full
         self.owed = 0  # let through, not yet counted by Redis (pending and in flight)
         self.pending = 0  # let through, not yet sent
+
+
+@dataclass(slots=True)
+class _Count:
+    """One call's worth for one API key: its buckets and what each let through uncounted,
+    taken from `pending` when the call is sent (settled: `owed` given back)."""
+
+    key_id: str
+    keys: list[str]
+    buckets: list[LocalBucket]
+    limits: list[tuple[int, int]]  # quota, window_us
+    counts: list[int]
+    settled: bool = False
+
+    def settle(self) -> None:
+        """Redis answered for these requests, or will not: they are owed no more."""
+        if not self.settled:
+            self.settled = True
+            for bucket, count in zip(self.buckets, self.counts, strict=True):
+                bucket.owed -= count
 
 
 class LocalLimiter:
@@ -77,6 +102,9 @@ class LocalLimiter:
         self._next: asyncio.Future[None] | None = None
         self._counting: set[asyncio.Task[None]] = set()
         self._in_flight: set[str] = set()
+        self._reading: Counter[str] = Counter()  # key id -> its reads in flight
+        # Done when a count or a read ends (None: nobody waits for one).
+        self._progress: asyncio.Future[None] | None = None
         self._swept_us = 0.0  # when full buckets were last forgotten
 
     def now_us(self) -> float:
@@ -91,17 +119,23 @@ class LocalLimiter:
             if reply is not None:
                 return reply
             # A bucket's credit is spent: its count frees it, one way or another (owed > 0:
-            # the count is about to leave, or in flight).
-            if self._next is not None:
-                await asyncio.shield(self._next)
-            else:
-                assert self._counting
-                await asyncio.wait(self._counting, return_when=asyncio.FIRST_COMPLETED)
+            # the count is about to leave, waits for a call of its key, or is in flight).
+            await self._next_change()
 
-    async def read(self, keys: Sequence[str], limits: Sequence[Limit]) -> None:
-        """Copy the buckets from Redis (before deciding a key's requests here again)."""
+    async def read(self, key_id: str, keys: Sequence[str], limits: Sequence[Limit]) -> None:
+        """Copy a key's buckets from Redis (before deciding its requests here again). Not
+        beside a count of the key: their answers could cross."""
+        while key_id in self._in_flight:
+            await self._next_change()
         args = [n for quota, window, _credit in limits for n in (quota, window, 0)]
-        aheads = await ratelimit_debit(self._scripts, keys, self._clock.shift_ms, args)
+        self._reading[key_id] += 1
+        try:
+            aheads = await ratelimit_debit(self._scripts, keys, self._clock.shift_ms, args)
+        finally:
+            self._reading[key_id] -= 1
+            if not self._reading[key_id]:
+                del self._reading[key_id]
+            self._ended(key_id)
         now = self.now_us()
         for key, ahead, (quota, window, _credit) in zip(keys, aheads, limits, strict=True):
             bucket = self.buckets.get(key)
@@ -147,11 +181,26 @@ class LocalLimiter:
 
     async def aclose(self) -> None:
         """Count what is left to count (the service is stopping)."""
-        while self._next is not None or self._counting:
-            if self._next is not None:
-                await asyncio.shield(self._next)
-            else:
-                await asyncio.wait(self._counting)
+        while self._next is not None or self._counting or self._reading:
+            await self._next_change()
+
+    async def _next_change(self) -> None:
+        """Until the counts about to leave are answered, or else until a call ends."""
+        if self._next is not None:
+            await asyncio.shield(self._next)
+            return
+        if self._progress is None:
+            self._progress = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._progress)
+
+    def _ended(self, key_id: str) -> None:
+        """A count or a read of the key ended: what it held back may leave, and whoever
+        waits for a change looks again."""
+        if key_id in self._dirty:
+            self._send_soon()
+        progress, self._progress = self._progress, None
+        if progress is not None:
+            progress.set_result(None)
 
     def _send_soon(self) -> None:
         """The counts leave once this turn's requests are decided."""
@@ -163,67 +212,64 @@ class LocalLimiter:
     def _send(self) -> None:
         done, self._next = self._next, None
         assert done is not None
-        # A key with a count in flight keeps its counts until that one is answered.
-        batch = {
-            key_id: self._dirty.pop(key_id)
+        # A key with a call in flight keeps its counts until that one ends.
+        counts = [
+            self._take_pending(key_id, self._dirty.pop(key_id))
             for key_id in list(self._dirty)
-            if key_id not in self._in_flight
-        }
-        if not batch:
+            if key_id not in self._in_flight and key_id not in self._reading
+        ]
+        if not counts:
             done.set_result(None)
             return
-        self._in_flight.update(batch)
-        task = asyncio.get_running_loop().create_task(self._count_all(batch, done))
+        self._in_flight.update(count.key_id for count in counts)
+        task = asyncio.get_running_loop().create_task(self._count_all(counts))
         self._counting.add(task)
-        task.add_done_callback(self._counting.discard)
+        task.add_done_callback(functools.partial(self._counted, counts, done))
 
-    async def _count_all(
-        self, batch: dict[str, dict[str, tuple[int, int]]], done: asyncio.Future[None]
-    ) -> None:
-        try:
-            if len(batch) == 1:
-                await self._count(*next(iter(batch.items())))
-            else:
-                await asyncio.gather(*(self._count(k, b) for k, b in batch.items()))
-        finally:
-            done.set_result(None)
+    def _take_pending(self, key_id: str, entries: dict[str, tuple[int, int]]) -> _Count:
+        buckets = [self.buckets[key] for key in entries]
+        counts = [bucket.pending for bucket in buckets]
+        for bucket in buckets:
+            bucket.pending = 0
+        return _Count(key_id, list(entries), buckets, list(entries.values()), counts)
+
+    def _counted(self, counts: list[_Count], done: asyncio.Future[None], task: Any) -> None:
+        """Whatever became of the task (answered, failed, cancelled before it began): the
+        keys are free again, and requests Redis did not count are owed no more."""
+        self._counting.discard(task)
+        done.set_result(None)
+        for count in counts:
+            count.settle()
+            self._in_flight.discard(count.key_id)
+            self._ended(count.key_id)
+
+    async def _count_all(self, counts: list[_Count]) -> None:
+        if len(counts) == 1:
+            await self._count(counts[0])
+        else:
+            await asyncio.gather(*(self._count(count) for count in counts))
         self._sweep()
 
-    async def _count(self, key_id: str, entries: dict[str, tuple[int, int]]) -> None:
-        try:
-            await self._count_once(key_id, entries)
-        finally:
-            self._in_flight.discard(key_id)
-            if key_id in self._dirty:
-                self._send_soon()  # what the key let through while this count was out
-
-    async def _count_once(self, key_id: str, entries: dict[str, tuple[int, int]]) -> None:
-        keys = list(entries)
-        buckets = [self.buckets[key] for key in keys]
-        counts = [bucket.pending for bucket in buckets]
+    async def _count(self, count: _Count) -> None:
         args: list[int] = []
-        for bucket, (quota, window) in zip(buckets, entries.values(), strict=True):
-            args += (quota, window, bucket.pending)
-            bucket.pending = 0
+        for (quota, window), n in zip(count.limits, count.counts, strict=True):
+            args += (quota, window, n)
         try:
-            aheads = await ratelimit_debit(self._scripts, keys, self._clock.shift_ms, args)
-        except BaseException as error:
-            # Those requests went through uncounted, as when the limiter cannot ask Redis.
-            for bucket, count in zip(buckets, counts, strict=True):
-                bucket.owed -= count
-            if not isinstance(error, Exception):
-                raise
-            self._failed(key_id, error)
+            aheads = await ratelimit_debit(self._scripts, count.keys, self._clock.shift_ms, args)
+            now = self.now_us()
+            count.settle()
+            for bucket, ahead, (quota, window) in zip(
+                count.buckets, aheads, count.limits, strict=True
+            ):
+                # Redis's bucket, with what this process let through that it has not
+                # counted (not sent yet: the key's next count).
+                bucket.tat_us = now + int(ahead) + bucket.owed * window / quota
+        except Exception as error:
+            # Those requests went through uncounted, as when the limiter cannot ask Redis
+            # (_counted gives back what they owe).
+            self._failed(count.key_id, error)
             return
-        now = self.now_us()
-        for bucket, count, ahead, (quota, window) in zip(
-            buckets, counts, aheads, entries.values(), strict=True
-        ):
-            bucket.owed -= count
-            # Redis's bucket, with what this process let through that it has not counted
-            # (not sent yet: the key's next count).
-            bucket.tat_us = now + int(ahead) + bucket.owed * window / quota
-        self._answered(key_id)
+        self._answered(count.key_id)
 
     def _sweep(self) -> None:
         """Forget full buckets with nothing owed (a missing copy means a full bucket), at

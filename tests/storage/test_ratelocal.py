@@ -41,12 +41,16 @@ class Redis:
         self.ahead_us: dict[str, int] = {}
         self.down = False
         self.held: asyncio.Event | None = None
+        self.cancelled = False  # the next call is cancelled (the task running it is)
 
     async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         assert name == "ratelimit_debit"
         self.calls.append((keys, args))
         if self.held is not None:
             await self.held.wait()
+        if self.cancelled:
+            self.cancelled = False
+            raise asyncio.CancelledError
         if self.down:
             raise redis.exceptions.ConnectionError("Error 111 connecting")
         reply = [0]
@@ -154,6 +158,51 @@ async def test_a_keys_counts_leave_one_at_a_time_so_their_answers_cannot_cross()
     await settle(local)
 
 
+async def test_a_read_waits_for_the_keys_count_in_flight() -> None:
+    """A read beside a count could have its answer cross the count's: it waits."""
+    fake, now, heard = Redis(), Now(), Heard()
+    local = limiter(fake, now, heard)
+    limits: list[Limit] = [(100, 100 * SECOND_US, 10)]
+    fake.held = asyncio.Event()
+    assert (await local.take("k1", [KEY], limits))[0] == 0
+    await asyncio.sleep(0.01)  # the count leaves, and Redis holds it
+    reading = asyncio.create_task(local.read("k1", [KEY], limits))
+    await asyncio.sleep(0.01)
+    assert len(fake.calls) == 1  # the read waits for the count's answer
+    fake.held.set()
+    await reading
+    await settle(local)
+    assert [args[3] for _keys, args in fake.calls] == [1, 0]  # the count, then the read
+    assert (await local.take("k1", [KEY], limits))[1] == 98
+    await settle(local)
+
+
+async def test_a_count_cancelled_in_flight_frees_its_key_and_its_credit() -> None:
+    fake, now, heard = Redis(), Now(), Heard()
+    local = limiter(fake, now, heard)
+    limits: list[Limit] = [(100, 100 * SECOND_US, 1)]
+    fake.cancelled = True
+    assert (await local.take("k1", [KEY], limits))[0] == 0
+    # The credit (1) is spent until the count ends; it ends cancelled, uncounted.
+    second = await asyncio.wait_for(local.take("k1", [KEY], limits), 1)
+    assert second[0] == 0
+    await asyncio.wait_for(settle(local), 1)
+    assert fake.counted == {KEY: 1}  # the second; the first went through uncounted
+    assert local.buckets[KEY].owed == 0
+
+
+async def test_a_malformed_answer_is_heard_as_a_failure_and_frees_the_credit() -> None:
+    fake, now, heard = Redis(), Now(), Heard()
+    local = limiter(fake, now, heard)
+    limits: list[Limit] = [(100, 100 * SECOND_US, 1)]
+    fake.ahead_us[KEY] = "not a number"  # type: ignore[assignment]
+    assert (await local.take("k1", [KEY], limits))[0] == 0
+    await asyncio.wait_for(settle(local), 1)
+    assert [key_id for key_id, _error in heard.failed] == ["k1"]
+    assert isinstance(heard.failed[0][1], ValueError)
+    assert local.buckets[KEY].owed == 0
+
+
 async def test_a_refusal_by_one_bucket_takes_from_none() -> None:
     fake, now, heard = Redis(), Now(), Heard()
     local = limiter(fake, now, heard)
@@ -192,7 +241,7 @@ async def test_a_read_copies_the_buckets_before_the_first_decision() -> None:
     local = limiter(fake, now, heard)
     fake.ahead_us[USER] = 60 * SECOND_US  # this user's one request in the minute is taken
     limits: list[Limit] = [(100, 60 * SECOND_US, 1), (1, 60 * SECOND_US, 1)]
-    await local.read([KEY, USER], limits)
+    await local.read("k1", [KEY, USER], limits)
     assert fake.calls[0][1] == [0, 100, 60 * SECOND_US, 0, 1, 60 * SECOND_US, 0]
     refused = await local.take("k1", [KEY, USER], limits)
     assert refused[0] == 1 and refused[4:6] == [0, 60]
