@@ -1,7 +1,7 @@
 """Which hosts a delivery may reach: the URL rules, and the address check at connect time.
 
 A name is checked when the endpoint is registered and, again, on the address each
-connection is actually opened to (aiohttp hands it to `guarded_socket`): a name that
+connection is actually opened to (`http1.Pool` checks it before connecting): a name that
 resolves to a public address at registration and to a private one later (DNS rebinding)
 is refused at the connection, where it matters.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from typing import Any
 from urllib.parse import urlsplit
 
 MAX_URL_LENGTH = 2048
@@ -82,12 +81,3 @@ async def host_problem(url: str) -> str | None:
             "link-local and multicast addresses are refused ([webhooks] allow_private_networks)"
         )
     return None
-
-
-def guarded_socket(addr_info: tuple[Any, ...]) -> socket.socket:
-    """aiohttp's socket factory for deliveries: refuses a forbidden address, the one the
-    connection is about to be opened to, else makes the socket as aiohttp would."""
-    family, type_, proto, _canonname, sockaddr = addr_info
-    if forbidden(str(sockaddr[0])):
-        raise AddressRefused(f"refused to connect to {sockaddr[0]}: not a public address")
-    return socket.socket(family=family, type=type_, proto=proto)

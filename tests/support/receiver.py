@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
@@ -21,6 +22,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from groupbuy.testing.servers import free_port
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -139,13 +142,28 @@ def start_receiver(port: int | None = None) -> tuple[Receiver, uvicorn.Server, t
         timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"receiver-{receiver.port}", daemon=True)
+    thread = _start_thread(server, f"receiver-{receiver.port}")
+    return receiver, server, thread
+
+
+def _start_thread(server: uvicorn.Server, name: str) -> threading.Thread:
+    """Run `server` in a thread of its own, once it has started."""
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the receiver did not start"
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
-    return receiver, server, thread
+    return thread
+
+
+def serving_thread(server: uvicorn.Server, value: T) -> Iterator[T]:
+    """For a fixture: `server` running in a thread of its own while the test has `value`."""
+    thread = _start_thread(server, "test-server")
+    try:
+        yield value
+    finally:
+        stop_receiver(server, thread)
 
 
 def stop_receiver(server: uvicorn.Server, thread: threading.Thread) -> None:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from groupbuy.webhooks.addresses import (
-    AddressRefused,
     forbidden,
-    guarded_socket,
     host_problem,
     url_problem,
 )
@@ -72,13 +68,6 @@ async def test_a_host_on_loopback_is_refused_at_registration() -> None:
     assert problem is not None and "127.0.0.1" in problem
     assert await host_problem("https://127.0.0.1:8443/") is not None
     assert await host_problem("https://no-such-host.invalid/") is not None
-
-
-def test_the_socket_factory_refuses_the_address_it_is_given() -> None:
-    with pytest.raises(AddressRefused):
-        guarded_socket((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80)))
-    made = guarded_socket((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", 80)))
-    made.close()
 
 
 async def test_a_delivery_to_a_private_address_is_refused_at_connect_time(
