@@ -39,11 +39,13 @@ log = logging.getLogger(__name__)
 # and attempts `max_in_flight` of them at a time: the next ones are claimed while the
 # current ones are in flight, so a fast endpoint is not held to one claim per round trip.
 CLAIM_ROUNDS = 4
-# An endpoint whose last attempts all succeeded is claimed for this many rounds: on SQLite a
-# claim and an outcome batch each wait their turn for the write lock (10-25 ms when the
-# machine is busy), and four rounds of a fast receiver end sooner, leaving the slots idle
+# An endpoint whose last attempts all succeeded is claimed for this many rounds. A pass
+# waits its turn for SQLite's write lock behind the write-behind's transactions, then
+# records and claims: 150-950 ms under a grab load. Its attempts take 2-4 ms each, so a
+# claim of 16 rounds (128 deliveries) was delivered long before the next pass came, and
+# the slots sat idle: 200-300 events/s while serving, 700 with 128 rounds
 # (docs/benchmarks-findings.md). A failure brings the endpoint back to CLAIM_ROUNDS.
-FAST_CLAIM_ROUNDS = 16
+FAST_CLAIM_ROUNDS = 128
 # A pass renews the process's claims once this share of a claim's length has passed since
 # the last renewal: a renewal that fails or comes late still has the rest to succeed in.
 RENEW_SHARE = 1 / 3
