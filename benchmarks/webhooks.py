@@ -130,7 +130,7 @@ async def throughput(url: str, base: str, events: int) -> Row:
     return result_row(
         "webhook_throughput",
         LEVEL,
-        f"aiohttp, SQLite, max_in_flight {SETTINGS.max_in_flight}",
+        f"groupbuy http1 client, SQLite, max_in_flight {SETTINGS.max_in_flight}",
         events,
         seconds,
         (None, None, None),
