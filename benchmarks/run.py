@@ -112,6 +112,7 @@ INTERLEAVED = (
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
     "webhook_lag_p99_dead_vs_alone",
+    "webhook_client_cpu_http1_vs_aiohttp",
     "client_grab_vs_aiohttp_32",
     "client_grab_vs_aiohttp_256",
 )

@@ -1,5 +1,6 @@
-"""Webhooks: how fast one process delivers, and the lag from an event's commit to its
-delivery at a steady rate, alone and beside five dead endpoints.
+"""Webhooks: how fast one process delivers, the CPU per POST of its HTTP client, and the
+lag from an event's commit to its delivery at a steady rate, alone and beside five dead
+endpoints.
 
 The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own;
 the deliverer runs in this one, on its own SQLite file. Usage, alone:
@@ -19,8 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
+import orjson
+import uvloop
 
+from benchmarks.interleave import Trial, comparison
 from benchmarks.measure import Row, percentile, result_row
 from groupbuy.migrations import upgrade
 from groupbuy.settings import WebhookSettings
@@ -28,12 +33,14 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_events
 from groupbuy.testing.postgres import start_postgres
 from groupbuy.testing.servers import free_port
+from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
 
 LEVEL = "webhooks"
 SETTINGS = WebhookSettings(allow_http=True, allow_private_networks=True)
 DEAD = 5  # endpoints that never answer, beside the healthy one
+JSON = {"content-type": "application/json"}
 
 
 def start_receiver() -> tuple[subprocess.Popen[bytes], str]:
@@ -137,6 +144,84 @@ async def throughput(url: str, base: str, events: int) -> Row:
         {"delivered": len(set(seen)), "attempts": len(seen)},
         "events committed first, then delivered by one process to a bare uvicorn receiver",
     )
+
+
+CPU_POSTS = 3000  # POSTs per contender and round in client_cpu, MAX_IN_FLIGHT at a time
+
+
+async def _aiohttp_posts(url: str, body: bytes) -> float:
+    """CPU seconds this process spent on CPU_POSTS POSTs through an aiohttp session."""
+    slots = asyncio.Semaphore(SETTINGS.max_in_flight)
+    connector = aiohttp.TCPConnector(limit=SETTINGS.max_in_flight)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> None:
+            async with slots, session.post(url, data=body, headers=JSON) as answer:
+                await answer.read()
+                answer.raise_for_status()
+
+        began = time.process_time()
+        await asyncio.gather(*(one() for _ in range(CPU_POSTS)))
+        return time.process_time() - began
+
+
+async def _sender_posts(url: str, body: bytes) -> float:
+    """CPU seconds this process spent on CPU_POSTS POSTs through the deliveries' Sender."""
+    slots = asyncio.Semaphore(SETTINGS.max_in_flight)
+    sender = Sender(SETTINGS.timeout_s, SETTINGS.max_in_flight, allow_private_networks=True)
+
+    async def one() -> None:
+        async with slots:
+            reply = await sender.post("bench", url, body, {"webhook-id": "evt_1"})
+        if not reply.succeeded:
+            raise RuntimeError(f"the receiver answered {reply}")
+
+    try:
+        began = time.process_time()
+        await asyncio.gather(*(one() for _ in range(CPU_POSTS)))
+        return time.process_time() - began
+    finally:
+        await sender.aclose()
+
+
+def client_cpu(base: str, rounds: int) -> list[Row]:
+    """CPU per POST of the deliveries' HTTP client against an aiohttp session, each on a
+    uvloop loop of its own (as in `groupbuy serve`), in alternated rounds."""
+    url, body = f"{base}/fast", orjson.dumps({"type": "bench", "data": {"data": {}}})
+    contenders = {"http1": _sender_posts, "aiohttp": _aiohttp_posts}
+    trials: dict[str, list[Trial]] = {name: [] for name in contenders}
+    for index in range(rounds):
+        names = list(contenders) if index % 2 == 0 else list(contenders)[::-1]
+        for name in names:
+            seconds = uvloop.run(contenders[name](url, body))
+            trials[name].append(Trial(CPU_POSTS, seconds, {"posts": CPU_POSTS}))
+    rows: list[Row] = []
+    for name, label in (("http1", "groupbuy http1 client"), ("aiohttp", "aiohttp session")):
+        cpu_us = statistics.median(1e6 * t.seconds / t.ops for t in trials[name])
+        middle = sorted(trials[name], key=lambda t: t.seconds)[len(trials[name]) // 2]
+        rows.append(
+            result_row(
+                "webhook_client_cpu",
+                LEVEL,
+                label,
+                middle.ops,
+                middle.seconds,
+                (None, None, None),
+                {"cpu_us_per_post": round(cpu_us, 1), "rounds": rounds},
+                f"{CPU_POSTS} POSTs to the bare receiver, {SETTINGS.max_in_flight} at a time, "
+                "on uvloop; ops/s: POSTs per CPU second of the sending process",
+            )
+        )
+    rows.append(
+        comparison(
+            "webhook_client_cpu_http1_vs_aiohttp",
+            "POSTs per CPU second: groupbuy's delivery client / an aiohttp session",
+            trials["http1"],
+            trials["aiohttp"],
+            None,
+        )
+    )
+    return rows
 
 
 async def steady_lag(
@@ -256,6 +341,7 @@ async def run_webhooks(directory: Path, quick: bool) -> list[Row]:
     try:
         events, seconds, rounds = (1000, 3.0, 2) if quick else (5000, 10.0, 4)
         rows = [await throughput(f"sqlite+aiosqlite:///{directory}/t.db", base, events)]
+        rows += await asyncio.to_thread(client_cpu, base, rounds + 1)
         rows += await dead_beside(directory, base, rounds, seconds)
         rows += await postgres_vs_sqlite(directory, base, rounds, seconds)
         return rows
