@@ -39,13 +39,17 @@ log = logging.getLogger(__name__)
 # and attempts `max_in_flight` of them at a time: the next ones are claimed while the
 # current ones are in flight, so a fast endpoint is not held to one claim per round trip.
 CLAIM_ROUNDS = 4
-# An endpoint whose last attempts all succeeded is claimed for this many rounds. A pass
-# waits its turn for SQLite's write lock behind the write-behind's transactions, then
-# records and claims: 150-950 ms under a grab load. Its attempts take 2-4 ms each, so a
-# claim of 16 rounds (128 deliveries) was delivered long before the next pass came, and
-# the slots sat idle: 200-300 events/s while serving, 700 with 128 rounds
+# An endpoint whose last attempts all succeeded is claimed for this many rounds, up to
+# MAX_CLAIM deliveries. A pass waits its turn for SQLite's write lock behind the
+# write-behind, then records and claims: 150-950 ms under a grab load. A delivery holds
+# its place in the claim for about two passes (claimed in one, recorded in the next but
+# one), while its attempt takes 2-4 ms. So the claim, not the HTTP slots, set the rate
+# while serving: 150-310 events/s with 16 rounds, 725-1,191 with 128, 982-1,491 with 256
 # (docs/benchmarks-findings.md). A failure brings the endpoint back to CLAIM_ROUNDS.
-FAST_CLAIM_ROUNDS = 128
+FAST_CLAIM_ROUNDS = 256
+# The most deliveries one claim takes, whatever `max_in_flight`: a pass records and claims
+# them while it holds SQLite's write lock (up to ~1 s under load at this size).
+MAX_CLAIM = 2048
 # A pass renews the process's claims once this share of a claim's length has passed since
 # the last renewal: a renewal that fails or comes late still has the rest to succeed in.
 RENEW_SHARE = 1 / 3
@@ -171,7 +175,8 @@ class Deliverer:
         its claim rounds' worth, or none until a round's worth of room is free (fewer,
         larger claims); `ending` counts the attempts whose outcomes the pass records."""
         held = len(self._in_flight.get(endpoint_id, ())) - ending[endpoint_id]
-        batch = self.claim_rounds(endpoint_id) * self._settings.max_in_flight
+        # max_in_flight is at most 256 (settings), so a round always fits in MAX_CLAIM.
+        batch = min(self.claim_rounds(endpoint_id) * self._settings.max_in_flight, MAX_CLAIM)
         return batch if batch - held >= self._settings.max_in_flight else 0
 
     def claim_rounds(self, endpoint_id: str) -> int:
