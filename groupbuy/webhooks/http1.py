@@ -28,6 +28,9 @@ DNS_TTL_S = 10.0
 # An idle connection older than this is closed rather than reused: most servers close
 # theirs after 5-75 s, and a request sent as the server closes is lost.
 IDLE_S = 4.0
+# The most bytes read before an answer's headers end (its status line and headers): the
+# body has its own bound, and a head that never ends must not grow without one.
+MAX_HEAD_BYTES = 16 * 1024
 # How long closing a pool waits for its connections to go (a TLS close is a short exchange).
 CLOSE_S = 1.0
 # Characters a request target keeps as they are; others are percent-encoded (as a browser
@@ -98,7 +101,6 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.lost = asyncio.Event()  # set once the transport is gone (a TLS close takes turns)
         self.idle_since = time.monotonic()
-        self.used = False
         self._waiter: asyncio.Future[Answer] | None = None
         self._status = 0
         self._retry_after: str | None = None
@@ -106,6 +108,7 @@ class _Connection(asyncio.Protocol):
         self._size = 0
         self._framed = False  # Content-Length or chunked: the end is known without a close
         self._heard = False  # a byte of this answer has arrived
+        self._head_bytes = 0  # bytes of this answer read before its headers ended
         self._keep = False
 
     # asyncio.Protocol
@@ -123,6 +126,11 @@ class _Connection(asyncio.Protocol):
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as error:
             self._fail(ProtocolError(str(error) or type(error).__name__))
+            return
+        if not self._status:  # the head has not ended yet
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(ProtocolError(f"the answer's head is over {MAX_HEAD_BYTES} bytes"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -180,9 +188,9 @@ class _Connection(asyncio.Protocol):
         """Send one request and wait for its answer (the caller bounds the wait)."""
         if self.transport is None:
             raise ConnectionClosed("the connection was never made")
-        self.used = True
         self._waiter = asyncio.get_running_loop().create_future()
         self._heard = False
+        self._head_bytes = 0
         self._keep = False
         self.on_message_begin()
         self.transport.write(request)

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from groupbuy.testing.servers import free_port
-from groupbuy.webhooks.http1 import Origin
+from groupbuy.webhooks.http1 import MAX_HEAD_BYTES, Origin
 from groupbuy.webhooks.sender import KEPT_ANSWER_BYTES, MAX_ANSWER_BYTES, Reply, Sender
 from tests.support.receiver import serving_thread
 
@@ -216,6 +216,19 @@ def test_an_answer_past_the_bound_keeps_its_status_and_closes(run: Run) -> None:
         assert (first.status_code, first.answer) == (200, b"y" * KEPT_ANSWER_BYTES)
         assert second.status_code == 200
         assert [number for number, _ in server.requests] == [1, 2]  # the rest not read
+
+    run(body)
+
+
+def test_a_head_that_never_ends_is_cut_at_its_bound(run: Run) -> None:
+    async def answer(_number: int, _request: bytes) -> bytes:
+        header = b"x-filler: " + b"y" * 1000 + b"\r\n"
+        return b"HTTP/1.1 200 OK\r\n" + header * (MAX_HEAD_BYTES // len(header) + 2)
+
+    async def body() -> None:
+        async with raw(answer) as server:
+            [reply] = await post_all(server.url, b"{}")
+        assert (reply.status_code, reply.error) == (None, "connection_error: ProtocolError")
 
     run(body)
 
