@@ -52,13 +52,11 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """An HTTP answer: its status, its Retry-After, and up to the bound of its body
-    (`complete`: that was the whole body)."""
+    """An HTTP answer: its status, its Retry-After, and up to the bound of its body."""
 
     status: int
     retry_after: str | None
     body: bytes
-    complete: bool
 
 
 @dataclass(frozen=True)
@@ -218,7 +216,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self, complete: bool) -> None:
         if self._waiter is not None and not self._waiter.done():
             body = b"".join(self._chunks)
-            self._waiter.set_result(Answer(self._status, self._retry_after, body, complete))
+            self._waiter.set_result(Answer(self._status, self._retry_after, body))
         if not complete:
             self._keep = False
 
@@ -325,7 +323,7 @@ class Pool:
                     ssl=self._ssl,
                     server_hostname=self.origin.host if self._ssl is not None else None,
                 )
-            except (OSError, ssl.SSLError) as error:
+            except OSError as error:  # ssl.SSLError included
                 sock.close()
                 failures.append(f"{address}: {error}")
                 continue
@@ -373,8 +371,3 @@ def _header_value(value: str) -> str:
     if "\r" in value or "\n" in value:
         raise ValueError("a header value must not contain CR or LF")
     return value
-
-
-def default_ssl_context() -> ssl.SSLContext:
-    """Certificates checked against the system's trust store, host names verified."""
-    return ssl.create_default_context()

@@ -19,7 +19,6 @@ from groupbuy.webhooks.http1 import (
     Origin,
     Pool,
     ProtocolError,
-    default_ssl_context,
 )
 
 # The most of an answer's body read; the rest is not waited for (the connection is closed).
@@ -72,8 +71,8 @@ class Sender:
                 closing = asyncio.ensure_future(pool.aclose())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
-            if self._ssl_context is None:
-                self._ssl_context = default_ssl_context()
+            if self._ssl_context is None:  # made once, when first needed (~60 ms)
+                self._ssl_context = ssl.create_default_context()
             pool = Pool(
                 url,
                 Origin.of(url),
@@ -93,27 +92,22 @@ class Sender:
             async with asyncio.timeout(self.timeout_s):
                 answer = await self._pool(endpoint_id, url).post(body, headers)
         except TimeoutError:
-            return self._reply(started, None, "timeout", b"", None)
+            return self._failed(started, "timeout")
         except AddressRefused:
-            return self._reply(started, None, "address_refused", b"", None)
+            return self._failed(started, "address_refused")
         except ConnectFailed:
-            return self._reply(started, None, "connect_failed", b"", None)
+            return self._failed(started, "connect_failed")
         except ConnectionClosed:
-            return self._reply(started, None, "connection_closed", b"", None)
+            return self._failed(started, "connection_closed")
         except (ProtocolError, OSError, ValueError) as error:
-            return self._reply(started, None, _error_name(error), b"", None)
-        return self._reply(started, answer.status, None, answer.body, answer.retry_after)
+            return self._failed(started, f"connection_error: {type(error).__name__}")
+        kept = answer.body[:KEPT_ANSWER_BYTES]
+        return Reply(answer.status, None, _ms_since(started), kept, answer.retry_after)
 
     @staticmethod
-    def _reply(
-        started: float,
-        status: int | None,
-        error: str | None,
-        answer: bytes,
-        retry_after: str | None,
-    ) -> Reply:
-        duration_ms = round((time.perf_counter() - started) * 1000)
-        return Reply(status, error, duration_ms, answer[:KEPT_ANSWER_BYTES], retry_after)
+    def _failed(started: float, error: str) -> Reply:
+        """An attempt that ended without an answer, and why."""
+        return Reply(None, error, _ms_since(started), b"")
 
     async def forget(self, endpoint_id: str) -> None:
         """Close an endpoint's pool (its URL changed, or it is gone)."""
@@ -129,5 +123,5 @@ class Sender:
             await asyncio.gather(*list(self._closing), return_exceptions=True)
 
 
-def _error_name(error: BaseException) -> str:
-    return f"connection_error: {type(error).__name__}"
+def _ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
