@@ -309,7 +309,12 @@ def _sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
 
 def dialect_insert(session: AsyncSession, table: Any) -> Any:
     """An INSERT of the session's dialect, which knows ON CONFLICT (SQLite and PostgreSQL)."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return named_dialect_insert(session.get_bind().dialect.name, table)
+
+
+def named_dialect_insert(dialect_name: str, table: Any) -> Any:
+    """An INSERT of the dialect so named, which knows ON CONFLICT."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
     return dialect.insert(table)
 
 

@@ -1,34 +1,36 @@
 """The body of a delivery, rendered once per event and pass: every endpoint that gets the
 event in one pass sends the same bytes (the signature, keyed per endpoint, is not shared).
 
-`{"type", "timestamp", "data": <the feed event: id, type, at, data>}`, compact, UTF-8,
-rendered by orjson (a number orjson cannot hold, an integer past 64 bits, falls back to
-the standard library's encoder).
+`{"type", "timestamp", "data": <the feed event: id, type, at, data>}`, compact, UTF-8:
+the envelope rendered by orjson, the event's data as the feed stored it (compact JSON).
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any
 
 import orjson
 
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
 
-def message(position: int, event_type: str, at_ms: int, data: Any) -> bytes:
-    """The body of a delivery of the feed event at `position`."""
+def message(position: int, event_type: str, at_ms: int, data: str) -> bytes:
+    """The body of a delivery of the feed event at `position`, whose stored `data` is JSON
+    text: spliced in as it is, not parsed and rendered again (that was half of a claim's
+    time on the event loop)."""
     at = iso_ms(at_ms)
-    body = {
+    envelope = {
         "type": event_type,
         "timestamp": at,
-        "data": {"id": position, "type": event_type, "at": at, "data": data},
+        "data": {"id": position, "type": event_type, "at": at, "data": None},
     }
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    # "data" is the last key of both objects: the rendering ends with its null and the
+    # two closing braces.
+    rendered = orjson.dumps(envelope)
+    return rendered[: -len(_DATA_END)] + data.encode() + b"}}"
+
+
+_DATA_END = b"null}}"
 
 
 class Bodies:
@@ -42,6 +44,6 @@ class Bodies:
         """The body of the event at `position`, whose stored `data` is JSON text."""
         found = self._rendered.get(position)
         if found is None:
-            found = message(position, event_type, to_ms(at), json.loads(data))
+            found = message(position, event_type, to_ms(at), data)
             self._rendered[position] = found
         return found

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, bindparam, insert, select, update
+from sqlalchemy import CursorResult, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.many import ManyRows
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.queue import Claimed
 from groupbuy.webhooks.schedule import RETRY_AFTER_STATUSES, parse_retry_after, retry_wait_ms
@@ -38,6 +39,42 @@ class Outcome:
     ended_ms: int
 
 
+# The statements every pass runs over its batch, one row each (groupbuy/storage/many.py).
+_INSERT_ATTEMPTS = ManyRows(lambda _: insert(AttemptRow))
+# A delivery changes only under the claim its attempt ran with.
+_UNDER_CLAIM = (
+    DeliveryRow.id == bindparam("delivery"),
+    DeliveryRow.claim_token == bindparam("token"),
+)
+_DELIVERED = ManyRows(
+    lambda _: (
+        update(DeliveryRow)
+        .where(*_UNDER_CLAIM)
+        .values(
+            status="delivered",
+            tries=DeliveryRow.tries + 1,
+            claim_token=None,
+            claim_until_ms=None,
+            ended_ms=bindparam("ended"),
+        )
+    )
+)
+_ENDED = ManyRows(
+    lambda _: (
+        update(DeliveryRow)
+        .where(*_UNDER_CLAIM)
+        .values(
+            status=bindparam("status"),
+            tries=DeliveryRow.tries + bindparam("tried"),
+            next_ms=bindparam("next"),
+            claim_token=None,
+            claim_until_ms=None,
+            ended_ms=bindparam("ended"),
+        )
+    )
+)
+
+
 async def complete(
     database: Database, outcomes: list[Outcome], disable_after_ms: int, max_answer: int = 1024
 ) -> list[Completion]:
@@ -60,9 +97,8 @@ async def complete_in(
     """complete inside the caller's transaction."""
     if not outcomes:
         return []
-    # Core rows (an executemany), not the ORM's bulk path: this runs in every pass.
-    await session.execute(
-        insert(cast(Table, AttemptRow.__table__)),
+    await _INSERT_ATTEMPTS.run(
+        session,
         [
             {
                 "delivery_id": o.claimed.delivery_id,
@@ -77,24 +113,11 @@ async def complete_in(
     )
     succeeded = [o for o in outcomes if o.reply.succeeded]
     if succeeded:
-        # executemany: one round trip for the whole batch's successes.
-        table = cast(Table, DeliveryRow.__table__)
-        await session.execute(
-            update(table)
-            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
-            .values(
-                status="delivered",
-                tries=table.c.tries + 1,
-                claim_token=None,
-                claim_until_ms=None,
-                ended_ms=bindparam("ended"),
-            ),
+        # One round trip for the whole batch's successes.
+        await _DELIVERED.run(
+            session,
             [
-                {
-                    "delivery": o.claimed.delivery_id,
-                    "token": o.claimed.token,
-                    "ended": o.ended_ms,
-                }
+                {"delivery": o.claimed.delivery_id, "token": o.claimed.token, "ended": o.ended_ms}
                 for o in succeeded
             ],
         )
@@ -169,21 +192,7 @@ async def _failed(
             decided[index] = Completion(status, "failing")
         else:
             decided[index] = Completion(status)
-    if updates:
-        table = cast(Table, DeliveryRow.__table__)
-        await session.execute(
-            update(table)
-            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
-            .values(
-                status=bindparam("status"),
-                tries=table.c.tries + bindparam("tried"),
-                next_ms=bindparam("next"),
-                claim_token=None,
-                claim_until_ms=None,
-                ended_ms=bindparam("ended"),
-            ),
-            updates,
-        )
+    await _ENDED.run(session, updates)
     return decided
 
 

@@ -19,12 +19,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import Select, Table, and_, bindparam, func, or_, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from groupbuy.storage.db import Database, dialect_insert
+from groupbuy.storage.db import Database, named_dialect_insert
 from groupbuy.storage.events import EventRow, sequence_in
+from groupbuy.storage.many import ManyRows
 from groupbuy.webhooks.messages import Bodies
 from groupbuy.webhooks.models import DeliveryRow, EndpointRow
 from groupbuy.webhooks.store import subscribes
@@ -74,7 +76,7 @@ class Claimed:
 def delivery_row(
     endpoint_id: str, position: int, event_type: str, data: str, now: int
 ) -> dict[str, Any]:
-    entity, version = entity_of(event_type, json.loads(data))
+    entity, version = entity_of(event_type, orjson.loads(data))
     return {
         "endpoint_id": endpoint_id,
         "event_position": position,
@@ -184,10 +186,14 @@ async def derive_in(session: AsyncSession, targets: list[Target], top: int, now_
             .values(position=bindparam("new")),
             moves,
         )
-    if rows:
-        insert = dialect_insert(session, DeliveryRow.__table__).on_conflict_do_nothing()
-        await session.execute(insert, rows)
+    await _INSERT_DELIVERIES.run(session, rows)
     return len(rows)
+
+
+# Derived deliveries; one that exists already is left as it is.
+_INSERT_DELIVERIES = ManyRows(
+    lambda dialect: named_dialect_insert(dialect, DeliveryRow.__table__).on_conflict_do_nothing()
+)
 
 
 async def _events_after(session: AsyncSession, position: int) -> list[Any]:
@@ -316,11 +322,9 @@ async def claim_in(
     ).all()
     if not found:
         return []
-    await session.execute(
-        update(DeliveryRow)
-        .where(DeliveryRow.id.in_([row[0] for row in found]))
-        .values(claim_token=token, claim_until_ms=now_ms + claim_ms)
-        .execution_options(synchronize_session=False)
+    until = now_ms + claim_ms
+    await _CLAIM.run(
+        session, [{"delivery": row[0], "token": token, "until": until} for row in found]
     )
     bodies = Bodies()
     return [
@@ -337,6 +341,15 @@ async def claim_in(
     ]
 
 
+_CLAIM = ManyRows(
+    lambda _: (
+        update(DeliveryRow)
+        .where(DeliveryRow.id == bindparam("delivery"))
+        .values(claim_token=bindparam("token"), claim_until_ms=bindparam("until"))
+    )
+)
+
+
 def _due(target: Target, now_ms: int) -> Select[int]:
     """The endpoint's deliveries an attempt may start now, in feed order."""
     due = select(DeliveryRow.id).where(
@@ -350,19 +363,23 @@ def _due(target: Target, now_ms: int) -> Select[int]:
     return due.order_by(DeliveryRow.event_position)
 
 
+_RENEW = ManyRows(
+    lambda _: (
+        update(DeliveryRow)
+        .where(
+            DeliveryRow.id == bindparam("delivery"),
+            DeliveryRow.claim_token == bindparam("token"),
+            DeliveryRow.status == "pending",
+        )
+        .values(claim_until_ms=bindparam("until"))
+    )
+)
+
+
 async def renew_in(session: AsyncSession, claims: list[Claimed], until_ms: int) -> None:
     """renew inside the caller's transaction."""
-    table = cast(Table, DeliveryRow.__table__)
-    await session.execute(
-        update(table)
-        .where(
-            table.c.id == bindparam("delivery"),
-            table.c.claim_token == bindparam("token"),
-            table.c.status == "pending",
-        )
-        .values(claim_until_ms=until_ms),
-        [{"delivery": c.delivery_id, "token": c.token} for c in claims],
-    )
+    rows = [{"delivery": c.delivery_id, "token": c.token, "until": until_ms} for c in claims]
+    await _RENEW.run(session, rows)
 
 
 async def renew(database: Database, claims: list[Claimed], until_ms: int) -> None:
