@@ -146,6 +146,16 @@ def database_url(database: str, tmp_path: Path, request: pytest.FixtureRequest) 
     return databases.shared_empty()
 
 
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """This test's database, opened (and disposed of after the test)."""
+    database = Database(database_url)
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out PostgreSQL on fakeredis and SQLite on the cluster (the module's docstring);
     put the slow files first."""

@@ -4,7 +4,6 @@ executemany writes, and refuse what they cannot pass on unconverted."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,15 +14,6 @@ from groupbuy.storage.db import Database, named_dialect_insert
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.many import ManyRows
 from groupbuy.webhooks.models import DeliveryRow
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 def delivery(position: int, entity: str) -> dict[str, Any]:

@@ -20,15 +20,6 @@ TEST_WEBHOOKS = WebhookSettings(
 
 
 @pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    try:
-        yield database
-    finally:
-        await database.dispose()
-
-
-@pytest.fixture
 def receiver() -> Iterator[Receiver]:
     yield from running_receiver()
 
