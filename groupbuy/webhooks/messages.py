@@ -13,6 +13,10 @@ import orjson
 
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
+# How the envelope's rendering ends: the inner "data" (the last key of both objects) is
+# null, then the two objects close.
+_DATA_END = b"null}}"
+
 
 def message(position: int, event_type: str, at_ms: int, data: str) -> bytes:
     """The body of a delivery of the feed event at `position`, whose stored `data` is JSON
@@ -24,13 +28,8 @@ def message(position: int, event_type: str, at_ms: int, data: str) -> bytes:
         "timestamp": at,
         "data": {"id": position, "type": event_type, "at": at, "data": None},
     }
-    # "data" is the last key of both objects: the rendering ends with its null and the
-    # two closing braces.
     rendered = orjson.dumps(envelope)
     return rendered[: -len(_DATA_END)] + data.encode() + b"}}"
-
-
-_DATA_END = b"null}}"
 
 
 class Bodies:
