@@ -259,20 +259,31 @@ class HeldConnection:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """As Database.transaction, on the held connection."""
-        async with self._one_at_a_time, self._db._turn(urgent=False):
-            if self._connection is None:
-                self._connection = await self._db.engine.connect()
-            try:
-                async with (
-                    AsyncSession(bind=self._connection, expire_on_commit=False) as session,
-                    session.begin(),
-                ):
-                    yield session
-            except BaseException:
-                # Whatever failed may have been the connection itself.
-                await self.close()
-                raise
+        async with self._one_at_a_time, self._db._turn(urgent=False), self._session() as session:
+            yield session
         self._db._committed(session)
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncSession]:
+        """A transaction on the held connection that only reads: on SQLite it does not wait
+        for this process's turn to write (a read takes no write lock)."""
+        async with self._one_at_a_time, self._session() as session:
+            yield session
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncSession]:
+        if self._connection is None:
+            self._connection = await self._db.engine.connect()
+        try:
+            async with (
+                AsyncSession(bind=self._connection, expire_on_commit=False) as session,
+                session.begin(),
+            ):
+                yield session
+        except BaseException:
+            # Whatever failed may have been the connection itself.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Give the connection back to the pool (a later transaction takes another)."""

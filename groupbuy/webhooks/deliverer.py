@@ -18,14 +18,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from sqlalchemy import select
-
 from groupbuy import metrics
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import sequence_in
 from groupbuy.webhooks import queue
-from groupbuy.webhooks.models import EndpointRow
 from groupbuy.webhooks.outcomes import Completion, Outcome, complete_in, fail_unsendable
 from groupbuy.webhooks.queue import Claimed, Target
 from groupbuy.webhooks.recorder import Recorder
@@ -55,6 +52,18 @@ MAX_CLAIM = 2048
 RENEW_SHARE = 1 / 3
 # At stop, how long the pass under way may take to end before it is cancelled.
 PASS_END_S = 5.0
+# Passes take at most about a share of the time: after a pass that lasted d seconds, the
+# next one starts no sooner than PASS_SPACING times d after the last one began (at most
+# MAX_GAP_S), whatever woke it. A pass costs 3-6 ms of the loop's CPU whatever it
+# carries (docs/benchmarks-findings.md); woken by each commit of the write-behind and each
+# attempt that ended, passes came 55 times a second while a backlog drained under load.
+# On an idle loop a pass lasts a few ms, so the gap adds that much to the lag; on a busy
+# one it lasts tens of ms, and the outcomes and new events of the gap share one pass.
+PASS_SPACING = 4
+MAX_GAP_S = 0.1
+# Except when an endpoint's claimed deliveries not yet ended fall under this many rounds
+# of `max_in_flight`: then its slots would soon stand idle, and the pass comes at once.
+LOW_ROUNDS = 2
 
 
 def wall_clock_ms() -> int:
@@ -99,12 +108,15 @@ class Deliverer:
         # each of their several transactions a second.
         self._pass_connection = database.held()
         self._record_connection = database.held()
-        self._wake = asyncio.Event()
+        # What ends the pause between passes: `_stir` is set for each reason; `_soon` says
+        # a pass is wanted once the gap after the last one has passed (new events, an
+        # admin change, an attempt that ended), `_urgent` one wanted now (a claim running
+        # low, the stop).
+        self._stir = asyncio.Event()
+        self._soon = False
+        self._urgent = False
         # Passes the background loop has ended (tests wait for one to know it is idle).
         self.passes = 0
-        # Whether the last pass found endpoints: while none are registered, a pass is one
-        # probe, not a transaction that takes locks.
-        self._endpoints_seen = True
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -117,7 +129,7 @@ class Deliverer:
         renewing = self._renewal_due(now)
         token = queue.new_token(self._owner)
         sqlite = self._db.is_sqlite
-        if not self._ended and not self._endpoints_seen and not await self._endpoint_exists():
+        if not self._ended and not renewing and not await self._work_waits(now):
             return 0
         ended, self._ended = self._ended, []
         outcomes = [outcome for batch, _ in ended for outcome in batch]
@@ -149,7 +161,6 @@ class Deliverer:
             if not future.done():
                 future.set_result(completions[: len(batch)])
             completions = completions[len(batch) :]
-        self._endpoints_seen = bool(targets)
         if renewing is not None:
             self._renewed_ms = now
         by_id = {t.endpoint_id: t for t in targets}
@@ -157,11 +168,11 @@ class Deliverer:
             self._start(by_id[claimed.endpoint_id], claimed)
         return len(claims)
 
-    async def _endpoint_exists(self) -> bool:
-        """Whether any endpoint is registered: one read, no lock (an idle service's pass)."""
-        async with self._pass_connection.transaction() as session:
-            found = await session.scalar(select(EndpointRow.endpoint_id).limit(1))
-        return found is not None
+    async def _work_waits(self, now: int) -> bool:
+        """Whether the pass has SQL work beside outcomes and renewals: one read, outside the
+        pass's transaction, so an idle pass takes no lock (SQLite's write lock included)."""
+        async with self._pass_connection.reading() as session:
+            return await queue.work_waits(session, now)
 
     def _renewal_due(self, now: int) -> list[Claimed] | None:
         """The claims held, once a share of a claim's length has passed since the last
@@ -194,7 +205,7 @@ class Deliverer:
                 return await complete_in(session, outcomes, self._disable_after_ms)
         future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
         self._ended.append((outcomes, future))
-        self._wake.set()
+        self._attempt_ended(outcomes[0].claimed.endpoint_id)
         return await future
 
     def _start(self, endpoint: Target, claimed: Claimed) -> None:
@@ -207,7 +218,7 @@ class Deliverer:
             tasks.discard(finished)
             if self._held.get(claimed.delivery_id) is claimed:
                 del self._held[claimed.delivery_id]
-            self._wake.set()
+            self._attempt_ended(endpoint.endpoint_id)
 
         task.add_done_callback(done)
 
@@ -269,8 +280,19 @@ class Deliverer:
             )
 
     def wake(self) -> None:
-        """Start a pass now rather than at the next poll (new work was queued)."""
-        self._wake.set()
+        """Start a pass soon (once the gap after the last one has passed) rather than at
+        the next poll: new work was queued."""
+        self._soon = True
+        self._stir.set()
+
+    def _attempt_ended(self, endpoint_id: str) -> None:
+        """Have the next pass come soon, or now when the endpoint's claimed deliveries not
+        yet ended are running low."""
+        left = len(self._in_flight.get(endpoint_id, ()))
+        if left < LOW_ROUNDS * self._settings.max_in_flight:
+            self._urgent = True
+        self._soon = True
+        self._stir.set()
 
     async def settle(self) -> None:
         """Wait for every attempt in flight to be recorded (tests, shutdown)."""
@@ -283,8 +305,10 @@ class Deliverer:
         self._loop = asyncio.create_task(self._run(), name="webhook-deliverer")
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._stopping:
-            self._wake.clear()
+            began = loop.time()
+            self._urgent = self._soon = False
             try:
                 # Every pass looks for new events too: in one transaction with the claims,
                 # that costs one probe, so an ended attempt's pass also derives.
@@ -293,8 +317,26 @@ class Deliverer:
                 if not self._db.reachability.failed(error):
                     log.warning("webhook deliverer pass failed", exc_info=True)
             self.passes += 1
+            gap = min(MAX_GAP_S, PASS_SPACING * (loop.time() - began))
+            await self._pause(began + gap)
+
+    async def _pause(self, not_before: float) -> None:
+        """Wait for the next pass: until one is wanted now, one is wanted soon and the loop
+        time is past `not_before`, or the poll interval has passed."""
+        loop = asyncio.get_running_loop()
+        polled = loop.time() + self._pause_s
+        while not (self._urgent or self._stopping):
+            until = polled
+            if self._soon:
+                until = min(until, not_before)
+            left = until - loop.time()
+            if left <= 0:
+                return
+            self._stir.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._pause_s)
+                await asyncio.wait_for(self._stir.wait(), left)
+            if not self._stir.is_set():
+                return  # the time was up
 
     async def _record_ended(self) -> None:
         """Record the outcome batches no pass took (the loop has ended)."""
@@ -312,7 +354,7 @@ class Deliverer:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
         out their time), then close the connections."""
         self._stopping = True
-        self._wake.set()
+        self._stir.set()
         if self._loop is not None:
             # The pass under way ends first: cut short, its SQL call would answer later
             # into a loop that may be closed by then (the deliverer's own thread's).

@@ -20,7 +20,18 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Select, Table, and_, bindparam, func, or_, select, union_all, update
+from sqlalchemy import (
+    BigInteger,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -205,6 +216,46 @@ async def _events_after(session: AsyncSession, position: int) -> list[Any]:
         .limit(DERIVE_BATCH)
     )
     return list(found.all())
+
+
+def _work_probe() -> Select[tuple[bool]]:
+    """Whether a pass would find anything to do at `now` (a bound parameter), short of
+    outcomes to record and claims to renew, which the process knows itself: an endpoint
+    exists and either a feed event waits for its position, an endpoint is behind the feed,
+    or an enabled endpoint has a delivery due and unclaimed. A read: it takes no lock."""
+    now = bindparam("now", type_=BigInteger)
+    top = select(func.max(EventRow.position)).scalar_subquery()
+    unpositioned = select(EventRow.id).where(EventRow.position.is_(None)).exists()
+    behind = select(EndpointRow.endpoint_id).where(EndpointRow.position < top).exists()
+    # Per endpoint, so that its pending rows are found through ix_webhook_deliveries_due
+    # rather than by a scan of every delivery ever made.
+    due = (
+        select(EndpointRow.endpoint_id)
+        .where(
+            EndpointRow.disabled.is_(False),
+            select(DeliveryRow.id)
+            .where(
+                DeliveryRow.endpoint_id == EndpointRow.endpoint_id,
+                DeliveryRow.status == "pending",
+                DeliveryRow.next_ms <= now,
+                or_(DeliveryRow.claim_until_ms.is_(None), DeliveryRow.claim_until_ms <= now),
+            )
+            .exists(),
+        )
+        .exists()
+    )
+    registered = select(EndpointRow.endpoint_id).exists()
+    return select(and_(registered, or_(unpositioned, behind, due)))
+
+
+# Built once: an idle process runs it at every poll.
+_WORK_PROBE = _work_probe()
+
+
+async def work_waits(session: AsyncSession, now_ms: int) -> bool:
+    """Whether a pass at `now_ms` has feed events to position, deliveries to derive or
+    deliveries to claim (_work_probe): one statement, no lock."""
+    return bool(await session.scalar(_WORK_PROBE, {"now": now_ms}))
 
 
 def _earlier_pending() -> Any:

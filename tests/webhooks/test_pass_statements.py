@@ -1,5 +1,6 @@
-"""A delivery pass is one transaction whose statements do not grow with the number of
-endpoints (SQLite and PostgreSQL): each step is one statement for every endpoint at once."""
+"""A delivery pass is one probe, then one transaction whose statements do not grow with the
+number of endpoints (SQLite and PostgreSQL): each step is one statement for every endpoint
+at once. A pass with nothing to do is the probe alone."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ async def test_a_pass_costs_the_same_for_one_endpoint_and_for_three(
     for name in ("e1", "e2"):
         await hooks.create(EndpointSpec(name, receiver.url, ("*",)))
     three = await pass_cost(db, hooks, 3)
-    assert alone["transactions"] == three["transactions"] == 1
+    assert alone["transactions"] == three["transactions"] == 2  # the probe, the pass
     assert alone["statements"] == three["statements"]
     assert len(receiver.received) == 5 + 15
 
@@ -66,3 +67,16 @@ async def test_without_endpoints_a_pass_is_one_probe(db: Database, hooks: Webhoo
     with counted(db) as counts:
         assert await hooks.deliverer.tick() == 0
     assert counts == {"statements": 1, "transactions": 1}
+
+
+async def test_a_pass_with_nothing_to_do_is_one_probe(
+    db: Database, hooks: WebhookService, receiver: Receiver
+) -> None:
+    await hooks.create(EndpointSpec("e0", receiver.url, ("*",)))
+    await feed(db, team_event("team.opened", "t1", 1))
+    assert await hooks.deliverer.tick() == 1
+    await hooks.deliverer.settle()  # the outcome is recorded (no background loop runs)
+    with counted(db) as counts:
+        assert await hooks.deliverer.tick() == 0
+    assert counts == {"statements": 1, "transactions": 1}
+    assert len(receiver.received) == 1
