@@ -2,10 +2,11 @@
 records what came of each, in every process that runs it (`groupbuy serve`, `groupbuy
 worker`), sharing the work through the claims.
 
-Each endpoint's attempts run as tasks of their own, at most `max_in_flight` at once: a
-slow or dead endpoint holds only its own slots, never the loop or another endpoint's.
-A finished attempt wakes the loop, so a fast endpoint's next deliveries go at once rather
-than at the next poll.
+Each endpoint has up to `max_in_flight` workers, tasks that attempt its claimed deliveries
+one after another while any wait: a slow or dead endpoint holds only its own workers,
+never the loop or another endpoint's. A worker hands each outcome to the next pass and
+goes on with the next delivery; the pass records the outcomes together and claims what
+follows.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from groupbuy import metrics
 from groupbuy.settings import WebhookSettings
@@ -89,8 +91,6 @@ class Deliverer:
         self._owner = queue.new_owner()
         # Endpoints whose last recorded attempts all succeeded (claimed in larger batches).
         self._fast: set[str] = set()
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        self._unattempted: list[Claimed] = []
         self._disable_after_ms = settings.disable_after_s * 1000
         # A claim lasts one attempt's timeout plus the margin, renewed while held: a killed
         # process's deliveries wait that long, however many rounds it had claimed.
@@ -100,10 +100,17 @@ class Deliverer:
         # Passes come at least this often: the poll interval, or sooner when claims need
         # renewing sooner than that.
         self._pause_s = min(settings.poll_interval_s, self.claim_ms * RENEW_SHARE / 1000)
-        self._in_flight: dict[str, set[asyncio.Task[None]]] = {}
+        # Per endpoint: the claimed deliveries no worker has taken yet, in claim order (with
+        # the endpoint as the claiming pass read it), the workers, and how many claimed
+        # deliveries have not had their outcome recorded yet.
+        self._waiting: dict[str, deque[tuple[Target, Claimed]]] = {}
+        self._workers: dict[str, set[asyncio.Task[None]]] = {}
+        self._unended: Counter[str] = Counter()
+        # Without the background loop (tests driving passes, the stop), outcomes are
+        # recorded in batches of their own.
         self._recorder = Recorder(self._complete)
-        # Outcome batches waiting for the next pass to record them (while the loop runs).
-        self._ended: list[tuple[list[Outcome], asyncio.Future[list[Completion]]]] = []
+        # Outcomes waiting for the next pass to record them (while the loop runs).
+        self._ended: list[tuple[Target, Outcome]] = []
         # Passes and outcome batches each keep a connection: no checkout (and its ping) for
         # each of their several transactions a second.
         self._pass_connection = database.held()
@@ -132,7 +139,7 @@ class Deliverer:
         if not self._ended and not renewing and not await self._work_waits(now):
             return 0
         ended, self._ended = self._ended, []
-        outcomes = [outcome for batch, _ in ended for outcome in batch]
+        outcomes = [outcome for _, outcome in ended]
         try:
             async with self._pass_connection.transaction() as session:
                 # The endpoints' rows first (the lock order of every pass), then what
@@ -144,23 +151,15 @@ class Deliverer:
                 await queue.derive_in(session, targets, top, now)
                 if renewing:
                     await queue.renew_in(session, renewing, now + self.claim_ms)
-                # The attempts recorded here free their room now, before their tasks end.
+                # The attempts recorded here free their room now.
                 ending = Counter(o.claimed.endpoint_id for o in outcomes)
                 wanted = {t.endpoint_id: self._wanted(t.endpoint_id, ending) for t in targets}
                 claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
         except BaseException as error:
-            for _, future in ended:
-                if future.done():
-                    continue
-                if isinstance(error, asyncio.CancelledError):
-                    future.cancel()
-                else:
-                    future.set_exception(error)
+            self._unrecorded(ended, error)
             raise
-        for batch, future in ended:
-            if not future.done():
-                future.set_result(completions[: len(batch)])
-            completions = completions[len(batch) :]
+        for (endpoint, outcome), completion in zip(ended, completions, strict=True):
+            self._recorded(endpoint, outcome, completion)
         if renewing is not None:
             self._renewed_ms = now
         by_id = {t.endpoint_id: t for t in targets}
@@ -185,7 +184,7 @@ class Deliverer:
         """How many of the endpoint's deliveries this process may hold after the next claim:
         its claim rounds' worth, or none until a round's worth of room is free (fewer,
         larger claims); `ending` counts the attempts whose outcomes the pass records."""
-        held = len(self._in_flight.get(endpoint_id, ())) - ending[endpoint_id]
+        held = self._unended[endpoint_id] - ending[endpoint_id]
         # max_in_flight is at most 256 (settings), so a round always fits in MAX_CLAIM.
         batch = min(self.claim_rounds(endpoint_id) * self._settings.max_in_flight, MAX_CLAIM)
         return batch if batch - held >= self._settings.max_in_flight else 0
@@ -195,57 +194,95 @@ class Deliverer:
         return FAST_CLAIM_ROUNDS if endpoint_id in self._fast else CLAIM_ROUNDS
 
     async def _complete(self, outcomes: list[Outcome]) -> list[Completion]:
-        """Record a batch of outcomes: in the next pass's transaction while the background
-        loop runs (one transaction records them and claims what follows), else in one
-        of its own (tests driving passes by hand, shutdown)."""
-        if not outcomes:
-            return []
-        if self._loop is None or self._stopping:
-            async with self._record_connection.transaction() as session:
-                return await complete_in(session, outcomes, self._disable_after_ms)
-        future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
-        self._ended.append((outcomes, future))
-        self._attempt_ended(outcomes[0].claimed.endpoint_id)
-        return await future
+        """Record a batch of outcomes in a transaction of its own (no pass records them)."""
+        async with self._record_connection.transaction() as session:
+            return await complete_in(session, outcomes, self._disable_after_ms)
 
     def _start(self, endpoint: Target, claimed: Claimed) -> None:
-        task = asyncio.create_task(self._attempt(endpoint, claimed))
-        tasks = self._in_flight.setdefault(endpoint.endpoint_id, set())
-        tasks.add(task)
+        """Queue a claimed delivery for the endpoint's workers, starting one if fewer than
+        `max_in_flight` run."""
+        endpoint_id = endpoint.endpoint_id
         self._held[claimed.delivery_id] = claimed
+        self._unended[endpoint_id] += 1
+        self._waiting.setdefault(endpoint_id, deque()).append((endpoint, claimed))
+        workers = self._workers.setdefault(endpoint_id, set())
+        if len(workers) < self._settings.max_in_flight:
+            worker = asyncio.create_task(self._work(endpoint_id, workers))
+            workers.add(worker)
+            worker.add_done_callback(workers.discard)  # also when cancelled before it ran
 
-        def done(finished: asyncio.Task[None]) -> None:
-            tasks.discard(finished)
-            if self._held.get(claimed.delivery_id) is claimed:
-                del self._held[claimed.delivery_id]
-            self._attempt_ended(endpoint.endpoint_id)
-
-        task.add_done_callback(done)
+    async def _work(self, endpoint_id: str, workers: set[asyncio.Task[None]]) -> None:
+        """Attempt the endpoint's waiting deliveries one after another until none wait (or
+        the deliverer stops: stop gives back those not taken)."""
+        waiting = self._waiting[endpoint_id]
+        try:
+            while waiting and not self._stopping:
+                endpoint, claimed = waiting.popleft()
+                await self._attempt(endpoint, claimed)
+        finally:
+            # At once, not in a done callback: a delivery queued from now on must find the
+            # room for a new worker.
+            workers.discard(cast(asyncio.Task[None], asyncio.current_task()))
 
     async def _attempt(self, endpoint: Target, claimed: Claimed) -> None:
-        slots = self._slots.setdefault(
-            endpoint.endpoint_id, asyncio.Semaphore(self._settings.max_in_flight)
-        )
         try:
-            # The slot covers the HTTP attempt only: the next one starts while this one's
-            # outcome is written (in a batch with the others that ended meanwhile).
-            async with slots:
-                if self._stopping:  # given back at stop, due again at once
-                    self._unattempted.append(claimed)
-                    return
-                reply = await self._send(endpoint, claimed)
-            if reply is not None:
-                await self._record(endpoint, claimed, reply)
+            reply = await self._send(endpoint, claimed)
+            if reply is None:  # failed at once, recorded
+                self._forget(claimed)
+                return
+            outcome = Outcome(claimed, reply, self._clock())
+            if self._loop is not None and not self._stopping:
+                # The next pass records it; this worker goes on with the next delivery.
+                self._ended.append((endpoint, outcome))
+                self._attempt_ended(endpoint.endpoint_id)
+                return
+            completion = await self._recorder.record(outcome)
         except asyncio.CancelledError:
+            self._forget(claimed)
             raise
         except Exception as error:
-            # The claim expires and another pass (here or in another process) tries again.
+            self._unrecorded([(endpoint, claimed)], error)
+            return
+        self._recorded(endpoint, outcome, completion)
+
+    def _recorded(self, endpoint: Target, outcome: Outcome, completion: Completion) -> None:
+        """What follows an attempt's recorded outcome: the endpoint's claim size, the
+        metrics, a line when it disabled the endpoint; the claim is no longer held."""
+        self._forget(outcome.claimed)
+        reply = outcome.reply
+        if reply.succeeded:
+            self._fast.add(endpoint.endpoint_id)
+        else:
+            self._fast.discard(endpoint.endpoint_id)
+        metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, _outcome(reply, completion)).inc()
+        if completion.disabled:
             log.warning(
-                "webhook delivery %s to %s could not be recorded: %s",
-                claimed.webhook_id,
+                "webhook endpoint %s disabled (%s): its deliveries wait until it is enabled",
                 endpoint.endpoint_id,
-                type(error).__name__,
+                completion.disabled,
             )
+
+    def _unrecorded(
+        self, attempts: Sequence[tuple[Target, Outcome | Claimed]], error: BaseException
+    ) -> None:
+        """Attempts whose outcomes could not be recorded: their claims are let go, so they
+        expire and another pass (here or in another process) tries again."""
+        for endpoint, attempt in attempts:
+            claimed = attempt.claimed if isinstance(attempt, Outcome) else attempt
+            self._forget(claimed)
+            if not isinstance(error, asyncio.CancelledError):
+                log.warning(
+                    "webhook delivery %s to %s could not be recorded: %s",
+                    claimed.webhook_id,
+                    endpoint.endpoint_id,
+                    type(error).__name__,
+                )
+
+    def _forget(self, claimed: Claimed) -> None:
+        """The claim is not held any more: not renewed, not counted as the endpoint's."""
+        if self._held.get(claimed.delivery_id) is claimed:
+            del self._held[claimed.delivery_id]
+        self._unended[claimed.endpoint_id] -= 1
 
     async def _send(self, endpoint: Target, claimed: Claimed) -> Reply | None:
         """POST the delivery, signed now; None when its body is over the bound (then it has
@@ -265,20 +302,6 @@ class Deliverer:
         )
         return reply
 
-    async def _record(self, endpoint: Target, claimed: Claimed, reply: Reply) -> None:
-        completion = await self._recorder.record(Outcome(claimed, reply, self._clock()))
-        if reply.succeeded:
-            self._fast.add(endpoint.endpoint_id)
-        else:
-            self._fast.discard(endpoint.endpoint_id)
-        metrics.WEBHOOK_DELIVERIES.labels(endpoint.endpoint_id, _outcome(reply, completion)).inc()
-        if completion.disabled:
-            log.warning(
-                "webhook endpoint %s disabled (%s): its deliveries wait until it is enabled",
-                endpoint.endpoint_id,
-                completion.disabled,
-            )
-
     def wake(self) -> None:
         """Start a pass soon (once the gap after the last one has passed) rather than at
         the next poll: new work was queued."""
@@ -286,18 +309,26 @@ class Deliverer:
         self._stir.set()
 
     def _attempt_ended(self, endpoint_id: str) -> None:
-        """Have the next pass come soon, or now when the endpoint's claimed deliveries not
-        yet ended are running low."""
-        left = len(self._in_flight.get(endpoint_id, ()))
+        """Have the next pass come soon, or now when few of the endpoint's claimed
+        deliveries are left for its workers."""
+        left = len(self._waiting.get(endpoint_id, ()))
         if left < LOW_ROUNDS * self._settings.max_in_flight:
             self._urgent = True
         self._soon = True
         self._stir.set()
 
     async def settle(self) -> None:
-        """Wait for every attempt in flight to be recorded (tests, shutdown)."""
-        while tasks := [t for group in self._in_flight.values() for t in group]:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        """Wait until every claimed delivery has been attempted and its outcome recorded
+        (tests, shutdown)."""
+        while True:
+            if workers := [t for group in self._workers.values() for t in group]:
+                await asyncio.gather(*workers, return_exceptions=True)
+            elif self._ended and self._loop is not None:
+                self._urgent = True  # the pass that records them, now
+                self._stir.set()
+                await asyncio.sleep(0.01)
+            else:
+                return
 
     def start(self) -> None:
         """Run passes in the background: after each attempt ends, else every poll interval."""
@@ -339,16 +370,17 @@ class Deliverer:
                 return  # the time was up
 
     async def _record_ended(self) -> None:
-        """Record the outcome batches no pass took (the loop has ended)."""
+        """Record the outcomes no pass took (the loop has ended)."""
         ended, self._ended = self._ended, []
-        for outcomes, future in ended:
-            try:
-                async with self._record_connection.transaction() as session:
-                    completions = await complete_in(session, outcomes, self._disable_after_ms)
-            except Exception as error:
-                future.set_exception(error)
-            else:
-                future.set_result(completions)
+        if not ended:
+            return
+        try:
+            completions = await self._complete([outcome for _, outcome in ended])
+        except Exception as error:
+            self._unrecorded(ended, error)
+            return
+        for (endpoint, outcome), completion in zip(ended, completions, strict=True):
+            self._recorded(endpoint, outcome, completion)
 
     async def stop(self) -> None:
         """Stop passing, let the attempts in flight end (their claims would otherwise wait
@@ -367,18 +399,25 @@ class Deliverer:
                     await self._loop
             self._loop = None
         await self._record_ended()
+        # What no worker has taken is given back, due again at once for any process; the
+        # workers end with the attempt each has under way.
+        unattempted: list[Claimed] = []
+        for waiting in self._waiting.values():
+            while waiting:
+                _, claimed = waiting.popleft()
+                self._forget(claimed)
+                unattempted.append(claimed)
         try:
             async with asyncio.timeout(self._settings.timeout_s + 1):
                 await self.settle()
         except TimeoutError:
-            for group in self._in_flight.values():
+            for group in self._workers.values():
                 for task in group:
                     task.cancel()
         await self._recorder.aclose()
-        if self._unattempted:
+        if unattempted:
             with contextlib.suppress(Exception):  # else their claims expire
-                await queue.release(self._db, self._unattempted)
-            self._unattempted = []
+                await queue.release(self._db, unattempted)
         await self._pass_connection.close()
         await self._record_connection.close()
         await self.sender.aclose()
