@@ -123,14 +123,8 @@ async def complete_in(
         )
         # One statement for every endpoint: it locks only the rows it changes (endpoints
         # back from failing, seldom more than one).
-        await session.execute(
-            update(EndpointRow)
-            .where(
-                EndpointRow.endpoint_id.in_(sorted({o.claimed.endpoint_id for o in succeeded})),
-                EndpointRow.failing_since_ms.is_not(None),
-            )
-            .values(failing_since_ms=None)
-        )
+        endpoints = sorted({o.claimed.endpoint_id for o in succeeded})
+        await session.execute(_NOT_FAILING, {"endpoints": endpoints})
     # Failures take endpoint rows too: in endpoint order, as derive does.
     failures = sorted(
         (i for i in range(len(outcomes)) if not outcomes[i].reply.succeeded),
@@ -138,6 +132,17 @@ async def complete_in(
     )
     decided = await _failed(session, [(i, outcomes[i]) for i in failures], disable_after_ms)
     return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
+
+
+# Endpoints back from failing (built once: every pass with a success runs it).
+_NOT_FAILING = (
+    update(EndpointRow)
+    .where(
+        EndpointRow.endpoint_id.in_(bindparam("endpoints", expanding=True)),
+        EndpointRow.failing_since_ms.is_not(None),
+    )
+    .values(failing_since_ms=None)
+)
 
 
 @dataclass

@@ -14,14 +14,17 @@ a pass costs the same few round trips however many endpoints there are.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import orjson
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     Select,
     Table,
     and_,
@@ -121,6 +124,32 @@ async def read_targets(session: AsyncSession, is_sqlite: bool) -> tuple[list[Tar
     """Every endpoint, by id, and the feed's highest position, in one statement. On
     PostgreSQL the endpoints' rows are locked in id order to the commit (two passes cannot
     deadlock); on SQLite the caller holds the write lock already."""
+    rows = (await session.execute(_targets(is_sqlite))).all()
+    targets = [
+        Target(
+            endpoint_id=str(row[0]),
+            url=str(row[1]),
+            event_types=tuple(json.loads(row[2])),
+            ordering=str(row[3]),
+            disabled=bool(row[4]),
+            secret=str(row[5]),
+            previous_secret=row[6],
+            previous_until_ms=None if row[7] is None else int(row[7]),
+            position=int(row[8]),
+        )
+        for row in rows
+    ]
+    return targets, int(rows[0][9] or 0) if rows else 0
+
+
+# The statements of a pass are built once (per dialect kind, per shape): a pass runs on
+# the loop that serves requests, and building one anew cost about as much of its CPU as
+# running it.
+
+
+@functools.lru_cache(maxsize=2)
+def _targets(is_sqlite: bool) -> Select[Any]:
+    """read_targets' statement."""
     top = select(func.coalesce(func.max(EventRow.position), 0)).scalar_subquery()
     table = EndpointRow
     query = select(
@@ -137,22 +166,7 @@ async def read_targets(session: AsyncSession, is_sqlite: bool) -> tuple[list[Tar
     ).order_by(table.endpoint_id)
     if not is_sqlite:
         query = query.with_for_update(of=table)
-    rows = (await session.execute(query)).all()
-    targets = [
-        Target(
-            endpoint_id=str(row[0]),
-            url=str(row[1]),
-            event_types=tuple(json.loads(row[2])),
-            ordering=str(row[3]),
-            disabled=bool(row[4]),
-            secret=str(row[5]),
-            previous_secret=row[6],
-            previous_until_ms=None if row[7] is None else int(row[7]),
-            position=int(row[8]),
-        )
-        for row in rows
-    ]
-    return targets, int(rows[0][9] or 0) if rows else 0
+    return query
 
 
 async def derive(database: Database, now_ms: int) -> int:
@@ -188,17 +202,21 @@ async def derive_in(session: AsyncSession, targets: list[Target], top: int, now_
             if subscribes(list(target.event_types), kind)
         ]
     if moves:
-        table = cast(Table, EndpointRow.__table__)
-        await session.execute(
-            update(table)
-            .where(
-                table.c.endpoint_id == bindparam("endpoint"), table.c.position == bindparam("old")
-            )
-            .values(position=bindparam("new")),
-            moves,
-        )
+        await session.execute(_MOVE_POSITION, moves)
     await _INSERT_DELIVERIES.run(session, rows)
     return len(rows)
+
+
+_ENDPOINTS = cast(Table, EndpointRow.__table__)
+# An endpoint's position moved on, only from the value the pass read.
+_MOVE_POSITION = (
+    update(_ENDPOINTS)
+    .where(
+        _ENDPOINTS.c.endpoint_id == bindparam("endpoint"),
+        _ENDPOINTS.c.position == bindparam("old"),
+    )
+    .values(position=bindparam("new"))
+)
 
 
 # Derived deliveries; one that exists already is left as it is.
@@ -207,15 +225,17 @@ _INSERT_DELIVERIES = ManyRows(
 )
 
 
+_EVENTS_AFTER = (
+    select(EventRow.position, EventRow.type, EventRow.data)
+    .where(EventRow.position > bindparam("after", type_=BigInteger))
+    .order_by(EventRow.position)
+    .limit(DERIVE_BATCH)
+)
+
+
 async def _events_after(session: AsyncSession, position: int) -> list[Any]:
     """Up to DERIVE_BATCH feed events after `position`: (position, type, data)."""
-    found = await session.execute(
-        select(EventRow.position, EventRow.type, EventRow.data)
-        .where(EventRow.position > position)
-        .order_by(EventRow.position)
-        .limit(DERIVE_BATCH)
-    )
-    return list(found.all())
+    return list((await session.execute(_EVENTS_AFTER, {"after": position})).all())
 
 
 def _work_probe() -> Select[tuple[bool]]:
@@ -325,16 +345,13 @@ async def claim_in(
     chosen = [t for t in targets if not t.disabled and wanted.get(t.endpoint_id, 0) > 0]
     if not chosen:
         return []
-    owner = token[:OWNER_CHARS]
-    mine = func.substr(DeliveryRow.claim_token, 1, OWNER_CHARS) == owner
     live = await session.execute(
-        select(DeliveryRow.endpoint_id, mine, func.count())
-        .where(
-            DeliveryRow.endpoint_id.in_([t.endpoint_id for t in chosen]),
-            DeliveryRow.status == "pending",
-            DeliveryRow.claim_until_ms > now_ms,
-        )
-        .group_by(DeliveryRow.endpoint_id, mine)
+        _LIVE_CLAIMS,
+        {
+            "endpoints": [t.endpoint_id for t in chosen],
+            "owner": token[:OWNER_CHARS],
+            "now": now_ms,
+        },
     )
     held: dict[str, int] = {}
     busy: set[str] = set()
@@ -343,34 +360,19 @@ async def claim_in(
             held[str(endpoint_id)] = int(count)
         elif count:
             busy.add(str(endpoint_id))
-    branches: list[Select[int]] = []
+    picks: list[tuple[Target, int]] = []
     for target in chosen:
         room = wanted[target.endpoint_id] - held.get(target.endpoint_id, 0)
         if target.endpoint_id not in busy and room > 0:
-            branches.append(_due(target, now_ms).limit(room))
-    if not branches:
+            picks.append((target, room))
+    if not picks:
         return []
-    picked = (
-        branches[0]
-        if len(branches) == 1
-        else union_all(*(select(branch.subquery().c.id) for branch in branches))
-    ).subquery()
-    found = (
-        await session.execute(
-            select(
-                DeliveryRow.id,
-                DeliveryRow.endpoint_id,
-                DeliveryRow.event_position,
-                DeliveryRow.tries,
-                EventRow.type,
-                EventRow.at,
-                EventRow.data,
-            )
-            .join(picked, picked.c.id == DeliveryRow.id)
-            .join(EventRow, EventRow.position == DeliveryRow.event_position)
-            .order_by(DeliveryRow.endpoint_id, DeliveryRow.event_position)
-        )
-    ).all()
+    values: dict[str, Any] = {"now": now_ms}
+    for index, (target, room) in enumerate(picks):
+        values[f"endpoint_{index}"] = target.endpoint_id
+        values[f"room_{index}"] = room
+    statement = _picking(tuple(target.ordering for target, _ in picks))
+    found = (await session.execute(statement, values)).all()
     if not found:
         return []
     until = now_ms + claim_ms
@@ -401,17 +403,59 @@ _CLAIM = ManyRows(
 )
 
 
-def _due(target: Target, now_ms: int) -> Select[int]:
-    """The endpoint's deliveries an attempt may start now, in feed order."""
-    due = select(DeliveryRow.id).where(
-        DeliveryRow.endpoint_id == target.endpoint_id,
+_OWNED = func.substr(DeliveryRow.claim_token, 1, OWNER_CHARS) == bindparam("owner")
+# The live claims on the endpoints `endpoints`, counted apart for the process `owner`.
+_LIVE_CLAIMS = (
+    select(DeliveryRow.endpoint_id, _OWNED, func.count())
+    .where(
+        DeliveryRow.endpoint_id.in_(bindparam("endpoints", expanding=True)),
         DeliveryRow.status == "pending",
-        DeliveryRow.next_ms <= now_ms,
-        or_(DeliveryRow.claim_until_ms.is_(None), DeliveryRow.claim_until_ms <= now_ms),
+        DeliveryRow.claim_until_ms > bindparam("now", type_=BigInteger),
     )
-    if target.ordering == "entity":
+    .group_by(DeliveryRow.endpoint_id, _OWNED)
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _picking(orderings: tuple[str, ...]) -> Select[int, str, int, int, str, datetime, str]:
+    """The due deliveries of as many endpoints as `orderings` has, with what their bodies
+    are made of: for the i-th, the endpoint `endpoint_<i>`, at most `room_<i>` of its
+    deliveries (one branch of a UNION ALL each), due at `now`."""
+    now = bindparam("now", type_=BigInteger)
+    branches = [_due(index, ordering, now) for index, ordering in enumerate(orderings)]
+    picked = (
+        branches[0]
+        if len(branches) == 1
+        else union_all(*(select(branch.subquery().c.id) for branch in branches))
+    ).subquery()
+    return (
+        select(
+            DeliveryRow.id,
+            DeliveryRow.endpoint_id,
+            DeliveryRow.event_position,
+            DeliveryRow.tries,
+            EventRow.type,
+            EventRow.at,
+            EventRow.data,
+        )
+        .join(picked, picked.c.id == DeliveryRow.id)
+        .join(EventRow, EventRow.position == DeliveryRow.event_position)
+        .order_by(DeliveryRow.endpoint_id, DeliveryRow.event_position)
+    )
+
+
+def _due(index: int, ordering: str, now: BindParameter[int]) -> Select[int]:
+    """The deliveries of the endpoint `endpoint_<index>` an attempt may start now, in feed
+    order, at most `room_<index>` of them."""
+    due = select(DeliveryRow.id).where(
+        DeliveryRow.endpoint_id == bindparam(f"endpoint_{index}"),
+        DeliveryRow.status == "pending",
+        DeliveryRow.next_ms <= now,
+        or_(DeliveryRow.claim_until_ms.is_(None), DeliveryRow.claim_until_ms <= now),
+    )
+    if ordering == "entity":
         due = due.where(or_(DeliveryRow.entity == "", ~_earlier_pending()))
-    return due.order_by(DeliveryRow.event_position)
+    return due.order_by(DeliveryRow.event_position).limit(bindparam(f"room_{index}"))
 
 
 _RENEW = ManyRows(
