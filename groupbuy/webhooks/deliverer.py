@@ -64,7 +64,7 @@ PASS_END_S = 5.0
 PASS_SPACING = 4
 MAX_GAP_S = 0.1
 # Except when an endpoint's claimed deliveries not yet ended fall under this many rounds
-# of `max_in_flight`: then its slots would soon stand idle, and the pass comes at once.
+# of `max_in_flight`: then its workers would soon stand idle, and the pass comes at once.
 LOW_ROUNDS = 2
 
 
@@ -131,7 +131,8 @@ class Deliverer:
         """One pass, one transaction: position the feed's new events, read the endpoints
         (their rows held to the commit), derive their new deliveries, renew the claims held
         when due, then claim what is due for every enabled endpoint with a free round of
-        slots, and start those attempts; returns how many it started."""
+        room, and queue those for its workers; returns how many it claimed. A pass with
+        nothing of that to do is one read (_work_waits)."""
         now = self._clock()
         renewing = self._renewal_due(now)
         token = queue.new_token(self._owner)

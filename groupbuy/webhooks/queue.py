@@ -478,8 +478,9 @@ async def renew_in(session: AsyncSession, claims: list[Claimed], until_ms: int) 
 
 
 async def renew(database: Database, claims: list[Claimed], until_ms: int) -> None:
-    """Extend claims this process still holds (its attempts are running or waiting for a
-    slot) to `until_ms`; a claim already ended or taken over is left as it is."""
+    """Extend claims this process still holds (attempts running, waiting for a worker or
+    for their outcome's record) to `until_ms`; a claim already ended or taken over is left
+    as it is."""
     async with database.transaction() as session:
         await renew_in(session, claims, until_ms)
 
