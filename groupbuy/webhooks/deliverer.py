@@ -111,6 +111,9 @@ class Deliverer:
         self._recorder = Recorder(self._complete)
         # Outcomes waiting for the next pass to record them (while the loop runs).
         self._ended: list[tuple[Target, Outcome]] = []
+        # Claims of an endpoint that was disabled before its workers took them, for the
+        # next pass to give back.
+        self._returning: list[Claimed] = []
         # Passes and outcome batches each keep a connection: no checkout (and its ping) for
         # each of their several transactions a second.
         self._pass_connection = database.held()
@@ -137,9 +140,15 @@ class Deliverer:
         renewing = self._renewal_due(now)
         token = queue.new_token(self._owner)
         sqlite = self._db.is_sqlite
-        if not self._ended and not renewing and not await self._work_waits(now):
+        if (
+            not self._ended
+            and not self._returning
+            and not renewing
+            and not await self._work_waits(now)
+        ):
             return 0
         ended, self._ended = self._ended, []
+        returning, self._returning = self._returning, []
         outcomes = [outcome for _, outcome in ended]
         try:
             async with self._pass_connection.transaction() as session:
@@ -148,6 +157,7 @@ class Deliverer:
                 await sequence_in(session, sqlite)
                 targets, top = await queue.read_targets(session, sqlite)
                 completions = await complete_in(session, outcomes, self._disable_after_ms)
+                await queue.release_in(session, returning)
                 targets = _without_disabled(targets, outcomes, completions)
                 await queue.derive_in(session, targets, top, now)
                 if renewing:
@@ -158,6 +168,7 @@ class Deliverer:
                 claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
         except BaseException as error:
             self._unrecorded(ended, error)
+            self._returning = returning + self._returning  # the next pass tries again
             raise
         for (endpoint, outcome), completion in zip(ended, completions, strict=True):
             self._recorded(endpoint, outcome, completion)
@@ -262,6 +273,12 @@ class Deliverer:
                 endpoint.endpoint_id,
                 completion.disabled,
             )
+            # What its workers have not taken yet is not sent: given back by the next pass.
+            waiting = self._waiting.get(endpoint.endpoint_id, deque())
+            while waiting:
+                _, claimed = waiting.popleft()
+                self._forget(claimed)
+                self._returning.append(claimed)
 
     def _unrecorded(
         self, attempts: Sequence[tuple[Target, Outcome | Claimed]], error: BaseException
@@ -402,7 +419,7 @@ class Deliverer:
         await self._record_ended()
         # What no worker has taken is given back, due again at once for any process; the
         # workers end with the attempt each has under way.
-        unattempted: list[Claimed] = []
+        unattempted, self._returning = self._returning, []
         for waiting in self._waiting.values():
             while waiting:
                 _, claimed = waiting.popleft()

@@ -488,11 +488,22 @@ async def renew(database: Database, claims: list[Claimed], until_ms: int) -> Non
 async def release(database: Database, claims: list[Claimed]) -> None:
     """Give claims back unattempted (the process is stopping): due again at once, for any
     process."""
-    table = cast(Table, DeliveryRow.__table__)
     async with database.transaction() as session:
-        await session.execute(
-            update(table)
-            .where(table.c.id == bindparam("delivery"), table.c.claim_token == bindparam("token"))
-            .values(claim_token=None, claim_until_ms=None),
-            [{"delivery": c.delivery_id, "token": c.token} for c in claims],
+        await release_in(session, claims)
+
+
+async def release_in(session: AsyncSession, claims: list[Claimed]) -> None:
+    """release inside the caller's transaction."""
+    rows = [{"delivery": c.delivery_id, "token": c.token} for c in claims]
+    await _RELEASE.run(session, rows)
+
+
+_RELEASE = ManyRows(
+    lambda _: (
+        update(DeliveryRow)
+        .where(
+            DeliveryRow.id == bindparam("delivery"), DeliveryRow.claim_token == bindparam("token")
         )
+        .values(claim_token=None, claim_until_ms=None)
+    )
+)

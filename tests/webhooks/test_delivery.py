@@ -139,6 +139,29 @@ async def test_a_410_disables_the_endpoint_which_keeps_its_queue(
     assert [s for _p, s, _t in await statuses(db)] == ["delivered", "delivered"]
 
 
+async def test_after_a_410_what_the_workers_had_not_taken_is_not_sent(
+    db: Database, hooks: WebhookService, receiver: Receiver
+) -> None:
+    await register(hooks, receiver, ("team.formed",))
+    receiver.answer_with(default="410")
+    await feed(db, *[team_event("team.formed", f"t{n}", 3) for n in range(40)])
+    claimed = await run_pass(hooks)
+    in_flight = hooks.settings.max_in_flight
+    assert claimed > in_flight  # more were claimed than one round of workers takes
+    assert (await hooks.get("shop"))["disabled"]
+    # Only the attempts under way when the 410 came were sent; the rest wait, unclaimed.
+    assert len(receiver.received) <= in_flight
+    await run_pass(hooks)  # gives the others back
+    async with db.sessions() as session:
+        claims = (await session.scalars(select(DeliveryRow.claim_token))).all()
+    assert claims == [None] * 40
+    receiver.answer_with(default="200")
+    await hooks.update("shop", {"disabled": False})
+    while await run_pass(hooks):
+        pass
+    assert [s for _p, s, _t in await statuses(db)] == ["delivered"] * 40
+
+
 async def test_an_endpoint_failing_for_disable_after_s_is_disabled(
     db: Database, receiver: Receiver, clock: FakeClock
 ) -> None:
