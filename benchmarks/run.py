@@ -294,21 +294,36 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot")
         return False
-    fig, ax = plt.subplots(figsize=(9, 5))
+    # One panel per level: the run keeps some 35 samples, too many curves for one legend.
+    by_level: dict[str, list[dict[str, Any]]] = {}
     for r in measured(rows):
-        sample = sorted(r.get("latencies_ms") or [])
-        if len(sample) < 10:
-            continue
-        ys = [i / (len(sample) - 1) for i in range(len(sample))]
-        ax.plot(sample, ys, label=f"{r['scenario']} · {r['level']} · {r['implementation']}")
-    ax.set_xscale("log")
-    ax.set_xlabel("latency (ms, log scale)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title("groupbuy latency, one benchmark run")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+        if len(r.get("latencies_ms") or []) >= 10:
+            by_level.setdefault(str(r["level"]), []).append(r)
+    if not by_level:
+        return False
+    # Each panel as tall as its legend needs (about 0.17 in a line), 3 in at least.
+    heights = [max(3.0, 0.17 * len(level_rows) + 0.8) for level_rows in by_level.values()]
+    fig, axes = plt.subplots(
+        len(by_level),
+        1,
+        figsize=(12, sum(heights)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
+    for ax, (level, level_rows) in zip(axes[:, 0], by_level.items(), strict=True):
+        for r in level_rows:
+            sample = sorted(r["latencies_ms"])
+            ys = [i / (len(sample) - 1) for i in range(len(sample))]
+            ax.plot(sample, ys, label=f"{r['scenario']} · {r['implementation']}")
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{level} level")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("groupbuy latency, one benchmark run")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends stand outside the axes
     plt.close(fig)
     return True
 
