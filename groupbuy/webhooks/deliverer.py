@@ -56,9 +56,10 @@ RENEW_SHARE = 1 / 3
 PASS_END_S = 5.0
 # Passes take at most about a share of the time: after a pass that lasted d seconds, the
 # next one starts no sooner than PASS_SPACING times d after the last one began (at most
-# MAX_GAP_S), whatever woke it. A pass costs 3-6 ms of the loop's CPU whatever it
-# carries (docs/benchmarks-findings.md); woken by each commit of the write-behind and each
-# attempt that ended, passes came 55 times a second while a backlog drained under load.
+# MAX_GAP_S), whatever woke it. A pass cost 3-6 ms of the loop's CPU whatever it carried
+# (2.4-3.7 ms with work since its statements are built once; docs/benchmarks-findings.md).
+# Woken by each commit of the write-behind and each attempt that ended, passes came 55
+# times a second while a backlog drained under load.
 # On an idle loop a pass lasts a few ms, so the gap adds that much to the lag; on a busy
 # one it lasts tens of ms, and the outcomes and new events of the gap share one pass.
 PASS_SPACING = 4
