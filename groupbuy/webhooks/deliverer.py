@@ -168,7 +168,7 @@ class Deliverer:
                 wanted = {t.endpoint_id: self._wanted(t.endpoint_id, ending) for t in targets}
                 claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
         except BaseException as error:
-            self._unrecorded(ended, error)
+            self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
             self._returning = returning + self._returning  # the next pass tries again
             raise
         for (endpoint, outcome), completion in zip(ended, completions, strict=True):
@@ -275,19 +275,22 @@ class Deliverer:
                 completion.disabled,
             )
             # What its workers have not taken yet is not sent: given back by the next pass.
-            waiting = self._waiting.get(endpoint.endpoint_id, deque())
-            while waiting:
-                _, claimed = waiting.popleft()
-                self._forget(claimed)
-                self._returning.append(claimed)
+            self._returning += self._untaken(endpoint.endpoint_id)
 
-    def _unrecorded(
-        self, attempts: Sequence[tuple[Target, Outcome | Claimed]], error: BaseException
-    ) -> None:
+    def _untaken(self, endpoint_id: str) -> list[Claimed]:
+        """Take the endpoint's claimed deliveries no worker has started out of its queue
+        (the caller gives them back)."""
+        waiting = self._waiting.get(endpoint_id, deque())
+        taken = [claimed for _, claimed in waiting]
+        waiting.clear()
+        for claimed in taken:
+            self._forget(claimed)
+        return taken
+
+    def _unrecorded(self, attempts: Sequence[tuple[Target, Claimed]], error: BaseException) -> None:
         """Attempts whose outcomes could not be recorded: their claims are let go, so they
         expire and another pass (here or in another process) tries again."""
-        for endpoint, attempt in attempts:
-            claimed = attempt.claimed if isinstance(attempt, Outcome) else attempt
+        for endpoint, claimed in attempts:
             self._forget(claimed)
             if not isinstance(error, asyncio.CancelledError):
                 log.warning(
@@ -396,7 +399,7 @@ class Deliverer:
         try:
             completions = await self._complete([outcome for _, outcome in ended])
         except Exception as error:
-            self._unrecorded(ended, error)
+            self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
             return
         for (endpoint, outcome), completion in zip(ended, completions, strict=True):
             self._recorded(endpoint, outcome, completion)
@@ -421,11 +424,8 @@ class Deliverer:
         # What no worker has taken is given back, due again at once for any process; the
         # workers end with the attempt each has under way.
         unattempted, self._returning = self._returning, []
-        for waiting in self._waiting.values():
-            while waiting:
-                _, claimed = waiting.popleft()
-                self._forget(claimed)
-                unattempted.append(claimed)
+        for endpoint_id in self._waiting:
+            unattempted += self._untaken(endpoint_id)
         try:
             async with asyncio.timeout(self._settings.timeout_s + 1):
                 await self.settle()
