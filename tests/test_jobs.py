@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis.exceptions
 from sqlalchemy import select
 
 from groupbuy.redpacket.codec import PacketRecord
@@ -13,6 +14,7 @@ from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import apply_packet_records
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
+from groupbuy.storage.reachability import unreachable
 from tests.support.backends import ALL
 from tests.support.fixtures import SendPacketViaServices
 from tests.support.money import assert_money_conserved, count
@@ -270,3 +272,76 @@ async def test_a_scheduled_flush_run_stops_in_time_and_the_next_runs_go_on(
     ], reports
     assert [r["backlog"] for r in reports] == [4, 0, 0]
     assert await count(services, GrabRow) == 8
+
+
+# What a command meets when redis-py's cluster client closed its connection under it (it
+# closes every node's connections on CLUSTERDOWN, as in a primary's failover), on uvloop.
+CLOSED = (
+    "unable to perform operation on <TCPTransport closed=True reading=False>; the handler is closed"
+)
+
+
+class ClosingRedis:
+    """The services' Redis client, but its next `failures` ZRANGEBYSCORE calls fail as a
+    connection closed under them does."""
+
+    def __init__(self, redis: Any, failures: int, error: str = CLOSED) -> None:
+        self._redis = redis
+        self.failures = failures
+        self._error = error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._redis, name)
+
+    async def zrangebyscore(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError(self._error)
+        return await self._redis.zrangebyscore(*args, **kwargs)
+
+
+async def _a_team_past_its_deadline(services: Services) -> None:
+    await services.teams.activities.create_activity("a1", team_size=2, team_deadline_s=60)
+    await services.teams.activities.open_team("a1", "L1", team_id="t1")
+    services.clock.advance(60)
+
+
+async def test_a_job_meeting_a_connection_closed_under_it_runs_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """expire_teams met the closed-transport RuntimeError during a cluster failover and
+    failed until its next interval: the run now goes on once more, on new connections."""
+    await _a_team_past_its_deadline(services)
+    sweeps = services.teams.sweeps
+    closing = ClosingRedis(sweeps._redis, failures=1)
+    monkeypatch.setattr(sweeps, "_redis", closing)
+    report = await run(services, "expire_teams")
+    assert closing.failures == 0
+    assert report["teams_failed"] == 1
+    assert (await services.teams.activities.get_team("a1", "t1"))["status"] == "failed"
+
+
+async def test_a_job_whose_connection_keeps_closing_reports_redis_unreachable(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twice in one run: Redis is away as far as the job can tell, so it says so (the
+    scheduler logs it once per outage, a run by hand answers 503), not a bare RuntimeError."""
+    await _a_team_past_its_deadline(services)
+    sweeps = services.teams.sweeps
+    monkeypatch.setattr(sweeps, "_redis", ClosingRedis(sweeps._redis, failures=2))
+    with pytest.raises(redis.exceptions.ConnectionError) as raised:
+        await run(services, "expire_teams")
+    assert unreachable(raised.value)
+    assert (await run(services, "expire_teams"))["teams_failed"] == 1
+
+
+async def test_a_job_failing_with_another_runtime_error_is_not_run_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _a_team_past_its_deadline(services)
+    sweeps = services.teams.sweeps
+    closing = ClosingRedis(sweeps._redis, failures=2, error="a bug of ours")
+    monkeypatch.setattr(sweeps, "_redis", closing)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        await run(services, "expire_teams")
+    assert closing.failures == 1

@@ -8,10 +8,13 @@ keys. The scheduler's lease only saves the duplicated work.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+import redis.exceptions
 
 from groupbuy import errors, metrics
 from groupbuy.locks.engine import TeamEngine
@@ -20,6 +23,9 @@ from groupbuy.ops.reconcile import Reconciler
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import Settings
 from groupbuy.storage.outbox import RecordWriter, RunTime
+from groupbuy.storage.reachability import closed_transport
+
+log = logging.getLogger(__name__)
 
 Report = dict[str, Any]
 
@@ -137,10 +143,25 @@ class JobRunner:
             raise errors.NotFound(f"no job {name!r}; jobs: {', '.join(sorted(self.jobs))}")
         began = time.perf_counter()
         with metrics.track_job(name):
-            if within_s is not None and job.run_within is not None:
-                report = await job.run_within(within_s)
-            else:
-                report = await job.run()
+            try:
+                report = await self._run_once(job, within_s)
+            except RuntimeError as error:
+                if not closed_transport(error):
+                    raise
+                # redis-py closed the connection under a command (a cluster failover): the
+                # job runs once more on new connections, in the time its first run left.
+                log.info("job %s met a closed Redis connection (%s); running it again", name, error)
+                left_s = None if within_s is None else within_s - (time.perf_counter() - began)
+                try:
+                    report = await self._run_once(job, left_s)
+                except RuntimeError as again:
+                    if not closed_transport(again):
+                        raise
+                    # Twice: Redis is away as far as this run can tell; said as such (503
+                    # for a run by hand, one line per outage from the scheduler).
+                    raise redis.exceptions.ConnectionError(
+                        f"the Redis connection was closed under job {name}: {again}"
+                    ) from again
         report = {
             "job": name,
             "duration_ms": round((time.perf_counter() - began) * 1000, 3),
@@ -148,3 +169,9 @@ class JobRunner:
         }
         self.last_reports[name] = report
         return report
+
+    @staticmethod
+    async def _run_once(job: Job, within_s: float | None) -> Report:
+        if within_s is not None and job.run_within is not None:
+            return await job.run_within(max(within_s, 0.0))
+        return await job.run()

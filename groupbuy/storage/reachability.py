@@ -41,6 +41,18 @@ def unreachable(error: BaseException) -> bool:
     )
 
 
+def closed_transport(error: BaseException) -> bool:
+    """Whether `error` is the RuntimeError a command meets when redis-py closed its
+    connection under it (its cluster client closes every node's connections on
+    CLUSTERDOWN, as in a primary's failover): uvloop's "unable to perform operation on
+    <TCPTransport closed=True ...>; the handler is closed". A new connection serves the
+    command again."""
+    if not isinstance(error, RuntimeError):
+        return False
+    text = str(error)
+    return "handler is closed" in text or "closed=True" in text
+
+
 class Reachability:
     """The last known state of one Redis (or, with `what` and `judge`, of another backing
     service: the database), as this process saw it; logs each change once."""
