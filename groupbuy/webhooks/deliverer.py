@@ -168,8 +168,14 @@ class Deliverer:
                 wanted = {t.endpoint_id: self._wanted(t.endpoint_id, ending) for t in targets}
                 claims = await queue.claim_in(session, targets, wanted, now, self.claim_ms, token)
         except BaseException as error:
-            self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
             self._returning = returning + self._returning  # the next pass tries again
+            if ended and isinstance(error, Exception) and not self._db.reachability.failed(error):
+                # Something in one outcome, not SQL being away: record each apart, so that
+                # it cannot hold back every endpoint's outcomes and claims pass after pass.
+                await self._record_apart(ended, error)
+                self._urgent = True  # the derive and claims this pass lost, at once
+                return 0
+            self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
             raise
         for (endpoint, outcome), completion in zip(ended, completions, strict=True):
             self._recorded(endpoint, outcome, completion)
@@ -192,6 +198,35 @@ class Deliverer:
         if self._renewed_ms is not None and now - self._renewed_ms < self.claim_ms * RENEW_SHARE:
             return None
         return list(self._held.values())
+
+    async def _record_apart(self, ended: list[tuple[Target, Outcome]], error: Exception) -> None:
+        """Record outcomes one transaction each, after the pass that held them failed with
+        `error`. An outcome that cannot be recorded as it came is recorded as an error of
+        its own delivery (retried on the schedule), never held against the others."""
+        log.warning(
+            "webhook pass failed (%s): recording its %d outcomes one by one",
+            type(error).__name__,
+            len(ended),
+        )
+        for endpoint, outcome in ended:
+            try:
+                outcome, completion = await self._record_alone(outcome)
+            except Exception as lost:
+                self._unrecorded([(endpoint, outcome.claimed)], lost)
+                continue
+            self._recorded(endpoint, outcome, completion)
+
+    async def _record_alone(self, outcome: Outcome) -> tuple[Outcome, Completion]:
+        """Record one outcome in a transaction of its own; one that cannot be recorded as it
+        came (while SQL answers) is recorded as an error of its delivery instead."""
+        try:
+            [completion] = await self._complete([outcome])
+        except Exception as error:
+            if self._db.reachability.failed(error):
+                raise
+            outcome = _unrecordable(outcome, error)
+            [completion] = await self._complete([outcome])
+        return outcome, completion
 
     def _wanted(self, endpoint_id: str, ending: Counter[str]) -> int:
         """How many of the endpoint's deliveries this process may hold after the next claim:
@@ -399,7 +434,10 @@ class Deliverer:
         try:
             completions = await self._complete([outcome for _, outcome in ended])
         except Exception as error:
-            self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
+            if self._db.reachability.failed(error):
+                self._unrecorded([(endpoint, o.claimed) for endpoint, o in ended], error)
+            else:
+                await self._record_apart(ended, error)
             return
         for (endpoint, outcome), completion in zip(ended, completions, strict=True):
             self._recorded(endpoint, outcome, completion)
@@ -450,6 +488,15 @@ def _without_disabled(
         o.claimed.endpoint_id for o, c in zip(outcomes, completions, strict=True) if c.disabled
     }
     return [replace(t, disabled=True) if t.endpoint_id in disabled else t for t in targets]
+
+
+def _unrecordable(outcome: Outcome, error: Exception) -> Outcome:
+    """The outcome as an error of its delivery: what the endpoint answered could not be
+    recorded (the attempt row says why; the delivery is retried on the schedule)."""
+    reply = Reply(
+        None, f"unrecordable_answer: {type(error).__name__}", outcome.reply.duration_ms, b""
+    )
+    return replace(outcome, reply=reply)
 
 
 def _outcome(reply: Reply, completion: Completion) -> str:

@@ -106,7 +106,7 @@ async def complete_in(
                 "status_code": o.reply.status_code,
                 "error": o.reply.error,
                 "duration_ms": o.reply.duration_ms,
-                "answer": o.reply.answer[:max_answer].decode("utf-8", "replace"),
+                "answer": _text(o.reply.answer[:max_answer]),
             }
             for o in outcomes
         ],
@@ -132,6 +132,12 @@ async def complete_in(
     )
     decided = await _failed(session, [(i, outcomes[i]) for i in failures], disable_after_ms)
     return [decided.get(i, Completion("delivered")) for i in range(len(outcomes))]
+
+
+def _text(answer: bytes) -> str:
+    """An answer's kept bytes as text any database stores: PostgreSQL's text refuses NUL,
+    and a receiver may send anything."""
+    return answer.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
 # Endpoints back from failing (built once: every pass with a success runs it).

@@ -1,6 +1,6 @@
 """A real webhook receiver for the tests: a Starlette app under uvicorn on a free loopback
 port, in a thread with its own event loop, scripted to answer each POST in turn (200, 500,
-410, 429 with Retry-After, a redirect, a hang past the timeout, a 1 MiB answer, a close
+410, 429 with Retry-After, NUL bytes, a redirect, a hang past the timeout, a 1 MiB answer, a close
 mid-answer), recording every request it got."""
 
 from __future__ import annotations
@@ -87,6 +87,8 @@ class Receiver:
         if code == "slow":
             await asyncio.sleep(float(arg or "0.5"))
             return Response(b"slowly", 200)
+        if code == "nul":  # an answer no text column takes as it is
+            return Response(b"bad\x00answer", 500)
         if code == "big":
             return Response(b"x" * (1024 * 1024), 200)
         if code == "cut":

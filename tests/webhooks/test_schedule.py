@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import math
 
-from groupbuy.webhooks.schedule import RETRY_WAITS_S, parse_retry_after, retry_wait_ms
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from groupbuy.webhooks.schedule import (
+    MAX_DELAY_DIGITS,
+    RETRY_WAITS_S,
+    parse_retry_after,
+    retry_wait_ms,
+)
 
 
 def low(_a: float, _b: float) -> float:
@@ -53,3 +62,41 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert parse_retry_after("soon", now_ms) is None
     assert parse_retry_after(None, now_ms) is None
     assert parse_retry_after("Tue, 14 Nov 2023 22:00:00 GMT", now_ms) == 0.0
+
+
+def test_retry_after_reads_the_three_forms_of_an_http_date_as_gmt() -> None:
+    now_ms = 1_700_000_000_000
+    assert parse_retry_after("Tuesday, 14-Nov-23 22:15:20 GMT", now_ms) == 120.0
+    assert parse_retry_after("Tue Nov 14 22:15:20 2023", now_ms) == 120.0
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "\u00b2",  # isdigit() says yes, int() refuses
+        "\u0663",  # an Arabic-Indic digit
+        "１２０",  # fullwidth digits
+        "9" * 400,  # past float's range
+        "9" * (MAX_DELAY_DIGITS + 1),
+        "-5",
+        "+5",
+        "1e9",
+        "1.5",
+        "0x10",
+        "12 34",
+        "Tue, 14 Nov 99999 22:15:20 GMT",
+        "Tue, 14 Nov 2023 22:15:20 GMT\x00",
+        "\u00e9t\u00e9",
+        "Tue, 14 Nov 2023 22:15:20 GMT, Tue, 14 Nov 2023 22:15:20 GMT",
+    ],
+)
+def test_retry_after_ignores_what_rfc_9110_does_not_allow(hostile: str) -> None:
+    assert parse_retry_after(hostile, 1_700_000_000_000) is None
+
+
+@given(st.text(alphabet=st.characters(codec="latin-1"), max_size=60))
+def test_retry_after_never_raises_and_is_finite(value: str) -> None:
+    """Whatever a receiver sends (a header is decoded as latin-1)."""
+    delay = parse_retry_after(value, 1_700_000_000_000)
+    assert delay is None or (math.isfinite(delay) and delay >= 0)
+    assert retry_wait_ms(1, delay) is not None
