@@ -395,13 +395,23 @@ class WebhookDelivery(TypedDict):
     event_id: int
     event_type: str
     status: str
-    attempts: list[WebhookAttempt]
+    attempts: list[WebhookAttempt]  # its newest, oldest of them first
+    attempts_total: int
+    older_attempts_cursor: str | None  # the `cursor` of webhook_attempts for the rest
 
 
 class WebhookDeliveriesPage(TypedDict):
     """A page of an endpoint's deliveries, newest first; pass `next_cursor` as `cursor`."""
 
     deliveries: list[WebhookDelivery]
+    next_cursor: str | None
+
+
+class WebhookAttemptsPage(TypedDict):
+    """A page of one delivery's attempts, newest first; pass `next_cursor` as `cursor`."""
+
+    webhook_id: str
+    attempts: list[WebhookAttempt]
     next_cursor: str | None
 
 
@@ -1004,6 +1014,21 @@ class GroupBuyClient:
         params = _drop_none({"status": status, "limit": limit, "cursor": cursor})
         path = f"{self._webhook(endpoint_id)}/deliveries"
         return cast(WebhookDeliveriesPage, await self._json("GET", path, params=params))
+
+    async def webhook_attempts(
+        self,
+        endpoint_id: str,
+        webhook_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> WebhookAttemptsPage:
+        """GET /v1/admin/webhooks/{endpoint_id}/deliveries/{webhook_id}/attempts (admin):
+        one delivery's attempts, newest first; a delivery's `older_attempts_cursor` as
+        `cursor` reads on from its page."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        path = f"{self._webhook(endpoint_id)}/deliveries/{_segment(webhook_id)}/attempts"
+        return cast(WebhookAttemptsPage, await self._json("GET", path, params=params))
 
     async def replay_webhook(
         self, endpoint_id: str, after: int, until: int | None = None

@@ -50,6 +50,7 @@ from groupbuy.client import (
     TeamsPage,
     Unblocked,
     UserLock,
+    WebhookAttemptsPage,
     WebhookDeleted,
     WebhookDeliveriesPage,
     WebhookEndpoint,
@@ -470,6 +471,21 @@ class GroupBuySyncClient:
         params = _drop_none({"status": status, "limit": limit, "cursor": cursor})
         path = f"{self._webhook(endpoint_id)}/deliveries"
         return cast(WebhookDeliveriesPage, self._json("GET", path, params=params))
+
+    def webhook_attempts(
+        self,
+        endpoint_id: str,
+        webhook_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> WebhookAttemptsPage:
+        """GET /v1/admin/webhooks/{endpoint_id}/deliveries/{webhook_id}/attempts (admin):
+        one delivery's attempts, newest first; a delivery's `older_attempts_cursor` as
+        `cursor` reads on from its page."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        path = f"{self._webhook(endpoint_id)}/deliveries/{_segment(webhook_id)}/attempts"
+        return cast(WebhookAttemptsPage, self._json("GET", path, params=params))
 
     def replay_webhook(
         self, endpoint_id: str, after: int, until: int | None = None

@@ -82,6 +82,10 @@ class EndpointNotFound(NotFound):
     code, title = "endpoint_not_found", "Webhook endpoint not found"
 
 
+class DeliveryNotFound(NotFound):
+    code, title = "delivery_not_found", "Webhook delivery not found"
+
+
 class MethodNotAllowed(GroupBuyError):
     status_code, code, title = 405, "method_not_allowed", "Method not allowed"
 

@@ -86,6 +86,7 @@ from groupbuy.client import (
     TeamsPage,
     Unblocked,
     UserLock,
+    WebhookAttemptsPage,
     WebhookDeleted,
     WebhookDeliveriesPage,
     WebhookEndpoint,

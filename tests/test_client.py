@@ -381,6 +381,7 @@ TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
     (typed.WebhookAttempt, answers.WebhookAttempt),
     (typed.WebhookDelivery, answers.WebhookDelivery),
     (typed.WebhookDeliveriesPage, answers.WebhookDeliveriesPage),
+    (typed.WebhookAttemptsPage, answers.WebhookAttemptsPage),
     (typed.WebhookReplayQueued, answers.WebhookReplayQueued),
     (typed.WebhookTestAttempt, answers.WebhookTestAttempt),
 ]

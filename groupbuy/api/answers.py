@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from groupbuy.api.endpoints import Id
+from groupbuy.webhooks.history import ATTEMPTS_SHOWN
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN)]
@@ -550,13 +551,28 @@ class WebhookDelivery(Answer):
     event_id: int
     event_type: str
     status: Literal["pending", "delivered", "failed"]
-    attempts: list[WebhookAttempt]
+    attempts: list[WebhookAttempt] = Field(
+        description=f"its newest attempts (at most {ATTEMPTS_SHOWN}), oldest of them first"
+    )
+    attempts_total: int = Field(description="how many attempts it has")
+    older_attempts_cursor: str | None = Field(
+        description="pass it as `cursor` to `GET .../deliveries/{webhook_id}/attempts` for "
+        "the attempts before those shown; null when every attempt is shown"
+    )
 
 
 class WebhookDeliveriesPage(Answer):
     """A page of an endpoint's deliveries, newest first."""
 
     deliveries: list[WebhookDelivery]
+    next_cursor: str | None = Field(description="pass it as `cursor`; null after the last page")
+
+
+class WebhookAttemptsPage(Answer):
+    """A page of one delivery's attempts, newest first."""
+
+    webhook_id: str = Field(description="`evt_<event id>`: the delivery's")
+    attempts: list[WebhookAttempt]
     next_cursor: str | None = Field(description="pass it as `cursor`; null after the last page")
 
 

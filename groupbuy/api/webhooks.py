@@ -85,6 +85,18 @@ class DeliveriesQuery(LaxQuery):
     )
 
 
+class AttemptsQuery(LaxQuery):
+    """Query of GET /v1/admin/webhooks/{endpoint_id}/deliveries/{webhook_id}/attempts."""
+
+    limit: int = Field(default=20, ge=1, le=100, description="attempts per page")
+    cursor: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,18}$",
+        description="the `next_cursor` of the previous page, or a delivery's "
+        "`older_attempts_cursor`",
+    )
+
+
 def _service(request: Request) -> WebhookService:
     service: WebhookService = request.app.state.services.webhooks
     return service
@@ -135,12 +147,23 @@ async def list_deliveries(request: Request, query: DeliveriesQuery) -> Response:
     return json_response(found)
 
 
-async def replay(request: Request, body: ReplayBody) -> Response:
+async def list_attempts(request: Request, query: AttemptsQuery) -> Response:
+    webhook_id = str(request.path_params["webhook_id"])
+    found = await _service(request).attempts(_id(request), webhook_id, query.cursor, query.limit)
+    return json_response(found)
+
+
+def check_replay_range(body: ReplayBody) -> None:
+    """422 unless `until` (when given) is not below `after` (the console's form too)."""
     if body.until is not None and body.until < body.after:
         raise errors.InvalidRequest(
             "invalid body: until: must not be below after",
             errors=[{"field": "until", "message": "must not be below after"}],
         )
+
+
+async def replay(request: Request, body: ReplayBody) -> Response:
+    check_replay_range(body)
     return json_response(await _service(request).replay(_id(request), body.after, body.until), 202)
 
 
@@ -234,13 +257,35 @@ ENDPOINTS = [
         "GET",
         f"{_ONE}/deliveries",
         list_deliveries,
-        "The endpoint's deliveries whose attempt has ended, newest first, with their attempts",
+        "The endpoint's deliveries whose attempt has ended, newest first, each with its "
+        "newest attempts",
         role="admin",
         query=DeliveriesQuery,
         tag="webhooks",
         responses={200: "A page of deliveries"},
         answer=answers.WebhookDeliveriesPage,
         problems=_NOT_FOUND,
+    ),
+    Endpoint(
+        "GET",
+        f"{_ONE}/deliveries/{{webhook_id}}/attempts",
+        list_attempts,
+        "A delivery's attempts, newest first",
+        role="admin",
+        query=AttemptsQuery,
+        tag="webhooks",
+        responses={200: "A page of attempts"},
+        answer=answers.WebhookAttemptsPage,
+        problems={
+            **_NOT_FOUND,
+            errors.DeliveryNotFound: "the endpoint has no delivery with this webhook id",
+        },
+        path_params={
+            "webhook_id": {
+                "pattern": r"^evt_[0-9]{1,18}$",
+                "description": "the delivery's `webhook_id` (`evt_<event id>`)",
+            }
+        },
     ),
     Endpoint(
         "POST",

@@ -1,12 +1,15 @@
-"""What the admin reads and asks of deliveries: the page of deliveries with their attempts,
-replays of past events, and the backlog the metrics show."""
+"""What the admin reads and asks of deliveries: the page of deliveries with their newest
+attempts, a delivery's attempts a page at a time, replays of past events, and the backlog
+the metrics show."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import aliased
 
+from groupbuy import errors
 from groupbuy.storage.db import Database, dialect_insert
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import iso_ms, to_ms
@@ -16,6 +19,9 @@ from groupbuy.webhooks.store import subscribes
 
 # Events one replay transaction queues.
 REPLAY_BATCH = 2000
+# Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
+# days, or replayed, has many); the rest are read with `attempts`.
+ATTEMPTS_SHOWN = 10
 
 
 async def page(
@@ -41,29 +47,95 @@ async def page(
         rows = list(await session.scalars(query))
         more = len(rows) > limit
         rows = rows[:limit]
-        attempts: dict[int, list[dict[str, Any]]] = {row.id: [] for row in rows}
-        if rows:
-            found = await session.scalars(
-                select(AttemptRow)
-                .where(AttemptRow.delivery_id.in_(list(attempts)))
-                .order_by(AttemptRow.id)
-            )
-            for attempt in found:
-                attempts[attempt.delivery_id].append(_attempt_view(attempt))
+        shown = await _newest_attempts(session, [row.id for row in rows])
     last_row = rows[-1] if rows else None
-    return {
-        "deliveries": [
+    deliveries = []
+    for row in rows:
+        attempts, total = shown.get(row.id, ([], 0))
+        deliveries.append(
             {
                 "webhook_id": webhook_id(row.event_position),
                 "event_id": row.event_position,
                 "event_type": row.event_type,
                 "status": row.status,
-                "attempts": attempts[row.id],
+                "attempts": [_attempt_view(attempt) for attempt in attempts],
+                "attempts_total": total,
+                # Where `attempts` goes on, to the older ones: the oldest shown.
+                "older_attempts_cursor": str(attempts[0].id) if total > len(attempts) else None,
             }
-            for row in rows
-        ],
+        )
+    return {
+        "deliveries": deliveries,
         "next_cursor": f"{last_row.ended_ms}.{last_row.id}" if more and last_row else None,
     }
+
+
+async def _newest_attempts(
+    session: Any, delivery_ids: list[int]
+) -> dict[int, tuple[list[AttemptRow], int]]:
+    """Per delivery: its newest ATTEMPTS_SHOWN attempts, oldest of them first, and how many
+    it has. One query; the database ranks and counts, and sends only the attempts shown."""
+    if not delivery_ids:
+        return {}
+    ranked = (
+        select(
+            AttemptRow,
+            func.row_number()
+            .over(partition_by=AttemptRow.delivery_id, order_by=AttemptRow.id.desc())
+            .label("newest"),
+            func.count().over(partition_by=AttemptRow.delivery_id).label("total"),
+        )
+        .where(AttemptRow.delivery_id.in_(delivery_ids))
+        .subquery()
+    )
+    attempt = aliased(AttemptRow, ranked)
+    found = await session.execute(
+        select(attempt, ranked.c.total)
+        .where(ranked.c.newest <= ATTEMPTS_SHOWN)
+        .order_by(ranked.c.delivery_id, ranked.c.id)
+    )
+    shown: dict[int, tuple[list[AttemptRow], int]] = {}
+    for row, total in found.all():
+        shown.setdefault(row.delivery_id, ([], int(total)))[0].append(row)
+    return shown
+
+
+async def attempts(
+    database: Database, endpoint_id: str, webhook: str, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    """One delivery's attempts, newest first, a page at a time; `cursor` is the previous
+    page's `next_cursor` or a delivery's `older_attempts_cursor` (an attempt id)."""
+    position = event_position(webhook)
+    async with database.sessions() as session:
+        delivery = await session.scalar(
+            select(DeliveryRow.id).where(
+                DeliveryRow.endpoint_id == endpoint_id, DeliveryRow.event_position == position
+            )
+        )
+        if delivery is None:
+            raise errors.DeliveryNotFound(f"endpoint {endpoint_id} has no delivery {webhook}")
+        query = select(AttemptRow).where(AttemptRow.delivery_id == delivery)
+        if cursor:
+            query = query.where(AttemptRow.id < int(cursor))
+        rows = list(await session.scalars(query.order_by(AttemptRow.id.desc()).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "webhook_id": webhook,
+        "attempts": [_attempt_view(row) for row in rows],
+        "next_cursor": str(rows[-1].id) if more and rows else None,
+    }
+
+
+def event_position(webhook: str) -> int:
+    """The feed id of a delivery's `webhook-id` (`evt_<feed id>`); DeliveryNotFound for
+    anything else (a `test_` id is never a delivery)."""
+    prefix, _underscore, digits = webhook.partition("_")
+    if prefix == "evt" and digits.isascii() and digits.isdigit() and len(digits) <= 18:
+        position = int(digits)
+        if webhook == webhook_id(position):  # one spelling: evt_7, not evt_07
+            return position
+    raise errors.DeliveryNotFound(f"no delivery has the webhook id {webhook}")
 
 
 def _attempt_view(row: AttemptRow) -> dict[str, Any]:

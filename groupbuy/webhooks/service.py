@@ -116,9 +116,16 @@ class WebhookService:
     async def deliveries(
         self, endpoint_id: str, status: str | None, cursor: str | None, limit: int
     ) -> dict[str, Any]:
-        """An endpoint's deliveries, newest first, with their attempts."""
+        """An endpoint's deliveries, newest first, each with its newest attempts."""
         await self.store.get(endpoint_id)
         return await history.page(self._db, endpoint_id, status, cursor, limit)
+
+    async def attempts(
+        self, endpoint_id: str, webhook_id: str, cursor: str | None, limit: int
+    ) -> dict[str, Any]:
+        """One delivery's attempts, newest first, a page at a time."""
+        await self.store.get(endpoint_id)
+        return await history.attempts(self._db, endpoint_id, webhook_id, cursor, limit)
 
     async def replay(self, endpoint_id: str, after: int, until: int | None) -> dict[str, Any]:
         """Queue the feed's events `after < id <= until` for the endpoint again."""

@@ -20,6 +20,7 @@ from tests.support.console import (
 )
 from tests.support.fixtures import OpenTeam, SendPacket
 from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, assert_ok, grab, lock
+from tests.support.webhooks import delivery_tried
 
 HOOKED = ["overview", "events", "activity", "team", "packet", "integrity", "webhooks", "audit"]
 
@@ -161,6 +162,15 @@ def test_the_webhooks_pages_list_endpoints_and_deliveries(busy: TestClient) -> N
     assert 'action="/console/webhooks/e1/replay"' in detail.text
     filtered, _ = _page(busy, "/console/webhooks/e1?status=failed")
     assert "No delivery failed." in filtered.text
+
+
+def test_a_delivery_retried_many_times_shows_its_newest_attempts(busy: TestClient) -> None:
+    database = busy.app.state.services.database  # type: ignore[attr-defined]
+    busy.portal.call(delivery_tried, database, "e1", 1, 25)  # type: ignore[union-attr]
+    detail, _ = _page(busy, "/console/webhooks/e1")
+    shown = [f": {status} in " for status in range(500, 525)]
+    assert [status in detail.text for status in shown] == [False] * 15 + [True] * 10
+    assert "and 15 older" in detail.text and "/deliveries/evt_1/attempts" in detail.text
 
 
 def test_the_audit_and_blocked_users_pages(busy: TestClient) -> None:

@@ -10,9 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import standardwebhooks.webhooks as reference
+from sqlalchemy import insert
 
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_event
+from groupbuy.webhooks.models import AttemptRow, DeliveryRow
+from groupbuy.webhooks.queue import delivery_row
 from tests.support.receiver import Received
 
 
@@ -66,3 +69,25 @@ def verified(secret: str, received: Received, moved_clock: bool = False) -> Any:
         return reference.Webhook(secret).verify(received.body, received.headers)
     finally:
         setattr(reference, "datetime", real)  # noqa: B010
+
+
+async def delivery_tried(db: Database, endpoint_id: str, position: int, tries: int) -> None:
+    """A failed delivery of the feed's event `position` with `tries` attempts (statuses
+    500, 501, ... in order, at ms 1000, 2000, ...)."""
+    async with db.transaction() as session:
+        row = delivery_row(endpoint_id, position, "team.formed", "{}", 0)
+        row.update(status="failed", ended_ms=position * 10**6)
+        delivery = (
+            await session.execute(insert(DeliveryRow).values(row).returning(DeliveryRow.id))
+        ).scalar_one()
+        for n in range(tries):
+            session.add(
+                AttemptRow(
+                    delivery_id=delivery,
+                    at_ms=(n + 1) * 1000,
+                    status_code=500 + n,
+                    error=None,
+                    duration_ms=n,
+                    answer="",
+                )
+            )

@@ -51,6 +51,9 @@ async def test_every_webhook_method(admin: GroupBuyClient, receiver: Receiver) -
         await asyncio.sleep(0.05)
     [delivery] = page["deliveries"]
     assert delivery["status"] == "delivered" and delivery["event_type"] == "packet.sent"
+    assert (delivery["attempts_total"], delivery["older_attempts_cursor"]) == (1, None)
+    tried = await admin.webhook_attempts("shop", delivery["webhook_id"], limit=5)
+    assert tried["attempts"] == delivery["attempts"] and tried["next_cursor"] is None
     got = receiver.received[1]
     assert verified(secret, got)["data"]["data"]["packet_id"] == "pk1"
     queued = await admin.replay_webhook("shop", 0)
