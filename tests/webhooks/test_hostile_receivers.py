@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from groupbuy.storage.db import Database
-from groupbuy.webhooks import outcomes
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow
+from groupbuy.webhooks.schedule import retry_wait_ms
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
 from tests.support.receiver import Receiver, arrived, running_receiver
@@ -109,14 +109,12 @@ async def test_an_outcome_that_cannot_be_recorded_is_an_error_of_its_own_deliver
 ) -> None:
     """Whatever fails while one outcome is recorded (here: a fault planted in the
     Retry-After path), the pass's other outcomes and claims still commit."""
-    schedule = outcomes.retry_wait_ms
-
     def planted(tries: int, retry_after_s: float | None = None) -> int | None:
         if retry_after_s is not None:
             raise RuntimeError("a fault in deciding one outcome")
-        return schedule(tries, retry_after_s)
+        return retry_wait_ms(tries, retry_after_s)
 
-    monkeypatch.setattr(outcomes, "retry_wait_ms", planted)
+    monkeypatch.setattr("groupbuy.webhooks.outcomes.retry_wait_ms", planted)
     odd.answer_with(default="429:30")
     await side_by_side(db, receiver, odd)
     assert_healthy_got_each_event_once(await rows(db, "healthy"), receiver)
