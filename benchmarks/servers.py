@@ -28,7 +28,7 @@ import httpx
 from groupbuy.testing.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-ADMIN_KEY, SERVICE_KEY = "a", "s"
+ADMIN_KEY, SERVICE_KEY = "bench-admin-key-0123456789", "bench-service-key-0123456789"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 IDLE_WINDOW_S, IDLE_CPU_SHARE, IDLE_TIMEOUT_S = 0.5, 0.1, 15.0
 # The storms' synthetic users act hundreds of times a second each, a pace no shopper has:

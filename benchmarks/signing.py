@@ -33,7 +33,7 @@ from groupbuy.storage.redis_client import connect_redis
 from groupbuy.storage.signatures import SeenSignatures
 from groupbuy.testing.servers import start_redis
 
-KEY = "bench-service-key"
+KEY = "bench-service-key-0123456789"
 
 
 def hmac_cost_us(body: bytes, number: int) -> float:

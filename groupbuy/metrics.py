@@ -175,6 +175,12 @@ REPLICATION_TIMEOUTS = Counter(
     "Script calls failed with redis_replication_timeout: fewer replicas than [redis] "
     "wait_replicas confirmed their writes within wait_timeout_s (applied on the primary).",
 )
+GUESSES_REFUSED = Counter(
+    "groupbuy_auth_throttled_total",
+    "Requests refused 429 because their client address failed to authenticate too often "
+    "([auth] guess_limit), by surface (api|console).",
+    ["surface"],
+)
 BACKEND_ERRORS = Counter(
     "groupbuy_backend_errors_total",
     "Requests answered 503 because a backing service failed, by backend (redis|database).",

@@ -31,6 +31,7 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
 from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
+from groupbuy.storage.guesses import GuessThrottle
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import RecordWriter
 from groupbuy.storage.ratelimit import RateLimitService
@@ -69,6 +70,7 @@ class Services:
     dead_letters: DeadLetters
     webhooks: WebhookService
     audit: AuditLog  # who changed what, why and when (SQL)
+    guesses: GuessThrottle  # failed authentications per client address (SPEC §3)
 
     @property
     def writers(self) -> tuple[RecordWriter, ...]:
@@ -125,6 +127,7 @@ def build_services(
         dead_letters=dead_letters,
         webhooks=WebhookService(database, settings.webhooks),
         audit=AuditLog(database),
+        guesses=GuessThrottle(settings.auth, scripts, keys),
     )
 
 

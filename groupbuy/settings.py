@@ -10,6 +10,7 @@ pydantic's errors into messages that name the setting.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import logging
 import os
 import tomllib
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # service: business endpoints; admin: everything; viewer: every GET, nothing else.
 ROLES = ("service", "admin", "viewer")
+# The shortest secret a key may have: a guessable one refuses the start (SPEC §3).
+MIN_SECRET_CHARS = 20
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # -- the bounds shared with the request models ------------------------------------------
 
@@ -254,18 +258,50 @@ class AuthSettings(_Section):
     # How far a signed request's timestamp may lie from the server's clock, either way;
     # a seen signature is remembered for twice this long (replays are refused).
     signature_skew_s: Annotated[int, Field(ge=1, le=3600)] = 300
+    # Key guessing: this many failed authentications from one client address within
+    # guess_window_s, and the address is refused (429) until the window ends; 0: never.
+    guess_limit: Annotated[int, Field(ge=0, le=1_000_000)] = 10
+    guess_window_s: Annotated[int, Field(ge=1, le=86_400)] = 60
+    # Client addresses (or networks, CIDR) never throttled.
+    guess_exempt: tuple[str, ...] = ()
+    # Direct peers (addresses or CIDR networks) whose X-Forwarded-For names the client.
+    trusted_proxies: tuple[str, ...] = ()
 
     @field_validator("api_keys")
     @classmethod
     def _role_and_secret(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
-        for entry in entries:
-            if _parse_key(entry) is None:
+        for number, entry in enumerate(entries, 1):
+            key = _parse_key(entry)
+            if key is None:
                 raise ValueError(
                     "entries must look like 'service:<secret>', 'admin:<secret>' or "
                     "'viewer:<secret>' "
                     f"('{ROLES[0]}{SIGNED_SUFFIX}:<secret>': the key must sign its requests)"
                 )
+            if len(key.secret) < MIN_SECRET_CHARS:
+                # Name the role and the entry's place, never the secret (this line is printed).
+                raise ValueError(
+                    f"the {key.role} key (entry {number}) is shorter than {MIN_SECRET_CHARS} "
+                    "characters: use a long random secret, e.g. `openssl rand -hex 24`"
+                )
         return entries
+
+    @field_validator("guess_exempt", "trusted_proxies")
+    @classmethod
+    def _networks(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or a network such as '10.0.0.0/8'"
+                ) from None
+        return entries
+
+    @property
+    def exempt_networks(self) -> tuple[IpNetwork, ...]:
+        """`guess_exempt` as networks (an address is a network of one)."""
+        return tuple(ipaddress.ip_network(entry, strict=False) for entry in self.guess_exempt)
 
     @property
     def keys(self) -> tuple[ApiKey, ...]:

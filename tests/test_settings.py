@@ -47,7 +47,7 @@ def test_environment_overrides_every_section() -> None:
             "GROUPBUY_SERVER_PORT": "9001",
             "GROUPBUY_TEAMS_LOCK_TTL_S": "60",
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.5",
-            "GROUPBUY_API_KEYS": "admin:a1, service:s1",
+            "GROUPBUY_API_KEYS": "admin:a1-admin-secret-0123456, service:s1-service-secret-01234",
         },
     )
     assert settings.redis.url == "redis://127.0.0.1:7000/1" and not settings.redis.embedded
@@ -55,7 +55,10 @@ def test_environment_overrides_every_section() -> None:
     assert settings.server.port == 9001
     assert settings.teams.lock_ttl_s == 60
     assert settings.outbox.flush_interval_s == 0.5
-    assert [(k.role, k.secret) for k in settings.auth.keys] == [("admin", "a1"), ("service", "s1")]
+    assert [(k.role, k.secret) for k in settings.auth.keys] == [
+        ("admin", "a1-admin-secret-0123456"),
+        ("service", "s1-service-secret-01234"),
+    ]
 
 
 def test_the_embedded_engine_settings_come_from_the_environment_too() -> None:
@@ -74,11 +77,14 @@ def test_the_embedded_engine_settings_come_from_the_environment_too() -> None:
 
 def test_api_keys_variable_overrides_the_file(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[auth]\napi_keys = ["service:from-file"]\n')
-    assert [k.secret for k in load_settings(config, {}).auth.keys] == ["from-file"]
+    config.write_text('[auth]\napi_keys = ["service:from-file-0123456789"]\n')
+    assert [k.secret for k in load_settings(config, {}).auth.keys] == ["from-file-0123456789"]
     assert [
-        k.secret for k in load_settings(config, {"GROUPBUY_API_KEYS": "admin:env"}).auth.keys
-    ] == ["env"]
+        k.secret
+        for k in load_settings(
+            config, {"GROUPBUY_API_KEYS": "admin:env-0123456789abcdef"}
+        ).auth.keys
+    ] == ["env-0123456789abcdef"]
 
 
 def test_signed_requests_and_their_skew_are_settings(tmp_path: Path) -> None:
@@ -95,17 +101,20 @@ def test_signed_requests_and_their_skew_are_settings(tmp_path: Path) -> None:
 
 
 def test_a_key_may_be_marked_as_one_that_must_sign() -> None:
-    environ = {"GROUPBUY_API_KEYS": "admin:a1,service+signed:s:2,admin+signed:a3"}
+    environ = {
+        "GROUPBUY_API_KEYS": "admin:a1-admin-secret-0123456,"
+        "service+signed:s:2-service-secret-012,admin+signed:a3-admin-secret-0123456"
+    }
     keys = load_settings(None, environ).auth.keys
     assert [(k.role, k.secret, k.signed) for k in keys] == [
-        ("admin", "a1", False),
-        ("service", "s:2", True),  # a secret may still hold ':'
-        ("admin", "a3", True),
+        ("admin", "a1-admin-secret-0123456", False),
+        ("service", "s:2-service-secret-012", True),  # a secret may still hold ':'
+        ("admin", "a3-admin-secret-0123456", True),
     ]
 
 
 def test_secrets_stay_out_of_reprs() -> None:
-    settings = load_settings(None, {"GROUPBUY_API_KEYS": "admin:topsecret"})
+    settings = load_settings(None, {"GROUPBUY_API_KEYS": "admin:topsecret-0123456789ab"})
     assert "topsecret" not in repr(settings.auth.keys)
 
 
@@ -192,7 +201,7 @@ def test_unknown_groupbuy_variables_are_warned_about_once_each(
     environ = {
         "GROUPBUY_NOTHING_LIKE_IT": "1",
         "GROUPBUY_SERVER_PORT": "9000",
-        "GROUPBUY_API_KEYS": "admin:a",
+        "GROUPBUY_API_KEYS": "admin:a-admin-secret-01234567",
         "GROUPBUY_CONFIG": "",
         "GROUPBUY_KEY": "dev-x",
         "GROUPBUY_TEST_REDIS_URL": "redis://127.0.0.1:6379/15",

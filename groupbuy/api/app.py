@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
 from groupbuy.api.auth import Authenticator
@@ -41,6 +42,14 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     return build_openapi(configured(ENDPOINTS, settings))
 
 
+def proxy_headers(trusted_proxies: tuple[str, ...]) -> list[Middleware]:
+    """uvicorn's ProxyHeadersMiddleware trusting these proxies only (none: not installed, the
+    direct peer is the client)."""
+    if not trusted_proxies:
+        return []
+    return [Middleware(ProxyHeadersMiddleware, trusted_hosts=list(trusted_proxies))]
+
+
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
     """The ASGI application; its lifespan starts and stops the services (services.running)."""
     services = services or build_services(settings)
@@ -70,6 +79,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         exception_handlers={cls: handle_error for cls in HANDLED_ERRORS},
         lifespan=lifespan,
         middleware=[
+            # The client's address from X-Forwarded-For, only when a trusted proxy sent it
+            # (the throttle of key guessing counts by it; the access log shows it).
+            *proxy_headers(settings.auth.trusted_proxies),
             Middleware(ObserveRequests, access_log=settings.log.access_log),
             Middleware(LimitBodyTime, timeout_s=settings.server.body_timeout_s),
             Middleware(RejectAmbiguousPaths),

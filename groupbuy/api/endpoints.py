@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
-from groupbuy.api import auditing, ratelimit
+from groupbuy.api import auditing, guessing, ratelimit
 from groupbuy.api.auth import Authenticator, actor
 from groupbuy.api.jsonbody import (
     FastJSONResponse,
@@ -221,11 +221,14 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
     """A Starlette route running auth, validation and then the endpoint's handler."""
 
     async def run(request: Request) -> Response:
-        key = None if endpoint.role is None else auth.require(request, endpoint.role)
+        # A client address that failed too often is refused before its key is looked at.
+        key = None
+        if endpoint.role is not None:
+            key = await guessing.authenticate(request, auth, endpoint.role)
         raw = await read_body(request, max_body_bytes)
         if key is not None and auth.must_check_signature(request, key):
             # Over the body bytes read once above, before any input is parsed or used.
-            await auth.check_signature(request, key, raw)
+            await guessing.check_signature(request, auth, key, raw)
         check_path_ids(request)
         kwargs: dict[str, Any] = {}
         if endpoint.query is not None:

@@ -58,6 +58,14 @@ _RETRY_AFTER = {
 }
 
 
+# Key guessing (SPEC §3, groupbuy/api/guessing.py): refused before the key is looked at.
+_GUESSING = (
+    "too many failed authentications from the client address (`[auth] guess_limit` within "
+    "`guess_window_s`): every request from it is refused, whatever its key, until "
+    '`Retry-After` seconds have passed; `limits` is `["auth-guesses"]`'
+)
+
+
 def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]:
     """The problems every endpoint of this kind may answer, whatever it does."""
     found: dict[type[errors.GroupBuyError], str] = {}
@@ -102,6 +110,7 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
             "Redis did not answer (retrying is safe: every call is idempotent)"
         )
         found[errors.DatabaseUnavailable] = "the database did not answer"
+        found[errors.RateLimited] = _GUESSING
         if endpoint.method != "GET":
             found[errors.RedisOutOfMemory] = (
                 "Redis is over `maxmemory`: the call was refused before anything was applied"
@@ -111,7 +120,7 @@ def common_problems(endpoint: Endpoint) -> dict[type[errors.GroupBuyError], str]
             f"over a `{endpoint.rate_class}` rate limit of the API key"
             + (" or of the user" if endpoint.rate_user else "")
             + " ([ratelimit]); `Retry-After` and `retry_after_s` say when to retry, "
-            "`limits` names the policies that refused"
+            "`limits` names the policies that refused; or " + _GUESSING
         )
     return found
 
@@ -197,6 +206,8 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             response["headers"] = dict(_RATE_FIELDS)
             if answered == "429":
                 response["headers"]["Retry-After"] = _RETRY_AFTER
+    if "429" in responses:
+        responses["429"].setdefault("headers", {})["Retry-After"] = _RETRY_AFTER
     operation: dict[str, Any] = {
         "summary": endpoint.summary,
         "operationId": endpoint.handler.__name__,

@@ -45,13 +45,23 @@ description, machine-readable, is served at `GET /openapi.json` (OpenAPI 3.1).
 
 **Keys and roles.** Send `Authorization: Bearer <secret>`. Keys are configured as
 `role:secret` pairs (`[auth] api_keys` in `config.toml`, or the environment variable
-`GROUPBUY_API_KEYS="admin:s1,service:s2,viewer:s3"`, which wins over the file). A
+`GROUPBUY_API_KEYS="admin:<secret>,service:<secret>"`, which wins over the file); each
+secret has 20 characters or more, else the service refuses to start. A
 `service` key may call the business endpoints; an `admin` key may call everything; a
 `viewer` key may call every GET (the admin reads included) and nothing else. No key or
 an unknown one answers 401 `unauthorized` (with `WWW-Authenticate: Bearer`); a `service`
 key on an admin endpoint, or a `viewer` key on anything but a GET, answers 403
 `forbidden`. Each operation lists the roles it accepts (`x-roles` in `/openapi.json`).
 Secrets are compared in constant time and never logged.
+
+**Key guessing.** After `[auth] guess_limit` (10) failed authentications from one client
+address within `guess_window_s` (60) seconds (401s: a missing or wrong key, a bad
+signature; and failed console sign-ins), every request from that address that needs a
+key answers 429 `rate_limited` with `Retry-After` (the seconds left in the window) and
+`limits: ["auth-guesses"]`, until the window ends. The address is refused before its key
+is looked at: a right key gets 429 too. A success does not reset the count. The count is
+kept in Redis, so every process sees it; behind a proxy the address is the forwarded one
+(docs/deploy.md).
 
 **Audit log.** Every state-changing admin operation that answers 2xx writes one entry;
 `x-audit` names its action. The entry holds the actor `<role>:<key fingerprint>`, the
@@ -60,7 +70,7 @@ fingerprint is the first 16 hex digits of the secret's SHA-256, never the secret
 `GET /v1/admin/audit` pages the entries, newest first.
 
 **Signed requests.** With `[auth] signed_requests = true` every key must sign its
-requests; a key written `role+signed:secret` (e.g. `service+signed:s2`) must sign
+requests; a key written `role+signed:secret` (e.g. `service+signed:<secret>`) must sign
 whatever that setting says. A signed request also carries `X-Groupbuy-Timestamp` (Unix
 seconds) and `X-Groupbuy-Signature`: the lowercase hex HMAC-SHA256, keyed by the key's
 secret, of `METHOD\nTARGET\nTIMESTAMP\nBODYHASH`, where `TARGET` is the path as sent,

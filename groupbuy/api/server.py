@@ -66,6 +66,9 @@ class ServerConfig(uvicorn.Config):
         # rather than through a format of its own; its access lines are ours (groupbuy.access).
         options.setdefault("log_config", None)
         options.setdefault("access_log", False)
+        # The client address is the app's business ([auth] trusted_proxies, api/app.py):
+        # uvicorn's own X-Forwarded-For handling would trust any peer on 127.0.0.1.
+        options.setdefault("proxy_headers", False)
         super().__init__(app, http=GuardedHttpToolsProtocol, **options)
         self.head_limits = head_limits
 

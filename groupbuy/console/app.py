@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from groupbuy import errors
+from groupbuy.api import guessing
 from groupbuy.api.auth import Authenticator
 from groupbuy.api.problems import handle_error
 from groupbuy.console import actions, live, pages
@@ -139,11 +140,20 @@ async def sign_in(request: Request) -> Response:
     if isinstance(form, Response):
         return form
     target = safe_next(form.get("next"))
+    # Key guessing (SPEC §3): an address that failed too often is refused before its key is
+    # looked at, and each failed sign-in counts against it as a 401 of the API does.
+    retry_after_s = await guessing.refused_for(ctx.services.guesses, request, "console")
+    if retry_after_s is not None:
+        problem = f"Too many failed sign-ins from your address: try again in {retry_after_s} s."
+        refused = page(request, "signin.html", None, 429, next=target, problem=problem)
+        refused.headers["Retry-After"] = str(retry_after_s)
+        return refused
     if not csrf_ok(request, form.get("csrf")):
         problem = "The form expired: sign in again."
         return page(request, "signin.html", None, 403, next=target, problem=problem)
     signed = ctx.gate.sign_in(request, form.get("key", ""))
     if isinstance(signed, str):
+        await ctx.services.guesses.failed(guessing.client_address(request))
         return page(request, "signin.html", None, 401, next=target, problem=signed)
     return RedirectResponse(target, status_code=303)
 

@@ -1,4 +1,5 @@
-"""Typed wrappers of the storage-level scripts (leases, outboxes, rate limits, write probe).
+"""Typed wrappers of the storage-level scripts (leases, outboxes, rate limits, failed
+authentications, write probe).
 
 Each contract names its script's KEYS and ARGV in order (docs/scripts.md is rendered from
 them); each wrapper takes named keys and arguments and answers a parsed reply.
@@ -91,6 +92,16 @@ RATELIMIT_DEBIT = ScriptContract(
     more_argv=Slot("debits", "per bucket: quota, window_us, requests to count (0: read)"),
     reply="`{0, ahead_us_1, ahead_us_2, ...}`: how far each bucket's time is ahead of now.",
 )
+GUESS_COUNT = ScriptContract(
+    "guess_count",
+    "Count failed authentications of one client address in a fixed window, or read them.",
+    keys=slots(("counter", "the address's counter (expires when its window ends)")),
+    argv=slots(
+        ("add", "failures to count (1), or 0 to read"),
+        ("window_ms", "the window, started by the address's first failure"),
+    ),
+    reply="`{failures in the window, ms until it ends (0: no window)}`.",
+)
 WRITE_PROBE = ScriptContract(
     "write_probe",
     "Change nothing; fail with OOM when Redis refuses writes now.",
@@ -106,6 +117,7 @@ CONTRACTS = (
     OUTBOX_READ,
     RATELIMIT_TAKE,
     RATELIMIT_DEBIT,
+    GUESS_COUNT,
     WRITE_PROBE,
 )
 
@@ -204,6 +216,16 @@ async def ratelimit_debit(
         scripts, RATELIMIT_DEBIT.key_list(more=buckets), {"shift_ms": shift_ms}, debits
     )
     return reply[1:]
+
+
+async def guess_count(
+    scripts: ScriptCaller, counter: str, add: int, window_ms: int
+) -> tuple[int, int]:
+    """Count `add` failures (0: only read); the failures in the window and the ms left."""
+    reply = await GUESS_COUNT.call(
+        scripts, GUESS_COUNT.key_list(counter=counter), {"add": add, "window_ms": window_ms}
+    )
+    return int(reply[0]), int(reply[1])
 
 
 async def write_probe(scripts: ScriptCaller, route_key: str) -> None:

@@ -279,6 +279,12 @@ class Keys:
             buckets.append(f"{tag}:user:{user_id}")
         return buckets
 
+    def guesses(self, address: str) -> str:
+        """Counter of the failed authentications of one client address (a normalised IP
+        address, or a digest of a peer name that is none) in its window
+        (lua/guess_count.lua); its own hash tag, so each address is one slot's business."""
+        return f"{self.prefix}:{{guess:{address}}}"
+
     def activity_counts(self, activity_id: str) -> str:
         """Hash of an activity's live counts, kept by the team scripts (no expiry: the teams
         they count outlive the activity's copy; rebuilt from SQL after a loss)."""

@@ -39,7 +39,8 @@ _REQUIRES = re.compile(r"^-- requires: (\S+)$", re.MULTILINE)
 SHEBANG = "#!lua"
 # Scripts that may write but whose writes a failover may lose without breaking anything a
 # client was told, so they never wait for replicas: rate-limit counters (a lost count lets
-# a few more requests through), the scheduler's lease (another process takes it over; the
+# a few more requests through; a lost count of failed authentications, a few more guesses),
+# the scheduler's lease (another process takes it over; the
 # jobs are idempotent), the write probe (it writes nothing; it only lacks the flag so
 # that Redis checks memory first) and the write-behind's acknowledgement (a lost one brings
 # back records SQL already holds, which apply again as no-ops).
@@ -47,6 +48,7 @@ UNREPLICATED = frozenset(
     {
         "ratelimit_take",
         "ratelimit_debit",
+        "guess_count",
         "lease_hold",
         "lease_release",
         "write_probe",

@@ -184,15 +184,14 @@ def test_the_signing_secret_is_shared_by_workers_and_restarts(settings: Settings
 
 
 def test_the_secret_comes_from_the_keys_or_the_setting() -> None:
-    one = load_settings(None, {"GROUPBUY_API_KEYS": "admin:a1"})
-    same = load_settings(None, {"GROUPBUY_API_KEYS": "admin:a1"})
-    other = load_settings(None, {"GROUPBUY_API_KEYS": "admin:a2"})
-    chosen = load_settings(
-        None, {"GROUPBUY_API_KEYS": "admin:a1", "GROUPBUY_CONSOLE_SECRET": "s3cret"}
-    )
+    a1, a2 = "admin:a1-console-secret-0123", "admin:a2-console-secret-0123"
+    one = load_settings(None, {"GROUPBUY_API_KEYS": a1})
+    same = load_settings(None, {"GROUPBUY_API_KEYS": a1})
+    other = load_settings(None, {"GROUPBUY_API_KEYS": a2})
+    chosen = load_settings(None, {"GROUPBUY_API_KEYS": a1, "GROUPBUY_CONSOLE_SECRET": "s3cret"})
     assert session_secret(one) == session_secret(same)
     assert session_secret(one) != session_secret(other)
-    assert "a1" not in session_secret(one)
+    assert "a1-console-secret" not in session_secret(one)
     assert session_secret(chosen) == "s3cret"
 
 

@@ -40,7 +40,7 @@ from groupbuy.api.app import create_app, openapi_document
 from groupbuy.settings import Settings, load_settings
 from tests.support.database import sqlite_url
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
-from tests.support.settings import API_KEYS
+from tests.support.settings import API_KEYS, TEST_GUESS_LIMIT
 
 # Hypothesis-generated requests per operation, positive and negative; the coverage phase's
 # cases come on top: about 5,400 cases per backend, 1-2.5 minutes each here.
@@ -88,6 +88,7 @@ def fuzzed_settings(database_url: str, redis_url: str = "") -> Settings:
             # must refuse one above them (negative_data_rejection)
             "GROUPBUY_REDPACKETS_MAX_COUNT": "500",
             "GROUPBUY_REDPACKETS_MAX_AMOUNT_CENTS": "200000",
+            **TEST_GUESS_LIMIT,  # ignored_auth sends wrong keys to every operation
         },
     )
 

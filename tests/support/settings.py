@@ -22,6 +22,11 @@ TEST_RATE_LIMITS = {
 }
 
 
+# Key guessing: tests send many wrong keys from the one TestClient address (every route's
+# 401s, a fuzzer's); tests/test_http_key_guessing.py sets its own limits.
+TEST_GUESS_LIMIT = {"GROUPBUY_AUTH_GUESS_LIMIT": "1000000"}
+
+
 def settings_for(redis_url: str, database_url: str) -> Settings:
     """Settings for one test: this Redis ('' for fakeredis; cluster mode when it names a
     cluster node), this database (the `database_url` fixture's, or
@@ -35,6 +40,7 @@ def settings_for(redis_url: str, database_url: str) -> Settings:
             "GROUPBUY_REDIS_CLUSTER": str(is_cluster_url(redis_url)).lower(),
             "GROUPBUY_OUTBOX_FLUSH_INTERVAL_S": "0.05",
             **TEST_RATE_LIMITS,
+            **TEST_GUESS_LIMIT,
         },
     )
 
