@@ -24,7 +24,7 @@ import httpx
 from starlette.requests import Request
 
 from groupbuy.api.app import create_app
-from groupbuy.api.auth import Authenticator
+from groupbuy.api.auth import Authenticator, FingerprintKey
 from groupbuy.client import GroupBuyClient
 from groupbuy.settings import ApiKey, load_settings
 from groupbuy.signing import signature
@@ -53,6 +53,7 @@ async def check_cost_us(redis_url: str, requests: int) -> float:
     auth = Authenticator(
         (ApiKey("service", KEY),),
         SeenSignatures(redis, Keys(f"bench-{secrets.token_hex(4)}"), 600_000),
+        fingerprints=FingerprintKey(secrets.token_hex(32)),
     )
     key = ApiKey("service", KEY)
     path, stamp = b"/v1/redpackets/pk-1/grab", str(int(time.time()))

@@ -246,7 +246,8 @@ class LedgerEntriesPage(TypedDict):
 
 
 class AuditEntry(TypedDict):
-    """One action an operator took: who (`<role>:<key fingerprint>`), what, why, when."""
+    """One action an operator took: who (`<role>:<key fingerprint>`, an HMAC of the key
+    under a server-side secret, never the secret), what, why, when."""
 
     id: int
     at: str

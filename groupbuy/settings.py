@@ -258,6 +258,9 @@ class AuthSettings(_Section):
     # How far a signed request's timestamp may lie from the server's clock, either way;
     # a seen signature is remembered for twice this long (replays are refused).
     signature_skew_s: Annotated[int, Field(ge=1, le=3600)] = 300
+    # Keys the fingerprints that name API keys in the audit log (an HMAC of the secret);
+    # empty: a random one made at the first start and kept in Redis for every process.
+    fingerprint_secret: str = Field(default="", repr=False)
     # Key guessing: this many failed authentications from one client address within
     # guess_window_s, and the address is refused (429) until the window ends; 0: never.
     guess_limit: Annotated[int, Field(ge=0, le=1_000_000)] = 10
@@ -285,6 +288,16 @@ class AuthSettings(_Section):
                     "characters: use a long random secret, e.g. `openssl rand -hex 24`"
                 )
         return entries
+
+    @field_validator("fingerprint_secret")
+    @classmethod
+    def _long_enough(cls, secret: str) -> str:
+        if secret and len(secret) < MIN_SECRET_CHARS:
+            raise ValueError(
+                f"is shorter than {MIN_SECRET_CHARS} characters: use a long random secret, "
+                "e.g. `openssl rand -hex 32`"
+            )
+        return secret
 
     @field_validator("guess_exempt", "trusted_proxies")
     @classmethod
@@ -446,8 +459,12 @@ class ConsoleSettings(_Section):
     # and across restarts while the keys stay the same).
     secret: str = Field(default="", repr=False)
     session_max_age_s: Annotated[int, Field(ge=60, le=7 * 86400)] = 8 * 3600
-    https_only: bool = False  # true: the cookie carries Secure (serve behind HTTPS)
+    # true: the cookie carries Secure (serve behind HTTPS); false: never; unset: Secure
+    # whenever [server] host is not a loopback address.
+    https_only: bool | None = None
     live_connections: Annotated[int, Field(ge=1, le=10_000)] = 50  # per process
+    # Live streams one signed-in session may hold at once (per process); past it, 429.
+    live_connections_per_session: Annotated[int, Field(ge=1, le=1000)] = 4
     live_interval_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
     # A stream ends after this long; the browser reconnects and the session is checked again.
     live_stream_s: Annotated[float, Field(ge=0.1, le=86400)] = 300.0

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from groupbuy.api import answers
 from groupbuy.api.app import ENDPOINTS, create_app
-from groupbuy.api.auth import key_id
+from groupbuy.api.auth import fingerprint
 from groupbuy.api.endpoints import Endpoint
 from groupbuy.settings import Settings
 from tests.support.http import (
@@ -33,6 +33,7 @@ READS = [e for e in KEYED if e.method == "GET"]
 WRITES = [e for e in KEYED if e.method != "GET"]
 # A path's parameters filled in: ids, and a job's name.
 FILL = {"name": "sweep_locks"}
+FINGERPRINT_SECRET = "fingerprint-secret-of-the-audit-tests"
 
 
 def _path(endpoint: Endpoint) -> str:
@@ -51,7 +52,9 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def local_client(settings: Settings) -> Iterator[TestClient]:
     """The API with webhooks allowed to a loopback receiver over plain HTTP."""
-    local = settings.replace("webhooks", allow_http=True, allow_private_networks=True)
+    local = settings.replace("webhooks", allow_http=True, allow_private_networks=True).replace(
+        "auth", fingerprint_secret=FINGERPRINT_SECRET
+    )
     with TestClient(create_app(local)) as client:
         yield client
 
@@ -174,7 +177,8 @@ def test_audit_rows_for_each_audited_route(local_client: TestClient, receiver: R
     entries = audit_entries(c, limit=4)  # three pages
     expected = [(action, target, reason) for *_, action, target, reason in reversed(calls)]
     assert [(e["action"], e["target"], e["reason"]) for e in entries] == expected
-    assert {e["actor"] for e in entries} == {f"admin:{key_id(ADMIN_KEY)}"}
+    actor = f"admin:{fingerprint(ADMIN_KEY, FINGERPRINT_SECRET.encode())}"
+    assert {e["actor"] for e in entries} == {actor}
     ids = [e["id"] for e in entries]
     assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
     assert entries[0]["detail"] == {"method": "DELETE", "path": "/v1/admin/webhooks/shop"}

@@ -404,7 +404,10 @@ class AuditEntry(Answer):
 
     id: int
     at: Timestamp
-    actor: str = Field(description="`<role>:<key fingerprint>`: never the key's secret")
+    actor: str = Field(
+        description="`<role>:<key fingerprint>` (an HMAC of the key under a server-side secret): "
+        "never the key's secret"
+    )
     action: str = Field(description="what was done, e.g. `user.block`")
     target: str = Field(description="what it was done to (the route's main id), or empty")
     reason: str | None = Field(description="the reason the operator gave, or null")

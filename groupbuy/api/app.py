@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
-from groupbuy.api.auth import Authenticator
+from groupbuy.api.auth import Authenticator, FingerprintKey
 from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi
@@ -57,13 +57,19 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with running(services):
+            with contextlib.suppress(Exception):  # Redis away: read at the first need
+                await fingerprints.get()
             yield
 
     signing = settings.auth
     seen = SeenSignatures(services.redis, services.keys, 2 * signing.signature_skew_s * 1000)
+    fingerprints = FingerprintKey(
+        signing.fingerprint_secret, services.redis, services.keys.fingerprint_secret()
+    )
     auth = Authenticator(
         signing.keys,
         seen,
+        fingerprints=fingerprints,
         signed_requests=signing.signed_requests,
         skew_s=signing.signature_skew_s,
     )

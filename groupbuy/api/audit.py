@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy.api import answers
-from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
-from groupbuy.ops.audit import AuditLog
+from groupbuy.api.endpoints import TEXT_PATTERN, Endpoint, LaxQuery, StrictBody, json_response
+from groupbuy.ops.audit import REASON_CHARS, AuditLog
+
+ReasonText = Annotated[str, StringConstraints(max_length=REASON_CHARS, pattern=TEXT_PATTERN)]
+"""An operator's reason, as the audit log keeps it: at most 500 characters, any but U+0000
+(which PostgreSQL's text cannot hold). The API's bodies and the console's forms use it."""
+
+
+class ActionReason(StrictBody):
+    """The reason every console action asks for, checked as the API checks a reason."""
+
+    reason: ReasonText = Field(min_length=1)
 
 
 class AuditQuery(LaxQuery):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
+from redis.exceptions import RedisError
 from starlette.requests import Request
 
 from groupbuy import errors
@@ -29,12 +32,16 @@ class Authenticator:
         keys: tuple[ApiKey, ...],
         seen: SeenSignatures,
         *,
+        fingerprints: FingerprintKey,
         signed_requests: bool = False,
         skew_s: int = 300,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._keys = [(key, key.secret.encode()) for key in keys]
-        self._ids = {key: key_id(key.secret) for key in keys}
+        self._fingerprints = fingerprints
+        self._ids: dict[ApiKey, str] = {}
+        # Names rate-limit buckets while the fingerprint secret cannot be read (Redis away).
+        self._stand_in = secrets.token_bytes(32)
         self._signed_requests = signed_requests
         self._skew_s = skew_s
         self._seen = seen
@@ -67,10 +74,22 @@ class Authenticator:
             raise errors.Forbidden()
         return key
 
-    def key_id(self, key: ApiKey) -> str:
-        """The name of `key` where its secret must not appear (the Redis keys of its rate
-        limits)."""
-        return self._ids[key]
+    async def key_id(self, key: ApiKey) -> str:
+        """The name of `key` where its secret must not appear (the audit log, the Redis keys
+        of its rate limits): its fingerprint under the server's fingerprint key."""
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = fingerprint(key.secret, await self._fingerprints.get())
+        return found
+
+    async def bucket_id(self, key: ApiKey) -> str:
+        """The name of `key`'s rate-limit buckets: its fingerprint, or while Redis cannot
+        give the fingerprint secret, a name under a key of this process (the rate limiter
+        then finds Redis away too, and lets the request through as it does then)."""
+        try:
+            return await self.key_id(key)
+        except (RedisError, OSError):
+            return fingerprint(key.secret, self._stand_in)
 
     def must_check_signature(self, request: Request, key: ApiKey) -> bool:
         """True when the request has to carry a valid signature: signing is required of
@@ -110,9 +129,9 @@ class Authenticator:
             )
 
 
-def actor(auth: Authenticator, key: ApiKey) -> str:
+async def actor(auth: Authenticator, key: ApiKey) -> str:
     """How the audit log names the key that acted: `<role>:<fingerprint>`, never its secret."""
-    return f"{key.role}:{auth.key_id(key)}"
+    return f"{key.role}:{await auth.key_id(key)}"
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -125,7 +144,39 @@ def accepted_roles(method: str, needed: str) -> tuple[str, ...]:
     return (*roles, "viewer") if method.upper() in READ_METHODS else roles
 
 
-def key_id(secret: str) -> str:
+FINGERPRINT_DIGITS = 16
+
+
+def fingerprint(secret: str, server_key: bytes) -> str:
     """A key's name for the places its secret must not appear: the first 16 hex digits of
-    the secret's SHA-256."""
-    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+    the HMAC-SHA256 of the secret keyed by the server's fingerprint key. Without that key a
+    reader of the audit log cannot test guesses of a secret offline."""
+    digest = hmac.new(server_key, secret.encode(), hashlib.sha256).hexdigest()
+    return digest[:FINGERPRINT_DIGITS]
+
+
+class FingerprintKey:
+    """The server-side key of key fingerprints: `[auth] fingerprint_secret` when set, else
+    a random one made once and kept in Redis (SET NX: the first process to start makes it,
+    every other process and replica reads the same one). Read once per process."""
+
+    def __init__(self, configured: str, redis: Any = None, redis_key: str = "") -> None:
+        self._value = configured.encode() if configured else None
+        self._redis = redis
+        self._redis_key = redis_key
+
+    async def get(self) -> bytes:
+        """The key (from Redis on the first call when none is configured)."""
+        if self._value is None:
+            self._value = await self._kept()
+        return self._value
+
+    async def _kept(self) -> bytes:
+        if self._redis is None:
+            raise RuntimeError("no fingerprint secret configured and no Redis to keep one")
+        for _attempt in range(3):  # SET NX then GET: racing processes read the one that won
+            await self._redis.set(self._redis_key, secrets.token_hex(32), nx=True)
+            found = await self._redis.get(self._redis_key)
+            if found is not None:
+                return found.encode() if isinstance(found, str) else bytes(found)
+        raise RuntimeError(f"Redis does not keep {self._redis_key}")

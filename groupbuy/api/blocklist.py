@@ -7,24 +7,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy.api import answers
+from groupbuy.api.audit import ReasonText
 from groupbuy.api.endpoints import (
     ID_PATTERN,
-    TEXT_PATTERN,
     Endpoint,
     LaxQuery,
     StrictBody,
     json_response,
 )
-from groupbuy.ops.blocklist import REASON_MAX, BlocklistService
+from groupbuy.ops.audit import AuditLog, AuditRow
+from groupbuy.ops.blocklist import BlocklistService
 
 
 class BlockBody(StrictBody):
     """Body of PUT /v1/admin/blocked-users/{user_id}."""
 
-    reason: str | None = Field(
+    reason: ReasonText | None = Field(
         default=None,
-        max_length=REASON_MAX,
-        pattern=TEXT_PATTERN,
         description="why, for the admins who read the list (any text but U+0000)",
     )
 
@@ -45,12 +44,24 @@ def _service(request: Request) -> BlocklistService:
     return service
 
 
+def _audit_row(request: Request, action: str, reason: str | None) -> AuditRow:
+    """The action's audit row, committed by the service with the change itself (an action
+    that ran is audited, one refused is not); the route runner then writes none."""
+    log: AuditLog = request.app.state.services.audit
+    request.state.audited = True
+    detail = {"method": request.method, "path": request.url.path}
+    return log.entry(request.state.actor, action, request.path_params["user_id"], reason, detail)
+
+
 async def block_user(request: Request, body: BlockBody) -> Response:
-    return json_response(await _service(request).block(request.path_params["user_id"], body.reason))
+    audit = _audit_row(request, "user.block", body.reason)
+    blocked = await _service(request).block(request.path_params["user_id"], body.reason, audit)
+    return json_response(blocked)
 
 
 async def unblock_user(request: Request) -> Response:
-    return json_response(await _service(request).unblock(request.path_params["user_id"]))
+    audit = _audit_row(request, "user.unblock", None)
+    return json_response(await _service(request).unblock(request.path_params["user_id"], audit))
 
 
 async def list_blocked_users(request: Request, query: BlockedUsersQuery) -> Response:

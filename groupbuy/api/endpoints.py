@@ -207,10 +207,15 @@ def parse_query(model: type[BaseModel], request: Request) -> BaseModel:
         raise _validation_problem(exc, "query") from None
 
 
+def is_id(value: object) -> bool:
+    """True when `value` is an id (SPEC §2): the whole text, a trailing newline refused."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
 def check_path_ids(request: Request) -> None:
     """Every path parameter is an id; refuse the rest before anything touches Redis."""
     for name, value in request.path_params.items():
-        if not isinstance(value, str) or not _ID.fullmatch(value):
+        if not is_id(value):
             raise errors.InvalidRequest(
                 f"{name} must match {ID_PATTERN}",
                 errors=[{"field": name, "message": f"must match {ID_PATTERN}"}],
@@ -238,15 +243,21 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
         if endpoint.body is not None:
             check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)
+        if endpoint.audit is not None and key is not None:
+            # Who acts: the audit row's actor (a handler that writes its row itself reads it).
+            request.state.actor = await actor(auth, key)
         if endpoint.rate_class is None or key is None:
             response = await endpoint.handler(request, **kwargs)
         else:
             user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
-            fields = await ratelimit.take(request, endpoint.rate_class, auth.key_id(key), user_id)
+            key_id = await auth.bucket_id(key)
+            fields = await ratelimit.take(request, endpoint.rate_class, key_id, user_id)
             response = await endpoint.handler(request, **kwargs)
             response.raw_headers.extend(fields)
-        if endpoint.audit is not None and key is not None and 200 <= response.status_code < 300:
-            await auditing.record(request, endpoint.audit, actor(auth, key), kwargs.get("body"))
+        # 2xx, and the handler did not commit the row with its change (request.state.audited).
+        to_audit = 200 <= response.status_code < 300 and not getattr(request.state, "audited", 0)
+        if endpoint.audit is not None and key is not None and to_audit:
+            await auditing.record(request, endpoint.audit, request.state.actor, kwargs.get("body"))
         return response
 
     run.__name__ = endpoint.handler.__name__

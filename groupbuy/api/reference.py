@@ -66,7 +66,9 @@ kept in Redis, so every process sees it; behind a proxy the address is the forwa
 **Audit log.** Every state-changing admin operation that answers 2xx writes one entry;
 `x-audit` names its action. The entry holds the actor `<role>:<key fingerprint>`, the
 action, the target (the path's id) and the body's `reason` when it has one. The
-fingerprint is the first 16 hex digits of the secret's SHA-256, never the secret.
+fingerprint is the first 16 hex digits of the HMAC-SHA256 of the secret keyed by a
+server-side secret (`[auth] fingerprint_secret`), never the secret: without that secret
+a reader of the log cannot test guesses of a key offline.
 `GET /v1/admin/audit` pages the entries, newest first.
 
 **Signed requests.** With `[auth] signed_requests = true` every key must sign its

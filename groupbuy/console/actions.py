@@ -1,21 +1,48 @@
 """The console's actions (POST, admins only): each names its target, runs one service call
-and is written to the audit log with the operator's reason before the page answers."""
+and is written to the audit log with the operator's reason before the page answers.
+
+A form is checked by the rules of the API call it stands for (the same models and id
+rule), so a form the API would refuse is refused here too, before anything changes."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import orjson
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from groupbuy import errors
+from groupbuy.api.audit import ActionReason
+from groupbuy.api.blocklist import BlockBody
+from groupbuy.api.endpoints import parse_body
+from groupbuy.api.webhooks import ReplayBody, check_replay_range
 from groupbuy.console import params
 from groupbuy.console.context import Context
+from groupbuy.ops.audit import AuditRow
 from groupbuy.ops.jobs import JOBS
 
 Form = Mapping[str, str]
 Run = Callable[[], Awaitable[dict[str, Any]]]
+Audited = Callable[[AuditRow], Awaitable[dict[str, Any]]]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def checked(model: type[M], fields: dict[str, Any]) -> M:
+    """`fields` as the API's `model` reads them from a JSON body: 422 with its message when
+    the API would refuse them."""
+    body = parse_body(model, orjson.dumps(fields))
+    assert isinstance(body, model)
+    return body
+
+
+def check_reason(reason: str) -> str:
+    """An action's reason, checked as the API checks one (at most 500 characters, no NUL)."""
+    return checked(ActionReason, {"reason": reason}).reason
 
 
 @dataclass(frozen=True)
@@ -27,6 +54,8 @@ class Planned:
     target: str
     run: Run
     back: str
+    # The call that commits the action's audit row (given) with its own change, if it has one.
+    audited: Audited | None = None
 
 
 def run_job(request: Request, ctx: Context, _form: Form) -> Planned:
@@ -50,22 +79,26 @@ def replay_dead_letter(request: Request, ctx: Context, _form: Form) -> Planned:
 
 def block_user(_request: Request, ctx: Context, form: Form) -> Planned:
     user_id = params.an_id(form.get("user_id", "").strip(), "user_id")
-    reason = form["reason"]
+    reason = checked(BlockBody, {"reason": form["reason"]}).reason  # PUT /v1/admin/blocked-users
+    blocklist = ctx.services.blocklist
     return Planned(
         "user.block",
         user_id,
-        lambda: ctx.services.blocklist.block(user_id, reason),
+        lambda: blocklist.block(user_id, reason),
         "/console/blocked-users",
+        audited=lambda row: blocklist.block(user_id, reason, row),
     )
 
 
 def unblock_user(request: Request, ctx: Context, _form: Form) -> Planned:
     user_id = params.an_id(request.path_params["uid"], "user id")
+    blocklist = ctx.services.blocklist
     return Planned(
         "user.unblock",
         user_id,
-        lambda: ctx.services.blocklist.unblock(user_id),
+        lambda: blocklist.unblock(user_id),
         "/console/blocked-users",
+        audited=lambda row: blocklist.unblock(user_id, row),
     )
 
 
@@ -89,8 +122,8 @@ def replay_webhook(request: Request, ctx: Context, form: Form) -> Planned:
     until = params.position(form.get("until", "").strip(), "until")
     if after is None:
         raise errors.InvalidRequest("after is required: the feed id to replay after")
-    if until is not None and until <= after:
-        raise errors.InvalidRequest("until must be above after")
+    body = checked(ReplayBody, {"after": after, "until": until})  # POST .../replay
+    check_replay_range(body)
     return Planned(
         "webhook.replay",
         eid,

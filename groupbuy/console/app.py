@@ -23,7 +23,14 @@ from groupbuy.api.problems import handle_error
 from groupbuy.console import actions, live, pages
 from groupbuy.console.context import Context
 from groupbuy.console.headers import SecurityHeaders
-from groupbuy.console.identity import Gate, Operator, csrf_ok, safe_next, session_secret
+from groupbuy.console.identity import (
+    Gate,
+    Operator,
+    csrf_ok,
+    safe_next,
+    secure_cookie,
+    session_secret,
+)
 from groupbuy.console.overview import Overview
 from groupbuy.console.render import STATIC_DIR, error_page, page, to_sign_in
 from groupbuy.console.sampler import Sampler
@@ -48,10 +55,10 @@ def guarded(handler: Page) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         ctx = _context(request)
-        operator = ctx.gate.operator(request)
-        if operator is None:
-            return to_sign_in(request)
         try:
+            operator = await ctx.gate.operator(request)
+            if operator is None:
+                return to_sign_in(request)
             return await handler(request, ctx, operator)
         except Exception as exc:
             return await handle(request, exc)
@@ -77,11 +84,15 @@ async def read_form(request: Request) -> dict[str, str] | Response:
 
 def action(plan: Plan) -> Callable[[Request], Awaitable[Response]]:
     """An admin's action: signed in, the session's CSRF token, an admin key, a reason and the
-    confirmation; then the call, its audit row, and back to the page."""
+    confirmation, the form checked by the rules of the API call it stands for (a refused one
+    changes nothing); then the call, its audit row, and back to the page."""
 
     async def endpoint(request: Request) -> Response:
         ctx = _context(request)
-        operator = ctx.gate.operator(request)
+        try:
+            operator = await ctx.gate.operator(request)
+        except Exception as exc:
+            return await handle(request, exc)
         if operator is None:
             return to_sign_in(request)
         form = await read_form(request)
@@ -102,6 +113,7 @@ def action(plan: Plan) -> Callable[[Request], Awaitable[Response]]:
             )
         form["reason"] = reason
         try:
+            actions.check_reason(reason)
             return await _act(request, ctx, operator, plan(request, ctx, form), reason)
         except Exception as exc:
             return await handle(request, exc)
@@ -112,15 +124,21 @@ def action(plan: Plan) -> Callable[[Request], Awaitable[Response]]:
 async def _act(
     request: Request, ctx: Context, operator: Operator, planned: actions.Planned, reason: str
 ) -> Response:
-    """Run a planned action and write its audit row (a refused one too, with why)."""
+    """Run a planned action and write its audit row (a refused one too, with why). An
+    action that commits its row with its own change (`planned.audited`) is given it."""
     audit = ctx.services.audit
     try:
-        result = await planned.run()
+        if planned.audited is not None:
+            row = audit.entry(operator.actor, planned.action, planned.target, reason)
+            result = await planned.audited(row)
+        else:
+            result = await planned.run()
     except errors.GroupBuyError as exc:
         detail = {"error": exc.code, "detail": exc.detail}
         await audit.record(operator.actor, planned.action, planned.target, reason, detail)
         raise
-    await audit.record(operator.actor, planned.action, planned.target, reason, result)
+    if planned.audited is None:
+        await audit.record(operator.actor, planned.action, planned.target, reason, result)
     request.session["notice"] = f"{planned.action} {planned.target}: done"
     return RedirectResponse(planned.back, status_code=303)
 
@@ -128,7 +146,10 @@ async def _act(
 async def sign_in_page(request: Request) -> Response:
     ctx = _context(request)
     target = safe_next(request.query_params.get("next"))
-    operator = ctx.gate.operator(request)
+    try:
+        operator = await ctx.gate.operator(request)
+    except Exception as exc:
+        return await handle(request, exc)
     if operator is not None:
         return RedirectResponse(target, status_code=303)
     return page(request, "signin.html", None, next=target, problem=None)
@@ -151,7 +172,10 @@ async def sign_in(request: Request) -> Response:
     if not csrf_ok(request, form.get("csrf")):
         problem = "The form expired: sign in again."
         return page(request, "signin.html", None, 403, next=target, problem=problem)
-    signed = ctx.gate.sign_in(request, form.get("key", ""))
+    try:
+        signed = await ctx.gate.sign_in(request, form.get("key", ""))
+    except Exception as exc:
+        return await handle(request, exc)
     if isinstance(signed, str):
         await ctx.services.guesses.failed(guessing.client_address(request))
         return page(request, "signin.html", None, 401, next=target, problem=signed)
@@ -163,33 +187,48 @@ async def sign_out(request: Request) -> Response:
     if isinstance(form, Response):
         return form
     if not csrf_ok(request, form.get("csrf")):
-        operator = _context(request).gate.operator(request)
+        operator = await _operator(request)
         return error_page(request, operator, 403, "Form expired", "Reload the page.")
-    request.session.clear()
+    try:
+        await _context(request).gate.sign_out(request)  # a copy of the cookie is over too
+    except Exception as exc:
+        return await handle(request, exc)
     return RedirectResponse("/console/signin", status_code=303)
 
 
 async def live_stream(request: Request) -> Response:
     ctx = _context(request)
-    if ctx.gate.operator(request) is None:
+    try:
+        operator = await ctx.gate.operator(request)
+    except Exception as exc:  # problem+json, as the API answers: a script reads it
+        return await handle_error(request, exc)
+    if operator is None:
         return Response("sign in first", status_code=401, media_type="text/plain")
-    return live.stream(request, ctx)
+    return live.stream(request, ctx, operator.session)
 
 
 async def live_json(request: Request) -> Response:
     ctx = _context(request)
-    if ctx.gate.operator(request) is None:
-        return Response("sign in first", status_code=401, media_type="text/plain")
     try:
+        if await ctx.gate.operator(request) is None:
+            return Response("sign in first", status_code=401, media_type="text/plain")
         return await live.snapshot(request, ctx)
     except Exception as exc:  # problem+json, as the API answers: a script reads it
         return await handle_error(request, exc)
 
 
+async def _operator(request: Request) -> Operator | None:
+    """The request's operator for an error page, None when even that cannot be known."""
+    try:
+        return await _context(request).gate.operator(request)
+    except Exception:
+        return None
+
+
 async def handle(request: Request, exc: Exception) -> Response:
     """Every failure as a console page: ours with their status and detail, a backing
     service's as 503, anything else as 500 (logged by the API's handler)."""
-    operator = _context(request).gate.operator(request)
+    operator = await _operator(request)
     if isinstance(exc, errors.GroupBuyError):
         return error_page(request, operator, exc.status_code, exc.title, exc.detail)
     status = (await handle_error(request, exc)).status_code
@@ -248,16 +287,21 @@ def build_console(settings: Settings, services: Services, auth: Authenticator) -
                 max_age=config.session_max_age_s,
                 path="/console",
                 same_site="strict",
-                https_only=config.https_only,
+                https_only=secure_cookie(settings),
             ),
         ],
     )
     sampler = Sampler(config.live_interval_s)
     app.state.console = Context(
         services,
-        Gate(auth, settings),
+        Gate(auth, settings, services.redis, services.keys),
         Overview(services, sampler, config.live_interval_s),
-        LiveStreams(config.live_connections, config.live_interval_s, config.live_stream_s),
+        LiveStreams(
+            config.live_connections,
+            config.live_interval_s,
+            config.live_stream_s,
+            config.live_connections_per_session,
+        ),
     )
     return app
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from groupbuy.api.endpoints import is_id
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, read_feed
 
 PAGE = 200  # feed rows read per page or live update, whatever the filter keeps
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_TYPE = re.compile(r"^[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}$")
+_TYPE = re.compile(r"[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}")
 FILTERS = ("type", "activity_id", "team_id", "packet_id")
 
 
@@ -35,7 +35,7 @@ class FeedFilter:
         kept = {
             name: value
             for name, value in values.items()
-            if value and (_TYPE if name == "type" else _ID).match(value)
+            if value and (_TYPE.fullmatch(value) if name == "type" else is_id(value))
         }
         return cls(**kept)
 

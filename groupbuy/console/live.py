@@ -3,7 +3,8 @@ every `[console] live_interval_s`, and its JSON twin for browsers that cannot st
 
 Each update is one bounded read: the overview's shared snapshot, one activity row, one
 packet script call, one page of the feed, or a list's page again (the service call of its
-API listing: one SQL page and its live values). Streams per process are capped; a stream
+API listing: one SQL page and its live values). Streams per process are capped, and so are
+those of one signed-in session (one operator cannot take every place); a stream
 ends after `[console] live_stream_s` (the browser reconnects, and its session is checked
 again) or when the server shuts down (`streams.stop_all`).
 """
@@ -31,19 +32,20 @@ class _Stream(StreamingResponse):
     """A stream that gives its place back under the cap however it ends (finished, client
     gone before or while it ran, cancelled)."""
 
-    def __init__(self, body: AsyncIterator[bytes], streams: LiveStreams) -> None:
+    def __init__(self, body: AsyncIterator[bytes], streams: LiveStreams, session: str) -> None:
         super().__init__(
             body,
             media_type="text/event-stream",
             headers={"X-Accel-Buffering": "no"},  # proxies must not hold the updates back
         )
         self._streams = streams
+        self._session = session
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._streams.open -= 1
+            self._streams.give_back(self._session)
 
 
 class Watched:
@@ -128,21 +130,29 @@ async def _updates(watched: Watched, streams: LiveStreams) -> AsyncIterator[byte
     yield b"event: end\ndata: {}\n\n"
 
 
-def stream(request: Request, ctx: Context) -> Response:
-    """The stream of a page's updates; 503 with Retry-After beyond the cap."""
+def stream(request: Request, ctx: Context, session: str) -> Response:
+    """The stream of a page's updates for the signed-in `session`; 429 with Retry-After past
+    the streams one session may hold, 503 past the cap of all of them."""
     streams = ctx.live
     try:
         watched = Watched(request, ctx)
     except Exception as exc:
         return PlainTextResponse(str(exc), status_code=400)
+    if streams.by_session.get(session, 0) >= streams.per_session:
+        return PlainTextResponse(
+            f"This session holds {streams.per_session} live connections already "
+            "(close a tab): this page polls instead.",
+            status_code=429,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     if streams.open >= streams.cap or streams.stopping:
         return PlainTextResponse(
             "Too many live connections: retry in a few seconds.",
             status_code=503,
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
-    streams.open += 1
-    return _Stream(_updates(watched, streams), streams)
+    streams.take(session)
+    return _Stream(_updates(watched, streams), streams, session)
 
 
 async def snapshot(request: Request, ctx: Context) -> Response:

@@ -5,24 +5,26 @@ from __future__ import annotations
 import re
 
 from groupbuy import errors
+from groupbuy.api.endpoints import ID_PATTERN, is_id
 from groupbuy.locks.codec import parse_page_cursor
 
-ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_DIGITS = re.compile(r"^[0-9]{1,18}$")
+# Every pattern here is matched against the whole value (fullmatch): `$` alone would let a
+# trailing newline through.
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def an_id(value: object, name: str) -> str:
-    """`value` when it is an id (SPEC §2), else 422 naming the field."""
-    if isinstance(value, str) and ID.match(value):
+    """`value` when it is an id (SPEC §2, the API's rule), else 422 naming the field."""
+    if isinstance(value, str) and is_id(value):
         return value
-    raise errors.InvalidRequest(f"{name} must match {ID.pattern}")
+    raise errors.InvalidRequest(f"{name} must match {ID_PATTERN}")
 
 
 def position(value: object, name: str) -> int | None:
     """A feed position or page cursor of digits, None when absent, else 422."""
     if value in (None, ""):
         return None
-    if isinstance(value, str) and _DIGITS.match(value):
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
         return int(value)
     raise errors.InvalidRequest(f"{name} must be a whole number")
 
@@ -34,7 +36,7 @@ def id_cursor(value: object, name: str) -> str | None:
     return an_id(value, name)
 
 
-_DELIVERY_CURSOR = re.compile(r"^[0-9]{1,18}\.[0-9]{1,18}$")
+_DELIVERY_CURSOR = re.compile(r"[0-9]{1,18}\.[0-9]{1,18}")
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 
@@ -42,7 +44,7 @@ def delivery_cursor(value: object) -> str | None:
     """A deliveries page cursor (`<ended_ms>.<id>`), None when absent, else 422."""
     if value in (None, ""):
         return None
-    if isinstance(value, str) and _DELIVERY_CURSOR.match(value):
+    if isinstance(value, str) and _DELIVERY_CURSOR.fullmatch(value):
         return value
     raise errors.InvalidRequest("cursor must look like <ms>.<id>")
 
@@ -59,7 +61,7 @@ def delivery_status(value: object) -> str | None:
 ACTIVITY_STATUSES = ("open", "closed")
 PACKET_STATUSES = ("active", "sold_out", "expired")
 TEAM_STATUSES = ("open", "formed", "failed")
-_PACKET_CURSOR = re.compile(r"^[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}$")
+_PACKET_CURSOR = re.compile(r"[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}")
 _MAX_CURSOR_MS = 253_402_300_799_999  # the last ms of year 9999: SQL times stop there
 
 
@@ -91,6 +93,6 @@ def packet_cursor(value: object) -> str | None:
     """A packets page cursor (`<created_ms>.<packet_id>`), None when absent, else 422."""
     if value in (None, ""):
         return None
-    if isinstance(value, str) and _PACKET_CURSOR.match(value):
+    if isinstance(value, str) and _PACKET_CURSOR.fullmatch(value):
         return value
     raise errors.InvalidRequest("cursor must look like <ms>.<packet id>")

@@ -56,18 +56,29 @@ class AuditLog:
         detail: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write one action and return its entry as `page` shows it."""
-        row = AuditRow(
+        row = self.entry(actor, action, target, reason, detail)
+        async with self._db.transaction(urgent=True) as session:
+            session.add(row)
+        return entry_body(row)
+
+    def entry(
+        self,
+        actor: str,
+        action: str,
+        target: str,
+        reason: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditRow:
+        """One action's row, not yet written: for a change that adds it to its own SQL
+        transaction, so the change and its audit row are committed together or not at all."""
+        return AuditRow(
             at=from_ms(round(self._clock() * 1000)),
             actor=actor[:64],
             action=action[:64],
             target=target[:200],
             reason=reason[:REASON_CHARS] if reason else None,
-            # a round trip through JSON keeps only what the column can hold
-            detail=json.loads(json.dumps(detail, default=str)) if detail else None,
+            detail=jsonable(detail),
         )
-        async with self._db.transaction(urgent=True) as session:
-            session.add(row)
-        return entry_body(row)
 
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """The newest entries before `cursor` (the id of the last entry of the previous
@@ -89,3 +100,8 @@ def entry_body(row: AuditRow) -> dict[str, Any]:
         "reason": row.reason,
         "detail": row.detail,
     }
+
+
+def jsonable(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the detail column keeps: a round trip through JSON keeps only what it can hold."""
+    return json.loads(json.dumps(detail, default=str)) if detail else None

@@ -6,23 +6,28 @@ join, open, confirm, grab and send read in the same call as the operation, so a 
 takes effect atomically with them. In Redis Cluster those scripts read the copy of their
 own slot instead (user_id -> '1'), one per slot in use: a change writes the
 hash and then every slot's copy (groupbuy/storage/slots.py). A change writes SQL and Redis
-under one lock, and `sync` (at start and in the repair job) rebuilds each copy from SQL
+under one lock: SQL first (flushed, so a refusal comes before Redis changes), then Redis,
+then the commit, which also holds the action's audit row; a commit that fails puts Redis
+back. `sync` (at start and in the repair job) rebuilds each copy from SQL
 when it differs, e.g. after Redis lost its data.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, DateTime, String, delete, func, select
+from sqlalchemy import DateTime, String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from groupbuy.ops.audit import AuditRow, jsonable
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
 from groupbuy.storage.slots import COPY_VALUE, each_slot
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
+log = logging.getLogger(__name__)
 REASON_MAX = 500  # characters of an admin's note on a block
 # Fields written per HSET when the copy is rebuilt.
 REBUILD_CHUNK = 1000
@@ -70,36 +75,82 @@ class BlocklistService(UsesBackends):
         """Apply `write(pipe, key)` to every key, pipelined."""
         await each_slot(self._redis, keys, write)
 
-    async def block(self, user_id: str, reason: str | None = None) -> dict[str, Any]:
-        """Block a user (again: the reason is replaced, the start of the block kept)."""
+    async def block(
+        self, user_id: str, reason: str | None = None, audit: AuditRow | None = None
+    ) -> dict[str, Any]:
+        """Block a user (again: the reason is replaced, the start of the block kept). `audit`,
+        the action's audit row, is committed with the change (its detail: the entry)."""
         now_ms = await self._clock.now_ms(self._redis)
-        async with self._lock(), self._db.transaction(urgent=True) as session:
-            row = await session.get(BlockedUserRow, user_id, with_for_update=True)
-            if row is None:
-                row = BlockedUserRow(user_id=user_id, blocked_at=from_ms(now_ms))
-                session.add(row)
-            row.reason = reason
-            # Redis before the commit: if Redis fails, the SQL change rolls back too.
-            value = redis_value(row)
-            await self._redis.hset(self._keys.blocked_users(), user_id, value)
-            await self._on_each(
-                await self._slot_copies(),
-                lambda pipe, key: pipe.hset(key, user_id, COPY_VALUE),
-            )
-            body = _body(row)
+        async with self._lock():
+            previous: str | None = None
+            written = False
+            try:
+                async with self._db.transaction(urgent=True) as session:
+                    row = await session.get(BlockedUserRow, user_id, with_for_update=True)
+                    if row is None:
+                        row = BlockedUserRow(user_id=user_id, blocked_at=from_ms(now_ms))
+                        session.add(row)
+                    else:
+                        previous = redis_value(row)
+                    row.reason = reason
+                    body = _body(row)
+                    if audit is not None:
+                        audit.detail = audit.detail or jsonable(body)
+                        session.add(audit)
+                    # SQL refuses now if it will, before Redis changes; Redis before the
+                    # commit: if Redis fails, the SQL change rolls back too.
+                    await session.flush()
+                    written = True
+                    await self._write(user_id, redis_value(row))
+            except BaseException:
+                if written:  # the commit failed: Redis back to what SQL still holds
+                    await self._undo(user_id, previous)
+                raise
         return body
 
-    async def unblock(self, user_id: str) -> dict[str, Any]:
-        """Lift a user's block; `unblocked` is false when the user was not blocked."""
-        async with self._lock(), self._db.transaction(urgent=True) as session:
-            deleted = await session.execute(
-                delete(BlockedUserRow).where(BlockedUserRow.user_id == user_id)
-            )
+    async def unblock(self, user_id: str, audit: AuditRow | None = None) -> dict[str, Any]:
+        """Lift a user's block; `unblocked` is false when the user was not blocked. `audit`,
+        the action's audit row, is committed with the change."""
+        async with self._lock():
+            previous: str | None = None
+            written = False
+            try:
+                async with self._db.transaction(urgent=True) as session:
+                    row = await session.get(BlockedUserRow, user_id, with_for_update=True)
+                    if row is not None:
+                        previous = redis_value(row)
+                        await session.delete(row)
+                    body = {"user_id": user_id, "unblocked": row is not None}
+                    if audit is not None:
+                        audit.detail = audit.detail or body
+                        session.add(audit)
+                    await session.flush()
+                    written = True
+                    await self._write(user_id, None)
+            except BaseException:
+                if written:
+                    await self._undo(user_id, previous)
+                raise
+        return body
+
+    async def _write(self, user_id: str, value: str | None) -> None:
+        """Set (`value`) or remove (None) a user in Redis's copies: the hash and, in Redis
+        Cluster, every slot's copy."""
+        copies = await self._slot_copies()
+        if value is None:
             await self._redis.hdel(self._keys.blocked_users(), user_id)
-            await self._on_each(
-                await self._slot_copies(), lambda pipe, key: pipe.hdel(key, user_id)
-            )
-        return {"user_id": user_id, "unblocked": bool(cast(CursorResult[Any], deleted).rowcount)}
+            await self._on_each(copies, lambda pipe, key: pipe.hdel(key, user_id))
+        else:
+            await self._redis.hset(self._keys.blocked_users(), user_id, value)
+            await self._on_each(copies, lambda pipe, key: pipe.hset(key, user_id, COPY_VALUE))
+
+    async def _undo(self, user_id: str, previous: str | None) -> None:
+        """Put Redis back as SQL has it after a change whose commit failed (best effort: if
+        Redis fails too, the repair job's `sync` finds the copies differing and rebuilds)."""
+        try:
+            await self._write(user_id, previous)
+        except Exception:
+            log.warning("could not undo a blocklist change in Redis", exc_info=True)
 
     async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
         """Blocked users in user id order after `cursor` (the last id of the previous page)."""

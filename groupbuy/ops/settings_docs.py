@@ -117,6 +117,8 @@ def _source_comments() -> dict[tuple[str, str], str]:
 
 def _value(value: Any) -> str:
     """A default as config.toml writes it."""
+    if value is None:
+        return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -131,6 +133,10 @@ def _value(value: Any) -> str:
 def _accepts(info: FieldInfo) -> str:
     """The values a field accepts, from its type and constraints."""
     annotation = info.annotation
+    choices = typing.get_args(annotation)
+    if len(choices) == 2 and type(None) in choices:  # `X | None`: X, or left unset
+        unset = FieldInfo.from_annotation(next(c for c in choices if c is not type(None)))
+        return _accepts(unset) + ", or unset"
     if typing.get_origin(annotation) is typing.Literal:
         return " or ".join(f"`{_value(choice)}`" for choice in typing.get_args(annotation))
     kind = {bool: "true or false", int: "integer", float: "number", str: "string"}.get(

@@ -298,6 +298,16 @@ class Keys:
         """The key of a lease that lets one process at a time do something."""
         return f"{self.prefix}:lease:{name}"
 
+    def fingerprint_secret(self) -> str:
+        """The server's key of API key fingerprints when `[auth] fingerprint_secret` is unset:
+        made once (SET NX) and kept without expiry, read by every process."""
+        return f"{self.prefix}:fingerprint_secret"
+
+    def console_session(self, session_id: str) -> str:
+        """A console session that is signed in: set at sign-in with the session's lifetime,
+        deleted at sign-out (a copy of the cookie then signs nobody in)."""
+        return f"{self.prefix}:console_session:{session_id}"
+
     @lru_cache(maxsize=4096)  # noqa: B019 (Keys lives as long as the process)
     def activity_keys(self, activity_id: str) -> ActivityKeys:
         """An activity's keys every team script takes (cached: a storm of seat locks hits

@@ -216,3 +216,44 @@ async def test_streams_are_capped_and_give_their_place_back(
             assert again.body.endswith(b"event: end\ndata: {}\n\n")
             assert counted.open == 0
             assert (await client.get("/console/live?page=overview")).status_code == 503
+
+
+async def test_one_session_holds_a_few_streams_and_others_still_get_theirs(
+    settings: Settings,
+) -> None:
+    capped = settings.replace(
+        "console", live_connections=10, live_connections_per_session=2, live_stream_s=60
+    )
+    app = create_app(capped)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url=BASE) as greedy,
+            httpx.AsyncClient(transport=transport, base_url=BASE) as other,
+        ):
+            await _signed_in(greedy)
+            await _signed_in(other)
+            cookie = f"groupbuy_console={greedy.cookies['groupbuy_console']}"
+            held = [_Stream(app, cookie), _Stream(app, cookie)]
+            for stream in held:
+                await asyncio.wait_for(stream.updated.wait(), WAIT_S)
+            refused = await greedy.get("/console/live?page=overview")
+            assert refused.status_code == 429
+            assert refused.headers["retry-after"] == "5"
+            assert "polls instead" in refused.text
+            # the page's fallback still answers that session
+            assert (await greedy.get("/console/live.json?page=overview")).status_code == 200
+            # another operator's session is not crowded out
+            theirs = _Stream(app, f"groupbuy_console={other.cookies['groupbuy_console']}")
+            await asyncio.wait_for(theirs.updated.wait(), WAIT_S)
+            assert theirs.messages[0]["status"] == 200
+            # one of the session's streams ends: the session may open one again
+            held[0].leave.set()
+            await asyncio.wait_for(held[0].task, WAIT_S)
+            again = _Stream(app, cookie)
+            await asyncio.wait_for(again.updated.wait(), WAIT_S)
+            assert again.messages[0]["status"] == 200
+            streams.stop_all()
+            await asyncio.gather(*(s.task for s in (held[1], theirs, again)))
+            assert console_context(app).live.open == 0
+            assert console_context(app).live.by_session == {}

@@ -118,7 +118,7 @@ def test_the_cookie_is_httponly_strict_expiring_and_holds_no_secret(client: Test
     value = cookie.split(";")[0].split("=", 1)[1]
     payload = json.loads(base64.b64decode(value.split(".")[0] + "=="))
     assert payload["role"] == "admin"
-    assert set(payload) == {"role", "key", "at", "csrf"}
+    assert set(payload) == {"role", "key", "sid", "at", "csrf"}
     assert ADMIN_KEY not in cookie and ADMIN_KEY not in json.dumps(payload)
 
 

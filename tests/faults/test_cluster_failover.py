@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pytest
 from redis.crc import key_slot
 
-from groupbuy.api.auth import key_id
+from groupbuy.api.auth import fingerprint
 from groupbuy.storage.keys import Keys
 from groupbuy.testing.cluster import RedisCluster, start_cluster
 from tests.support.database import TestDatabases
@@ -44,6 +44,8 @@ from tests.support.storm import (
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.postgres]
 
 NOEVICTION = ("--maxmemory-policy", "noeviction")
+# Set, so the test knows the name of the service key's rate-limit bucket before it starts.
+FINGERPRINT_SECRET = "fingerprint-secret-of-the-failover"
 # How long the storm runs before the kill: the window the outage's rate is compared with.
 BEFORE_S = 4.0
 # The healthy shards' answers per second during the outage, at least this share of before.
@@ -125,10 +127,14 @@ async def storm_through_a_failover(
     cluster = await asyncio.to_thread(start_cluster, 3, 1, extra)
     try:
         settings = storm_settings(
-            cluster.url, databases.shared_empty(), GROUPBUY_REDIS_CLUSTER="true"
+            cluster.url,
+            databases.shared_empty(),
+            GROUPBUY_REDIS_CLUSTER="true",
+            GROUPBUY_AUTH_FINGERPRINT_SECRET=FINGERPRINT_SECRET,
         )
         keys = Keys(settings.redis.key_prefix, cluster=True)
-        rate_bucket = keys.rate_buckets(key_id(SERVICE_KEY), "grab", None)[0]
+        key_id = fingerprint(SERVICE_KEY, FINGERPRINT_SECRET.encode())
+        rate_bucket = keys.rate_buckets(key_id, "grab", None)[0]
         victim = cluster.node_of_slot(key_slot(rate_bucket.encode()))
         packets = one_packet_per_master(cluster, keys)
         healthy = {packet_id for owner, packet_id in packets.items() if owner != victim}
