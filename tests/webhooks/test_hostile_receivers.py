@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow
 from groupbuy.webhooks.schedule import retry_wait_ms
@@ -19,9 +20,15 @@ from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
 from tests.support.receiver import Receiver, arrived, running_receiver
 from tests.support.webhooks import feed, team_event
-from tests.webhooks.test_faults import FAST
 
 EVENTS = 5
+FAST = WebhookSettings(
+    allow_http=True,
+    allow_private_networks=True,
+    timeout_s=2.0,
+    max_in_flight=4,
+    poll_interval_s=0.05,
+)
 
 
 @pytest.fixture
@@ -109,6 +116,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_an_error_of_its_own_deliver
 ) -> None:
     """Whatever fails while one outcome is recorded (here: a fault planted in the
     Retry-After path), the pass's other outcomes and claims still commit."""
+
     def planted(tries: int, retry_after_s: float | None = None) -> int | None:
         if retry_after_s is not None:
             raise RuntimeError("a fault in deciding one outcome")
