@@ -122,9 +122,13 @@ class Gate:
             return None
         if self._clock() - at > self._max_age_s:
             return None
-        if not await self._redis.exists(self._keys.console_session(sid)):
+        if not await self.signed_in(sid):
             return None  # signed out (or Redis lost its sessions: sign in again)
         return Operator(role, fingerprint, sid)
+
+    async def signed_in(self, sid: str) -> bool:
+        """Whether the session `sid` has not been signed out (in any process)."""
+        return bool(await self._redis.exists(self._keys.console_session(sid)))
 
     async def sign_out(self, request: Request) -> None:
         """End the request's session on the server, then forget the cookie's content."""

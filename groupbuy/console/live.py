@@ -12,7 +12,7 @@ again) or when the server shuts down (`streams.stop_all`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -117,12 +117,17 @@ def _message(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-async def _updates(watched: Watched, streams: LiveStreams) -> AsyncIterator[bytes]:
+async def _updates(
+    watched: Watched, streams: LiveStreams, signed_in: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     ends = loop.time() + streams.lifetime_s
     yield f"retry: {RETRY_AFTER_S * 1000}\n\n".encode()
     while not streams.stopping and loop.time() < ends:
         try:
+            # A sign-out (in any process) ends the session's streams at their next update.
+            if not await signed_in():
+                break
             yield _message(await watched.update())
         except Exception as exc:  # a failed read is said on the stream; the page stays up
             yield b"event: trouble\n" + _message({"error": type(exc).__name__})
@@ -152,7 +157,8 @@ def stream(request: Request, ctx: Context, session: str) -> Response:
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     streams.take(session)
-    return _Stream(_updates(watched, streams), streams, session)
+    updates = _updates(watched, streams, lambda: ctx.gate.signed_in(session))
+    return _Stream(updates, streams, session)
 
 
 async def snapshot(request: Request, ctx: Context) -> Response:

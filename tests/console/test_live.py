@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from groupbuy.api.app import create_app
 from groupbuy.console import streams
 from groupbuy.settings import Settings
-from tests.support.console import console_context
+from tests.support.console import console_context, csrf_of
 from tests.support.http import ADMIN, ADMIN_KEY, SERVICE
 
 BASE = "http://testserver"
@@ -257,3 +257,21 @@ async def test_one_session_holds_a_few_streams_and_others_still_get_theirs(
             await asyncio.gather(*(s.task for s in (held[1], theirs, again)))
             assert console_context(app).live.open == 0
             assert console_context(app).live.by_session == {}
+
+
+async def test_sign_out_ends_the_sessions_open_streams(settings: Settings) -> None:
+    app = create_app(settings.replace("console", live_stream_s=60))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            await _signed_in(client)
+            cookie = f"groupbuy_console={client.cookies['groupbuy_console']}"
+            held = _Stream(app, cookie)
+            await asyncio.wait_for(held.updated.wait(), WAIT_S)
+            csrf = csrf_of((await client.get("/console")).text)
+            out = await client.post("/console/signout", data={"csrf": csrf})
+            assert out.status_code == 303
+            # the stream ends at its next update, long before live_stream_s
+            await asyncio.wait_for(held.task, WAIT_S)
+            assert held.body.endswith(b"event: end\ndata: {}\n\n")
+            assert console_context(app).live.open == 0
