@@ -1,5 +1,5 @@
 """The viewer role (every GET, nothing else) and the audit log (every state-changing admin
-route writes one entry after a 2xx, read through GET /v1/admin/audit), iterating the route
+route writes one entry per action it runs, read through GET /v1/admin/audit), iterating the route
 table so that a new route is covered the day it is added."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from groupbuy.api import answers
 from groupbuy.api.app import ENDPOINTS, create_app
 from groupbuy.api.auth import fingerprint
 from groupbuy.api.endpoints import Endpoint
+from groupbuy.errors import DatabaseUnavailable
 from groupbuy.settings import Settings
 from tests.support.http import (
     ADMIN,
@@ -22,6 +23,7 @@ from tests.support.http import (
     SERVICE,
     VIEWER,
     VIEWER_KEY,
+    app_services,
     assert_ok,
     assert_problem,
 )
@@ -194,3 +196,30 @@ def test_audit_rows_for_each_audited_route(local_client: TestClient, receiver: R
 @pytest.mark.parametrize("query", [{"limit": 0}, {"limit": 101}, {"cursor": "x"}, {"a": "1"}])
 def test_audit_bad_query_is_422(client: TestClient, query: dict[str, Any]) -> None:
     assert_problem(client.get(AUDIT, params=query, headers=ADMIN), 422, "invalid_request")
+
+
+def test_an_action_whose_audit_entry_cannot_be_written_does_not_run(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry is written before the action: SQL refusing it leaves nothing done, rather
+    than an action done and never audited."""
+
+    async def refused(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        raise DatabaseUnavailable("the database is not answering")
+
+    monkeypatch.setattr(app_services(client).audit, "record", refused)
+    create = {"activity_id": "a1", "team_size": 3}
+    assert_problem(client.post("/v1/activities", json=create, headers=ADMIN), 503)
+    ran = client.post("/v1/admin/jobs/sweep_locks/run", headers=ADMIN)
+    assert_problem(ran, 503)
+    monkeypatch.undo()
+    assert_problem(client.get("/v1/activities/a1", headers=ADMIN), 404, "activity_not_found")
+    assert audit_entries(client) == []
+
+
+def test_an_action_refused_after_its_entry_was_written_leaves_none(client: TestClient) -> None:
+    assert_problem(client.post("/v1/admin/dead-letters/9/replay", headers=ADMIN), 404)
+    assert_problem(
+        client.patch("/v1/activities/nope", json={"status": "closed"}, headers=ADMIN), 404
+    )
+    assert audit_entries(client) == []

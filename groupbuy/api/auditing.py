@@ -1,5 +1,5 @@
-"""What an audited route records once it answered 2xx (Endpoint.audit; the route runner in
-endpoints.py calls `record`)."""
+"""What an audited route records (Endpoint.audit): the route runner in endpoints.py writes
+the entry before the handler runs, and withdraws it when the handler refuses."""
 
 from __future__ import annotations
 
@@ -21,16 +21,25 @@ def target_of(request: Request, body: BaseModel | None) -> str:
     return ""
 
 
-async def record(request: Request, action: str, actor: str, body: BaseModel | None) -> None:
-    """Write one audited action that answered 2xx: who, what, to which target and why (the
-    body's `reason` when it has one). The detail is the method and path, never the answer
-    (a rotation's answer holds a webhook secret)."""
+async def record(request: Request, action: str, actor: str, body: BaseModel | None) -> int:
+    """Write one audited action before it runs: who, what, to which target and why (the
+    body's `reason` when it has one); returns the entry's id. Written first, an action that
+    ran is audited even if SQL fails after it; one that cannot be written does not run. The
+    detail is the method and path, never the answer (a rotation's answer holds a webhook
+    secret)."""
     reason = getattr(body, "reason", None)
     log: AuditLog = request.app.state.services.audit
-    await log.record(
+    entry = await log.record(
         actor,
         action,
         target_of(request, body),
         reason if isinstance(reason, str) else None,
         {"method": request.method, "path": request.url.path},
     )
+    return int(entry["id"])
+
+
+async def withdraw(request: Request, entry_id: int) -> None:
+    """Take back the entry of an action its handler refused (it changed nothing)."""
+    log: AuditLog = request.app.state.services.audit
+    await log.withdraw(entry_id)

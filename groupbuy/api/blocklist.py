@@ -46,9 +46,8 @@ def _service(request: Request) -> BlocklistService:
 
 def _audit_row(request: Request, action: str, reason: str | None) -> AuditRow:
     """The action's audit row, committed by the service with the change itself (an action
-    that ran is audited, one refused is not); the route runner then writes none."""
+    that ran is audited, one refused is not); the route writes none (audit_with_change)."""
     log: AuditLog = request.app.state.services.audit
-    request.state.audited = True
     detail = {"method": request.method, "path": request.url.path}
     return log.entry(request.state.actor, action, request.path_params["user_id"], reason, detail)
 
@@ -81,6 +80,7 @@ ENDPOINTS = [
         responses={200: "Blocked (a repeat replaces the reason and keeps `blocked_at`); the entry"},
         answer=answers.BlockedUser,
         audit="user.block",
+        audit_with_change=True,
     ),
     Endpoint(
         "DELETE",
@@ -92,6 +92,7 @@ ENDPOINTS = [
         responses={200: "Done; `unblocked` is false when the user was not blocked"},
         answer=answers.Unblocked,
         audit="user.unblock",
+        audit_with_change=True,
     ),
     Endpoint(
         "GET",

@@ -23,7 +23,7 @@ from groupbuy.api.jsonbody import (
     may_have_duplicate_keys,
 )
 from groupbuy.outcome import Outcome
-from groupbuy.settings import Settings
+from groupbuy.settings import ApiKey, Settings
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -92,9 +92,13 @@ class Endpoint:
     rate_user: str | None = None
     # JSON schemas of path parameters that are not ids (each still matches ID_PATTERN).
     path_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # The audit log's name of what it does (e.g. "user.block"): each 2xx answer is then
-    # recorded by the route (build_route), whoever wrote the handler. None: not audited.
+    # The audit log's name of what it does (e.g. "user.block"): the route (build_route)
+    # writes its entry before the handler runs and withdraws it when the handler refuses,
+    # whoever wrote the handler. None: not audited.
     audit: str | None = None
+    # The handler commits its audit entry in the transaction of its own change (it reads
+    # the actor from request.state.actor): the route writes none.
+    audit_with_change: bool = False
 
     def configured(self, settings: Settings) -> Endpoint:
         """This endpoint with its body and query models bounded by the running settings."""
@@ -243,25 +247,43 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
         if endpoint.body is not None:
             check_media_type(request, raw)
             kwargs["body"] = parse_body(endpoint.body, raw)
+        ahead = None
         if endpoint.audit is not None and key is not None:
             # Who acts: the audit row's actor (a handler that writes its row itself reads it).
             request.state.actor = await actor(auth, key)
-        if endpoint.rate_class is None or key is None:
-            response = await endpoint.handler(request, **kwargs)
-        else:
-            user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
-            key_id = await auth.bucket_id(key)
-            fields = await ratelimit.take(request, endpoint.rate_class, key_id, user_id)
-            response = await endpoint.handler(request, **kwargs)
-            response.raw_headers.extend(fields)
-        # 2xx, and the handler did not commit the row with its change (request.state.audited).
-        to_audit = 200 <= response.status_code < 300 and not getattr(request.state, "audited", 0)
-        if endpoint.audit is not None and key is not None and to_audit:
-            await auditing.record(request, endpoint.audit, request.state.actor, kwargs.get("body"))
+            if not endpoint.audit_with_change:
+                body = kwargs.get("body")
+                ahead = await auditing.record(request, endpoint.audit, request.state.actor, body)
+        try:
+            response = await _handled(request, endpoint, auth, key, kwargs)
+        except errors.GroupBuyError as refused:
+            if ahead is not None and refused.status_code < 500:
+                await auditing.withdraw(request, ahead)
+            raise
+        if ahead is not None and not 200 <= response.status_code < 300:
+            await auditing.withdraw(request, ahead)
         return response
 
     run.__name__ = endpoint.handler.__name__
     return Route(endpoint.path, run, methods=[endpoint.method])
+
+
+async def _handled(
+    request: Request,
+    endpoint: Endpoint,
+    auth: Authenticator,
+    key: ApiKey | None,
+    kwargs: dict[str, Any],
+) -> Response:
+    """The endpoint's handler's answer, counted against its rate limits when it has any."""
+    if endpoint.rate_class is None or key is None:
+        return await endpoint.handler(request, **kwargs)
+    user_id = ratelimit.user_of(request, endpoint.rate_user, kwargs.get("body"))
+    key_id = await auth.bucket_id(key)
+    fields = await ratelimit.take(request, endpoint.rate_class, key_id, user_id)
+    response = await endpoint.handler(request, **kwargs)
+    response.raw_headers.extend(fields)
+    return response
 
 
 def build_routes(

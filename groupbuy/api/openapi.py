@@ -224,7 +224,8 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         if endpoint.audit is not None:
             operation["x-audit"] = endpoint.audit
             operation["description"] += (
-                f" Each 2xx answer is written to the audit log as `{endpoint.audit}`."
+                f" Each call that is not refused is written to the audit log as"
+                f" `{endpoint.audit}`, before it runs."
             )
     else:
         operation["security"] = []

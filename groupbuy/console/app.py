@@ -125,20 +125,26 @@ async def _act(
     request: Request, ctx: Context, operator: Operator, planned: actions.Planned, reason: str
 ) -> Response:
     """Run a planned action and write its audit row (a refused one too, with why). An
-    action that commits its row with its own change (`planned.audited`) is given it."""
+    action that commits its row with its own change (`planned.audited`) is given it; any
+    other's row is written before it runs (so one that ran is audited even if SQL fails
+    after it, and one that cannot be audited does not run), then given what came of it."""
     audit = ctx.services.audit
-    try:
-        if planned.audited is not None:
-            row = audit.entry(operator.actor, planned.action, planned.target, reason)
-            result = await planned.audited(row)
-        else:
+    if planned.audited is not None:
+        row = audit.entry(operator.actor, planned.action, planned.target, reason)
+        try:
+            await planned.audited(row)
+        except errors.GroupBuyError as exc:
+            detail = {"error": exc.code, "detail": exc.detail}
+            await audit.record(operator.actor, planned.action, planned.target, reason, detail)
+            raise
+    else:
+        entry = await audit.record(operator.actor, planned.action, planned.target, reason)
+        try:
             result = await planned.run()
-    except errors.GroupBuyError as exc:
-        detail = {"error": exc.code, "detail": exc.detail}
-        await audit.record(operator.actor, planned.action, planned.target, reason, detail)
-        raise
-    if planned.audited is None:
-        await audit.record(operator.actor, planned.action, planned.target, reason, result)
+        except errors.GroupBuyError as exc:
+            await audit.settle(entry["id"], {"error": exc.code, "detail": exc.detail})
+            raise
+        await audit.settle(entry["id"], result)
     request.session["notice"] = f"{planned.action} {planned.target}: done"
     return RedirectResponse(planned.back, status_code=303)
 

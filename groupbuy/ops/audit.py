@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, select
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.db import Base, Database
@@ -59,7 +59,21 @@ class AuditLog:
         row = self.entry(actor, action, target, reason, detail)
         async with self._db.transaction(urgent=True) as session:
             session.add(row)
+            await session.flush()  # its id, for settle and withdraw
         return entry_body(row)
+
+    async def settle(self, entry_id: int, detail: dict[str, Any] | None) -> None:
+        """Say what an action written ahead (`record` before it ran) came to."""
+        async with self._db.transaction(urgent=True) as session:
+            await session.execute(
+                update(AuditRow).where(AuditRow.id == entry_id).values(detail=jsonable(detail))
+            )
+
+    async def withdraw(self, entry_id: int) -> None:
+        """Take back an entry written ahead of an action that was then refused (it changed
+        nothing, so it is not an action taken)."""
+        async with self._db.transaction(urgent=True) as session:
+            await session.execute(delete(AuditRow).where(AuditRow.id == entry_id))
 
     def entry(
         self,

@@ -40,7 +40,7 @@ WAIT_S = 15.0  # longest a page, an element or the service may take to be there
 # The keys the service under test accepts, by role (a role the settings do not know yet
 # is left out, so the same list serves before and after it exists).
 KEYS: dict[str, str] = {
-    role: f"{role}-browser-key" for role in ("admin", "service", "viewer") if role in ROLES
+    role: f"{role}-browser-test-key" for role in ("admin", "service", "viewer") if role in ROLES
 }
 
 
