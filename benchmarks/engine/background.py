@@ -10,9 +10,6 @@ sweeps (`sweep_locks`, `expire_teams`, `expire_packets`), measuring the process'
 every job at its configured interval while flash grabs hit a few fresh packets; for each
 grab answered `grabbed`, the delay from its answer until its ledger credit is visible in
 SQL (polled every few ms); p50/p99. SPEC: a credit appears within 2 s.
-
-`python -m benchmarks.background [--packets N] [--activities M] [--rounds R]` runs it
-alone on a private redis-server.
 """
 
 from __future__ import annotations
