@@ -177,6 +177,8 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     await redis.delete(*keys.team_keys("act1", "t2").named().values())
     assert (await teams.activities.get_team("act1", "t2"))["status"] == "open"  # rebuilt from SQL
     await teams.sweeps.reindex()
+    await services.guesses.failed("192.0.2.1")  # guess_count: counted, then read
+    assert await services.guesses.refused_for("192.0.2.1") is None
 
     await packets.accounts.deposit("s1", 10_000, "funds")
     await packets.sending.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
