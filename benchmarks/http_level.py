@@ -451,7 +451,7 @@ def _open_teams(
             json={"leader_id": f"leader-{i}", "team_id": f"t{i}", "order_id": f"o-{i}"},
         ).raise_for_status()
 
-    # In parallel: with --workers > 1 each keep-alive request costs ~40 ms (see the note).
+    # In parallel: with --workers > 1 each keep-alive request waits for a delayed ACK.
     with ThreadPoolExecutor(SETUP_THREADS) as pool:
         list(pool.map(open_team, [(a, i) for a in activities for i in range(1, teams + 1)]))
 

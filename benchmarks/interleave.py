@@ -1,6 +1,6 @@
 """Interleaved measurements: contenders measured in alternation, compared round by round.
 
-This machine's speed drifts during a run (±40% between runs, and within one), so two
+This machine's speed drifts between runs and within one (docs/benchmarks-findings.md), so two
 figures taken a minute apart compare the machine as much as the code. Here every
 contender runs one short fixed-size trial per round, in an order that rotates from round
 to round (AB, BA, ... or ABC, BCA, CAB, ...), and each comparison is the ratio of two

@@ -90,7 +90,7 @@ def bench_events(first: int, count: int) -> list[Event]:
 
 
 # One client for the benchmark's own questions to the receiver: a new httpx client builds an
-# SSL context (~60 ms of this process's time, the deliverer's loop stalled meanwhile).
+# SSL context (slow, and the deliverer's loop stalls meanwhile).
 _http: httpx.AsyncClient | None = None
 
 

@@ -9,10 +9,10 @@ Every operation of docs/api.md is one method answering the JSON body as a TypedD
 error answer raises `GroupBuyAPIError` carrying its problem+json. A request that gets no
 answer (refused or broken connection, `timeout_s` passed) raises `GroupBuyTransportError`,
 its cause the HTTP library's own exception: retrying is safe, every call of the API is
-idempotent. Requests go out on an aiohttp session (a runtime dependency of the service
-anyway; httpx's pool drove a tenth of its rate under hundreds of concurrent callers,
-docs/benchmarks-findings.md), which reads no proxy settings from the environment (httpx
-did); an httpx transport handed in replaces the network, e.g. to call an app in-process.
+idempotent. Requests go out on an aiohttp session (httpx's pool fell far behind it under
+hundreds of concurrent callers, docs/benchmarks-findings.md), which reads no proxy
+settings from the environment (httpx did); an httpx transport handed in replaces the
+network, e.g. to call an app in-process.
 A blocking flavour with the same methods: groupbuy.client_sync. This module imports
 nothing of the server but `groupbuy.signing` (standard library only), so callers need
 only aiohttp and orjson besides it.

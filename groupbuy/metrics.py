@@ -76,8 +76,8 @@ HTTP_DURATION = Histogram(
 )
 # The write-behind gauges are measured from Redis at each scrape of /metrics, by whichever
 # process answers it (the backlog is global in Redis), and after each flush_records run.
-# A measure counts the records of this many streams at most (oldest first): ~40 us of the
-# client's time each, so a scrape stays well under a second however large the backlog.
+# A measure counts the records of this many streams at most (oldest first), so a scrape
+# stays short however large the backlog.
 # Each write-behind metric is labelled by engine: teams (activity outbox streams) or
 # packets (packet outbox streams).
 COUNTED_STREAMS = 5000

@@ -203,8 +203,8 @@ def settle_heap() -> None:
     """Move everything allocated at start-up out of the garbage collector's reach.
 
     Imports and wiring leave a few hundred thousand long-lived objects; every full
-    collection walked them all, which showed as ~70-90 ms stalls at the 99th percentile
-    of grabs offered at half the maximum rate. Frozen, that p99 fell to ~2 ms.
+    collection walked them all, which showed as stalls at the 99th percentile of grabs
+    offered at half the maximum rate (docs/benchmarks-findings.md).
     """
     gc.collect()
     gc.freeze()

@@ -421,7 +421,7 @@ class RateLimitSettings(_Section):
 
     enabled: bool = True
     # Per key: one key carries a whole flash sale, so these stay above what one process
-    # serves (docs/benchmarks.md: ~10k grabs/s over HTTP, ~24k joins/s at engine level).
+    # serves (docs/benchmarks.md).
     seat_key_quota: RateQuota = 40_000
     seat_key_window_s: RateWindowS = 1
     grab_key_quota: RateQuota = 100_000

@@ -49,8 +49,8 @@ async def open_loop(call: Callable[[int], Awaitable[str]], rate: float, seconds:
     late: list[float] = []
     outcomes: Counter[str] = Counter()
     # Only the calls in flight are held: keeping every finished task until the end grew
-    # the heap by a task per call, and the collector's pauses with it (up to ~100 ms at
-    # 15k calls/s), which the calls due meanwhile then counted as latency.
+    # the heap by a task per call, and the collector's pauses with it, which the calls due
+    # meanwhile then counted as latency.
     in_flight: set[asyncio.Task[None]] = set()
 
     async def one(i: int, due: float) -> None:

@@ -158,7 +158,7 @@ class LimitBodyTime:
     read fails with RequestTimeout (408 problem+json, then the connection is closed: the
     rest of a slow body is not waited for).
 
-    No timer per request: a timer per read measured +20 us a request, most bodies
+    No timer per request: a timer per read cost a visible share of a request, most bodies
     arriving with their head. A read only registers its task and deadline; one ticker,
     running while reads wait, cancels the reads past their deadline (so a body is cut
     off between `timeout_s` and `timeout_s` plus a tick, a quarter of it at most 1 s).

@@ -242,9 +242,9 @@ def bind(host: str, port: int) -> socket.socket:
 
     As uvicorn binds it (SO_REUSEADDR, inheritable for `--workers N`), plus TCP_NODELAY:
     uvicorn binds with protocol 0, so asyncio does not turn Nagle off on the accepted
-    connections and every keep-alive answer waits ~40 ms for a delayed ACK (measured:
-    45 ms per request with 2 workers, 1.4 ms with the option). Accepted sockets inherit
-    the option from the listening one on Linux.
+    connections and every keep-alive answer waits for a delayed ACK
+    (docs/benchmarks-findings.md has the figures). Accepted sockets inherit the option
+    from the listening one on Linux.
     """
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:

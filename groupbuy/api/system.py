@@ -18,7 +18,7 @@ from groupbuy.storage.redis_client import every_primary
 
 log = logging.getLogger(__name__)
 # Longest a scrape of /metrics waits for the write-behind backlog's measure (a few reads of
-# Redis; ~0.7 s with all 16,384 slots of a cluster in use).
+# Redis; one per slot in use under a cluster, so longer with every slot in use).
 _MEASURE_WAIT_S = 2.0
 
 

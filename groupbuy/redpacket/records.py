@@ -44,7 +44,7 @@ async def apply_packet_records(session: AsyncSession, records: list[PacketRecord
             endings.append(f)
     if grabs:
         # Parameters as a list (executemany): the statement compiles once and is cached;
-        # a multi-row VALUES clause compiled anew for every batch, ~9x slower.
+        # a multi-row VALUES clause compiled anew for every batch, several times slower.
         await session.execute(
             dialect_insert(session, GrabRow.__table__).on_conflict_do_nothing(),
             [_grab_row(f) for f in grabs],

@@ -176,8 +176,8 @@ class Database:
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         # SQLite takes one writer at a time; a second one waits in its busy handler, which
         # sleeps in steps of up to 100 ms. Queueing this process's writers here instead
-        # hands the lock over at once (the p99 of a confirm behind the write-behind fell
-        # from over a second to milliseconds), urgent ones first (groupbuy/storage/turns.py).
+        # hands the lock over at once (a confirm behind the write-behind no longer waits
+        # out the handler's sleeps), urgent ones first (groupbuy/storage/turns.py).
         # Other processes still meet the busy handler.
         self._writers = WriterTurns() if self.is_sqlite else None
         # Called after a transaction that marked their topic commits (mark_committing).

@@ -121,7 +121,7 @@ async def assign_positions(database: Database, limit: int = POSITION_BATCH) -> i
 
 
 # Statements every delivery pass runs, built once: building one anew cost more of the
-# loop's CPU than running it (the numbering's, with its aliases, ~500 µs).
+# loop's CPU than running it (the numbering's most, with its aliases).
 _WAITING = select(EventRow.id).where(EventRow.position.is_(None)).limit(1)
 # A write that changes nothing still takes SQLite's write lock.
 _TAKE_WRITE_LOCK = update(EventRow).where(false()).values(position=EventRow.position)

@@ -158,8 +158,8 @@ class Keys:
     def _packet_tag(self, packet_id: str) -> str:
         return f"{self.prefix}:{{p:{packet_id}}}"
 
-    # Built on every grab; a flash hits the same packets again and again (11 us of a grab's
-    # ~330 us of CPU went into these f-strings and the layout's slot lookups).
+    # Built on every grab; a flash hits the same packets again and again (a visible share
+    # of a grab's CPU went into these f-strings and the layout's slot lookups).
     @lru_cache(maxsize=4096)  # noqa: B019 (Keys lives as long as the process)
     def packet_keys(self, packet_id: str) -> PacketKeys:
         """The keys every packet script takes."""
@@ -325,8 +325,8 @@ class Keys:
             lock_expiries=self.lock_expiries(activity_id),
         )
 
-    # Built on every seat lock; a storm hits the same teams again and again (15% of a lock's
-    # own time went into these f-strings).
+    # Built on every seat lock; a storm hits the same teams again and again (a visible
+    # share of a lock's own time went into these f-strings).
     @lru_cache(maxsize=4096)  # noqa: B019 (Keys lives as long as the process)
     def team_keys(self, activity_id: str, team_id: str) -> TeamKeys:
         """One team's hash, members and locks."""

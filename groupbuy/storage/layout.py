@@ -30,8 +30,8 @@ Slot = int | None
 @cache
 def slot_tags() -> tuple[str, ...]:
     """For each of the 16,384 slots, a three-character tag (digits and letters) that Redis
-    Cluster hashes to it: the hash tag of that slot's shared keys. Built once per process in
-    ~15 ms from the CRC's linearity instead of hashing ~240,000 candidates: the CRC of
+    Cluster hashes to it: the hash tag of that slot's shared keys. Built once per process
+    from the CRC's linearity instead of hashing ~240,000 candidates: the CRC of
     head + tail (2 bytes) is crc(tail) XOR crc(b"\0\0", starting from crc(head)), so for
     each slot it is enough to look up, for a few heads, the tail whose CRC completes it."""
     mask = SLOTS - 1

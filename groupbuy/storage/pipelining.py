@@ -265,7 +265,7 @@ class AutoPipeline:
         self.calls += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
         REDIS_BATCH_CALLS.observe(len(batch))
-        # hiredis packs in C, ~8x faster than the pure-Python packer redis-py uses.
+        # hiredis packs in C, far faster than the pure-Python packer redis-py uses.
         commands = [call.command() for call in batch]
         wait = self._wait if any(call.wait for call in batch) else None
         timeout = self._timeout

@@ -40,14 +40,14 @@ log = logging.getLogger(__name__)
 CLAIM_ROUNDS = 4
 # An endpoint whose last attempts all succeeded is claimed for this many rounds, up to
 # MAX_CLAIM deliveries. A pass waits its turn for SQLite's write lock behind the
-# write-behind, then records and claims: 150-950 ms under a grab load. A delivery holds
-# its place in the claim for about two passes (claimed in one, recorded in the next but
-# one), while its attempt takes 2-4 ms. So the claim, not the HTTP slots, set the rate
-# while serving: 150-310 events/s with 16 rounds, 725-1,191 with 128, 982-1,491 with 256
-# (docs/benchmarks-findings.md). A failure brings the endpoint back to CLAIM_ROUNDS.
+# write-behind, then records and claims: long under a grab load. A delivery holds its
+# place in the claim for about two passes (claimed in one, recorded in the next but one),
+# while its attempt is short. So the claim, not the HTTP slots, set the rate while
+# serving, and larger claims raised it (docs/benchmarks-findings.md). A failure brings
+# the endpoint back to CLAIM_ROUNDS.
 FAST_CLAIM_ROUNDS = 256
 # The most deliveries one claim takes, whatever `max_in_flight`: a pass records and claims
-# them while it holds SQLite's write lock (up to ~1 s under load at this size).
+# them while it holds SQLite's write lock (which a larger claim holds longer).
 MAX_CLAIM = 2048
 # A pass renews the process's claims once this share of a claim's length has passed since
 # the last renewal: a renewal that fails or comes late still has the rest to succeed in.
@@ -56,10 +56,9 @@ RENEW_SHARE = 1 / 3
 PASS_END_S = 5.0
 # Passes take at most about a share of the time: after a pass that lasted d seconds, the
 # next one starts no sooner than PASS_SPACING times d after the last one began (at most
-# MAX_GAP_S), whatever woke it. A pass cost 3-6 ms of the loop's CPU whatever it carried
-# (2.4-3.7 ms with work since its statements are built once; docs/benchmarks-findings.md).
-# Woken by each commit of the write-behind and each attempt that ended, passes came 55
-# times a second while a backlog drained under load.
+# MAX_GAP_S), whatever woke it. A pass costs the loop's CPU whatever it carries
+# (docs/benchmarks-findings.md). Woken by each commit of the write-behind and each attempt
+# that ended, passes came dozens of times a second while a backlog drained under load.
 # On an idle loop a pass lasts a few ms, so the gap adds that much to the lag; on a busy
 # one it lasts tens of ms, and the outcomes and new events of the gap share one pass.
 PASS_SPACING = 4

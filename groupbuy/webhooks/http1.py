@@ -1,8 +1,8 @@
 """The HTTP/1.1 client of deliveries: keep-alive connections per endpoint, each opened to an
 address the check allows, answers parsed by httptools (the parser uvicorn serves with).
 
-Why not aiohttp: its client cost 150-280 µs of CPU per POST here, where this one costs about
-a third of that (docs/benchmarks-findings.md). Deliveries share the serving process's one
+Why not aiohttp: its client cost several times this one's CPU per POST
+(docs/benchmarks-findings.md). Deliveries share the serving process's one
 event loop, so that CPU comes out of the requests it serves. A delivery needs little of
 what aiohttp offers: one method, no cookies, no redirects, no decompression, a body read
 only up to a bound.

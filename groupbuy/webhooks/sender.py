@@ -71,7 +71,7 @@ class Sender:
                 closing = asyncio.ensure_future(pool.aclose())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
-            if self._ssl_context is None:  # made once, when first needed (~60 ms)
+            if self._ssl_context is None:  # made once, when first needed (it is slow)
                 self._ssl_context = ssl.create_default_context()
             pool = Pool(
                 url,
