@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy import wire
 from groupbuy.api import answers
 from groupbuy.api.app import ENDPOINTS, create_app
 from groupbuy.api.auth import fingerprint
@@ -68,7 +69,7 @@ def audit_entries(client: TestClient, limit: int = 100) -> list[dict[str, Any]]:
     while True:
         query: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
         page = assert_ok(client.get(AUDIT, params=query, headers=ADMIN), 200)
-        answers.AuditPage.model_validate(page)
+        answers.validate(wire.AuditPage, page)
         found += page["entries"]
         cursor = page["next_cursor"]
         if cursor is None:

@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.api import answers
+from groupbuy import wire
 from groupbuy.api.endpoints import TEXT_PATTERN, Endpoint, LaxQuery, StrictBody, json_response
 from groupbuy.ops.audit import REASON_CHARS, AuditLog
 
@@ -53,6 +53,6 @@ ENDPOINTS = [
         query=AuditQuery,
         tag="admin",
         responses={200: "A page of audit entries, newest first"},
-        answer=answers.AuditPage,
+        answer=wire.AuditPage,
     ),
 ]

@@ -6,10 +6,9 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy.api import answers
+from groupbuy import wire
 from groupbuy.api.audit import ReasonText
 from groupbuy.api.endpoints import (
-    ID_PATTERN,
     Endpoint,
     LaxQuery,
     StrictBody,
@@ -17,6 +16,7 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.ops.audit import AuditLog, AuditRow
 from groupbuy.ops.blocklist import BlocklistService
+from groupbuy.wire import ID_PATTERN
 
 
 class BlockBody(StrictBody):
@@ -78,7 +78,7 @@ ENDPOINTS = [
         body=BlockBody,
         tag="admin",
         responses={200: "Blocked (a repeat replaces the reason and keeps `blocked_at`); the entry"},
-        answer=answers.BlockedUser,
+        answer=wire.BlockedUser,
         audit="user.block",
         audit_with_change=True,
     ),
@@ -90,7 +90,7 @@ ENDPOINTS = [
         role="admin",
         tag="admin",
         responses={200: "Done; `unblocked` is false when the user was not blocked"},
-        answer=answers.Unblocked,
+        answer=wire.Unblocked,
         audit="user.unblock",
         audit_with_change=True,
     ),
@@ -103,6 +103,6 @@ ENDPOINTS = [
         query=BlockedUsersQuery,
         tag="admin",
         responses={200: "A page of blocked users in user id order"},
-        answer=answers.BlockedUsersPage,
+        answer=wire.BlockedUsersPage,
     ),
 ]

@@ -24,8 +24,8 @@ from groupbuy.api.jsonbody import (
 )
 from groupbuy.outcome import Outcome
 from groupbuy.settings import ApiKey, Settings
+from groupbuy.wire import ID_PATTERN
 
-ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
@@ -82,7 +82,8 @@ class Endpoint:
     responses: dict[int, str] = field(default_factory=dict)
     tag: str = "operations"
     media_type: str = "application/json"  # of the answers in `responses`
-    answer: type[BaseModel] | None = None  # the shape of those answers' JSON body
+    # The shape of those answers' JSON body: a groupbuy.wire TypedDict (or OneOf union).
+    answer: object | None = None
     # The problems this endpoint answers beyond the ones every endpoint of its kind does
     # (invalid_request, unauthorized, ...): each error class, and when it happens here.
     problems: Problems = field(default_factory=dict)

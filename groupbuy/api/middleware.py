@@ -18,9 +18,9 @@ from typing import Any
 
 from groupbuy import errors
 from groupbuy.api import ACCESS_LOGGER
-from groupbuy.api.endpoints import ID_PATTERN
 from groupbuy.api.problems import problem_response
 from groupbuy.metrics import HTTP_DURATION, REQUEST_OUTCOME, series
+from groupbuy.wire import ID_PATTERN
 
 REQUEST_ID_HEADER = b"x-request-id"
 UNMATCHED = "unmatched"

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document, generated from the same Endpoint list that builds the routes.
 
-Answer bodies are the models of groupbuy.api.answers, under components/schemas. Problem
+Answer bodies are the shapes of groupbuy.wire (as groupbuy.api.answers models them), under
+components/schemas. Problem
 answers list their stable `code`s (each with when it happens) in the schema of `code`,
 taken from the error classes an Endpoint declares plus the ones every endpoint of its
 kind may answer (invalid input, auth, size, a backing service down).
@@ -16,9 +17,11 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from groupbuy import __version__, errors
+from groupbuy.api import answers
 from groupbuy.api.auth import accepted_roles
-from groupbuy.api.endpoints import ID_PATTERN, Endpoint
+from groupbuy.api.endpoints import Endpoint
 from groupbuy.settings import ROLES
+from groupbuy.wire import ID_PATTERN
 
 _REF = "#/components/schemas/{model}"
 
@@ -184,7 +187,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         if endpoint.media_type != "application/json":
             schema: dict[str, Any] = {"type": "string"}
         elif endpoint.answer is not None:
-            schema = {"$ref": _REF.format(model=endpoint.answer.__name__)}
+            schema = {"$ref": _REF.format(model=answers.model(endpoint.answer).__name__)}
         else:
             raise ValueError(f"{endpoint.method} {endpoint.path}: a JSON answer needs its model")
         responses[str(status)] = {
@@ -265,8 +268,8 @@ def _inlined(body: type[BaseModel]) -> dict[str, Any]:
 def _answer_schemas(endpoints: list[Endpoint]) -> dict[str, Any]:
     models: list[type[BaseModel]] = []
     for endpoint in endpoints:
-        if endpoint.answer is not None and endpoint.answer not in models:
-            models.append(endpoint.answer)
+        if endpoint.answer is not None and answers.model(endpoint.answer) not in models:
+            models.append(answers.model(endpoint.answer))
     if not models:
         return {}
     _keys, top = models_json_schema(

@@ -8,10 +8,8 @@ from pydantic import Field, create_model
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors
-from groupbuy.api import answers
+from groupbuy import errors, wire
 from groupbuy.api.endpoints import (
-    ID_PATTERN,
     Endpoint,
     Id,
     LaxQuery,
@@ -22,6 +20,7 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
+from groupbuy.wire import ID_PATTERN
 
 
 class Deposit(StrictBody):
@@ -151,7 +150,7 @@ ENDPOINTS = [
             201: "Credited; the new balance",
             200: "The same reference, user and amount again: the balance, nothing credited",
         },
-        answer=answers.Account,
+        answer=wire.Account,
         problems={errors.Conflict: "the reference was used for another user or amount"},
         audit="account.deposit",
     ),
@@ -164,7 +163,7 @@ ENDPOINTS = [
         rate_user="user_id",
         tag="accounts",
         responses={200: "The balance (0 for a user never seen)"},
-        answer=answers.Account,
+        answer=wire.Account,
     ),
     Endpoint(
         "GET",
@@ -176,7 +175,7 @@ ENDPOINTS = [
         query=EntriesQuery,
         tag="accounts",
         responses={200: "A page of entries (empty for a user never seen)"},
-        answer=answers.LedgerEntriesPage,
+        answer=wire.LedgerEntriesPage,
     ),
     Endpoint(
         "GET",
@@ -191,7 +190,7 @@ ENDPOINTS = [
             "SQL once Redis let the packet go. A packet that ended a moment ago may leave "
             "a status's page before SQL knows it, so a page can hold fewer than `limit`."
         },
-        answer=answers.PacketsPage,
+        answer=wire.PacketsPage,
     ),
     Endpoint(
         "POST",
@@ -206,7 +205,7 @@ ENDPOINTS = [
             201: "Sent: the sender is debited and the packet can be grabbed",
             200: "The same packet_id and parameters again: the packet, nothing debited",
         },
-        answer=answers.PacketSent,
+        answer=wire.PacketSent,
         problems={
             errors.InsufficientFunds: "the sender's balance is below `amount_cents`",
             errors.LimitExceeded: "the send would pass one of the sender's caps for the UTC "
@@ -229,7 +228,7 @@ ENDPOINTS = [
         responses={
             200: "`grabbed` a share now, or `already_grabbed` earlier: the same amount again"
         },
-        answer=answers.Grabbed,
+        answer=wire.Grabbed,
         problems={
             errors.SoldOut: "every share has been grabbed (by others)",
             errors.Expired: "the packet's time is over; the rest went back to the sender",
@@ -246,7 +245,7 @@ ENDPOINTS = [
         rate_class="read",
         tag="redpackets",
         responses={200: "The packet: live from Redis, or from SQL once ended and released"},
-        answer=answers.Packet,
+        answer=wire.Packet,
         problems=_NO_PACKET,
     ),
 ]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from groupbuy.api.answers import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
-from groupbuy.api.endpoints import ID_PATTERN
+from groupbuy.wire import ID_PATTERN
+from groupbuy.wire import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
 
 REGENERATE = "python -m groupbuy.api.reference --write docs/api.md"
 DEFAULT_PATH = "docs/api.md"

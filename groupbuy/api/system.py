@@ -9,8 +9,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, metrics
-from groupbuy.api import answers
+from groupbuy import errors, metrics, wire
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
 from groupbuy.ops.jobs import JOBS
 from groupbuy.storage.events import read_feed
@@ -137,7 +136,7 @@ ENDPOINTS = [
         "The process is up",
         role=None,
         responses={200: "Always, while the process serves requests"},
-        answer=answers.Health,
+        answer=wire.Health,
     ),
     Endpoint(
         "GET",
@@ -146,7 +145,7 @@ ENDPOINTS = [
         "Redis and SQL answer; Lua scripts Redis forgot are loaded again",
         role=None,
         responses={200: "Ready", 503: "Not ready: `checks` names what failed"},
-        answer=answers.Readiness,
+        answer=wire.Readiness,
     ),
     Endpoint(
         "GET",
@@ -155,7 +154,7 @@ ENDPOINTS = [
         "This OpenAPI document",
         role=None,
         responses={200: "The OpenAPI 3.1 document of the API"},
-        answer=answers.OpenApiDocument,
+        answer=wire.OpenApiDocument,
     ),
     Endpoint(
         "GET",
@@ -175,7 +174,7 @@ ENDPOINTS = [
         query=EventsQuery,
         tag="events",
         responses={200: "Up to `limit` events with ids above `after`; none when caught up"},
-        answer=answers.EventsPage,
+        answer=wire.EventsPage,
     ),
     Endpoint(
         "POST",
@@ -185,7 +184,7 @@ ENDPOINTS = [
         role="admin",
         tag="admin",
         responses={200: "The job ran; its report"},
-        answer=answers.JobReport,
+        answer=wire.JobReport,
         problems={errors.NotFound: "no job has this name (the detail lists the jobs)"},
         path_params={
             "name": {
@@ -203,7 +202,7 @@ ENDPOINTS = [
         role="admin",
         tag="admin",
         responses={200: "The newest stored report"},
-        answer=answers.ReconcileReport,
+        answer=wire.ReconcileReport,
         problems={errors.NotFound: "no reconciliation has run yet"},
     ),
     Endpoint(
@@ -215,7 +214,7 @@ ENDPOINTS = [
         role="admin",
         tag="admin",
         responses={200: "Up to `limit` dead letters after `cursor`; `next_cursor` null at the end"},
-        answer=answers.DeadLettersPage,
+        answer=wire.DeadLettersPage,
     ),
     Endpoint(
         "POST",
@@ -225,7 +224,7 @@ ENDPOINTS = [
         role="admin",
         tag="admin",
         responses={200: "Applied (or applied before): the dead letter, with `replayed_at`"},
-        answer=answers.DeadLetter,
+        answer=wire.DeadLetter,
         problems={
             errors.NotFound: "no dead letter has this id",
             errors.ReplayFailed: "the record still cannot be applied; `error` says why",

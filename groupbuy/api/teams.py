@@ -8,8 +8,7 @@ from pydantic import Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors
-from groupbuy.api import answers
+from groupbuy import errors, wire
 from groupbuy.api.endpoints import (
     TEXT_PATTERN,
     Endpoint,
@@ -282,7 +281,7 @@ ENDPOINTS = [
             201: "Created",
             200: "The same id and parameters again: the original, unchanged",
         },
-        answer=answers.Activity,
+        answer=wire.Activity,
         problems={
             errors.Conflict: "the id exists with other parameters; `activity` is the existing one"
         },
@@ -296,7 +295,7 @@ ENDPOINTS = [
         rate_class="read",
         tag="activities",
         responses={200: "The activity"},
-        answer=answers.Activity,
+        answer=wire.Activity,
         problems=_NO_ACTIVITY,
     ),
     Endpoint(
@@ -310,7 +309,7 @@ ENDPOINTS = [
         responses={
             200: "The activity after the change; closing again changes nothing (idempotent)"
         },
-        answer=answers.Activity,
+        answer=wire.Activity,
         problems=_NO_ACTIVITY,
         audit="activity.update",
     ),
@@ -323,7 +322,7 @@ ENDPOINTS = [
         query=ActivitiesQuery,
         tag="activities",
         responses={200: "A page of activities, newest first (by created_at, then id)"},
-        answer=answers.ActivitiesPage,
+        answer=wire.ActivitiesPage,
     ),
     Endpoint(
         "POST",
@@ -338,7 +337,7 @@ ENDPOINTS = [
             201: "Opened; the server names the team when `team_id` is absent",
             200: "The same team id, leader and order again: the team as it is now",
         },
-        answer=answers.Team,
+        answer=wire.Team,
         problems={
             **_CLOSED,
             errors.Conflict: "the team id exists with another leader or order",
@@ -362,7 +361,7 @@ ENDPOINTS = [
             "first (a team is listed within seconds of its end). An open page may hold fewer "
             "than `limit` teams while `next_cursor` is not null"
         },
-        answer=answers.TeamsPage,
+        answer=wire.TeamsPage,
         problems=_NO_ACTIVITY,
     ),
     Endpoint(
@@ -380,7 +379,7 @@ ENDPOINTS = [
             200: "The user's unexpired lock in the activity, wherever it is, unchanged "
             "(`existing`: true)",
         },
-        answer=answers.LockTaken,
+        answer=wire.LockTaken,
         problems={
             **_CLOSED,
             errors.NoTeamAvailable: "no open team has a free seat for the user at this instant "
@@ -399,7 +398,7 @@ ENDPOINTS = [
         rate_class="read",
         tag="teams",
         responses={200: "The team: live from Redis, or from SQL once ended and released"},
-        answer=answers.Team,
+        answer=wire.Team,
         problems=_NO_TEAM,
     ),
     Endpoint(
@@ -415,7 +414,7 @@ ENDPOINTS = [
             201: "A new lock; `released_team_id` names the lock it replaced in this activity",
             200: "The user's unexpired lock on this team, unchanged (`existing`: true)",
         },
-        answer=answers.LockTaken,
+        answer=wire.LockTaken,
         problems={
             **_CLOSED,
             errors.TeamFull: "every seat is a member or an unexpired lock; `next_unlock_at` "
@@ -439,7 +438,7 @@ ENDPOINTS = [
         rate_user="user_id",
         tag="teams",
         responses={200: "Done, released or not (idempotent)"},
-        answer=answers.Released,
+        answer=wire.Released,
         problems=_NO_TEAM,
     ),
     Endpoint(
@@ -456,7 +455,7 @@ ENDPOINTS = [
             200: "The same user and order again: the team as it is now, and the same "
             "`formed` as the first answer",
         },
-        answer=answers.Confirmed,
+        answer=wire.Confirmed,
         problems={
             errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
             errors.AlreadyMember: "the user joined this team with another order",
@@ -478,7 +477,7 @@ ENDPOINTS = [
         rate_user="user_id",
         tag="teams",
         responses={200: "The user's unexpired lock"},
-        answer=answers.UserLock,
+        answer=wire.UserLock,
         problems={
             errors.NoLock: "the user holds no unexpired lock in the activity",
             **_NO_ACTIVITY,

@@ -8,10 +8,8 @@ from pydantic import Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors
-from groupbuy.api import answers
+from groupbuy import errors, wire
 from groupbuy.api.endpoints import (
-    ID_PATTERN,
     TEXT_PATTERN,
     Endpoint,
     LaxQuery,
@@ -22,6 +20,7 @@ from groupbuy.api.endpoints import (
 from groupbuy.webhooks.addresses import MAX_URL_LENGTH
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
+from groupbuy.wire import ID_PATTERN
 
 EventType = Annotated[
     str,
@@ -190,7 +189,7 @@ ENDPOINTS = [
             201: "Registered; `secret` is shown here only",
             200: "The same endpoint was registered before (no secret)",
         },
-        answer=answers.WebhookEndpointCreated,
+        answer=wire.WebhookEndpointCreated,
         problems={errors.Conflict: "the endpoint id exists with other parameters"},
         audit="webhook.create",
     ),
@@ -203,7 +202,7 @@ ENDPOINTS = [
         query=WebhooksQuery,
         tag="webhooks",
         responses={200: "A page of endpoints by id"},
-        answer=answers.WebhookEndpointsPage,
+        answer=wire.WebhookEndpointsPage,
     ),
     Endpoint(
         "GET",
@@ -213,7 +212,7 @@ ENDPOINTS = [
         role="admin",
         tag="webhooks",
         responses={200: "The endpoint"},
-        answer=answers.WebhookEndpoint,
+        answer=wire.WebhookEndpoint,
         problems=_NOT_FOUND,
     ),
     Endpoint(
@@ -225,7 +224,7 @@ ENDPOINTS = [
         body=UpdateWebhookBody,
         tag="webhooks",
         responses={200: "The endpoint as changed"},
-        answer=answers.WebhookEndpoint,
+        answer=wire.WebhookEndpoint,
         problems=_NOT_FOUND,
         audit="webhook.update",
     ),
@@ -237,7 +236,7 @@ ENDPOINTS = [
         role="admin",
         tag="webhooks",
         responses={200: "Removed"},
-        answer=answers.WebhookDeleted,
+        answer=wire.WebhookDeleted,
         problems=_NOT_FOUND,
         audit="webhook.delete",
     ),
@@ -249,7 +248,7 @@ ENDPOINTS = [
         role="admin",
         tag="webhooks",
         responses={200: "The new secret, shown here only"},
-        answer=answers.WebhookSecretRotated,
+        answer=wire.WebhookSecretRotated,
         problems=_NOT_FOUND,
         audit="webhook.rotate_secret",
     ),
@@ -263,7 +262,7 @@ ENDPOINTS = [
         query=DeliveriesQuery,
         tag="webhooks",
         responses={200: "A page of deliveries"},
-        answer=answers.WebhookDeliveriesPage,
+        answer=wire.WebhookDeliveriesPage,
         problems=_NOT_FOUND,
     ),
     Endpoint(
@@ -275,7 +274,7 @@ ENDPOINTS = [
         query=AttemptsQuery,
         tag="webhooks",
         responses={200: "A page of attempts"},
-        answer=answers.WebhookAttemptsPage,
+        answer=wire.WebhookAttemptsPage,
         problems={
             **_NOT_FOUND,
             errors.DeliveryNotFound: "the endpoint has no delivery with this webhook id",
@@ -297,7 +296,7 @@ ENDPOINTS = [
         body=ReplayBody,
         tag="webhooks",
         responses={202: "Queued; the deliverer sends them"},
-        answer=answers.WebhookReplayQueued,
+        answer=wire.WebhookReplayQueued,
         problems=_NOT_FOUND,
         audit="webhook.replay",
     ),
@@ -309,7 +308,7 @@ ENDPOINTS = [
         role="admin",
         tag="webhooks",
         responses={200: "The attempt: status (or error) and duration"},
-        answer=answers.WebhookTestAttempt,
+        answer=wire.WebhookTestAttempt,
         problems=_NOT_FOUND,
         audit="webhook.test",
     ),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 from groupbuy import errors
-from groupbuy.api.endpoints import ID_PATTERN, is_id
+from groupbuy.api.endpoints import is_id
 from groupbuy.locks.codec import parse_page_cursor
+from groupbuy.wire import ID_PATTERN
 
 # Every pattern here is matched against the whole value (fullmatch): `$` alone would let a
 # trailing newline through.

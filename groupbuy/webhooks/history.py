@@ -16,12 +16,10 @@ from groupbuy.storage.timefmt import iso_ms, to_ms
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.queue import delivery_row, webhook_id
 from groupbuy.webhooks.store import subscribes
+from groupbuy.wire import ATTEMPTS_SHOWN
 
 # Events one replay transaction queues.
 REPLAY_BATCH = 2000
-# Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
-# days, or replayed, has many); the rest are read with `attempts`.
-ATTEMPTS_SHOWN = 10
 
 
 async def page(

@@ -10,15 +10,15 @@ import pytest
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
-from groupbuy import errors
+from groupbuy import errors, wire
 from groupbuy.api import answers
 from groupbuy.api.app import create_app
 from groupbuy.settings import Settings
 from groupbuy.storage.db import Database
-from groupbuy.webhooks.history import ATTEMPTS_SHOWN
 from groupbuy.webhooks.models import AttemptRow
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
+from groupbuy.wire import ATTEMPTS_SHOWN
 from tests.support.http import ADMIN, assert_ok, assert_problem
 from tests.support.webhooks import delivery_tried
 
@@ -115,14 +115,14 @@ def test_the_attempts_route(admin_client: TestClient) -> None:
     database = c.app.state.services.database  # type: ignore[attr-defined]
     c.portal.call(delivery_tried, database, "shop", 1, 12)  # type: ignore[union-attr]
     page = assert_ok(c.get(f"{HOOKS}/shop/deliveries", headers=ADMIN), 200)
-    answers.WebhookDeliveriesPage.model_validate(page)
+    answers.validate(wire.WebhookDeliveriesPage, page)
     [delivery] = page["deliveries"]
     assert (len(delivery["attempts"]), delivery["attempts_total"]) == (10, 12)
     rest = f"{HOOKS}/shop/deliveries/evt_1/attempts"
     older = assert_ok(
         c.get(rest, params={"cursor": delivery["older_attempts_cursor"]}, headers=ADMIN), 200
     )
-    answers.WebhookAttemptsPage.model_validate(older)
+    answers.validate(wire.WebhookAttemptsPage, older)
     assert statuses(older["attempts"]) == [501, 500] and older["next_cursor"] is None
     first = assert_ok(c.get(rest, params={"limit": 1}, headers=ADMIN), 200)
     assert statuses(first["attempts"]) == [511] and first["next_cursor"]
