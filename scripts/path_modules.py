@@ -34,12 +34,12 @@ async def traced_modules(client: httpx.AsyncClient) -> list[str]:
     request = asyncio.current_task()  # the app runs inside the client's call, in this task
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call":
-            name = frame.f_globals.get("__name__", "")
-            if name.startswith("groupbuy.") and name not in seen:
-                # Background work (jobs, writers) shares the loop: not the lock's path.
-                if asyncio.current_task() is request:
-                    seen[name] = None
+        if event != "call":
+            return
+        name = frame.f_globals.get("__name__", "")
+        # Background work (jobs, writers) shares the loop: not the lock's path.
+        if name.startswith("groupbuy.") and asyncio.current_task() is request:
+            seen.setdefault(name, None)
 
     sys.setprofile(profile)
     try:
