@@ -13,18 +13,17 @@ idempotent. Requests go out on an aiohttp session (httpx's pool fell far behind 
 hundreds of concurrent callers, docs/benchmarks-findings.md), which reads no proxy
 settings from the environment (httpx did); an httpx transport handed in replaces the
 network, e.g. to call an app in-process.
-A blocking flavour with the same methods: groupbuy.client_sync. This module imports
-nothing of the server but `groupbuy.signing` (standard library only), so callers need
-only aiohttp and orjson besides it.
+A blocking flavour with the same methods: groupbuy.client_sync. The answers' TypedDicts
+are the server's own, from groupbuy.wire. This module imports nothing of the server but
+`groupbuy.signing` and `groupbuy.wire` (standard library only), so callers need only
+aiohttp and orjson besides it.
 """
 
-# No `from __future__ import annotations`: TypedDict reads NotRequired[...] from the
-# evaluated annotations on Python 3.11.
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -32,413 +31,45 @@ import orjson
 from yarl import URL
 
 from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+from groupbuy.wire import (
+    Account,
+    ActivitiesPage,
+    Activity,
+    AuditPage,
+    BlockedUser,
+    BlockedUsersPage,
+    Confirmed,
+    DeadLetter,
+    DeadLettersPage,
+    EventsPage,
+    Grabbed,
+    Health,
+    JobReport,
+    LedgerEntriesPage,
+    LockTaken,
+    Packet,
+    PacketSent,
+    PacketsPage,
+    Readiness,
+    ReconcileReport,
+    Released,
+    Team,
+    TeamsPage,
+    Unblocked,
+    UserLock,
+    WebhookAttemptsPage,
+    WebhookDeleted,
+    WebhookDeliveriesPage,
+    WebhookEndpoint,
+    WebhookEndpointCreated,
+    WebhookEndpointsPage,
+    WebhookReplayQueued,
+    WebhookSecretRotated,
+    WebhookTestAttempt,
+)
 
 if TYPE_CHECKING:
     import httpx
-
-# -- the answers ---------------------------------------------------------------------------
-
-
-class Health(TypedDict):
-    """GET /healthz."""
-
-    status: str
-
-
-class Readiness(TypedDict):
-    """GET /readyz: `ready`, or `not ready` with what failed in `checks`."""
-
-    status: str
-    checks: dict[str, str]
-
-
-class VirtualCompletion(TypedDict):
-    """An activity's virtual completion rule (模拟成团)."""
-
-    min_members: int
-
-
-class ActivityLimits(TypedDict):
-    """An activity's per-user limits (None: no limit of that kind)."""
-
-    teams_per_user: int | None
-    open_teams_per_leader: int | None
-
-
-class Activity(TypedDict):
-    """An activity, the parameters its teams take, and its live counts."""
-
-    activity_id: str
-    name: str | None
-    team_size: int
-    lock_ttl_s: int
-    team_deadline_s: int
-    virtual_completion: VirtualCompletion | None
-    limits: ActivityLimits | None
-    created_at: str
-    status: str  # open | closed
-    teams_open: int  # live counts at the read: teams open now
-    teams_formed: int
-    teams_failed: int
-    members: int  # of open and formed teams, leaders included
-    live_locks: int  # seat locks not expired now
-    virtual_completions: int
-
-
-class ActivitiesPage(TypedDict):
-    """A page of activities, newest first; `next_cursor` None after the last."""
-
-    activities: list[Activity]
-    next_cursor: str | None
-
-
-class Member(TypedDict):
-    """A member of a team."""
-
-    user_id: str
-    order_id: str | None
-    joined_at: str
-
-
-class SeatLock(TypedDict):
-    """An unexpired seat lock of a team."""
-
-    user_id: str
-    locked_at: str
-    expires_at: str
-
-
-class Team(TypedDict):
-    """A team (timestamps are ISO-8601 UTC with milliseconds)."""
-
-    activity_id: str
-    team_id: str
-    leader_id: str
-    status: Literal["open", "formed", "failed"]
-    size: int
-    members: list[Member]
-    locks: list[SeatLock]
-    free_seats: int
-    next_unlock_at: str | None
-    deadline_at: str
-    formed_at: str | None
-    failed_at: str | None
-    virtual_seats: int
-    version: int
-
-
-class TeamsPage(TypedDict):
-    """A page of an activity's teams (open, formed or failed); `next_cursor` None after the
-    last."""
-
-    teams: list[Team]
-    next_cursor: str | None
-
-
-class LockTaken(TypedDict):
-    """A seat lock held for a user; `existing` (True) only when it was already held."""
-
-    status: Literal["locked"]
-    user_id: str
-    team_id: str
-    locked_at: str
-    expires_at: str
-    released_team_id: str | None
-    version: int
-    existing: NotRequired[bool]
-
-
-class Released(TypedDict):
-    """Whether a seat lock was released."""
-
-    released: bool
-
-
-class Confirmed(TypedDict):
-    """A confirmed member's team; `formed` only in the answers of the completing confirm."""
-
-    team: Team
-    formed: bool
-
-
-class UserLock(TypedDict):
-    """A user's current lock in an activity."""
-
-    team_id: str
-    locked_at: str
-    expires_at: str
-
-
-class Account(TypedDict):
-    """A user's balance."""
-
-    user_id: str
-    balance_cents: int
-
-
-class PacketSent(TypedDict):
-    """A sent red packet."""
-
-    packet_id: str
-    sender_id: str
-    amount_cents: int
-    count: int
-    strategy: Literal["double_mean", "equal"]
-    status: Literal["active", "sold_out", "expired"]
-    expires_at: str
-
-
-class Grabbed(TypedDict):
-    """A grab's share; `remaining_count` only with `grabbed`."""
-
-    status: Literal["grabbed", "already_grabbed"]
-    amount_cents: int
-    remaining_count: NotRequired[int]
-
-
-class PacketGrab(TypedDict):
-    """One grab of a packet."""
-
-    user_id: str
-    amount_cents: int
-    grabbed_at: str
-
-
-class PacketSummary(PacketSent):
-    """A packet as the listing shows it: the live fields, without its grabs."""
-
-    remaining_count: int
-    remaining_cents: int
-    refunded_cents: int
-    version: int
-
-
-class Packet(PacketSummary):
-    """A packet with its grabs, in grab order."""
-
-    grabs: list[PacketGrab]
-    luckiest_user_id: str | None
-
-
-class PacketsPage(TypedDict):
-    """A page of packets, newest first; pass `next_cursor` as `cursor`."""
-
-    packets: list[PacketSummary]
-    next_cursor: str | None
-
-
-class LedgerEntry(TypedDict):
-    """One movement of an account's money (`kind`: deposit, send, grab or refund)."""
-
-    kind: str
-    amount_cents: int
-    balance_after_cents: int
-    reference: str
-    packet_id: NotRequired[str | None]
-    at: str
-
-
-class LedgerEntriesPage(TypedDict):
-    """A page of an account's ledger entries, newest first; pass `next_cursor` as `cursor`."""
-
-    entries: list[LedgerEntry]
-    next_cursor: str | None
-
-
-class AuditEntry(TypedDict):
-    """One action an operator took: who (`<role>:<key fingerprint>`, an HMAC of the key
-    under a server-side secret, never the secret), what, why, when."""
-
-    id: int
-    at: str
-    actor: str
-    action: str
-    target: str
-    reason: str | None
-    detail: dict[str, Any] | None
-
-
-class AuditPage(TypedDict):
-    """A page of the audit log, newest first; pass `next_cursor` as `cursor`."""
-
-    entries: list[AuditEntry]
-    next_cursor: str | None
-
-
-class Event(TypedDict):
-    """One recorded event."""
-
-    id: int
-    type: str
-    at: str
-    data: dict[str, Any]
-
-
-class EventsPage(TypedDict):
-    """Events after an id; pass `next_after` as `after` for the next page."""
-
-    events: list[Event]
-    next_after: int
-
-
-class ReconcileReport(TypedDict):
-    """The last reconciliation run and the mismatches it found."""
-
-    id: int
-    started_at: str
-    finished_at: str
-    since: str | None
-    packets_checked: int
-    teams_checked: int
-    accounts_checked: int
-    pending_records: int
-    mismatch_count: int
-    mismatches: list[dict[str, Any]]
-
-
-class BlockedUser(TypedDict):
-    """A user an admin blocked."""
-
-    user_id: str
-    reason: str | None
-    blocked_at: str
-
-
-class BlockedUsersPage(TypedDict):
-    """A page of the blocked users, in user id order; pass `next_cursor` as `cursor`."""
-
-    blocked_users: list[BlockedUser]
-    next_cursor: str | None
-
-
-class Unblocked(TypedDict):
-    """Whether a block was lifted (false when the user was not blocked)."""
-
-    user_id: str
-    unblocked: bool
-
-
-class DeadLetter(TypedDict):
-    """An outbox record SQL could not apply, kept instead of dropped."""
-
-    id: int
-    stream: str
-    owner_id: str
-    entry_id: str
-    fields: dict[str, str]
-    error: str
-    dead_at: str
-    replayed_at: str | None
-
-
-class DeadLettersPage(TypedDict):
-    """A page of dead letters, oldest first; pass `next_cursor` as `cursor`."""
-
-    dead_letters: list[DeadLetter]
-    next_cursor: str | None
-
-
-class WebhookEndpoint(TypedDict):
-    """A webhook endpoint, without its secret."""
-
-    endpoint_id: str
-    url: str
-    event_types: list[str]
-    description: str | None
-    ordering: str
-    disabled: bool
-    disabled_reason: str | None
-    created_at: str
-    position: int
-
-
-class WebhookEndpointCreated(WebhookEndpoint):
-    """A registered endpoint; `secret` only in the answer that created it."""
-
-    secret: NotRequired[str | None]
-
-
-class WebhookSecretRotated(WebhookEndpoint):
-    """An endpoint with its new secret (shown once) and when the old one stops signing."""
-
-    secret: str
-    previous_secret_expires_at: str
-
-
-class WebhookEndpointsPage(TypedDict):
-    """A page of webhook endpoints by id; pass `next_cursor` as `cursor`."""
-
-    webhooks: list[WebhookEndpoint]
-    next_cursor: str | None
-
-
-class WebhookDeleted(TypedDict):
-    """An endpoint removed with its deliveries."""
-
-    endpoint_id: str
-    deleted: bool
-
-
-class WebhookAttempt(TypedDict):
-    """One POST of a delivery: a status, or the error that stood for none."""
-
-    at: str
-    status_code: NotRequired[int | None]
-    error: NotRequired[str | None]
-    duration_ms: int
-    answer: str
-
-
-class WebhookDelivery(TypedDict):
-    """One event owed to an endpoint, with its attempts."""
-
-    webhook_id: str
-    event_id: int
-    event_type: str
-    status: str
-    attempts: list[WebhookAttempt]  # its newest, oldest of them first
-    attempts_total: int
-    older_attempts_cursor: str | None  # the `cursor` of webhook_attempts for the rest
-
-
-class WebhookDeliveriesPage(TypedDict):
-    """A page of an endpoint's deliveries, newest first; pass `next_cursor` as `cursor`."""
-
-    deliveries: list[WebhookDelivery]
-    next_cursor: str | None
-
-
-class WebhookAttemptsPage(TypedDict):
-    """A page of one delivery's attempts, newest first; pass `next_cursor` as `cursor`."""
-
-    webhook_id: str
-    attempts: list[WebhookAttempt]
-    next_cursor: str | None
-
-
-class WebhookReplayQueued(TypedDict):
-    """How many events a replay queued again."""
-
-    endpoint_id: str
-    after: int
-    until: int | None
-    queued: int
-
-
-class WebhookTestAttempt(TypedDict):
-    """The attempt of a `webhook.test` message sent now."""
-
-    webhook_id: str
-    succeeded: bool
-    status_code: NotRequired[int | None]
-    error: NotRequired[str | None]
-    duration_ms: int
-    answer: str
-
-
-JobReport = dict[str, Any]
-"""What a job run did: `job`, `duration_ms`, then fields of that job's own."""
-
 
 # -- errors --------------------------------------------------------------------------------
 

@@ -23,6 +23,16 @@ import orjson
 
 from groupbuy.client import (
     _REPLAY_RETRIES,
+    GroupBuyAPIError,
+    GroupBuyTransportError,
+    _Answer,
+    _drop_none,
+    _refused_as_replay,
+    _segment,
+    _target,
+)
+from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+from groupbuy.wire import (
     Account,
     ActivitiesPage,
     Activity,
@@ -34,8 +44,6 @@ from groupbuy.client import (
     DeadLettersPage,
     EventsPage,
     Grabbed,
-    GroupBuyAPIError,
-    GroupBuyTransportError,
     Health,
     JobReport,
     LedgerEntriesPage,
@@ -59,13 +67,7 @@ from groupbuy.client import (
     WebhookReplayQueued,
     WebhookSecretRotated,
     WebhookTestAttempt,
-    _Answer,
-    _drop_none,
-    _refused_as_replay,
-    _segment,
-    _target,
 )
-from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
 
 __all__ = ["GroupBuySyncClient"]
 

@@ -2,7 +2,8 @@
 
 The API is defined once, as `GroupBuyClient`: its source is copied with `async`/`await`
 taken out and a few names swapped (the httpcore way, "unasync"), under a header that
-imports the answers, errors and helpers from groupbuy.client and adds a blocking wire.
+imports the errors and helpers from groupbuy.client, the answers from groupbuy.wire, and
+adds a blocking wire.
 
     .venv/bin/python scripts/unasync_client.py          # rewrite groupbuy/client_sync.py
     .venv/bin/python scripts/unasync_client.py --check  # exit 1 if it is not up to date
@@ -59,6 +60,16 @@ import orjson
 
 from groupbuy.client import (
     _REPLAY_RETRIES,
+    GroupBuyAPIError,
+    GroupBuyTransportError,
+    _Answer,
+    _drop_none,
+    _refused_as_replay,
+    _segment,
+    _target,
+)
+from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+from groupbuy.wire import (
     Account,
     ActivitiesPage,
     Activity,
@@ -70,8 +81,6 @@ from groupbuy.client import (
     DeadLettersPage,
     EventsPage,
     Grabbed,
-    GroupBuyAPIError,
-    GroupBuyTransportError,
     Health,
     JobReport,
     LedgerEntriesPage,
@@ -95,13 +104,7 @@ from groupbuy.client import (
     WebhookReplayQueued,
     WebhookSecretRotated,
     WebhookTestAttempt,
-    _Answer,
-    _drop_none,
-    _refused_as_replay,
-    _segment,
-    _target,
 )
-from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
 
 __all__ = ["GroupBuySyncClient"]
 

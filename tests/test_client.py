@@ -4,6 +4,7 @@ redis-server; once against a live `groupbuy serve`."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import subprocess
@@ -17,10 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel
 from starlette.applications import Starlette
 
-from groupbuy import client as typed
 from groupbuy import wire
 from groupbuy.api import answers
 from groupbuy.api.app import create_app
@@ -340,62 +339,41 @@ async def test_one_of_racing_copies_of_a_signed_request_wins(signed_clients: Cli
 
 # -- the typed answers are the documented ones ---------------------------------------------
 
-TYPED_ANSWERS: list[tuple[Any, type[BaseModel]]] = [
-    (typed.Health, answers.model(wire.Health)),
-    (typed.Readiness, answers.model(wire.Readiness)),
-    (typed.Activity, answers.model(wire.Activity)),
-    (typed.VirtualCompletion, answers.model(wire.VirtualCompletionRule)),
-    (typed.ActivityLimits, answers.model(wire.ActivityLimitsRule)),
-    (typed.Member, answers.model(wire.Member)),
-    (typed.SeatLock, answers.model(wire.SeatLock)),
-    (typed.Team, answers.model(wire.Team)),
-    (typed.TeamsPage, answers.model(wire.TeamsPage)),
-    (typed.ActivitiesPage, answers.model(wire.ActivitiesPage)),
-    (typed.LockTaken, answers.model(wire.LockTaken)),
-    (typed.Released, answers.model(wire.Released)),
-    (typed.Confirmed, answers.model(wire.Confirmed)),
-    (typed.UserLock, answers.model(wire.UserLock)),
-    (typed.Account, answers.model(wire.Account)),
-    (typed.PacketSent, answers.model(wire.PacketSent)),
-    (typed.Grabbed, answers.model(wire.Grabbed)),
-    (typed.PacketGrab, answers.model(wire.PacketGrab)),
-    (typed.Packet, answers.model(wire.Packet)),
-    (typed.PacketSummary, answers.model(wire.PacketSummary)),
-    (typed.PacketsPage, answers.model(wire.PacketsPage)),
-    (typed.LedgerEntry, answers.model(wire.LedgerEntry)),
-    (typed.LedgerEntriesPage, answers.model(wire.LedgerEntriesPage)),
-    (typed.AuditEntry, answers.model(wire.AuditEntry)),
-    (typed.AuditPage, answers.model(wire.AuditPage)),
-    (typed.Event, answers.model(wire.Event)),
-    (typed.EventsPage, answers.model(wire.EventsPage)),
-    (typed.ReconcileReport, answers.model(wire.ReconcileReport)),
-    (typed.BlockedUser, answers.model(wire.BlockedUser)),
-    (typed.BlockedUsersPage, answers.model(wire.BlockedUsersPage)),
-    (typed.Unblocked, answers.model(wire.Unblocked)),
-    (typed.DeadLetter, answers.model(wire.DeadLetter)),
-    (typed.DeadLettersPage, answers.model(wire.DeadLettersPage)),
-    (typed.WebhookEndpoint, answers.model(wire.WebhookEndpoint)),
-    (typed.WebhookEndpointCreated, answers.model(wire.WebhookEndpointCreated)),
-    (typed.WebhookSecretRotated, answers.model(wire.WebhookSecretRotated)),
-    (typed.WebhookEndpointsPage, answers.model(wire.WebhookEndpointsPage)),
-    (typed.WebhookDeleted, answers.model(wire.WebhookDeleted)),
-    (typed.WebhookAttempt, answers.model(wire.WebhookAttempt)),
-    (typed.WebhookDelivery, answers.model(wire.WebhookDelivery)),
-    (typed.WebhookDeliveriesPage, answers.model(wire.WebhookDeliveriesPage)),
-    (typed.WebhookAttemptsPage, answers.model(wire.WebhookAttemptsPage)),
-    (typed.WebhookReplayQueued, answers.model(wire.WebhookReplayQueued)),
-    (typed.WebhookTestAttempt, answers.model(wire.WebhookTestAttempt)),
-]
+GROUPBUY = Path(__file__).resolve().parents[1] / "groupbuy"
+CLIENT_MODULES = ("client.py", "client_sync.py")
 
 
-@pytest.mark.parametrize(("typed_dict", "model"), TYPED_ANSWERS, ids=lambda x: x.__name__)
-def test_each_typed_answer_has_the_fields_of_the_documented_answer(
-    typed_dict: Any, model: type[BaseModel]
-) -> None:
-    fields = typed_dict.__required_keys__ | typed_dict.__optional_keys__
-    assert fields == set(model.model_fields)
-    optional = {name for name, info in model.model_fields.items() if not info.is_required()}
-    assert typed_dict.__optional_keys__ == optional
+def test_every_answer_of_the_client_is_a_shape_of_wire() -> None:
+    """The client's TypedDicts are the server's own (the OpenAPI document is built from
+    them); the methods that answer no JSON object are the exceptions listed."""
+    shapes = list(vars(wire).values())
+    others = {"metrics": str, "openapi": dict[str, Any], "aclose": type(None)}
+    for name, method in vars(GroupBuyClient).items():
+        if name.startswith("_") or not callable(method):
+            continue
+        answer = typing.get_type_hints(method, include_extras=True)["return"]
+        if name in others:
+            assert answer == others[name], name
+        else:
+            assert any(answer is shape for shape in shapes), (name, answer)
+            answers.model(answer)  # documented: the OpenAPI document has its model
+
+
+def _classes(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+
+
+def test_no_class_is_defined_in_both_the_client_and_the_server() -> None:
+    client = set().union(*(_classes(GROUPBUY / name) for name in CLIENT_MODULES))
+    assert {"GroupBuyClient", "GroupBuySyncClient"} <= client
+    not_server = {GROUPBUY / name for name in (*CLIENT_MODULES, "wire.py")}
+    server: set[str] = set()
+    for path in GROUPBUY.rglob("*.py"):
+        if path not in not_server:
+            server |= _classes(path)
+    assert len(server) > 100
+    assert client & server == set()
 
 
 def test_the_client_imports_nothing_of_the_server() -> None:
