@@ -1,8 +1,7 @@
 """The cost of rate limits on the grab path: the HTTP flash grab through `groupbuy serve`
-(1 worker) with `[ratelimit]` on (the defaults: each grab is decided from the process's
-copy of its API key's bucket and its user's, counted in Redis behind it), on and exact
-(`local_share = 0`: each grab first waits for one script call taking from both), and
-off, side by side on the same redis-server.
+(1 worker) with `[ratelimit]` on (the defaults: each grab first waits for one script call
+taking from its API key's bucket and its user's) and off, side by side on the same
+redis-server.
 
 Both servers run at once (own key prefixes and SQLite files) and are measured in
 alternation, round after round, each round started with both idle
@@ -12,7 +11,7 @@ load is benchmarks/http_level.py's flash grab (wrk, distinct users, every 20th r
 double tap, all through one API key): no request may be refused, so the row's
 correctness counts also show that the default limits do not throttle a flash sale.
 
-    .venv/bin/python -m benchmarks.http_ratelimit            # 5 rounds of 3 s (~1.5 min)
+    .venv/bin/python -m benchmarks.http_ratelimit            # 5 rounds of 3 s (~1 min)
     .venv/bin/python -m benchmarks.http_ratelimit --quick    # 2 rounds of 2 s
     .venv/bin/python -m benchmarks.http_ratelimit --rounds 9 # a steadier median
 """
@@ -53,7 +52,6 @@ from groupbuy.testing.servers import start_redis
 
 TARGET = 0.90  # rate with limits on / rate with them off, at least
 ON, OFF = "grab, rate limits on", "grab, rate limits off"
-EXACT = "grab, rate limits on, exact"
 
 
 def _default_limits() -> dict[str, str]:
@@ -86,30 +84,14 @@ def _per_cpu(trials: list[Trial]) -> list[Trial]:
     return [Trial(t.ops, t.correct["server_cpu_s"], t.correct) for t in trials]
 
 
-def run_ratelimit_http(
-    redis_url: str, workdir: Path, plan: Plan, local_share: float | None = None
-) -> list[Row]:
-    """The flash grab with limits on (local decisions, at `local_share` when given), on and
-    exact, and off, alternated; their rows and the ratios."""
+def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
+    """The flash grab with limits on and off, alternated; their rows and the ratios."""
     wrk = _ensure_wrk()
     how = f"wrk -t{THREADS} -c{CONNECTIONS}" if wrk else "httpx load in-process (no wrk)"
     note = _notes(how, 1, plan.round_s)["flash_grab"]
     limits = _default_limits()
-    local = {} if local_share is None else {"GROUPBUY_RATELIMIT_LOCAL_SHARE": str(local_share)}
     with contextlib.ExitStack() as stack:
-        on = stack.enter_context(
-            _groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **{**limits, **local})
-        )
-        exact = stack.enter_context(
-            _groupbuy(
-                "uvicorn",
-                redis_url,
-                workdir,
-                1,
-                "rlx",
-                **{**limits, "GROUPBUY_RATELIMIT_LOCAL_SHARE": "0"},
-            )
-        )
+        on = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **limits))
         off = stack.enter_context(
             _groupbuy(
                 "uvicorn",
@@ -120,10 +102,9 @@ def run_ratelimit_http(
                 **{**limits, "GROUPBUY_RATELIMIT_ENABLED": "false"},
             )
         )
-        servers = [on.server, exact.server, off.server]
+        servers = [on.server, off.server]
         contenders = {
             ON: _with_cpu(_groupbuy_trial(_flash_grab, on, wrk, plan.round_s), on.server),
-            EXACT: _with_cpu(_groupbuy_trial(_flash_grab, exact, wrk, plan.round_s), exact.server),
             OFF: _with_cpu(_groupbuy_trial(_flash_grab, off, wrk, plan.round_s), off.server),
         }
         _say(f"rate limits: {', '.join(contenders)}; {plan.rounds} rounds")
@@ -133,14 +114,7 @@ def run_ratelimit_http(
                 "flash_grab",
                 "groupbuy (1 worker, rate limits on)",
                 trials[ON],
-                f"{note}; [ratelimit] at its defaults: each grab decided from the process's "
-                "copy of the key's and the user's bucket, counted in Redis behind it",
-            ),
-            _rounds_row(
-                "flash_grab",
-                "groupbuy (1 worker, rate limits on, exact)",
-                trials[EXACT],
-                f"{note}; [ratelimit] local_share = 0: each grab first takes from the key's "
+                f"{note}; [ratelimit] at its defaults: each grab first takes from the key's "
                 "and the user's bucket in one script call",
             ),
             _rounds_row(
@@ -151,8 +125,7 @@ def run_ratelimit_http(
             ),
         ]
         _log_errors(rows[:1], on.server)
-        _log_errors(rows[1:2], exact.server)
-        _log_errors(rows[2:], off.server)
+        _log_errors(rows[1:], off.server)
     for row in rows:
         correct = row["correct"]
         correct["rate_limited"] = correct.get("answers", {}).get("4xx", 0)
@@ -178,26 +151,6 @@ def run_ratelimit_http(
             percent=True,
         )
     )
-    rows.append(
-        comparison(
-            "http_grab_ratelimit_exact_vs_off",
-            "HTTP grab, 1 worker: rate limits on and exact (local_share = 0) / off (interleaved)",
-            trials[EXACT],
-            trials[OFF],
-            TARGET,
-            percent=True,
-        )
-    )
-    rows.append(
-        comparison(
-            "http_grab_ratelimit_local_vs_exact",
-            "HTTP grab, 1 worker: rate limits decided locally / exact (interleaved)",
-            trials[ON],
-            trials[EXACT],
-            1.0,
-            percent=True,
-        )
-    )
     return rows
 
 
@@ -205,9 +158,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
     parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
-    parser.add_argument(
-        "--local-share", type=float, help="[ratelimit] local_share of the first contender"
-    )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.rounds:
@@ -217,7 +167,7 @@ def main() -> None:
     began = time.monotonic()
     try:
         redis.Redis.from_url(server.url).flushall()
-        rows = run_ratelimit_http(server.url, workdir, plan, args.local_share)
+        rows = run_ratelimit_http(server.url, workdir, plan)
     finally:
         server.stop()
     for row in rows:

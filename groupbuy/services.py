@@ -192,7 +192,6 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         await jobs.stop()
         await services.webhooks.stop_delivering()
         await services.packets.acks.stop()
-        await services.ratelimit.aclose()
         await services.database.dispose()
         await services.scripts.aclose()
         await services.redis.aclose()

@@ -439,11 +439,6 @@ class RateLimitSettings(_Section):
     send_user_window_s: RateWindowS = 2
     read_user_quota: RateQuota = 40
     read_user_window_s: RateWindowS = 2
-    # Each process decides from its own copy of the buckets and counts what it let through
-    # in Redis in the background, letting through at most this share of a quota (at least
-    # one request) before Redis has counted them; 0: every request waits for Redis's
-    # decision, exact (groupbuy/storage/ratelocal.py).
-    local_share: Annotated[float, Field(ge=0, le=0.5)] = 0.01
 
     def limit(self, route_class: str, subject: str) -> tuple[int, int]:
         """(quota, window_s) of one route class for `key` or `user`."""
@@ -512,6 +507,14 @@ ENV_ALIASES = {"GROUPBUY_API_KEYS": ("auth", "api_keys")}
 # walk-through reads, the tests' own.
 NON_SETTING_VARIABLES = frozenset({"GROUPBUY_CONFIG", "GROUPBUY_KEY", "GROUPBUY_URL"})
 NON_SETTING_PREFIXES = ("GROUPBUY_TEST_",)
+REMOVED_SETTINGS = {
+    ("ratelimit", "local_share"): (
+        "every rate limit is decided in Redis, exactly "
+        "(docs/decisions/0009-rate-limits-decided-in-redis-only.md)"
+    ),
+}
+"""Settings that existed once, and why they went: naming one refuses the start with this
+sentence rather than a bare "unknown key", so an old config.toml says what to do."""
 
 # What a pydantic error type means, said in the words of a configuration file.
 _EXPECTED = {
@@ -568,14 +571,19 @@ def _did_you_mean(name: str, known: typing.Iterable[str], cutoff: float = 0.6) -
 
 def _check_unknown_variables(environ: Mapping[str, str]) -> None:
     """Refuse (SettingsError) a GROUPBUY_* variable that is no setting but resembles one: a
-    misspelt GROUPBUY_REDIS_URL would otherwise run the service on another Redis. One that
-    resembles none (another tool's) is warned about, once."""
+    misspelt GROUPBUY_REDIS_URL would otherwise run the service on another Redis; and one
+    of a removed setting (REMOVED_SETTINGS), saying why. One that resembles none (another
+    tool's) is warned about, once."""
     known = _variable_names()
+    removed = {f"GROUPBUY_{s}_{n}".upper(): (s, n) for s, n in REMOVED_SETTINGS}
     misspelt = []
     for variable in sorted(environ):
         if not variable.startswith("GROUPBUY_") or variable in known:
             continue
         if variable in NON_SETTING_VARIABLES or variable.startswith(NON_SETTING_PREFIXES):
+            continue
+        if variable in removed:
+            misspelt.append(f"{variable}: {_removed(*removed[variable])}; unset it")
             continue
         # Long names share GROUPBUY_ and a section: only a near-identical one is a misspelling.
         close = _did_you_mean(variable, known, cutoff=0.8)
@@ -585,6 +593,11 @@ def _check_unknown_variables(environ: Mapping[str, str]) -> None:
             log.warning("unknown environment variable %s is ignored", variable)
     if misspelt:
         raise SettingsError("; ".join(misspelt))
+
+
+def _removed(section: str, name: str) -> str:
+    """The sentence for a setting that was removed."""
+    return f"[{section}] {name} was removed: {REMOVED_SETTINGS[section, name]}"
 
 
 def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) -> str:
@@ -599,6 +612,8 @@ def _message(error: Any, source: str, variables: Mapping[tuple[str, str], str]) 
             close = _did_you_mean(location[0], Settings.model_fields)
             hint = f" (did you mean [{close}]?)" if close else ""
             return f"unknown section(s) in {source}: {location[0]}{hint}"
+        if (location[0], location[1]) in REMOVED_SETTINGS:
+            return f"{_removed(location[0], location[1])}; delete the line"
         section = typing.cast(type[BaseModel], Settings.model_fields[location[0]].annotation)
         close = _did_you_mean(location[1], section.model_fields)
         hint = f" (did you mean {close}?)" if close else ""

@@ -256,6 +256,27 @@ def test_an_unknown_key_in_the_file_gets_a_did_you_mean(
     assert str(raised.value) == message.format(config=config)
 
 
+def test_a_removed_setting_is_refused_saying_it_was_removed(tmp_path: Path) -> None:
+    """config.toml shipped `local_share = 0.01`: a copy of it must say what to do, not
+    only that the key is unknown."""
+    config = tmp_path / "c.toml"
+    config.write_text("[ratelimit]\nenabled = true\nlocal_share = 0.01\n")
+    why = "every rate limit is decided in Redis, exactly"
+    with pytest.raises(SettingsError) as raised:
+        load_settings(config, {})
+    assert str(raised.value) == (
+        f"[ratelimit] local_share was removed: {why} "
+        "(docs/decisions/0009-rate-limits-decided-in-redis-only.md); delete the line"
+    )
+    with pytest.raises(SettingsError) as raised:
+        load_settings(None, {"GROUPBUY_RATELIMIT_LOCAL_SHARE": "0"})
+    assert str(raised.value).startswith(
+        f"GROUPBUY_RATELIMIT_LOCAL_SHARE: [ratelimit] local_share was removed: {why} "
+    )
+    assert str(raised.value).endswith("; unset it")
+    assert (ROOT / "docs/decisions/0009-rate-limits-decided-in-redis-only.md").is_file()
+
+
 def test_the_log_section_and_its_variables() -> None:
     assert load_settings(None, {}).log == LogSettings(level="info", access_log=True, format="text")
     given = load_settings(

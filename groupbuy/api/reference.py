@@ -140,11 +140,7 @@ follow now; the limit is whole again in `t` seconds). Over a limit the answer is
 429 `rate_limited` with `Retry-After` (whole seconds, at least 1), `retry_after_s`
 and `limits` (the policies that refused), and nothing is done: try again later.
 A request a limit refuses costs none of its other limits anything.
-Each server process decides from its own copy of the limits and has Redis count
-what it let through just after, so with several processes a limit may let through
-more than `q` plus its refill, by at most `local_share` × `q` (at least 1) per
-process (`local_share` is 0.01 by default); `r` and `t` are the answering process's
-estimate. With `local_share = 0` every request waits for Redis's decision: exact.
+Redis decides every counted request, so a limit holds across all server processes.
 
 **Problems.** Every error is `application/problem+json` (RFC 9457):
 

@@ -83,15 +83,6 @@ RATELIMIT_TAKE = ScriptContract(
         "every bucket, 1 limited (taken from none)."
     ),
 )
-RATELIMIT_DEBIT = ScriptContract(
-    "ratelimit_debit",
-    "Count requests a process let through against the shared buckets; where each stands.",
-    keys=(),
-    argv=slots(("shift_ms", "clock shift in ms (0 in production)")),
-    more_keys=Slot("buckets", "buckets of one API key (its own, its users'); one hash tag"),
-    more_argv=Slot("debits", "per bucket: quota, window_us, requests to count (0: read)"),
-    reply="`{0, ahead_us_1, ahead_us_2, ...}`: how far each bucket's time is ahead of now.",
-)
 GUESS_COUNT = ScriptContract(
     "guess_count",
     "Count failed authentications of one client address in a fixed window, or read them.",
@@ -116,7 +107,6 @@ CONTRACTS = (
     OUTBOX_BURY,
     OUTBOX_READ,
     RATELIMIT_TAKE,
-    RATELIMIT_DEBIT,
     GUESS_COUNT,
     WRITE_PROBE,
 )
@@ -206,16 +196,6 @@ async def ratelimit_take(
     return await RATELIMIT_TAKE.call(
         scripts, RATELIMIT_TAKE.key_list(more=buckets), {"shift_ms": shift_ms}, limits
     )
-
-
-async def ratelimit_debit(
-    scripts: ScriptCaller, buckets: Sequence[str], shift_ms: int, debits: Sequence[int]
-) -> list[int]:
-    """Count requests against the buckets; how far ahead of now each one's time is (µs)."""
-    reply: list[int] = await RATELIMIT_DEBIT.call(
-        scripts, RATELIMIT_DEBIT.key_list(more=buckets), {"shift_ms": shift_ms}, debits
-    )
-    return reply[1:]
 
 
 async def guess_count(

@@ -7,13 +7,6 @@ clock, so every API process shares them exactly. The call goes through the scrip
 registry and so through the auto-pipeline: under load it rides in the same round trips
 as the grabs and locks of other requests.
 
-With `local_share` above 0 (the default) the process decides from its own copy of the
-buckets and counts in Redis behind the requests (groupbuy/storage/ratelocal.py: no call in
-series, a bounded overshoot); with 0, every request waits for the script's decision. A key
-is decided locally once Redis has answered for its buckets: its first request (after a
-start, or after a failed call) waits for a read of its buckets, so a Redis that does not
-answer is found out as below, before any request is decided from a stale copy.
-
 When Redis does not answer for a key's buckets, the request goes through unlimited (open,
 not shut), and so do that key's next requests for SKIP_AFTER_FAILURE_S, without a call;
 then one request tries again. On a Redis Cluster a key's buckets share one slot: while
@@ -36,7 +29,6 @@ from groupbuy.settings import RATE_CLASSES, RateLimitSettings
 from groupbuy.storage.calls import ratelimit_take
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.ratelocal import Limit, LocalLimiter
 from groupbuy.storage.reachability import UNREACHABLE
 from groupbuy.storage.scripts import Scripts
 
@@ -72,7 +64,6 @@ class RatePlan:
     by_key: bool  # the API key's bucket comes first
     by_user: bool
     args: tuple[int, ...]  # ARGV after the clock's shift: quota, window_us per bucket
-    local: tuple[Limit, ...]  # quota, window_us, credit per bucket (ratelocal.LocalLimiter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +122,6 @@ class RateLimitService:
         self._clock = clock
         self.enabled = settings.enabled
         self._reachable = True  # to log once when Redis stops answering, once when it is back
-        self.local = (
-            LocalLimiter(scripts, clock, self._answered, self._failed)
-            if settings.local_share > 0
-            else None
-        )
-        # Keys whose buckets Redis answered for since the last failure: decided locally.
-        self._warm: set[str] = set()
         # Keys whose buckets did not answer: until when their requests skip the call.
         self._skip_until: dict[str, float] = {}
         # What a request of each class takes from, without and with a user; None: nothing
@@ -168,16 +152,6 @@ class RateLimitService:
         keys = self._keys.rate_buckets(
             key_id, route_class, user_id if plan.by_user else None, by_key=plan.by_key
         )
-        if self.local is not None:
-            if key_id not in self._warm:
-                try:
-                    await self.local.read(key_id, keys, plan.local)
-                except UNAVAILABLE as error:
-                    self._failed(key_id, error)
-                    return None
-                self._answered(key_id)
-            reply = await self.local.take(key_id, keys, plan.local)
-            return RateDecision(reply[0] == RateCode.TAKEN, plan, reply)
         try:
             reply = await ratelimit_take(self._scripts, keys, self._clock.shift_ms, plan.args)
         except UNAVAILABLE as error:
@@ -194,15 +168,8 @@ class RateLimitService:
             raise RuntimeError(f"{SCRIPT} answered an unknown code: {reply!r}")
         return RateDecision(code == RateCode.TAKEN, plan, reply)
 
-    async def aclose(self) -> None:
-        """Count in Redis what this process let through and has not counted yet."""
-        if self.local is not None:
-            await self.local.aclose()
-
     def _answered(self, key_id: str) -> None:
         self._skip_until.pop(key_id, None)
-        if self.local is not None:
-            self._warm.add(key_id)
         if not self._reachable:
             log.info("rate limits applied again")
             self._reachable = True
@@ -210,11 +177,6 @@ class RateLimitService:
     def _failed(self, key_id: str, error: Exception) -> None:
         """A call for the key's buckets failed: its requests skip them for a while."""
         self._skip_until[key_id] = time.monotonic() + SKIP_AFTER_FAILURE_S
-        self._warm.discard(key_id)
-        if not isinstance(error, UNAVAILABLE):
-            # Not Redis's state: a bug. The counting runs behind the requests, so say it here.
-            log.error("rate limits not counted in Redis", exc_info=error)
-            return
         if self._reachable:
             log.info("rate limits not applied while Redis refuses them: %s", error)
         self._reachable = False
@@ -237,8 +199,4 @@ def _plan(settings: RateLimitSettings, route_class: str, with_user: bool) -> Rat
         "key" in subjects,
         "user" in subjects,
         tuple(n for quota, window_s in limits for n in (quota, window_s * 1_000_000)),
-        tuple(
-            (quota, window_s * 1_000_000, max(1, int(quota * settings.local_share)))
-            for quota, window_s in limits
-        ),
     )

@@ -47,7 +47,6 @@ SHEBANG = "#!lua"
 UNREPLICATED = frozenset(
     {
         "ratelimit_take",
-        "ratelimit_debit",
         "guess_count",
         "lease_hold",
         "lease_release",

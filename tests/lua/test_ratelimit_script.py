@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -99,54 +98,3 @@ async def test_concurrent_calls_let_exactly_the_quota_through(b: Buckets) -> Non
     answers = await asyncio.gather(*(b.take((KEY, 50, 3600)) for _ in range(200)))
     assert sum(1 for a in answers if a[0] == 0) == 50
     assert sorted(a[1] for a in answers if a[0] == 0) == list(range(50))
-
-
-async def debit(b: Buckets, *limits: tuple[str, int, int, int]) -> list[int]:
-    """lua/ratelimit_debit.lua; limits: (key, quota, window_s, count) each."""
-    args: list[Any] = [b.shift_ms]
-    for _key, quota, window_s, count in limits:
-        args += [quota, window_s * SECOND_US, count]
-    reply = await b.scripts.call("ratelimit_debit", [k for k, *_ in limits], args)
-    assert reply[0] == 0
-    return [int(v) for v in reply[1:]]
-
-
-async def test_a_debit_counts_requests_and_says_how_far_ahead_each_bucket_is(b: Buckets) -> None:
-    began = time.monotonic()
-    key_ahead, user_ahead = await debit(b, (KEY, 10, 10, 3), (USER, 20, 2, 1))
-    # 3 requests of 1 s each on the key's bucket, 1 of 100 ms on the user's, less the calls' time
-    assert 2_900_000 < key_ahead <= 3_000_000
-    assert 90_000 < user_ahead <= 100_000
-    # ratelimit_take shares the buckets: 7 of the key's 10 are left.
-    assert (await b.take((KEY, 10, 10)))[:2] == [0, 6]
-    user_ttl = await b.redis.pttl(USER)
-    # the debt (100 ms, +1), less what has passed since the debit (a loaded machine: 10 ms+)
-    assert 100 - (time.monotonic() - began) * 1000 - 1 <= user_ttl <= 101
-
-
-async def test_a_debit_counts_past_the_limit_and_the_bucket_refuses_longer(b: Buckets) -> None:
-    (ahead,) = await debit(b, (KEY, 2, 10, 3))  # one more than the quota: 15 s of debt
-    assert 14_900_000 < ahead <= 15_000_000
-    refused = await b.take((KEY, 2, 10))
-    assert refused[0] == 1 and 9_000_000 < refused[3] <= 10_000_000  # 15 + 5 - 10 s
-    b.shift_ms += 9_900  # the debt falls to 5.1 s: one more would be over 10 s
-    assert (await b.take((KEY, 2, 10)))[0] == 1
-    b.shift_ms += 200
-    assert (await b.take((KEY, 2, 10)))[0] == 0
-
-
-async def test_a_debit_of_zero_reads_and_writes_nothing(b: Buckets) -> None:
-    assert await debit(b, (KEY, 5, 10, 0)) == [0]
-    assert await b.redis.exists(KEY) == 0
-    await b.take((KEY, 5, 10))
-    before = await b.redis.get(KEY)
-    (ahead,) = await debit(b, (KEY, 5, 10, 0))
-    assert 1_900_000 < ahead <= 2_000_000
-    assert await b.redis.get(KEY) == before
-
-
-async def test_debits_still_work_after_script_flush(b: Buckets) -> None:
-    await debit(b, (KEY, 5, 10, 1))
-    await b.redis.script_flush()
-    (ahead,) = await debit(b, (KEY, 5, 10, 1))
-    assert 3_900_000 < ahead <= 4_000_000

@@ -30,7 +30,6 @@ REFUSED_OVER_MAXMEMORY = {
     "packet_create",
     "packet_grab",
     "packet_restore",
-    "ratelimit_debit",
     "ratelimit_take",
     "team_confirm",
     "team_join",

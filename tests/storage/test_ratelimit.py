@@ -1,7 +1,6 @@
 """The rate limiter when its buckets' Redis does not answer: requests go through unlimited,
 and the key's next requests skip the call for a while instead of each waiting for it to
-fail (on a cluster, a dead shard holding the key's buckets would slow every shard); with
-the default local decisions, the same once Redis fails to count or to read."""
+fail (on a cluster, a dead shard holding the key's buckets would slow every shard)."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ async def test_after_a_failure_the_key_skips_its_buckets_then_one_request_tries_
 ) -> None:
     buckets = Buckets()
     scripts: Any = buckets
-    exact = RateLimitSettings(local_share=0)  # every request waits for the script's decision
-    service = RateLimitService(exact, scripts, Keys("gb", cluster=True), RedisClock())
+    service = RateLimitService(RateLimitSettings(), scripts, Keys("gb", cluster=True), RedisClock())
 
     assert await service.take("grab", "k1", "u1") is None  # open, not shut
     assert buckets.calls == {"k1": 1}
@@ -94,55 +92,3 @@ async def test_after_a_failure_the_key_skips_its_buckets_then_one_request_tries_
     for n in range(5):  # back: every request is counted again
         assert await service.take("grab", "k1", f"u{n}") is not None
     assert buckets.calls["k1"] == 8
-
-
-class Debits:
-    """Stands for the scripts registry under local decisions: counts the ratelimit_debit
-    calls per API key (reads and counts) and fails while `down`."""
-
-    def __init__(self) -> None:
-        self.down = True
-        self.calls: dict[str, int] = {}
-
-    async def call(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        assert name == "ratelimit_debit"
-        key = keys[0].split("{rl:")[1].split("}")[0]
-        self.calls[key] = self.calls.get(key, 0) + 1
-        if self.down:
-            raise redis.exceptions.ConnectionError("Error 111 connecting")
-        return [0] + [0] * len(keys)
-
-
-async def test_decided_locally_a_key_reads_its_buckets_first_and_skips_them_after_a_failure(
-    now: Now,
-) -> None:
-    buckets = Debits()
-    scripts: Any = buckets
-    service = RateLimitService(RateLimitSettings(), scripts, Keys("gb", cluster=True), RedisClock())
-
-    assert await service.take("grab", "k1", "u1") is None  # the read failed: open, not shut
-    for n in range(20):
-        assert await service.take("grab", "k1", f"u{n}") is None
-    assert buckets.calls == {"k1": 1}  # no call while the key skips
-
-    buckets.down = False
-    now.s += SKIP_AFTER_FAILURE_S
-    decision = await service.take("grab", "k1", "u1")  # reads its buckets, then decides
-    assert decision is not None and decision.allowed
-    assert buckets.calls == {"k1": 2}
-    for n in range(5):  # decided here: no call in series
-        decision = await service.take("grab", "k1", f"v{n}")
-        assert decision is not None and decision.allowed
-    assert buckets.calls == {"k1": 2}
-    await service.aclose()
-    assert buckets.calls == {"k1": 3}  # all six counted in one call behind them
-
-    buckets.down = True
-    assert await service.take("grab", "k1", "w1") is not None  # decided before the count fails
-    await service.aclose()
-    assert buckets.calls == {"k1": 4}
-    assert await service.take("grab", "k1", "w2") is None  # the count failed: the key skips
-    assert buckets.calls == {"k1": 4}
-    now.s += SKIP_AFTER_FAILURE_S
-    assert await service.take("grab", "k1", "w3") is None  # reads again first: still down
-    assert buckets.calls == {"k1": 5}
