@@ -25,8 +25,8 @@ from groupbuy.ops.audit import AuditRow
 from groupbuy.ops.jobs import JOBS
 
 Form = Mapping[str, str]
-Run = Callable[[], Awaitable[dict[str, Any]]]
-Audited = Callable[[AuditRow], Awaitable[dict[str, Any]]]
+Run = Callable[[], Awaitable[Mapping[str, Any]]]
+Audited = Callable[[AuditRow], Awaitable[Mapping[str, Any]]]
 
 
 M = TypeVar("M", bound=BaseModel)

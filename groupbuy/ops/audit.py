@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
+from groupbuy import wire
 from groupbuy.storage.db import Base, Database
 from groupbuy.storage.paging import newest_by_id
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
@@ -54,7 +55,7 @@ class AuditLog:
         target: str,
         reason: str | None = None,
         detail: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.AuditEntry:
         """Write one action and return its entry as `page` shows it."""
         row = self.entry(actor, action, target, reason, detail)
         async with self._db.transaction(urgent=True) as session:
@@ -62,7 +63,7 @@ class AuditLog:
             await session.flush()  # its id, for settle and withdraw
         return entry_body(row)
 
-    async def settle(self, entry_id: int, detail: dict[str, Any] | None) -> None:
+    async def settle(self, entry_id: int, detail: Mapping[str, Any] | None) -> None:
         """Say what an action written ahead (`record` before it ran) came to."""
         async with self._db.transaction(urgent=True) as session:
             await session.execute(
@@ -94,7 +95,7 @@ class AuditLog:
             detail=jsonable(detail),
         )
 
-    async def page(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+    async def page(self, limit: int, cursor: str | None = None) -> wire.AuditPage:
         """The newest entries before `cursor` (the id of the last entry of the previous
         page), at most `limit`; `next_cursor` is None on the last page."""
         rows, next_cursor = await newest_by_id(
@@ -103,7 +104,7 @@ class AuditLog:
         return {"entries": [entry_body(row) for row in rows], "next_cursor": next_cursor}
 
 
-def entry_body(row: AuditRow) -> dict[str, Any]:
+def entry_body(row: AuditRow) -> wire.AuditEntry:
     """An audit row as the API and the console show it."""
     return {
         "id": row.id,
@@ -116,6 +117,6 @@ def entry_body(row: AuditRow) -> dict[str, Any]:
     }
 
 
-def jsonable(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+def jsonable(detail: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What the detail column keeps: a round trip through JSON keeps only what it can hold."""
     return json.loads(json.dumps(detail, default=str)) if detail else None

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import DateTime, String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from groupbuy import wire
 from groupbuy.ops.audit import AuditRow, jsonable
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
@@ -48,7 +49,7 @@ def redis_value(row: BlockedUserRow) -> str:
     return f"{to_ms(row.blocked_at)}|{row.reason or ''}"
 
 
-def _body(row: BlockedUserRow) -> dict[str, Any]:
+def _body(row: BlockedUserRow) -> wire.BlockedUser:
     return {
         "user_id": row.user_id,
         "reason": row.reason,
@@ -77,7 +78,7 @@ class BlocklistService(UsesBackends):
 
     async def block(
         self, user_id: str, reason: str | None = None, audit: AuditRow | None = None
-    ) -> dict[str, Any]:
+    ) -> wire.BlockedUser:
         """Block a user (again: the reason is replaced, the start of the block kept). `audit`,
         the action's audit row, is committed with the change (its detail: the entry)."""
         now_ms = await self._clock.now_ms(self._redis)

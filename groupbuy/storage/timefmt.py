@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import overload
 
 
+@overload
+def iso_ms(ms: int) -> str: ...
+@overload
+def iso_ms(ms: None) -> None: ...
+@overload
+def iso_ms(ms: int | None) -> str | None: ...
 def iso_ms(ms: int | None) -> str | None:
     """`1763746971123` -> `2025-11-21T17:42:51.123Z`; None stays None."""
     if ms is None:

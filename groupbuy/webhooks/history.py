@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import aliased
 
-from groupbuy import errors
+from groupbuy import errors, wire
 from groupbuy.storage.db import Database, dialect_insert
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import iso_ms, to_ms
@@ -136,14 +136,16 @@ def event_position(webhook: str) -> int:
     raise errors.DeliveryNotFound(f"no delivery has the webhook id {webhook}")
 
 
-def _attempt_view(row: AttemptRow) -> dict[str, Any]:
-    shown: dict[str, Any] = {"at": iso_ms(row.at_ms), "duration_ms": row.duration_ms}
+def _attempt_view(row: AttemptRow) -> wire.WebhookAttempt:
+    at = iso_ms(row.at_ms)
     if row.status_code is not None:
-        shown["status_code"] = row.status_code
-    else:
-        shown["error"] = row.error
-    shown["answer"] = row.answer
-    return shown
+        return {
+            "at": at,
+            "duration_ms": row.duration_ms,
+            "status_code": row.status_code,
+            "answer": row.answer,
+        }
+    return {"at": at, "duration_ms": row.duration_ms, "error": row.error, "answer": row.answer}
 
 
 async def replay(
