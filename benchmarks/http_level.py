@@ -1,47 +1,26 @@
-"""HTTP-level benchmark: `groupbuy serve` against bare Starlette + 1 Redis call, uvicorn
-against granian, and open-loop latency.
+"""HTTP level: `groupbuy serve` against bare Starlette + 1 Redis call, uvicorn against
+granian, the embedded default against redis-server, and open-loop latency.
 
-wrk (Debian package; installed with apt-get when missing) drives the closed-loop load through
-benchmarks/wrk/post.lua (grab, lock, bare) and benchmarks/wrk/storm.lua (storm, mixed), which
-count answers by status (and "grabbed" bodies, and per operation) and print latency
-percentiles. Scenarios: flash_grab (distinct users grabbing shares of big packets, 5 % double
-taps), lock_storm (per-thread users lock a random team of 50 70 %, release their lock 15 %,
-confirm the team they last locked 15 %; locking elsewhere while holding a lock switches),
-mixed (several activities and packets at once: every other request grabs a random packet,
-the others are storm steps) and seat_locks (a new user locking a seat each request). The
-baseline, benchmarks/bare_app.py, runs under the same uvicorn options and the same wrk
-settings. Without wrk an in-process httpx load generator is used (said in each row's note).
-
-The servers of one worker count run side by side (benchmarks/servers.py: own key prefixes
-and SQLite files) so that the comparisons alternate round by round
-(benchmarks/interleave.py): with 1 worker, groupbuy's flash grab and lock storm, the bare
-endpoint and groupbuy's flash grab under granian; with 2 workers, groupbuy's flash grab
-under uvicorn and granian and the bare endpoint. Each round starts once every server is
-idle, and the checks after a load run once its server is idle (the rows report how long that
-took: `seconds_to_idle_after_load`, mostly the write-behind to SQLite catching up, work a
-short closed-loop rate does not include). Then, on the 1-worker groupbuy server, grabs and
-seat locks are offered open-loop (benchmarks/openloop.py) at half and 80% of the
-closed-loop rate just measured.
-
-The embedded default (`groupbuy serve` with no Redis URL, on the engine it starts itself)
-runs the flash grab in alternation with the same service on the private redis-server,
-then once on the in-process fakeredis.
+wrk drives the closed-loop load through benchmarks/wrk/post.lua (grab, lock, bare) and
+benchmarks/wrk/storm.lua (storm, mixed), which count answers by status (and "grabbed"
+bodies, and per operation) and print latency percentiles. The servers of one worker count
+run side by side (benchmarks/servers.py: own key prefixes and SQLite files) so that the
+comparisons alternate round by round (benchmarks/interleave.py); each round starts once
+every server is idle, and the checks after a load run once its server is idle
+(`seconds_to_idle_after_load`). Then, on the 1-worker server, grabs and seat locks are
+offered open-loop (benchmarks/openloop.py) at half and 80% of the closed-loop rate.
 
 Usage: .venv/bin/python -m benchmarks.http_level [--full] [--part embedded ...]
-(by default a quick run of every part, on a private redis-server)
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import json
 import math
 import os
-import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -147,7 +126,7 @@ def _load(wrk: str | None, url: str, seconds: int, mode: str, *params: str) -> d
     """Drive requests for `seconds`; the counts by status (and by operation for storm and
     mixed: op_<operation>_<status>) and latency percentiles (µs)."""
     if wrk is None:
-        return asyncio.run(_httpx_load(url, seconds, mode, params))
+        raise RuntimeError("wrk is not installed (apt-get install wrk): no HTTP load")
     script = STORM_LUA if mode in ("storm", "mixed") else LUA
     args = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", str(script), url]
     done = subprocess.run(
@@ -166,138 +145,6 @@ def _load(wrk: str | None, url: str, seconds: int, mode: str, *params: str) -> d
     if "requests" not in result or "c200" not in result:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout}\n{done.stderr}")
     return result
-
-
-async def _httpx_load(url: str, seconds: int, mode: str, params: tuple[str, ...]) -> dict[str, Any]:
-    """The fallback load generator: CONNECTIONS tasks in this process (slower than wrk)."""
-    counts = dict.fromkeys((*STATUS_NAMES, "grabbed", "already"), 0)
-    latencies: list[float] = []
-    errors = 0
-    headers = {"Authorization": f"Bearer {SERVICE_KEY}"}
-    limits = httpx.Limits(max_connections=CONNECTIONS)
-    storm = mode in ("storm", "mixed")
-    switch = re.compile(r'"released_team_id":\s*"')
-    if storm:  # params as for storm.lua: USERS TEAMS ACTIVITY... [+ PACKET...]
-        rest = list(params[2:])
-        cut_at = rest.index("+") if "+" in rest else len(rest)
-        activities, packets, n_teams = rest[:cut_at], rest[cut_at + 1 :], int(params[1])
-        # one slot table for all tasks (the wrk threads' tables, merged): [user, activity, team]
-        slots = [[f"u0-{i}", random.choice(activities), None] for i in range(int(params[0]))]
-        fresh = len(slots)
-
-    def storm_request(n: int) -> tuple[str, str, str | None, Any]:
-        """(operation, method, path, body) of one storm or mixed step, and the slot state."""
-        slot = random.randrange(len(slots))
-        user, activity, held = slots[slot]
-        team_path = f"/v1/activities/{activity}/teams"
-        if mode == "mixed" and n % 2 == 0:
-            path = f"/v1/redpackets/{random.choice(packets)}/grab"
-            return "grab", path, f'{{"user_id":"{user}"}}', (slot, user, None)
-        roll = random.random()
-        if held and roll >= 0.85:
-            body = f'{{"user_id":"{user}","order_id":"o-{user}"}}'
-            return "confirm", f"{team_path}/{held}/members", body, (slot, user, held)
-        if held and roll >= 0.70:
-            return "unlock", f"{team_path}/{held}/locks/{user}", None, (slot, user, held)
-        team = f"t{random.randint(1, n_teams)}"
-        return "lock", f"{team_path}/{team}/locks", f'{{"user_id":"{user}"}}', (slot, user, team)
-
-    def storm_answer(op: str, code: int, sent: tuple[int, str, str | None], text: str) -> None:
-        nonlocal fresh
-        name = str(code) if code in (200, 201, 404, 409, 410) else "5xx" if code >= 500 else "4xx"
-        counts[f"op_{op}_{name}"] = counts.get(f"op_{op}_{name}", 0) + 1
-        slot, user, team = sent
-        state = slots[slot]
-        if op == "grab" or state[0] != user:
-            return
-        if op == "lock" and code in (200, 201):
-            state[2] = team
-            counts["switched"] = counts.get("switched", 0) + bool(switch.search(text))
-        elif op == "confirm" and code in (200, 201):
-            fresh += 1
-            slots[slot] = [f"u0-{fresh}", random.choice(activities), None]
-        else:
-            forget = op == "unlock" or (op == "confirm" and code == 409)
-            if (op == "lock" and code == 409) or (forget and state[2] == team):
-                state[2] = None
-
-    def next_request(task: int, n: int, last: tuple[str, str] | None) -> tuple[str, str]:
-        if n % 20 == 0 and last and mode != "lock":
-            return last
-        body = f'{{"user_id":"u{task}-{n}"}}'
-        if mode == "grab":
-            return f"/v1/redpackets/{params[n % len(params)]}/grab", body
-        if mode == "lock":
-            team = (n + task * 7919) % int(params[1]) + 1
-            return f"/v1/activities/{params[0]}/teams/t{team}/locks", body
-        return "/grab", body
-
-    async def worker(client: httpx.AsyncClient, task: int, stop_at: float) -> None:
-        nonlocal errors
-        n, last = 0, None
-        while time.monotonic() < stop_at:
-            n += 1
-            if storm:
-                op, path, body, sent = storm_request(n)
-                method = "DELETE" if op == "unlock" else "POST"
-            else:
-                op, method, sent = "", "POST", None
-                last = next_request(task, n, last)
-                path, body = last
-            began = time.perf_counter()
-            try:
-                answer = await client.request(method, path, content=body, headers=headers)
-            except httpx.HTTPError:
-                errors += 1
-                continue
-            latencies.append((time.perf_counter() - began) * 1e6)
-            code = answer.status_code
-            name = f"c{code}" if f"c{code}" in counts else "c5xx" if code >= 500 else "c4xx"
-            counts[name if code >= 200 else "cother"] += 1
-            if storm:
-                storm_answer(op, code, sent, answer.text)
-            if op in ("", "grab") and code == 200 and '"grabbed"' in answer.text:
-                counts["grabbed"] += 1
-            elif op in ("", "grab") and code == 200 and '"already_grabbed"' in answer.text:
-                counts["already"] += 1
-
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=10) as client:
-        began = time.perf_counter()
-        stop_at = time.monotonic() + seconds
-        await asyncio.gather(*(worker(client, t, stop_at) for t in range(CONNECTIONS)))
-        elapsed = time.perf_counter() - began
-    latencies.sort()
-
-    def cut(q: float) -> int:
-        return int(latencies[min(len(latencies) - 1, int(q * len(latencies)))]) if latencies else 0
-
-    return {
-        "requests": len(latencies),
-        "duration_us": int(elapsed * 1e6),
-        "p50_us": cut(0.50),
-        "p95_us": cut(0.95),
-        "p99_us": cut(0.99),
-        "err_read": errors,
-        **counts,
-    }
-
-
-def _row(
-    scenario: str, implementation: str, result: dict[str, Any], correct: dict[str, Any], note: str
-) -> Row:
-    requests = int(result["requests"])
-    percentiles = tuple(result[f"p{p}_us"] / 1000 if requests else None for p in ("50", "95", "99"))
-    return result_row(
-        scenario,
-        "http",
-        implementation,
-        requests,
-        result["duration_us"] / 1e6,
-        (percentiles[0], percentiles[1], percentiles[2]),
-        correct,
-        note,
-        seconds_digits=3,
-    )
 
 
 def _answers(result: dict[str, Any]) -> dict[str, int]:
@@ -673,12 +520,8 @@ def _single_row(
     )
 
 
-def _workers(n: int) -> str:
-    return f"{n} worker{'s' if n > 1 else ''}"
-
-
 def _notes(how: str, workers: int, seconds: int) -> dict[str, str]:
-    how = how if how.startswith("httpx") else f"{how} -d{seconds}s"
+    how = f"{how} -d{seconds}s"
     common = f"{how}; SQLite write-behind and scheduler on; access log at INFO to a file"
     common += NAGLE_NOTE if workers > 1 else ""
     return {
@@ -701,108 +544,95 @@ def _notes(how: str, workers: int, seconds: int) -> dict[str, str]:
     }
 
 
-def _bare_rows(trials: list[Trial], workers: int, note: str) -> list[Row]:
-    row = _rounds_row(
-        "flash_grab", f"bare starlette + 1 redis call ({_workers(workers)})", trials, note
-    )
-    return [row, {**row, "scenario": "lock_storm"}, {**row, "scenario": "mixed"}]
-
-
 def _log_errors(rows: list[Row], server: Server) -> None:
     errors = server.log_errors()
     for row in rows:
         row["correct"]["server_log_errors"] = errors
 
 
-def _granian() -> bool:
-    return importlib.util.find_spec("granian") is not None
+GRAB, GRANIAN, BARE, STORM = (
+    "groupbuy flash grab",
+    "groupbuy flash grab, granian",
+    "bare",
+    "groupbuy lock storm",
+)
+
+
+def _against_bare(
+    stack: contextlib.ExitStack,
+    redis_url: str,
+    workdir: Path,
+    wrk: str | None,
+    plan: Plan,
+    how: str,
+    workers: int,
+) -> tuple[list[Row], Groupbuy, list[Server], dict[str, list[Trial]]]:
+    """Interleaved rounds of groupbuy's flash grab (uvicorn, and granian when installed)
+    and the bare endpoint (and, on 1 worker, groupbuy's lock storm): their rows and
+    comparisons, the uvicorn server (still running) and every server's trials."""
+    n = f"{workers} worker{'s' if workers > 1 else ''}"
+    notes = _notes(how, workers, plan.round_s)
+    uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, workers, f"u{workers}"))
+    args, env, port = bare_command(redis_url, workers)
+    bare = stack.enter_context(serve(args, env, port, workdir / f"bare-w{workers}.log"))
+    servers = [uv.server, bare]
+    contenders = {
+        GRAB: _groupbuy_trial(_flash_grab, uv, wrk, plan.round_s),
+        BARE: _bare_trial(bare, wrk, plan.round_s),
+    }
+    if workers == 1:
+        contenders[STORM] = _groupbuy_trial(_lock_storm, uv, wrk, plan.round_s)
+    gr = None
+    if importlib.util.find_spec("granian") is not None:
+        gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, workers, f"g{workers}"))
+        servers.append(gr.server)
+        contenders[GRANIAN] = _groupbuy_trial(_flash_grab, gr, wrk, plan.round_s)
+    elif workers == 1:
+        _say("granian is not installed (pip install -e '.[bench]'): not compared")
+    _say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
+    trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
+    mine = [_rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], notes["flash_grab"])]
+    if workers == 1:
+        mine.append(
+            _rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], notes["lock_storm"])
+        )
+    row = _rounds_row("flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE],
+                      notes["bare"])  # fmt: skip
+    bare_rows = [row, {**row, "scenario": "lock_storm"}, {**row, "scenario": "mixed"}]
+    _log_errors(bare_rows, bare)
+    to_bare = "/ bare Starlette + one Redis call (interleaved)"
+    target = 1.0 if workers == 1 else 0.7
+    comparisons = [comparison(f"http_grab_vs_bare_{workers}", f"HTTP grab, {n} {to_bare}",
+                              trials[GRAB], trials[BARE], target)]  # fmt: skip
+    if workers == 1:
+        comparisons.append(comparison("http_lock_vs_bare_1", f"HTTP lock storm, {n} {to_bare}",
+                                      trials[STORM], trials[BARE], 0.7))  # fmt: skip
+    granian: list[Row] = []
+    if gr is not None:
+        note = notes["flash_grab"].replace(NAGLE_NOTE, "") + GRANIAN_NOTE
+        granian = [_rounds_row("flash_grab", f"groupbuy ({n}, granian)", trials[GRANIAN], note)]
+        _log_errors(granian, gr.server)
+        granian.append(comparison(f"granian_vs_uvicorn_{workers}",
+                                  f"HTTP grab, {n}: granian / uvicorn (interleaved)",
+                                  trials[GRANIAN], trials[GRAB], None))  # fmt: skip
+    return [*mine, *bare_rows, *comparisons, *granian], uv, servers, trials
 
 
 def _one_worker(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
     """Interleaved rounds on 1 worker, the mixed load, then the open-loop rows."""
-    notes = _notes(how, 1, plan.round_s)
-    single_notes = _notes(how, 1, plan.single_s)
-    rows: list[Row] = []
     with contextlib.ExitStack() as stack:
-        uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "u1"))
-        args, env, port = bare_command(redis_url, 1)
-        bare = stack.enter_context(serve(args, env, port, workdir / "bare-w1.log"))
-        servers = [uv.server, bare]
-        contenders = {
-            "groupbuy flash grab": _groupbuy_trial(_flash_grab, uv, wrk, plan.round_s),
-            "bare": _bare_trial(bare, wrk, plan.round_s),
-            "groupbuy lock storm": _groupbuy_trial(_lock_storm, uv, wrk, plan.round_s),
-        }
-        gr = None
-        if _granian():
-            gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, 1, "g1"))
-            servers.append(gr.server)
-            contenders["groupbuy flash grab, granian"] = _groupbuy_trial(
-                _flash_grab, gr, wrk, plan.round_s
-            )
-        else:
-            _say("granian is not installed (pip install -e '.[bench]'): not compared")
-        _say(f"1 worker: {', '.join(contenders)}; {plan.rounds} rounds")
-        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
-        mine = _rounds_row(
-            "flash_grab", "groupbuy (1 worker)", trials["groupbuy flash grab"], notes["flash_grab"]
-        )
-        storm = _rounds_row(
-            "lock_storm", "groupbuy (1 worker)", trials["groupbuy lock storm"], notes["lock_storm"]
-        )
+        rows, uv, servers, trials = _against_bare(stack, redis_url, workdir, wrk, plan, how, 1)
         wait_idle(servers)
         _say("1 worker: mixed")
         result, correct = _mixed(uv, wrk, plan.single_s, "u1")
-        mixed = _single_row("mixed", "groupbuy (1 worker)", result, correct, single_notes["mixed"])
-        open_loop = _open_loop_rows(
-            uv,
-            wrk,
-            plan,
-            servers,
-            statistics.median(t.rate for t in trials["groupbuy flash grab"]),
-            notes,
-        )
-        _log_errors([mine, storm, mixed, *open_loop], uv.server)
-        rows += [mine, storm, mixed]
-        bare_rows = _bare_rows(trials["bare"], 1, notes["bare"])
-        _log_errors(bare_rows, bare)
-        rows += bare_rows
-        rows += [
-            comparison(
-                "http_grab_vs_bare_1",
-                "HTTP grab, 1 worker / bare Starlette + one Redis call (interleaved)",
-                trials["groupbuy flash grab"],
-                trials["bare"],
-                1.0,
-            ),
-            comparison(
-                "http_lock_vs_bare_1",
-                "HTTP lock storm, 1 worker / bare Starlette + one Redis call (interleaved)",
-                trials["groupbuy lock storm"],
-                trials["bare"],
-                0.7,
-            ),
-        ]
-        if gr is not None:
-            granian = _rounds_row(
-                "flash_grab",
-                "groupbuy (1 worker, granian)",
-                trials["groupbuy flash grab, granian"],
-                notes["flash_grab"] + GRANIAN_NOTE,
-            )
-            _log_errors([granian], gr.server)
-            rows += [
-                granian,
-                comparison(
-                    "granian_vs_uvicorn_1",
-                    "HTTP grab, 1 worker: granian / uvicorn (interleaved)",
-                    trials["groupbuy flash grab, granian"],
-                    trials["groupbuy flash grab"],
-                    None,
-                ),
-            ]
-        rows += open_loop
-    return rows
+        note = _notes(how, 1, plan.single_s)["mixed"]
+        mixed = _single_row("mixed", "groupbuy (1 worker)", result, correct, note)
+        grab_max = statistics.median(t.rate for t in trials[GRAB])
+        notes = _notes(how, 1, plan.round_s)
+        open_loop = _open_loop_rows(uv, wrk, plan, servers, grab_max, notes)
+        _log_errors([*rows[:2], mixed, *open_loop], uv.server)
+        # the published order: groupbuy's rows, the bare rows, the comparisons, granian's
+        return [*rows[:2], mixed, *rows[2:], *open_loop]
 
 
 def _redis_line(server: Server) -> str:
@@ -881,70 +711,17 @@ def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: s
 def _two_workers(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
     """Interleaved flash-grab rounds on 2 workers (uvicorn, granian, bare), then the lock
     storm and the mixed load once each."""
-    notes = _notes(how, 2, plan.round_s)
-    single_notes = _notes(how, 2, plan.single_s)
-    rows: list[Row] = []
     with contextlib.ExitStack() as stack:
-        uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 2, "u2"))
-        args, env, port = bare_command(redis_url, 2)
-        bare = stack.enter_context(serve(args, env, port, workdir / "bare-w2.log"))
-        servers = [uv.server, bare]
-        contenders = {
-            "groupbuy flash grab": _groupbuy_trial(_flash_grab, uv, wrk, plan.round_s),
-            "bare": _bare_trial(bare, wrk, plan.round_s),
-        }
-        gr = None
-        if _granian():
-            gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, 2, "g2"))
-            servers.append(gr.server)
-            contenders["groupbuy flash grab, granian"] = _groupbuy_trial(
-                _flash_grab, gr, wrk, plan.round_s
-            )
-        _say(f"2 workers: {', '.join(contenders)}; {plan.rounds} rounds")
-        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
-        mine = _rounds_row(
-            "flash_grab", "groupbuy (2 workers)", trials["groupbuy flash grab"], notes["flash_grab"]
-        )
+        rows, uv, servers, _ = _against_bare(stack, redis_url, workdir, wrk, plan, how, 2)
+        notes = _notes(how, 2, plan.single_s)
         single = []
         for name, scenario in (("lock_storm", _lock_storm), ("mixed", _mixed)):
             wait_idle(servers)
             _say(f"2 workers: {name}")
             result, correct = scenario(uv, wrk, plan.single_s, "u2")
-            single.append(
-                _single_row(name, "groupbuy (2 workers)", result, correct, single_notes[name])
-            )
-        _log_errors([mine, *single], uv.server)
-        bare_rows = _bare_rows(trials["bare"], 2, notes["bare"])
-        _log_errors(bare_rows, bare)
-        rows += [mine, *single, *bare_rows]
-        rows.append(
-            comparison(
-                "http_grab_vs_bare_2",
-                "HTTP grab, 2 workers / bare Starlette + one Redis call (interleaved)",
-                trials["groupbuy flash grab"],
-                trials["bare"],
-                0.7,
-            )
-        )
-        if gr is not None:
-            granian = _rounds_row(
-                "flash_grab",
-                "groupbuy (2 workers, granian)",
-                trials["groupbuy flash grab, granian"],
-                notes["flash_grab"].replace(NAGLE_NOTE, "") + GRANIAN_NOTE,
-            )
-            _log_errors([granian], gr.server)
-            rows += [
-                granian,
-                comparison(
-                    "granian_vs_uvicorn_2",
-                    "HTTP grab, 2 workers: granian / uvicorn (interleaved)",
-                    trials["groupbuy flash grab, granian"],
-                    trials["groupbuy flash grab"],
-                    None,
-                ),
-            ]
-    return rows
+            single.append(_single_row(name, "groupbuy (2 workers)", result, correct, notes[name]))
+        _log_errors([rows[0], *single], uv.server)
+        return [rows[0], *single, *rows[1:]]
 
 
 _BEGAN = [time.monotonic()]
@@ -1108,10 +885,7 @@ def run_http(
     workdir.mkdir(parents=True, exist_ok=True)
     wrk = _ensure_wrk()
     plan = QUICK if quick else FULL
-    if wrk is None:
-        how = f"httpx.AsyncClient load in-process (wrk unavailable), {CONNECTIONS} tasks"
-    else:
-        how = f"wrk -t{THREADS} -c{CONNECTIONS}"
+    how = f"wrk -t{THREADS} -c{CONNECTIONS}"
     flush = redis.Redis.from_url(redis_url)
     rows: list[dict[str, Any]] = []
     _BEGAN[0] = time.monotonic()
