@@ -34,7 +34,7 @@ from benchmarks.interleave import Trial, comparison, merge_correct, rotation
 from benchmarks.measure import Row, percentile, result_row
 from benchmarks.servers import ADMIN_KEY, SERVICE_KEY, Server, groupbuy_command, serve, wait_idle
 from groupbuy.client import GroupBuyAPIError, GroupBuyClient
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 TARGET = 0.8  # client / plain aiohttp session, at least
 CALLERS = (32, 256)

@@ -47,8 +47,8 @@ from benchmarks.servers import (
     serve,
     wait_idle,
 )
-from groupbuy.testing.postgres import PostgresProcess, start_postgres
-from groupbuy.testing.servers import start_redis
+from tests.support.postgres import PostgresProcess, start_postgres
+from tests.support.servers import start_redis
 
 RATE = 2_400.0  # requests/s: grabs, locks and their confirms together
 SCHEDULED = 0.75  # of which grabs and locks are due on the clock; confirms follow locks

@@ -53,7 +53,7 @@ from benchmarks.measure import percentile
 from benchmarks.servers import ADMIN_KEY, Server, groupbuy_command, serve, wait_idle
 from groupbuy.services import build_services, running
 from groupbuy.settings import load_settings
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

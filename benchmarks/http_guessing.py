@@ -28,7 +28,7 @@ from benchmarks.http_level import FULL, QUICK, _ensure_wrk, _flash_grab, _groupb
 from benchmarks.http_ratelimit import _with_cpu
 from benchmarks.interleave import Trial, comparison, run_sync
 from benchmarks.servers import wait_idle
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 ON, OFF = "grab, guess throttle on", "grab, guess throttle off"
 

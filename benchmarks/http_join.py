@@ -23,7 +23,7 @@ import httpx
 from benchmarks import openloop
 from benchmarks.measure import Row, result_row
 from benchmarks.servers import ADMIN_KEY, groupbuy_command, serve
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 TEAMS = 1_000
 SHOPPERS = 5_000

@@ -48,7 +48,7 @@ from benchmarks.servers import (
     serve,
     wait_idle,
 )
-from groupbuy.testing.servers import server_binary, start_redis
+from tests.support.servers import server_binary, start_redis
 
 REPO = Path(__file__).resolve().parents[1]
 LUA = REPO / "benchmarks" / "wrk" / "post.lua"

@@ -48,7 +48,7 @@ from benchmarks.interleave import Trial, comparison, run_sync
 from benchmarks.measure import Row
 from benchmarks.servers import Server, cpu_seconds, wait_idle
 from groupbuy.settings import RateLimitSettings
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 TARGET = 0.90  # rate with limits on / rate with them off, at least
 ON, OFF = "grab, rate limits on", "grab, rate limits off"

@@ -45,7 +45,7 @@ from benchmarks.engine.versus import CALLERS, SEATS, _idle, grab_engine, lock_en
 from benchmarks.interleave import Trial, comparison, run_async
 from benchmarks.measure import Row, gather_limited
 from groupbuy.services import Services
-from groupbuy.testing.servers import RedisProcess, start_redis
+from tests.support.servers import RedisProcess, start_redis
 
 WAIT = "groupbuy, wait_replicas 1"
 NO_WAIT = "groupbuy, wait_replicas 0"

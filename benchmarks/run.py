@@ -42,8 +42,8 @@ from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
 from benchmarks.webhooks import run_webhooks
 from benchmarks.webhooks_serving import run_serving
-from groupbuy.testing.postgres import start_postgres
-from groupbuy.testing.servers import server_binary, start_redis
+from tests.support.postgres import start_postgres
+from tests.support.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_KEY, SERVICE_KEY = "bench-admin-key-0123456789", "bench-service-key-0123456789"

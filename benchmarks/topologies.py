@@ -170,8 +170,8 @@ async def run_topologies(
 
 def main() -> None:
     """Start a redis-server and a PostgreSQL; run both parts; print the comparisons."""
-    from groupbuy.testing.postgres import start_postgres
-    from groupbuy.testing.servers import start_redis
+    from tests.support.postgres import start_postgres
+    from tests.support.servers import start_redis
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds and small loads")

@@ -31,11 +31,11 @@ from groupbuy.migrations import upgrade
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_events
-from groupbuy.testing.postgres import start_postgres
-from groupbuy.testing.servers import free_port
 from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
+from tests.support.postgres import start_postgres
+from tests.support.servers import free_port
 
 LEVEL = "webhooks"
 SETTINGS = WebhookSettings(allow_http=True, allow_private_networks=True)

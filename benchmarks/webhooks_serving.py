@@ -47,7 +47,7 @@ from benchmarks.servers import wait_idle
 from benchmarks.webhooks import LEVEL, bench_events, start_receiver
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import record_events
-from groupbuy.testing.servers import start_redis
+from tests.support.servers import start_redis
 
 # Loopback receivers over plain HTTP, as in the benchmark's own receiver.
 WEBHOOK_ENV = {

@@ -29,10 +29,10 @@ from groupbuy.api.app import create_app
 from groupbuy.services import Services, build_services
 from groupbuy.settings import DatabaseSettings, Settings
 from groupbuy.storage.db import Database
-from groupbuy.testing.cluster import start_cluster
-from groupbuy.testing.servers import start_redis
 from tests.support.database import TestDatabases, sqlite_with_schema, start_postgres_or_skip
 from tests.support.redis import empty, make_async_redis
+from tests.support.redis_cluster import start_cluster
+from tests.support.servers import start_redis
 from tests.support.settings import settings_for
 from tests.support.starting import NO_REDIS, started_or_skip
 

@@ -21,7 +21,6 @@ PACKAGE_DIR = Path(groupbuy.__file__).resolve().parent
 # Lower numbers sit lower: a module may import its own layer's modules or lower ones.
 LAYERS: list[tuple[str, int]] = [
     ("groupbuy.cli", 6),
-    ("groupbuy.testing", 6),
     ("groupbuy.api", 5),
     ("groupbuy.console", 5),  # the operators' pages, mounted by the API app
     ("groupbuy.services", 4),

@@ -23,9 +23,9 @@ from benchmarks.interleave import Trial, comparison, merge_correct, rotation, ru
 from benchmarks.openloop import mixed_workload, request_builder, run
 from benchmarks.run import confirm_targets, markdown, ratios
 from groupbuy.console import feed
-from groupbuy.testing.joins import Tap, grade_joins
 from tests.support.console import sign_in
 from tests.support.http import ADMIN, ADMIN_KEY, app_services, portal
+from tests.support.joins import Tap, grade_joins
 
 
 def _row(

@@ -25,8 +25,8 @@ from groupbuy.cli import _check_database, main
 from groupbuy.redpacket.models import AccountRow, GrabRow
 from groupbuy.settings import SettingsError, load_settings
 from groupbuy.storage.db import Database
-from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN, SERVICE
+from tests.support.servers import free_port
 from tests.support.service import Service, run_groupbuy, service_environment, start_service
 
 

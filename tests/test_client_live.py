@@ -21,9 +21,9 @@ import pytest
 
 from groupbuy.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
 from groupbuy.client_sync import GroupBuySyncClient
-from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
 from tests.support.receiver import Receiver, running_receiver
+from tests.support.servers import free_port
 from tests.support.service import Service, service_environment, start_service
 
 

@@ -26,10 +26,10 @@ from sqlalchemy import select
 from groupbuy import migrations
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
-from groupbuy.testing.postgres import PostgresProcess
 from tests.support.database import throwaway_postgres
 from tests.support.feed import DATABASES, database_url
 from tests.support.http import ADMIN, SERVICE
+from tests.support.postgres import PostgresProcess
 from tests.support.service import service_environment, start_service
 
 pytestmark = pytest.mark.slow

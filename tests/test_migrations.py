@@ -30,9 +30,9 @@ from groupbuy.migrations import SchemaNotCurrent
 from groupbuy.redpacket.models import AccountRow
 from groupbuy.services import build_services, running
 from groupbuy.storage.db import Base, Database
-from groupbuy.testing.postgres import PostgresProcess
-from groupbuy.testing.servers import free_port
 from tests.support.database import throwaway_postgres
+from tests.support.postgres import PostgresProcess
+from tests.support.servers import free_port
 from tests.support.service import (
     Service,
     run_groupbuy,

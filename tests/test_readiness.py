@@ -9,8 +9,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
-from groupbuy.testing.servers import free_port, server_binary, start_redis
 from tests.support.http import assert_ok
+from tests.support.servers import free_port, server_binary, start_redis
 from tests.support.settings import settings_for
 
 

@@ -13,9 +13,9 @@ import redis.exceptions
 
 from groupbuy.api.app import create_app
 from groupbuy.services import Services
-from groupbuy.testing.servers import RedisProcess, server_binary, start_redis
 from tests.support.http import ADMIN
 from tests.support.live import KeptAlive, serving
+from tests.support.servers import RedisProcess, server_binary, start_redis
 from tests.support.settings import settings_for
 
 pytestmark = [

@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 from groupbuy.api.app import create_app
 from groupbuy.services import build_services, running
 from groupbuy.storage.reachability import Reachability
-from groupbuy.testing.servers import free_port, server_binary, start_redis
 from tests.support.http import SERVICE
+from tests.support.servers import free_port, server_binary, start_redis
 from tests.support.settings import settings_for, settings_without_redis
 
 needs_server = pytest.mark.skipif(

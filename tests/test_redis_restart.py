@@ -12,8 +12,8 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.redis_client import connect_redis
-from groupbuy.testing.servers import server_binary
 from tests.support.fixtures import SendPacketViaServices
+from tests.support.servers import server_binary
 from tests.support.storm import RedisUnderTest
 
 pytestmark = [

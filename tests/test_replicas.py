@@ -35,7 +35,6 @@ from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import to_ms
-from groupbuy.testing.servers import RedisProcess, start_redis
 from tests.support.database import start_postgres_or_skip
 from tests.support.http import ADMIN, ms
 from tests.support.money import assert_money_conserved
@@ -48,6 +47,7 @@ from tests.support.replicas import (
     stop_replicas,
 )
 from tests.support.seats import check_seat_snapshot, seat_snapshot
+from tests.support.servers import RedisProcess, start_redis
 from tests.support.service import run_groupbuy
 from tests.support.settings import API_KEYS
 from tests.support.starting import NO_REDIS, started_or_skip

@@ -47,8 +47,8 @@ from benchmarks.interleave import Trial, comparison, merge_correct, run_async
 from benchmarks.measure import CONCURRENCY, Meter, gather_limited
 from groupbuy import errors
 from groupbuy.services import Services
-from groupbuy.testing.cluster import start_cluster
-from groupbuy.testing.servers import start_redis
+from tests.support.redis_cluster import start_cluster
+from tests.support.servers import start_redis
 
 SPREAD_PACKETS = 64
 SPREAD_SHARES = 100  # per packet

@@ -168,7 +168,7 @@ async def warm_up(services: Services) -> None:
 def private_redis_and_sqlite() -> Iterator[tuple[str, str]]:
     """(Redis URL, SQLite URL) of a redis-server started on a free port and a SQLite file in
     a temporary directory, both gone at the end: what a benchmark run alone stands on."""
-    from groupbuy.testing.servers import start_redis
+    from tests.support.servers import start_redis
 
     server = start_redis()
     directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))

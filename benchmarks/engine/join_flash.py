@@ -14,7 +14,7 @@ from benchmarks.engine.lock_storm import groupbuy_snapshot
 from benchmarks.measure import CONCURRENCY, Meter, gather_limited
 from groupbuy import errors
 from groupbuy.services import Services
-from groupbuy.testing.joins import Tap, grade_joins
+from tests.support.joins import Tap, grade_joins
 
 JOIN_TEAM_SIZE = 3
 

@@ -17,7 +17,7 @@ from benchmarks.measure import CONCURRENCY, Meter, gather_limited
 from benchmarks.naive import NaiveTeams, TooManyPeople
 from groupbuy import errors
 from groupbuy.services import Services
-from groupbuy.testing.seats import read_seats
+from tests.support.seats import read_seats
 
 OK_OUTCOMES = {"locked", "switched", "existing", "unlocked", "confirmed"}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 
-from groupbuy.testing.browser import (
+from tests.support.browser import (
     Browser,
     Served,
     console_entries,
@@ -49,7 +49,7 @@ def chromium() -> Iterator[webdriver.Chrome]:
 
 @pytest.fixture(scope="session")
 def browser_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """The session's `groupbuy serve` (SQLite, embedded engine, groupbuy.testing.browser.KEYS)."""
+    """The session's `groupbuy serve` (SQLite, embedded engine, tests.support.browser.KEYS)."""
     with serve(tmp_path_factory.mktemp("browser-service")) as served:
         yield served
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from selenium.common.exceptions import WebDriverException
 
-from groupbuy.testing.browser import Browser, console_entries
+from tests.support.browser import Browser, console_entries
 
 
 def test_a_console_error_fails_the_page(browser: Browser) -> None:

@@ -15,7 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 
-from groupbuy.testing.browser import KEYS, Browser, Served, bearer, sign_in
+from tests.support.browser import KEYS, Browser, Served, bearer, sign_in
 
 # The activity body's live counts: when the service under test carries none, the live
 # counts test has nothing to watch.

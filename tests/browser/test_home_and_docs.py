@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 
 from groupbuy import __version__
 from groupbuy.api.pages import LINKS
-from groupbuy.testing.browser import KEYS, Browser, Served, bearer, sign_in
+from tests.support.browser import KEYS, Browser, Served, bearer, sign_in
 
 ACCOUNT_PATH = "/v1/accounts/{user_id}"
 

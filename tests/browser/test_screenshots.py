@@ -7,8 +7,8 @@ from pathlib import Path
 
 from selenium import webdriver
 
-from groupbuy.testing.browser import HEIGHT, WIDTH
-from groupbuy.testing.screenshots import SHOTS, main
+from tests.support.browser import HEIGHT, WIDTH
+from tests.support.screenshots import SHOTS, main
 
 
 def test_the_command_writes_one_png_per_shot(chromium: webdriver.Chrome, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from groupbuy.testing.screenshots import OUT, SHOTS
+from tests.support.screenshots import OUT, SHOTS
 
 REPO = Path(__file__).resolve().parents[2]
 _IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")

@@ -24,7 +24,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 
 def packed(*commands: tuple[Any, ...]) -> bytes:

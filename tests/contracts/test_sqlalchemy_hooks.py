@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from groupbuy.testing.servers import free_port
 from tests.support.database import TestDatabases
+from tests.support.servers import free_port
 
 
 class Refused(Exception):

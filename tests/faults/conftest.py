@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from groupbuy.testing.servers import server_binary
+from tests.support.servers import server_binary
 from tests.support.storm import RedisUnderTest
 
 

@@ -28,9 +28,9 @@ from redis.crc import key_slot
 
 from groupbuy.api.auth import fingerprint
 from groupbuy.storage.keys import Keys
-from groupbuy.testing.cluster import RedisCluster, start_cluster
 from tests.support.database import TestDatabases
 from tests.support.http import ADMIN, SERVICE_KEY
+from tests.support.redis_cluster import RedisCluster, start_cluster
 from tests.support.storm import (
     DEFINITIVE,
     PERSIST,

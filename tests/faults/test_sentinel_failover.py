@@ -28,9 +28,9 @@ from sqlalchemy import select
 from groupbuy import errors
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services, build_services, running
-from groupbuy.testing.sentinel import SentinelSet, start_sentinel_set
 from tests.support.database import sqlite_url
 from tests.support.money import assert_money_conserved
+from tests.support.sentinel import SentinelSet, start_sentinel_set
 from tests.support.storm import (
     PERSIST,
     Storm,

@@ -27,8 +27,8 @@ from groupbuy.locks.models import MemberRow
 from groupbuy.redpacket.codec import deposit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.storage.db import Database
-from groupbuy.testing.postgres import USER
 from tests.support.database import create_schema, sqlite_file, sqlite_url, start_postgres_or_skip
+from tests.support.postgres import USER
 from tests.support.settings import TEST_RATE_LIMITS
 from tests.support.sql_outage import (
     ACTIVITY,

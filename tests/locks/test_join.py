@@ -15,9 +15,9 @@ import pytest
 from groupbuy import errors
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.services import Services
-from groupbuy.testing.joins import Tap, grade_joins
 from tests.support.backends import REAL
 from tests.support.counting import commands_processed
+from tests.support.joins import Tap, grade_joins
 from tests.support.seats import (
     check_seat_snapshot,
     indexed_open_seats,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from groupbuy.storage.contracts import ScriptContract
 
 from groupbuy.ops.script_docs import DOC, REGENERATE, all_contracts, render
-from groupbuy.storage.contracts import ScriptContract
 from groupbuy.storage.scripts import script_names, script_source
 
 _NAMED = re.compile(r"^local (\w+) = (KEYS|ARGV)\[(\d+)\]$", re.MULTILINE)

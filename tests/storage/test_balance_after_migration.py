@@ -18,9 +18,9 @@ from groupbuy.redpacket.ledger import post_entry
 from groupbuy.redpacket.listing import entries_page
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
 from groupbuy.storage.db import Database
-from groupbuy.testing.postgres import PostgresProcess
 from tests.support.database import throwaway_postgres
 from tests.support.feed import DATABASES, database_url
+from tests.support.postgres import PostgresProcess
 
 WHEN = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 # (business key, user, kind, amount): interleaved users, debits among credits

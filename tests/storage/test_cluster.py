@@ -24,10 +24,10 @@ from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline
 from groupbuy.storage.reachability import unreachable
 from groupbuy.storage.redis_client import auto_pipeline, connect_redis, primaries
 from groupbuy.storage.scripts import Scripts, script_names
-from groupbuy.testing.cluster import SLOTS, RedisCluster, slot_ranges, start_cluster
-from groupbuy.testing.servers import free_port, start_redis
 from tests.support.backends import CLUSTER
 from tests.support.database import sqlite_with_schema
+from tests.support.redis_cluster import SLOTS, RedisCluster, slot_ranges, start_cluster
+from tests.support.servers import free_port, start_redis
 from tests.support.settings import settings_for
 
 pytestmark = pytest.mark.parametrize("backend", [CLUSTER])

@@ -19,9 +19,9 @@ from groupbuy.cli import main
 from groupbuy.services import build_services, running
 from groupbuy.storage.durability import RedisNotDurable, check_durability, check_redis, risks
 from groupbuy.storage.embedded import EmbeddedEngine
-from groupbuy.testing.servers import RedisProcess, server_binary, start_redis
 from tests.support.database import sqlite_url
 from tests.support.redis import make_async_redis
+from tests.support.servers import RedisProcess, server_binary, start_redis
 from tests.support.settings import settings_for
 
 needs_server = pytest.mark.skipif(

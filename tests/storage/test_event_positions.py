@@ -28,9 +28,9 @@ from groupbuy.storage.events import (
     record_event,
     record_events,
 )
-from groupbuy.testing.postgres import PostgresProcess
 from tests.support.database import throwaway_postgres
 from tests.support.feed import DATABASES, database_url
+from tests.support.postgres import PostgresProcess
 from tests.support.redis import make_async_redis
 from tests.support.settings import API_KEYS
 

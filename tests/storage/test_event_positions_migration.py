@@ -18,9 +18,9 @@ from groupbuy.services import build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, EventRow, read_feed, record_events
-from groupbuy.testing.postgres import PostgresProcess
 from tests.support.database import throwaway_postgres
 from tests.support.feed import DATABASES, database_url
+from tests.support.postgres import PostgresProcess
 from tests.support.redis import make_async_redis
 from tests.support.settings import API_KEYS
 

@@ -18,8 +18,8 @@ from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings, load_settings
 from groupbuy.storage.durability import RedisNotDurable
 from groupbuy.storage.redis_client import describe
-from groupbuy.testing.sentinel import SentinelSet, start_sentinel_set
-from groupbuy.testing.servers import server_binary
+from tests.support.sentinel import SentinelSet, start_sentinel_set
+from tests.support.servers import server_binary
 from tests.support.settings import API_KEYS
 
 # Each test starts five servers (~3 s) and most wait out a failover (~2-3 s).

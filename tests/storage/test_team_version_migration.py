@@ -21,9 +21,9 @@ from groupbuy.locks.models import TeamRow
 from groupbuy.locks.records import project_team_records
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import record_events
-from groupbuy.testing.postgres import PostgresProcess
 from tests.support.database import throwaway_postgres
 from tests.support.feed import DATABASES, database_url
+from tests.support.postgres import PostgresProcess
 
 WHEN = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TEAMS = ("t1", "t10", "t_1", "tx1", "plain", "quiet")

@@ -22,9 +22,9 @@ import redis
 from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
-from groupbuy.testing.servers import RedisProcess, free_port, start_redis
 from tests.support.redis import make_async_redis
 from tests.support.schema import database_with_schema
+from tests.support.servers import RedisProcess, free_port, start_redis
 from tests.support.settings import API_KEYS, TEST_RATE_LIMITS
 from tests.support.starting import NO_REDIS, started_or_skip
 

@@ -1,7 +1,7 @@
 """SQL databases for the tests: a SQLite file of the test's own, or a PostgreSQL database.
 
 PostgreSQL is a server the developer runs (GROUPBUY_TEST_DATABASE_URL, on which the tests
-create and drop databases of their own) or a throwaway cluster (groupbuy/testing/postgres.py).
+create and drop databases of their own) or a throwaway cluster (tests/support/postgres.py).
 The tests share one database migrated to the head revision, emptied before each test: deleting the
 rows of every table and restarting the id sequences took ~15 ms where CREATE DATABASE from
 a template plus DROP DATABASE took 0.25-1 s, and TRUNCATE ... RESTART IDENTITY ~140 ms
@@ -23,7 +23,7 @@ from sqlalchemy import make_url
 
 from groupbuy.migrations import upgrade
 from groupbuy.storage.db import Base, Database
-from groupbuy.testing.postgres import PostgresProcess, start_postgres
+from tests.support.postgres import PostgresProcess, start_postgres
 from tests.support.schema import database_with_schema
 from tests.support.starting import started_or_skip
 

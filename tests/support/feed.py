@@ -1,5 +1,5 @@
 """The databases the events-feed tests run on: a SQLite file and a database of a throwaway
-PostgreSQL cluster (groupbuy/testing/postgres.py), started once per test module."""
+PostgreSQL cluster (tests/support/postgres.py), started once per test module."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from groupbuy.testing.postgres import PostgresProcess
+from tests.support.postgres import PostgresProcess
 
 DATABASES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.real)]
 

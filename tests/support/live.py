@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 T = TypeVar("T")
 

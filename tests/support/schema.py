@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from groupbuy.migrations import upgrade
 from groupbuy.storage.db import Database
-from groupbuy.testing.postgres import PostgresProcess
+from tests.support.postgres import PostgresProcess
 
 T = TypeVar("T")
 

@@ -1,5 +1,6 @@
 """Seats as Redis holds them: an instant of every team's seats (checked against SPEC §4), and
-the open-seat index of an activity, read as it is and recomputed from the teams' own keys."""
+the open-seat index of an activity, read as it is and recomputed from the teams' own keys.
+The lock benchmarks read their instants with `read_seats` too."""
 
 from __future__ import annotations
 
@@ -9,13 +10,43 @@ from typing import Any
 from groupbuy.locks.codec import seat_score
 from groupbuy.services import Services
 from groupbuy.storage.keys import Keys
-from groupbuy.testing.seats import read_seats
+
+# TIME, then each team's locks and seat fields, read in one script: an instant of the state
+# that also holds on Redis Cluster, where a MULTI cannot carry TIME (it has no key) and
+# an activity's keys share one slot (so the teams read together must be of one activity).
+_READ = """
+local out = {redis.call('TIME')}
+for i = 1, #KEYS, 2 do
+  out[#out + 1] = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
+  out[#out + 1] = redis.call('HMGET', KEYS[i + 1], 'member_count', 'size', 'status',
+                             'lock_ttl_ms')
+end
+return out
+"""
+
+
+async def read_seats(
+    redis: Any, keys: Keys, shift_ms: int, teams: list[tuple[str, str]]
+) -> tuple[int, list[Any]]:
+    """(now in ms as the scripts see it, [locks, fields] per team): each team's locks as
+    (user, locked_at_ms) pairs and its member_count, size, status and lock_ttl_ms."""
+    names = [
+        name for aid, tid in teams for name in (keys.team_locks(aid, tid), keys.team(aid, tid))
+    ]
+    (seconds, micros), *rest = await redis.eval(_READ, len(names), *names)
+    now_ms = int(seconds) * 1000 + int(micros) // 1000 + shift_ms
+    replies: list[Any] = []
+    for flat, fields in zip(rest[0::2], rest[1::2], strict=True):
+        pairs = zip(flat[0::2], flat[1::2], strict=True)
+        replies.append([(user, float(score)) for user, score in pairs])
+        replies.append(fields)
+    return now_ms, replies
 
 
 async def seat_snapshot(
     redis: Any, services: Services, aid: str, teams: list[str]
 ) -> tuple[int, list[Any]]:
-    """All teams' locks and member counts at one instant of Redis (groupbuy.testing.seats)."""
+    """All teams' locks and member counts at one instant of Redis (read_seats)."""
     pairs = [(aid, tid) for tid in teams]
     return await read_seats(redis, services.keys, services.clock.shift_ms, pairs)
 

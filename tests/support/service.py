@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 from tests.support.settings import API_KEYS
 
 ENGINE_PID = re.compile(r"redis: +embedded \w+ \S+ \(.*, pid (\d+)\)")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from groupbuy.settings import Settings, load_settings
-from groupbuy.testing.servers import free_port
 from tests.support.http import ADMIN_KEY, SERVICE_KEY, VIEWER_KEY
 from tests.support.redis import is_cluster_url
 from tests.support.schema import database_with_schema
+from tests.support.servers import free_port
 
 API_KEYS = f"admin:{ADMIN_KEY},service:{SERVICE_KEY},viewer:{VIEWER_KEY}"
 # Rate limits stay on (every HTTP test goes through the check and its headers, and the

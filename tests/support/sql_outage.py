@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from groupbuy.testing.postgres import USER, PostgresProcess
 from tests.support.http import ADMIN, SERVICE
+from tests.support.postgres import USER, PostgresProcess
 
 ACTIVITY = "club"
 PAYER = "payer"  # the sender of the packets the send lane creates

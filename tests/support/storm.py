@@ -35,9 +35,9 @@ from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.services import Services
 from groupbuy.settings import Settings, load_settings
-from groupbuy.testing.servers import RedisProcess, free_port, start_redis
 from tests.support.http import ADMIN, SERVICE
 from tests.support.money import assert_money_conserved
+from tests.support.servers import RedisProcess, free_port, start_redis
 from tests.support.settings import API_KEYS
 
 # AOF with an fsync before every reply: what the guarantees of SPEC §4.5 are stated for.

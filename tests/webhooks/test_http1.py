@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from groupbuy.testing.servers import free_port
 from groupbuy.webhooks.http1 import MAX_HEAD_BYTES, Origin
 from groupbuy.webhooks.sender import KEPT_ANSWER_BYTES, MAX_ANSWER_BYTES, Reply, Sender
 from tests.support.receiver import serving_thread
+from tests.support.servers import free_port
 
 Handler = Callable[[int, bytes], Awaitable[bytes | None]]
 

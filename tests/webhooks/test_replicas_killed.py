@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from groupbuy.testing.servers import RedisProcess, start_redis
 from tests.support.database import start_postgres_or_skip
 from tests.support.http import ADMIN
 from tests.support.receiver import Receiver, arrived, local_ports, running_receiver
 from tests.support.replicas import replica_environment, start_replicas, stop_replicas
+from tests.support.servers import RedisProcess, start_redis
 from tests.support.service import run_groupbuy
 from tests.support.starting import NO_REDIS, started_or_skip
 from tests.support.webhooks import verified

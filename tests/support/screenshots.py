@@ -1,4 +1,4 @@
-"""Screenshots of the service's pages: `python -m groupbuy.testing.screenshots [--out DIR]`.
+"""Screenshots of the service's pages: `python -m tests.support.screenshots [--out DIR]`.
 
 Starts `groupbuy serve` in a temp dir, fills it with demo data through the API (activities,
 teams, locks, members, red packets and grabs), opens each page of SHOTS in headless
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from groupbuy.testing.browser import (
+from tests.support.browser import (
     KEYS,
     Browser,
     bearer,

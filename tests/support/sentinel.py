@@ -1,6 +1,6 @@
 """A primary, one replica and three Sentinels on free loopback ports (tests and benchmarks).
 
-Every process is the server binary of groupbuy/testing/servers.py, in its own temporary
+Every process is the server binary of tests/support/servers.py, in its own temporary
 directory, stopped by PID. The Sentinels watch the primary under one service name with a
 quorum of 2 and a short `down-after-milliseconds`, so killing the primary (`kill_primary`,
 SIGKILL) promotes the replica within a few seconds (`wait_for_promotion`). The killed
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from groupbuy.testing.servers import (
+from tests.support.servers import (
     BINARY_VARIABLE,
     RedisProcess,
     free_port,

@@ -1,7 +1,7 @@
 """Start and stop a private Redis Cluster on loopback ports (tests and benchmarks).
 
 `start_cluster(masters=3)` starts that many cluster-enabled servers (the binary
-groupbuy/testing/servers.py finds), each in its own temporary directory on a free port,
+tests/support/servers.py finds), each in its own temporary directory on a free port,
 gives each an even share of the 16,384 slots (CLUSTER ADDSLOTSRANGE), joins them (CLUSTER
 MEET) and waits until every node says `cluster_state:ok`. Everything is done with plain
 commands from Python, so no redis-cli is needed. `stop()` kills every server by PID and
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from groupbuy.testing.servers import RedisProcess, free_port, start_redis
+from tests.support.servers import RedisProcess, free_port, start_redis
 
 SLOTS = 16_384
 # Short enough that a test killing a node sees it failed within seconds.

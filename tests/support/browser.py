@@ -28,7 +28,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 import groupbuy
 from groupbuy.settings import ROLES
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

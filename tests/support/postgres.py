@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupbuy.testing.servers import free_port
+from tests.support.servers import free_port
 
 # The role the cluster is made with (trust authentication on loopback only).
 USER = "gb"

@@ -1,1 +1,0 @@
-"""Throwaway servers on loopback for the tests and the benchmark (never used by the service)."""
