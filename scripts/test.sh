@@ -37,7 +37,7 @@ echo "== installing groupbuy with its test, dev and docs tools (versions pinned 
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,postgres,dev,docs]'
 
-CHECKED=(groupbuy tests benchmarks)
+CHECKED=(groupbuy tests benchmarks scripts)
 echo "== ruff check"
 .venv/bin/ruff check "${CHECKED[@]}"
 echo "== ruff format --check"

@@ -13,7 +13,7 @@ from groupbuy.api import answers
 from groupbuy.api.app import ENDPOINTS
 from groupbuy.api.endpoints import Endpoint
 from groupbuy.api.openapi import build_openapi
-from groupbuy.api.reference import REGENERATE, current_reference
+from scripts.api_reference import REGENERATE, current_reference
 from tests.support.http import ADMIN, SERVICE
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "api.md"

@@ -3,8 +3,8 @@ and range, in words taken from config.toml or groupbuy/settings.py."""
 
 from __future__ import annotations
 
-from groupbuy.ops.settings_docs import DOC, REGENERATE, _toml_comments, render
 from groupbuy.settings import Settings
+from scripts.settings_docs import DOC, REGENERATE, _toml_comments, render
 
 
 def test_docs_configuration_md_is_the_rendered_settings() -> None:

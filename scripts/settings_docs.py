@@ -1,4 +1,4 @@
-"""docs/configuration.md, rendered from the settings models: `python -m groupbuy.ops.settings_docs`.
+"""docs/configuration.md, rendered from the settings models: `python -m scripts.settings_docs`.
 
 Every field of `groupbuy.settings.Settings` gets a row: its `config.toml` key, its
 environment variable, its default, the values it accepts and what it does. The words
@@ -22,15 +22,15 @@ from pydantic.fields import FieldInfo
 from groupbuy import settings as settings_module
 from groupbuy.settings import ENV_ALIASES, Settings
 
-REGENERATE = "python -m groupbuy.ops.settings_docs"
-ROOT = Path(__file__).resolve().parents[2]
+REGENERATE = "python -m scripts.settings_docs"
+ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "configuration.md"
 CONFIG = ROOT / "config.toml"
 
 INTRO = f"""\
 # Configuration
 
-<!-- Generated from groupbuy/settings.py and config.toml by groupbuy/ops/settings_docs.py;
+<!-- Generated from groupbuy/settings.py and config.toml by scripts/settings_docs.py;
      do not edit. Regenerate with: {REGENERATE} -->
 
 `config.toml` holds every default. Three ways override a value, the later winning:

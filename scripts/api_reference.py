@@ -1,4 +1,4 @@
-"""docs/api.md, rendered from the OpenAPI document: `python -m groupbuy.api.reference --write`.
+"""docs/api.md, rendered from the OpenAPI document: `python -m scripts.api_reference --write`.
 
 The reference is generated so that it cannot drift from the routes: endpoints, roles,
 parameters, bodies, answers and problem codes all come from `build_openapi(ENDPOINTS)`.
@@ -17,7 +17,7 @@ from typing import Any
 from groupbuy.wire import ID_PATTERN
 from groupbuy.wire import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
 
-REGENERATE = "python -m groupbuy.api.reference --write docs/api.md"
+REGENERATE = "python -m scripts.api_reference --write docs/api.md"
 DEFAULT_PATH = "docs/api.md"
 
 _TAG_TITLES = {
@@ -34,7 +34,7 @@ _TAG_TITLES = {
 INTRO = f"""\
 # groupbuy HTTP API reference
 
-<!-- Generated from the OpenAPI document by groupbuy/api/reference.py; do not edit.
+<!-- Generated from the OpenAPI document by scripts/api_reference.py; do not edit.
      Regenerate with: {REGENERATE} -->
 
 The service answers JSON over HTTP. The business endpoints live under `/v1`;
@@ -406,7 +406,7 @@ def current_reference() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the reference, or write it to a file with --write."""
-    parser = argparse.ArgumentParser(prog="python -m groupbuy.api.reference", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scripts.api_reference", description=__doc__)
     parser.add_argument(
         "--write",
         nargs="?",
