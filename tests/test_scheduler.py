@@ -77,6 +77,44 @@ async def test_a_renewal_that_starts_after_stop_does_nothing(
     assert called == [] and not scheduler.is_leader
 
 
+async def test_stop_waits_for_the_run_in_progress_not_for_the_task_that_started_it(
+    services: Services,
+) -> None:
+    """APScheduler only promises to run a coroutine job on the loop: whichever task starts a
+    run (here one that goes on to other work, as an executor running jobs in turn might),
+    stop() waits for that run to end, and for nothing else."""
+    began, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> dict[str, Any]:
+        began.set()
+        await release.wait()
+        return {}
+
+    scheduler = Scheduler(
+        JobRunner([Job("slow", 3600, slow)]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        services.settings.scheduler,
+    )
+    assert await scheduler.hold_lease()
+
+    async def executor() -> None:
+        await scheduler._tick("slow")
+        await asyncio.sleep(3600)  # the starting task lives on after the run
+
+    starter = asyncio.create_task(executor())
+    try:
+        await asyncio.wait_for(began.wait(), 5)
+        stopping = asyncio.create_task(scheduler.stop())
+        await asyncio.sleep(0.05)
+        assert not stopping.done()  # the run is still in progress
+        release.set()
+        await asyncio.wait_for(stopping, 5)  # not the starting task's hour
+    finally:
+        starter.cancel()
+    assert not scheduler.is_leader
+
+
 async def test_a_lease_left_by_a_dead_holder_runs_out(services: Services) -> None:
     short = services.settings.replace("scheduler", lease_ttl_s=0.2)
     lease = services.keys.lease(LEASE)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -86,12 +87,13 @@ class Scheduler:
             # after stop() looked at what runs: it would outlive the Redis connections and
             # end in APScheduler's traceback of a CancelledError.
             return False
-        ttl_ms = int(self._settings.lease_ttl_s * 1000)
         # stop() waits for a renewal in flight too (with Redis away it retries for a while):
         # cancelled at exit instead, it would end in APScheduler's traceback.
-        task = asyncio.current_task()
-        if task is not None:
-            self._running.add(task)
+        await self._in_own_task(self._renew())
+        return self.is_leader
+
+    async def _renew(self) -> None:
+        ttl_ms = int(self._settings.lease_ttl_s * 1000)
         try:
             held = await lease_hold(self._scripts, self._lease_key, self.token, ttl_ms)
             self._lead(held)
@@ -101,9 +103,16 @@ class Scheduler:
             self._lead(False)
             if not self._reachability.failed(error):
                 log.warning("could not renew the scheduler lease", exc_info=True)
+
+    async def _in_own_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in a task of its own, noted while it runs: stop() waits for exactly
+        that (APScheduler does not promise a task per job run)."""
+        task = asyncio.create_task(work)
+        self._running.add(task)
+        try:
+            await task
         finally:
             self._running.discard(task)
-        return self.is_leader
 
     def _lead(self, held: bool) -> None:
         """Whether this process holds the lease now: said in the log and the metrics when it
@@ -123,18 +132,17 @@ class Scheduler:
         if run is not None:
             self._overran(name, run)
             return
-        task = asyncio.current_task()
-        assert task is not None
-        run = self._runs[name] = _Run(time.monotonic())
-        self._running.add(task)
+        self._runs[name] = _Run(time.monotonic())
+        await self._in_own_task(self._run(name))
+
+    async def _run(self, name: str) -> None:
         try:
             await self._runner.run(name, self._runner.jobs[name].interval_s * _RUN_SHARE)
             self._refused.discard(name)
         except Exception as error:
             self._failed(name, error)
         finally:
-            self._running.discard(task)
-            del self._runs[name]
+            run = self._runs.pop(name)
             if not run.overran:  # on time: a later overrun is a new episode, said again
                 self._late.discard(name)
 
