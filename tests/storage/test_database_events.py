@@ -1,4 +1,9 @@
-"""SQLAlchemy's connection events as groupbuy/storage/db.py, Database, uses them."""
+"""SQLAlchemy's connection events as groupbuy/storage/db.py, Database, uses them.
+
+All of it is SQLAlchemy's public API (the "connect" and "do_connect" events, DBAPIError.orig);
+SQLAlchemy wraps only the driver's own errors (DBAPIError), so an error of ours raised in a
+listener reaches the caller as raised. These tests hold the service to that on every version
+the range in pyproject.toml lets in."""
 
 from __future__ import annotations
 
