@@ -40,6 +40,11 @@ LAYERS: list[tuple[str, int]] = [
 ENGINES = ("groupbuy.locks", "groupbuy.redpacket")
 # Only the HTTP layer (and the command line that serves it) may know Starlette or uvicorn.
 HTTP_LIBRARIES = ("starlette", "uvicorn")
+# Only production code ships in the wheel: the package loads none of the test launchers,
+# the browser, the doc renderers or the benchmarks, nor fakeredis and lupa (test
+# dependencies, imported only when the in-process fallback is asked for).
+NOT_IN_THE_WHEEL = ("selenium", "tests", "scripts", "benchmarks")
+FAKE_LIBRARIES = ("fakeredis", "lupa")
 
 
 def module_name(path: Path) -> str:
@@ -195,6 +200,21 @@ def test_the_graph_sees_type_checking_and_function_imports(tmp_path: Path) -> No
     known = set(modules())
     names = set(imported_names(source, "groupbuy.probe", known))
     assert {"groupbuy.api.app", "groupbuy.services", "groupbuy.ops.jobs"} <= names
+
+
+def test_the_app_loads_no_test_tool() -> None:
+    """Importing the service (the app, the command line, the services) loads neither
+    fakeredis nor lupa, selenium, the tests, the scripts nor the benchmarks."""
+    unwanted = {*FAKE_LIBRARIES, *NOT_IN_THE_WHEEL}
+    probe = (
+        "import sys, groupbuy.api.app, groupbuy.cli, groupbuy.services; "
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(unwanted)!r})); "
+        "print(','.join(loaded))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == ""
 
 
 def test_the_worker_runs_without_the_http_stack() -> None:

@@ -313,3 +313,23 @@ def test_the_fakeredis_engine_warns_and_refuses_several_workers(tmp_path: Path) 
     assert "in-process fakeredis" in refused.stderr and "not durable" in refused.stderr
     assert "several workers need a Redis server" in refused.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_the_fakeredis_engine_refuses_to_start_where_fakeredis_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    env = service_environment(tmp_path, GROUPBUY_EMBEDDED_ENGINE="fakeredis")
+    # `groupbuy serve` where fakeredis is not installed (the service's dependencies only).
+    without = "import sys; sys.modules['fakeredis'] = None; from groupbuy.cli import main; "
+    refused = subprocess.run(
+        [sys.executable, "-c", without + "raise SystemExit(main())", "serve", "--port", "0"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2, refused
+    assert 'engine = "fakeredis": the in-process fakeredis is not installed' in refused.stderr
+    assert "pip install 'groupbuy[test]'" in refused.stderr
+    assert "listening" not in refused.stdout + refused.stderr

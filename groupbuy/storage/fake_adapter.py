@@ -11,6 +11,9 @@ whether its client is a fake:
 - XREADGROUP on a stream that does not exist answers Redis's NOGROUP error, where
   fakeredis answers the wording of XGROUP CREATE without MKSTREAM.
 
+fakeredis and lupa are test dependencies (the `test` extra): this is the one module that
+imports them, and groupbuy.storage.redis_client imports it only when the fallback is asked for.
+
 It leans on fakeredis's command classes (`AsyncFakeSocket`, whose methods run the
 commands, looked up by name); tests/storage/test_fake_adapter.py checks both bridges on
 fakeredis and on a real server.
@@ -22,6 +25,7 @@ import hashlib
 from typing import Any
 
 import fakeredis
+import lupa  # noqa: F401  # fakeredis runs Lua through it, imported at the first EVAL only
 from fakeredis import _msgs as fake_messages
 from fakeredis._helpers import SimpleError
 from fakeredis.aioredis import AsyncFakeSocket, FakeAsyncRedisConnection, FakeReader, FakeWriter
@@ -29,7 +33,6 @@ from fakeredis.aioredis import AsyncFakeSocket, FakeAsyncRedisConnection, FakeRe
 SHEBANG = b"#!"
 # The server version fakeredis imitates (commands and their errors as in Redis 7.0).
 VERSION = (7, 0)
-DESCRIPTION = "in-process fakeredis (not durable, one process)"
 
 
 class _RedisLikeSocket(AsyncFakeSocket):

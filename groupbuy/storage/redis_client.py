@@ -2,7 +2,9 @@
 
 `groupbuy serve` with no URL runs the embedded engine (storage/embedded.py) and hands its
 socket URL here; an empty URL reaching this module means fakeredis: the tests' backend,
-or the service's fallback where no server binary can run.
+or the service's fallback where no server binary can run. fakeredis and lupa are test
+dependencies, not the service's: storage/fake_adapter.py, the one module that imports them,
+is imported only here, only when that fallback is asked for (FakeRedisMissing otherwise).
 
 With `[redis] sentinel`, the client is redis-py's Sentinel `master_for(sentinel_service)`:
 its pool asks the Sentinels for the primary each time it opens a connection, so after a
@@ -19,6 +21,7 @@ each one (`primaries`).
 from __future__ import annotations
 
 import math
+from types import ModuleType
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -29,20 +32,40 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 
 from groupbuy.settings import RedisSettings
-from groupbuy.storage import fake_adapter
 from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline, ReplicaWait
 
 # Resends after a dropped connection, for plain commands and coalesced script calls alike.
 RETRIES = 3
 # The longest pause between two attempts (seconds): the cap of the exponential backoff.
 BACKOFF_CAP_S = 0.5
+FAKEREDIS_DESCRIPTION = "in-process fakeredis (not durable, one process)"
+FAKEREDIS_MISSING = (
+    "the in-process fakeredis is not installed (a test dependency): "
+    "pip install 'groupbuy[test]', or fakeredis[lua] and lupa"
+)
+
+
+class FakeRedisMissing(RuntimeError):
+    """The in-process fakeredis was asked for where fakeredis or lupa is not installed."""
+
+
+def fake_adapter() -> ModuleType:
+    """groupbuy.storage.fake_adapter, imported now (it imports fakeredis and lupa);
+    FakeRedisMissing, saying how to install them, where either is missing."""
+    try:
+        from groupbuy.storage import fake_adapter as adapter
+    except ModuleNotFoundError as error:
+        if error.name not in ("fakeredis", "lupa"):
+            raise
+        raise FakeRedisMissing(FAKEREDIS_MISSING) from error
+    return adapter
 
 
 def connect_redis(settings: RedisSettings) -> Any:
     """An asyncio Redis client (a `RedisCluster` when `[redis] cluster`); with no URL, one on
     a fresh fakeredis server (Lua via lupa; groupbuy/storage/fake_adapter.py)."""
     if settings.embedded:
-        return fake_adapter.fake_redis()
+        return fake_adapter().fake_redis()
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": settings.socket_timeout_s,
@@ -161,7 +184,7 @@ def resend_window_ms(settings: RedisSettings) -> int:
 def describe(settings: RedisSettings) -> str:
     """Where Redis is, for start-up messages (no credentials)."""
     if settings.embedded:
-        return fake_adapter.DESCRIPTION
+        return FAKEREDIS_DESCRIPTION
     if settings.sentinel:
         return f"the primary of {settings.sentinel_service!r} (Sentinels {settings.sentinel})"
     where = settings.url.split("@")[-1]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from groupbuy.settings import EmbeddedSettings
+import groupbuy.storage
+from groupbuy.settings import EmbeddedSettings, RedisSettings
 from groupbuy.storage import embedded
 from groupbuy.storage.embedded import (
     SERVER_NAMES,
@@ -29,6 +30,12 @@ from groupbuy.storage.embedded import (
     probe,
     running_engine_url,
     server_arguments,
+)
+from groupbuy.storage.redis_client import (
+    FAKEREDIS_DESCRIPTION,
+    FakeRedisMissing,
+    connect_redis,
+    describe,
 )
 from tests.support.service import wait_gone
 
@@ -147,6 +154,34 @@ def test_fakeredis_chosen_is_warned_about_too(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.WARNING, logger=embedded.__name__):
         assert engine_for(EmbeddedSettings(engine="fakeredis")) is None
     assert "not durable" in caplog.records[0].getMessage()
+
+
+@pytest.fixture
+def without_fakeredis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fakeredis as where only the service's dependencies are installed: not importable."""
+    monkeypatch.setitem(sys.modules, "fakeredis", None)  # `import fakeredis` now fails
+    monkeypatch.delitem(sys.modules, "groupbuy.storage.fake_adapter", raising=False)
+    monkeypatch.delattr(groupbuy.storage, "fake_adapter", raising=False)
+
+
+@pytest.mark.usefixtures("without_fakeredis")
+def test_without_fakeredis_its_fallback_refuses_naming_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(EngineError, match=r'engine = "fakeredis": .*groupbuy\[test\]'):
+        engine_for(EmbeddedSettings(engine="fakeredis"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(embedded, "bundled_server", lambda: None)
+    data_dir = str(tmp_path / "data")
+    with pytest.raises(EngineError) as refused:
+        engine_for(EmbeddedSettings(data_dir=data_dir))
+    assert "no Redis-compatible server can run here" in str(refused.value)
+    assert "fakeredis is not installed" in str(refused.value)
+    with pytest.raises(FakeRedisMissing, match=r"pip install 'groupbuy\[test\]'"):
+        connect_redis(RedisSettings())
+    assert describe(RedisSettings()) == FAKEREDIS_DESCRIPTION  # says so without importing it
 
 
 def test_a_data_dir_keeps_the_server_that_wrote_it_while_that_one_runs(
