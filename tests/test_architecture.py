@@ -40,11 +40,13 @@ LAYERS: list[tuple[str, int]] = [
 ENGINES = ("groupbuy.locks", "groupbuy.redpacket")
 # Only the HTTP layer (and the command line that serves it) may know Starlette or uvicorn.
 HTTP_LIBRARIES = ("starlette", "uvicorn")
-# Only production code ships in the wheel: the package loads none of the test launchers,
-# the browser, the doc renderers or the benchmarks, nor fakeredis and lupa (test
-# dependencies, imported only when the in-process fallback is asked for).
+# Only production code ships in the wheel: the package imports none of the test launchers,
+# the browser, the doc renderers or the benchmarks.
 NOT_IN_THE_WHEEL = ("selenium", "tests", "scripts", "benchmarks")
+# fakeredis and lupa are test dependencies: one adapter imports them, and it is imported only
+# from inside the functions that build the in-process fallback, when that is asked for.
 FAKE_LIBRARIES = ("fakeredis", "lupa")
+FAKE_ADAPTER = "groupbuy.storage.fake_adapter"
 
 
 def module_name(path: Path) -> str:
@@ -60,10 +62,14 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
-def imported_names(path: Path, name: str, known: set[str]) -> Iterator[str]:
-    """Every module `path` imports (any depth in the file), absolute names resolved."""
+def imported_names(
+    path: Path, name: str, known: set[str], module_level: bool = False
+) -> Iterator[str]:
+    """Every module `path` imports (any depth in the file, or with `module_level` only those
+    imported when the module is, not inside a function), absolute names resolved."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _module_level_nodes(tree) if module_level else ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -77,6 +83,14 @@ def imported_names(path: Path, name: str, known: set[str]) -> Iterator[str]:
                 # `from package import module` imports the module; otherwise the package.
                 candidate = f"{base}.{alias.name}"
                 yield candidate if candidate in known else base
+
+
+def _module_level_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes run when the module is imported: all but the bodies of functions."""
+    for node in ast.iter_child_nodes(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            yield node
+            yield from _module_level_nodes(node)
 
 
 def graph() -> dict[str, set[str]]:
@@ -200,6 +214,37 @@ def test_the_graph_sees_type_checking_and_function_imports(tmp_path: Path) -> No
     known = set(modules())
     names = set(imported_names(source, "groupbuy.probe", known))
     assert {"groupbuy.api.app", "groupbuy.services", "groupbuy.ops.jobs"} <= names
+
+
+def test_the_package_imports_no_test_tool_and_fakeredis_only_in_its_adapter() -> None:
+    found = modules()
+    known = set(found)
+    leaks = []
+    for name, path in found.items():
+        for target in imported_names(path, name, known):
+            top = target.split(".")[0]
+            if top in NOT_IN_THE_WHEEL or (top in FAKE_LIBRARIES and name != FAKE_ADAPTER):
+                leaks.append(f"{name} imports {target}")
+        eager = set(imported_names(path, name, known, module_level=True))
+        if FAKE_ADAPTER in eager and name != FAKE_ADAPTER:
+            leaks.append(f"{name} imports {FAKE_ADAPTER} when it is imported")
+    assert leaks == []
+
+
+def test_the_import_finder_tells_module_level_from_function_imports(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "import selenium\n"
+        "try:\n    import lupa\nexcept ImportError:\n    pass\n"
+        "def late():\n    from groupbuy.storage import fake_adapter\n"
+        "class Late:\n    async def later(self):\n        import fakeredis\n",
+        encoding="utf-8",
+    )
+    known = set(modules())
+    eager = set(imported_names(source, "groupbuy.probe", known, module_level=True))
+    every = set(imported_names(source, "groupbuy.probe", known))
+    assert eager == {"selenium", "lupa"}
+    assert every == eager | {FAKE_ADAPTER, "fakeredis"}
 
 
 def test_the_app_loads_no_test_tool() -> None:
