@@ -23,8 +23,8 @@ from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
-from groupbuy.locks.replies import Listed, Opened, TeamRead
 from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
@@ -154,7 +154,7 @@ class ActivityService(UsesBackends):
 
     async def _body(self, row: ActivityRow) -> dict[str, Any]:
         counts = await self._activities.counts.read(row.activity_id)
-        return {**activity_body(row), **counts.body()}
+        return {**activity_body(row), **counts}
 
     async def open_team(
         self,
@@ -180,10 +180,11 @@ class ActivityService(UsesBackends):
         if opened.code is TeamCode.CONFLICT:
             raise_for(opened.code, f"team {team_id!r} exists with another leader or order")
         refuse_for_user(opened, leader_id)
-        if not isinstance(opened, Opened):
+        if opened.code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(opened.code)
         await self._outbox.drain_quietly(activity_id)
-        return Outcome(opened.team.body(), opened.code is TeamCode.OK)
+        team = TeamView.from_snapshot(activity_id, team_id, opened.team)
+        return Outcome(team.body(), opened.code is TeamCode.OK)
 
     async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
         """A team's current state: live from Redis, or from SQL once Redis let it go."""
@@ -192,8 +193,8 @@ class ActivityService(UsesBackends):
             activity_id, team_id
         ):
             return await self.get_team(activity_id, team_id)
-        if isinstance(reply, TeamRead):
-            return reply.team.body()
+        if reply.code is TeamCode.OK:
+            return TeamView.from_snapshot(activity_id, team_id, reply.team).body()
         return await self._history.team(activity_id, team_id)
 
     async def list_open_teams(
@@ -209,9 +210,11 @@ class ActivityService(UsesBackends):
         if page.code is TeamCode.ACTIVITY_NOT_FOUND:
             await self._recovery.bring_back_activity(activity_id)
             page = await self._teams.list(activity_id, limit, candidates, position, full)
-        if not isinstance(page, Listed):
+        if page.code is not TeamCode.OK:
             raise_for(page.code)
+        teams = [TeamView.from_snapshot(activity_id, *listed) for listed in page.page]
+        after = page.cursor_team_id  # '' after the last page
         return {
-            "teams": [team.body() for team in page.teams],
-            "next_cursor": page_cursor(*page.next) if page.next else None,
+            "teams": [team.body() for team in teams],
+            "next_cursor": page_cursor(int(page.cursor_score), after) if after else None,
         }

@@ -6,7 +6,7 @@ from typing import Any
 
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import ActivityRow
-from groupbuy.locks.replies import Locked
+from groupbuy.locks.scripts import TeamReply
 from groupbuy.outcome import Outcome
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
@@ -38,7 +38,7 @@ def limits_body(teams_per_user: int | None, open_per_leader: int | None) -> dict
     return {"teams_per_user": teams_per_user, "open_teams_per_leader": open_per_leader}
 
 
-def lock_outcome(user_id: str, locked: Locked) -> Outcome:
+def lock_outcome(user_id: str, locked: TeamReply) -> Outcome:
     """The answer of a lock or a join: a new lock (OK), else the user's existing lock,
     unchanged (EXISTING)."""
     body = {
@@ -47,7 +47,7 @@ def lock_outcome(user_id: str, locked: Locked) -> Outcome:
         "team_id": locked.team_id,
         "locked_at": iso_ms(locked.locked_at_ms),
         "expires_at": iso_ms(locked.expires_at_ms),
-        "released_team_id": locked.released_team_id or None,
+        "released_team_id": locked.get("released_team_id") or None,
         "version": locked.version,
     }
     if locked.code is TeamCode.EXISTING:

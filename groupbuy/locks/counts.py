@@ -11,9 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.locks.replies import Counts
-from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.script_contracts import COUNTS
+from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.storage.backends import Backends, UsesBackends
+
+# An activity's live counts as its API body carries them (members: of open and formed
+# teams, leaders included).
+Counts = dict[str, int]
 
 
 async def recorded_counts(session: AsyncSession, activity_id: str) -> dict[str, int]:
@@ -111,7 +115,7 @@ class ActivityCounts(UsesBackends):
         missing = [
             aid
             for aid, reply in zip(activity_ids, replies, strict=True)
-            if not isinstance(reply, Counts) and reply.code is TeamCode.ACTIVITY_NOT_FOUND
+            if reply.code is TeamCode.ACTIVITY_NOT_FOUND
         ]
         if missing:
             async with self._db.sessions() as session:
@@ -120,7 +124,7 @@ class ActivityCounts(UsesBackends):
         return list(
             await asyncio.gather(
                 *(
-                    _done(reply) if isinstance(reply, Counts) else self.read(aid)
+                    _done(_counts(reply)) if reply.code is TeamCode.OK else self.read(aid)
                     for aid, reply in zip(activity_ids, replies, strict=True)
                 )
             )
@@ -131,8 +135,8 @@ class ActivityCounts(UsesBackends):
         rebuilt = False
         while True:
             reply = await self._teams.counts(activity_id, self._candidates)
-            if isinstance(reply, Counts):
-                return reply
+            if reply.code is TeamCode.OK:
+                return _counts(reply)
             if reply.code is TeamCode.ACTIVITY_NOT_FOUND and not rebuilt:
                 await self.put_from_sql(activity_id)
                 rebuilt = True
@@ -140,6 +144,11 @@ class ActivityCounts(UsesBackends):
                 # Only a bug answers anything else (put_counts leaves counts in place).
                 raise ValueError(f"activity_counts answered {reply.code.name}")
             # LOOK_FURTHER: the call applied time to `candidates` teams; the next goes further.
+
+
+def _counts(reply: TeamReply) -> Counts:
+    """activity_counts' OK: the counts as the activity's API body carries them."""
+    return {name: int(reply.fields[name]) for name in COUNTS}
 
 
 async def _done(counts: Counts) -> Counts:

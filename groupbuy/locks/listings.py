@@ -70,8 +70,7 @@ class Listings(UsesBackends):
         counts = await self._counts.read_many([row.activity_id for row in rows[:limit]])
         return {
             "activities": [
-                {**activity_body(row), **c.body()}
-                for row, c in zip(rows[:limit], counts, strict=True)
+                {**activity_body(row), **c} for row, c in zip(rows[:limit], counts, strict=True)
             ],
             "next_cursor": _next_cursor(rows, limit, "created_at", "activity_id"),
         }

@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import NoReturn
 
 from groupbuy.locks.codes import TeamCode, raise_for
-from groupbuy.locks.replies import LimitReached, TeamReply
+from groupbuy.locks.scripts import TeamReply
 
 
 def refuse_for_user(reply: TeamReply, user_id: str) -> None:
     """Raise for the refusals that concern the user rather than the team (one of the
     activity's limits reached, a blocked user); return for any other reply."""
-    if isinstance(reply, LimitReached):
+    if reply.code is TeamCode.USER_LIMIT_REACHED:
         refuse_over_limit(user_id, reply)
     if reply.code is TeamCode.USER_BLOCKED:
         refuse_blocked(user_id)
 
 
-def refuse_over_limit(user_id: str, reply: LimitReached) -> NoReturn:
+def refuse_over_limit(user_id: str, reply: TeamReply) -> NoReturn:
     """409 user_limit_reached from a script's {limit, current, limit name}."""
     raise_for(
         reply.code,

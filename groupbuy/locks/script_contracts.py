@@ -6,7 +6,20 @@ groupbuy.locks.scripts wraps each one and exports them under its own name too.
 
 from __future__ import annotations
 
-from groupbuy.storage.contracts import ScriptContract, Slot, slots
+from typing import Any
+
+from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.view import listing, snapshot
+from groupbuy.storage.specs import (
+    Field,
+    ScriptSpec,
+    Slot,
+    Verdict,
+    flag,
+    optional_int,
+    shape,
+    slots,
+)
 
 _ACTIVITY_KEYS = slots(
     ("activity_outbox", "the activity's outbox stream"),
@@ -53,21 +66,45 @@ PICK_ARGV = slots(
     ("cursor_score", "seat score of the last entry seen before ('' to start at the top)"),
     ("cursor_team_id", "team id of the last entry seen before ('' to start at the top)"),
 )
+C = TeamCode
+OK, EXISTING, LOOK_FURTHER = C.OK, C.EXISTING, C.LOOK_FURTHER
+TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, ACTIVITY_CLOSED = (
+    C.TEAM_NOT_FOUND,
+    C.ACTIVITY_NOT_FOUND,
+    C.ACTIVITY_CLOSED,
+)
+USER_LIMIT_REACHED, USER_BLOCKED = C.USER_LIMIT_REACHED, C.USER_BLOCKED
+# The replies several scripts share.
+TEAM = Field("team", snapshot, rest=True)  # the team hash, members hash and locks
+_LIMIT = shape(
+    "the user is at one of the activity's limits (teams_per_user, open_teams_per_leader)",
+    ("limit", int),
+    ("current", int),
+    ("limit_name", str),
+)
+_BLOCKED = shape("an admin blocked the user")
+_NO_TEAM = shape("Redis has no such team")
+_NO_ACTIVITY = shape("Redis has no copy of the activity")
+_CLOSED = shape("the activity is closed")
+_MEMBER = shape("the user is a member of the team")
+_FORMED = shape("the team is formed")
+_FAILED = shape("the team failed")
+_CONFIRMED = (("formed", flag), TEAM)
+_JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
 _USER_LOCK = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
 )
 _BLOCKLIST = ("blocklist", "blocked users hash (the copy of the activity's slot in a cluster)")
-_TEAM_SNAPSHOT = "team...: the team hash, members hash and locks as three flat lists"
 
-TEAM_OPEN = ScriptContract(
+TEAM_OPEN = ScriptSpec(
     "team_open",
     "Open a team whose leader is member 1, idempotently.",
     keys=(
         *TEAM_KEYS,
         *slots(("activity_hash", "the activity's parameters and status"), _BLOCKLIST),
     ),
-    argv=(
+    args=(
         *TEAM_ARGV,
         *slots(
             ("leader_id", "the leader (member 1)"),
@@ -75,13 +112,17 @@ TEAM_OPEN = ScriptContract(
             ("retention_ms", "how long the keys outlive the deadline"),
         ),
     ),
-    reply=(
-        "`{OK, team...}` opened, `{EXISTING, team...}`, `{CONFLICT}`, `{ACTIVITY_NOT_FOUND}`, "
-        "`{USER_LIMIT_REACHED, limit, current, name}`, `{USER_BLOCKED}`, "
-        f"`{{ACTIVITY_CLOSED}}`; {_TEAM_SNAPSHOT}."
-    ),
+    replies={
+        OK: shape("opened now", TEAM),
+        EXISTING: shape("opened before (by this same call)", TEAM),
+        C.CONFLICT: shape("the team exists with another leader or order"),
+        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
+        USER_LIMIT_REACHED: _LIMIT,
+        USER_BLOCKED: _BLOCKED,
+        ACTIVITY_CLOSED: _CLOSED,
+    },
 )
-TEAM_LOCK = ScriptContract(
+TEAM_LOCK = ScriptSpec(
     "team_lock",
     "Hold one free seat of a team for a user, atomically.",
     keys=(
@@ -94,57 +135,102 @@ TEAM_LOCK = ScriptContract(
             ("other_locks", "locks zset of that team"),
         ),
     ),
-    argv=(
+    args=(
         *TEAM_ARGV,
         *slots(("user_id", "the user"), ("other_team_id", "that other team's id, or ''")),
     ),
     optional_keys=("other_hash", "other_locks"),
-    reply=(
-        "`{OK, locked_at_ms, expires_at_ms, released_team_id or '', version}`, "
-        "`{EXISTING, locked_at_ms, expires_at_ms, version}`, "
-        "`{TEAM_FULL, earliest_locked_at_ms or '', next_unlock_ms or ''}`, "
-        "`{SWITCH_NEEDED, team_id}`, `{ALREADY_MEMBER}`, `{TEAM_FORMED}`, `{TEAM_FAILED}`, "
-        "`{TEAM_NOT_FOUND}`, `{USER_LIMIT_REACHED, limit, current, name}`, `{USER_BLOCKED}`, "
-        "`{ACTIVITY_NOT_FOUND}`, `{ACTIVITY_CLOSED}`."
-    ),
+    replies={
+        OK: shape(
+            "a new lock; version: the team's after it",
+            ("locked_at_ms", int),
+            ("expires_at_ms", int),
+            ("released_team_id", str),
+            ("version", int),
+            given=("team_id",),
+        ),
+        EXISTING: shape(
+            "the user's unexpired lock on this team (unchanged)",
+            ("locked_at_ms", int),
+            ("expires_at_ms", int),
+            ("version", int),
+            given=("team_id",),
+        ),
+        C.TEAM_FULL: shape(
+            "no free seat; the earliest lock's times ('' when every seat is a member)",
+            ("earliest_locked_at_ms", optional_int),
+            ("next_unlock_ms", optional_int),
+        ),
+        C.SWITCH_NEEDED: shape(
+            "the user holds a live lock in team_id: call again naming it", ("team_id", str)
+        ),
+        C.ALREADY_MEMBER: _MEMBER,
+        C.TEAM_FORMED: _FORMED,
+        C.TEAM_FAILED: _FAILED,
+        TEAM_NOT_FOUND: _NO_TEAM,
+        USER_LIMIT_REACHED: _LIMIT,
+        USER_BLOCKED: _BLOCKED,
+        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
+        ACTIVITY_CLOSED: _CLOSED,
+    },
 )
-TEAM_UNLOCK = ScriptContract(
+TEAM_UNLOCK = ScriptSpec(
     "team_unlock",
     "Release a user's seat lock on a team (idempotent).",
     keys=(*TEAM_KEYS, *slots(_USER_LOCK)),
-    argv=(*TEAM_ARGV, *slots(("user_id", "the user"))),
-    reply="`{OK, 1}` released a live lock, `{OK, 0}` there was none, `{TEAM_NOT_FOUND}`.",
+    args=(*TEAM_ARGV, *slots(("user_id", "the user"))),
+    replies={
+        OK: shape("released: 1 a live lock was released, 0 there was none", ("released", flag)),
+        TEAM_NOT_FOUND: _NO_TEAM,
+    },
 )
-TEAM_CONFIRM = ScriptContract(
+TEAM_CONFIRM = ScriptSpec(
     "team_confirm",
     "Payment succeeded: turn the user's unexpired lock into membership.",
     keys=(*TEAM_KEYS, *slots(_USER_LOCK, _BLOCKLIST)),
-    argv=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
-    reply=(
-        "`{OK, formed 0|1, team...}`, `{EXISTING, formed 0|1, team...}`, `{ALREADY_MEMBER}`, "
-        "`{LOCK_REQUIRED}`, `{TEAM_FORMED}`, `{TEAM_FAILED}`, `{TEAM_NOT_FOUND}`, "
-        f"`{{USER_LIMIT_REACHED, limit, current, name}}`, `{{USER_BLOCKED}}`; {_TEAM_SNAPSHOT}."
-    ),
+    args=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
+    replies={
+        OK: shape("the user is a member now; formed: this confirm formed the team", *_CONFIRMED),
+        EXISTING: shape("confirmed before (the same order)", *_CONFIRMED),
+        C.ALREADY_MEMBER: _MEMBER,
+        C.LOCK_REQUIRED: shape("the user holds no unexpired lock on the team"),
+        C.TEAM_FORMED: _FORMED,
+        C.TEAM_FAILED: _FAILED,
+        TEAM_NOT_FOUND: _NO_TEAM,
+        USER_LIMIT_REACHED: _LIMIT,
+        USER_BLOCKED: _BLOCKED,
+    },
 )
-TEAM_READ = ScriptContract(
+TEAM_READ = ScriptSpec(
     "team_read",
     "A team's state after the lazy checks (deadline, expired locks).",
     keys=TEAM_KEYS,
-    argv=TEAM_ARGV,
-    reply=f"`{{OK, now_ms, team...}}` or `{{TEAM_NOT_FOUND}}`; {_TEAM_SNAPSHOT}.",
+    args=TEAM_ARGV,
+    replies={
+        OK: shape("the team at Redis's now_ms", ("now_ms", int), TEAM),
+        TEAM_NOT_FOUND: _NO_TEAM,
+    },
 )
-TEAM_SWEEP = ScriptContract(
+TEAM_SWEEP = ScriptSpec(
     "team_sweep",
     "Apply what time did to one team (expired locks, a passed deadline).",
     keys=TEAM_KEYS,
-    argv=TEAM_ARGV,
-    reply="`{OK, locks expired now, status, 1 when this call ended it}` or `{TEAM_NOT_FOUND}`.",
+    args=TEAM_ARGV,
+    replies={
+        OK: shape(
+            "locks it expired, the team's status, 1 when this call ended the team",
+            ("locks_expired", int),
+            ("status", str),
+            ("ended_now", flag),
+        ),
+        TEAM_NOT_FOUND: _NO_TEAM,
+    },
 )
-TEAM_RESTORE = ScriptContract(
+TEAM_RESTORE = ScriptSpec(
     "team_restore",
     "Rebuild an open team that Redis lost, from its SQL record, once.",
     keys=TEAM_KEYS,
-    argv=(
+    args=(
         *TEAM_ARGV,
         *slots(
             ("leader_id", "the leader"),
@@ -160,56 +246,86 @@ TEAM_RESTORE = ScriptContract(
             ("led_limit", "open teams per leader (0: none)"),
         ),
     ),
-    more_argv=Slot("members", "pairs: user_id, 'seq|joined_at_ms|order_id'"),
-    reply="`{OK}` rebuilt (without its locks), `{EXISTING}` Redis has it.",
+    more_args=Slot("members", "pairs: user_id, 'seq|joined_at_ms|order_id'"),
+    replies={
+        OK: shape("rebuilt (without its locks)"),
+        EXISTING: shape("Redis has it (nothing changed)"),
+    },
 )
-TEAM_JOIN = ScriptContract(
+TEAM_JOIN = ScriptSpec(
     "team_join",
     "Lock a free seat in the open team closest to forming (自动拼团).",
     keys=(*PICK_KEYS, *slots(_USER_LOCK, _BLOCKLIST)),
-    argv=(*PICK_ARGV, Slot("user_id", "the user")),
-    reply=(
-        "`{OK, team_id, locked_at_ms, expires_at_ms, version}`, `{EXISTING, ...same}`, "
-        "`{NO_TEAM_AVAILABLE, next_unlock_ms or ''}`, `{LOOK_FURTHER, score, team_id}`, "
-        "`{USER_LIMIT_REACHED, limit, current, name}`, `{ACTIVITY_NOT_FOUND}`, `{USER_BLOCKED}`, "
-        "`{ACTIVITY_CLOSED}`."
-    ),
+    args=(*PICK_ARGV, Slot("user_id", "the user")),
+    replies={
+        OK: shape("a new lock in team_id", *_JOINED),
+        EXISTING: shape("the user's live lock in the activity (unchanged)", *_JOINED),
+        C.NO_TEAM_AVAILABLE: shape(
+            "no open team has a free seat; when the earliest lock expires ('' for none)",
+            ("next_unlock_ms", optional_int),
+        ),
+        LOOK_FURTHER: shape(
+            "call again from this cursor ('' '' from the top)",
+            ("score", str),
+            ("team_id", str),
+        ),
+        USER_LIMIT_REACHED: _LIMIT,
+        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
+        USER_BLOCKED: _BLOCKED,
+        ACTIVITY_CLOSED: _CLOSED,
+    },
 )
-TEAM_LIST = ScriptContract(
+TEAM_LIST = ScriptSpec(
     "team_list",
     "A page of the activity's open teams with a free seat, closest to forming first (or of "
     "the full ones, earliest deadline first).",
     keys=PICK_KEYS,
-    argv=(
+    args=(
         *PICK_ARGV,
         *slots(
             ("page_size", "most teams in the page"),
             ("full", "'1': the open teams full of members and locks (deadline index), else '0'"),
         ),
     ),
-    reply=(
-        "`{OK, cursor score or '', cursor team_id or '', {{team_id, team...}, ...}}` or "
-        f"`{{ACTIVITY_NOT_FOUND}}`; {_TEAM_SNAPSHOT}."
-    ),
+    replies={
+        OK: shape(
+            "the page, and where the next one starts ('' '' after the last page)",
+            ("cursor_score", str),
+            ("cursor_team_id", str),
+            ("page", listing),
+        ),
+        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
+    },
 )
-USER_LOCK_READ = ScriptContract(
+USER_LOCK_READ = ScriptSpec(
     "user_lock_read",
     "The user's live lock in an activity, from their current-lock key alone.",
     keys=slots(_USER_LOCK),
-    argv=slots(("shift_ms", "clock shift in ms (0 in production)")),
-    reply="`{OK, team_id, locked_at_ms, expires_at_ms}` or `{NO_LOCK}`.",
+    args=slots(("shift_ms", "clock shift in ms (0 in production)")),
+    replies={
+        OK: shape(
+            "the team the user holds a live lock in, and its times",
+            ("team_id", str),
+            ("locked_at_ms", int),
+            ("expires_at_ms", int),
+        ),
+        C.NO_LOCK: shape("the user holds no live lock in the activity"),
+    },
 )
-ACTIVITY_REINDEX = ScriptContract(
+ACTIVITY_REINDEX = ScriptSpec(
     "activity_reindex",
     "Set an activity's entry in a due index to the earliest entry of its own index.",
     keys=slots(
         ("team_index", "the activity's lock index or deadline index"),
         ("due_index", "the matching due index (of the activity's slot in a cluster)"),
     ),
-    argv=slots(("activity_id", "the activity")),
-    reply="`{1, earliest_ms}` indexed, `{0}` nothing due any more.",
+    args=slots(("activity_id", "the activity")),
+    replies={
+        Verdict.YES: shape("indexed", ("earliest_ms", int)),
+        Verdict.NO: shape("nothing due any more (the entry is gone)"),
+    },
 )
-ACTIVITY_RELEASE = ScriptContract(
+ACTIVITY_RELEASE = ScriptSpec(
     "activity_release",
     "Drop an activity's Redis copy and counts once no team of it is live and SQL has every "
     "record of it (SQL keeps it).",
@@ -223,29 +339,34 @@ ACTIVITY_RELEASE = ScriptContract(
         ("activity_counts", "hash of the activity's live counts"),
         ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
     ),
-    argv=slots(("activity_id", "the activity")),
-    reply="`{1}` released, `{0}` a team is still open or a record waits (nothing changed).",
+    args=slots(("activity_id", "the activity")),
+    replies={
+        Verdict.YES: shape("released"),
+        Verdict.NO: shape("a team is still open or a record waits (nothing changed)"),
+    },
 )
 _COUNTS = ("teams_open", "teams_formed", "teams_failed", "members", "virtual_completions")
-ACTIVITY_COUNTS = ScriptContract(
+# activity_counts' fields; members: of open and formed teams, leaders included.
+COUNTS = (*_COUNTS[:4], "live_locks", _COUNTS[4])
+ACTIVITY_COUNTS = ScriptSpec(
     "activity_counts",
     "An activity's live counts, after time is applied where it is due.",
     keys=PICK_KEYS,
-    argv=PICK_ARGV,
-    reply=(
-        "`{OK, teams_open, teams_formed, teams_failed, members, live_locks, "
-        "virtual_completions}`, `{LOOK_FURTHER}` more was due than one call applies (call "
-        "again), `{ACTIVITY_NOT_FOUND}` Redis has no counts (put them back from SQL)."
-    ),
+    args=PICK_ARGV,
+    replies={
+        OK: shape("the counts", *((name, int) for name in COUNTS)),
+        LOOK_FURTHER: shape("more was due than one call applies: call again"),
+        ACTIVITY_NOT_FOUND: shape("Redis has no counts (put them back from SQL)"),
+    },
 )
-ACTIVITY_COUNTS_PUT = ScriptContract(
+ACTIVITY_COUNTS_PUT = ScriptSpec(
     "activity_counts_put",
     "Set an activity's counts from SQL's, once: only while Redis has none.",
     keys=slots(("activity_counts", "hash of the activity's live counts")),
-    argv=slots(*((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS)),
-    reply="`{OK}` set, `{EXISTING}` Redis has counts (nothing changed).",
+    args=slots(*((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS)),
+    replies={OK: shape("set"), EXISTING: shape("Redis has counts (nothing changed)")},
 )
-CONTRACTS = (
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_OPEN,
     TEAM_LOCK,
     TEAM_UNLOCK,

@@ -1,8 +1,8 @@
 """Typed wrappers of the team_* and activity_* scripts and user_lock_read.
 
-Their contracts (groupbuy/locks/script_contracts.py, exported here too) are the only place
-that knows the order of these scripts' KEYS and ARGV. A wrapper takes named key groups and
-arguments and answers the reply parsed (groupbuy/locks/replies.py).
+Their specs (groupbuy/locks/script_contracts.py, exported here too) are the only place that
+knows these scripts' KEYS, ARGV and replies. A wrapper takes named key groups and arguments
+and answers the reply read by its spec: its code and its fields by name.
 """
 
 from __future__ import annotations
@@ -10,20 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from groupbuy.locks import replies
-from groupbuy.locks.replies import (
-    ConfirmReply,
-    Counts,
-    JoinReply,
-    Listed,
-    LockReply,
-    OpenReply,
-    Swept,
-    TeamRead,
-    TeamReply,
-    Unlocked,
-    UserLock,
-)
+from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.script_contracts import (
     ACTIVITY_COUNTS,
     ACTIVITY_COUNTS_PUT,
@@ -46,8 +33,8 @@ from groupbuy.locks.script_contracts import (
     USER_LOCK_READ,
 )
 from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.contracts import ScriptCaller
 from groupbuy.storage.keys import ActivityKeys, Keys, TeamKeys
+from groupbuy.storage.specs import Reply, ScriptCaller, Verdict
 
 __all__ = [
     "ACTIVITY_COUNTS",
@@ -69,8 +56,11 @@ __all__ = [
     "TEAM_SWEEP",
     "TEAM_UNLOCK",
     "USER_LOCK_READ",
+    "TeamReply",
     "TeamScripts",
 ]
+
+TeamReply = Reply[TeamCode]
 
 
 class TeamScripts:
@@ -95,7 +85,7 @@ class TeamScripts:
 
     async def open(
         self, activity_id: str, team_id: str, leader_id: str, order_id: str, retention_ms: int
-    ) -> OpenReply:
+    ) -> TeamReply:
         """team_open."""
         keys = TEAM_OPEN.key_list(
             *self._team(activity_id, team_id),
@@ -109,12 +99,11 @@ class TeamScripts:
             leader_order_id=order_id,
             retention_ms=retention_ms,
         )
-        reply = await TEAM_OPEN.call(self._scripts, keys, args)
-        return replies.parse_open(reply, activity_id, team_id)
+        return await TEAM_OPEN.run(self._scripts, keys, args)
 
     async def lock(
         self, activity_id: str, team_id: str, user_id: str, other_team_id: str
-    ) -> LockReply:
+    ) -> TeamReply:
         """team_lock; `other_team_id` ('' for none) is the team the user may hold a lock in."""
         other: dict[str, str] = {}
         if other_team_id:
@@ -128,19 +117,19 @@ class TeamScripts:
             **other,
         )
         args = self._team_args(activity_id, team_id, user_id=user_id, other_team_id=other_team_id)
-        return replies.parse_lock(await TEAM_LOCK.call(self._scripts, keys, args), team_id)
+        return await TEAM_LOCK.run(self._scripts, keys, args, team_id=team_id)
 
-    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> Unlocked | TeamReply:
+    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> TeamReply:
         """team_unlock."""
         keys = TEAM_UNLOCK.key_list(
             *self._team(activity_id, team_id), user_lock=self._keys.user_lock(activity_id, user_id)
         )
         args = self._team_args(activity_id, team_id, user_id=user_id)
-        return replies.parse_unlock(await TEAM_UNLOCK.call(self._scripts, keys, args))
+        return await TEAM_UNLOCK.run(self._scripts, keys, args)
 
     async def confirm(
         self, activity_id: str, team_id: str, user_id: str, order_id: str
-    ) -> ConfirmReply:
+    ) -> TeamReply:
         """team_confirm."""
         keys = TEAM_CONFIRM.key_list(
             *self._team(activity_id, team_id),
@@ -148,20 +137,17 @@ class TeamScripts:
             blocklist=self._keys.activity_blocklist(activity_id),
         )
         args = self._team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
-        reply = await TEAM_CONFIRM.call(self._scripts, keys, args)
-        return replies.parse_confirm(reply, activity_id, team_id)
+        return await TEAM_CONFIRM.run(self._scripts, keys, args)
 
-    async def read(self, activity_id: str, team_id: str) -> TeamRead | TeamReply:
+    async def read(self, activity_id: str, team_id: str) -> TeamReply:
         """team_read."""
         keys = TEAM_READ.key_list(*self._team(activity_id, team_id))
-        reply = await TEAM_READ.call(self._scripts, keys, self._team_args(activity_id, team_id))
-        return replies.parse_read(reply, activity_id, team_id)
+        return await TEAM_READ.run(self._scripts, keys, self._team_args(activity_id, team_id))
 
-    async def sweep(self, activity_id: str, team_id: str) -> Swept | TeamReply:
+    async def sweep(self, activity_id: str, team_id: str) -> TeamReply:
         """team_sweep."""
         keys = TEAM_SWEEP.key_list(*self._team(activity_id, team_id))
-        reply = await TEAM_SWEEP.call(self._scripts, keys, self._team_args(activity_id, team_id))
-        return replies.parse_sweep(reply)
+        return await TEAM_SWEEP.run(self._scripts, keys, self._team_args(activity_id, team_id))
 
     async def restore(
         self, activity_id: str, team_id: str, members: Sequence[str], **fields: Any
@@ -169,7 +155,7 @@ class TeamScripts:
         """team_restore; `fields` are the named ARGV after the common ones."""
         keys = TEAM_RESTORE.key_list(*self._team(activity_id, team_id))
         args = self._team_args(activity_id, team_id, **fields)
-        return replies.parse_restore(await TEAM_RESTORE.call(self._scripts, keys, args, members))
+        return await TEAM_RESTORE.run(self._scripts, keys, args, members)
 
     def _pick_args(
         self, activity_id: str, candidates: int, cursor: Sequence[Any], **rest: Any
@@ -190,7 +176,7 @@ class TeamScripts:
 
     async def join(
         self, activity_id: str, user_id: str, candidates: int, cursor: Sequence[Any]
-    ) -> JoinReply:
+    ) -> TeamReply:
         """team_join from `cursor` (score, team_id; '' '' from the top)."""
         keys = TEAM_JOIN.key_list(
             self._keys.activity_keys(activity_id),
@@ -199,7 +185,7 @@ class TeamScripts:
             blocklist=self._keys.activity_blocklist(activity_id),
         )
         args = self._pick_args(activity_id, candidates, cursor, user_id=user_id)
-        return replies.parse_join(await TEAM_JOIN.call(self._scripts, keys, args))
+        return await TEAM_JOIN.run(self._scripts, keys, args)
 
     async def list(
         self,
@@ -208,7 +194,7 @@ class TeamScripts:
         candidates: int,
         cursor: Sequence[Any],
         full: bool = False,
-    ) -> Listed | TeamReply:
+    ) -> TeamReply:
         """team_list from `cursor`: teams with a free seat, or (`full`) full open teams."""
         keys = TEAM_LIST.key_list(
             self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
@@ -216,39 +202,36 @@ class TeamScripts:
         args = self._pick_args(
             activity_id, candidates, cursor, page_size=page_size, full="1" if full else "0"
         )
-        reply = await TEAM_LIST.call(self._scripts, keys, args)
-        return replies.parse_list(reply, activity_id)
+        return await TEAM_LIST.run(self._scripts, keys, args)
 
-    async def user_lock(self, activity_id: str, user_id: str) -> UserLock | TeamReply:
+    async def user_lock(self, activity_id: str, user_id: str) -> TeamReply:
         """user_lock_read."""
         keys = USER_LOCK_READ.key_list(user_lock=self._keys.user_lock(activity_id, user_id))
-        reply = await USER_LOCK_READ.call(self._scripts, keys, {"shift_ms": self._clock.shift_ms})
-        return replies.parse_user_lock(reply)
+        return await USER_LOCK_READ.run(self._scripts, keys, {"shift_ms": self._clock.shift_ms})
 
     async def reindex(self, activity_id: str, team_index: str, due_index: str) -> bool:
         """activity_reindex; whether the activity is still due."""
         keys = ACTIVITY_REINDEX.key_list(team_index=team_index, due_index=due_index)
-        reply = await ACTIVITY_REINDEX.call(self._scripts, keys, {"activity_id": activity_id})
-        return bool(int(reply[0]))
+        reply = await ACTIVITY_REINDEX.run(self._scripts, keys, {"activity_id": activity_id})
+        return reply.code is Verdict.YES
 
     async def release(self, activity_id: str) -> bool:
         """activity_release; whether the copy was dropped."""
         keys = ACTIVITY_RELEASE.key_list(
             self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
         )
-        reply = await ACTIVITY_RELEASE.call(self._scripts, keys, {"activity_id": activity_id})
-        return bool(int(reply[0]))
+        reply = await ACTIVITY_RELEASE.run(self._scripts, keys, {"activity_id": activity_id})
+        return reply.code is Verdict.YES
 
-    async def counts(self, activity_id: str, candidates: int) -> Counts | TeamReply:
+    async def counts(self, activity_id: str, candidates: int) -> TeamReply:
         """activity_counts, applying time to at most `candidates` teams of each index."""
         keys = ACTIVITY_COUNTS.key_list(
             self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
         )
         args = self._pick_args(activity_id, candidates, ("", ""))
-        return replies.parse_counts(await ACTIVITY_COUNTS.call(self._scripts, keys, args))
+        return await ACTIVITY_COUNTS.run(self._scripts, keys, args)
 
     async def put_counts(self, activity_id: str, counts: Mapping[str, int]) -> TeamReply:
         """activity_counts_put: `counts` (SQL's) unless Redis has the activity's counts."""
         keys = ACTIVITY_COUNTS_PUT.key_list(activity_counts=self._keys.activity_counts(activity_id))
-        reply = await ACTIVITY_COUNTS_PUT.call(self._scripts, keys, counts)
-        return replies.parse_restore(reply)
+        return await ACTIVITY_COUNTS_PUT.run(self._scripts, keys, counts)

@@ -19,18 +19,8 @@ from groupbuy.locks.bodies import lock_outcome
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.refusals import refuse_for_user
-from groupbuy.locks.replies import (
-    Confirmed,
-    JoinReply,
-    Locked,
-    LookFurther,
-    NoSeatFree,
-    SeatsTaken,
-    SwitchNeeded,
-    Unlocked,
-    UserLock,
-)
-from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
@@ -41,6 +31,8 @@ from groupbuy.storage.timefmt import iso_ms
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
 _SWITCH_ATTEMPTS = 5
+# A lock's (or a confirm's) new outcome, and the same again.
+_LOCKED = (TeamCode.OK, TeamCode.EXISTING)
 
 
 class MissingTeam(Protocol):
@@ -79,7 +71,7 @@ class SeatService:
         restored = copied = False
         for _ in range(_SWITCH_ATTEMPTS):
             reply = await self._teams.lock(activity_id, team_id, user_id, other)
-            if isinstance(reply, SwitchNeeded):
+            if reply.code is TeamCode.SWITCH_NEEDED:
                 other = reply.team_id
                 continue
             if reply.code is TeamCode.ACTIVITY_NOT_FOUND and not copied:
@@ -96,9 +88,9 @@ class SeatService:
         else:
             raise errors.Conflict("the user's lock changed during every attempt; retry")
 
-        if isinstance(reply, Locked):
+        if reply.code in _LOCKED:
             return lock_outcome(user_id, reply)
-        if isinstance(reply, SeatsTaken):
+        if reply.code is TeamCode.TEAM_FULL:
             raise_for(
                 reply.code,
                 f"team {team_id!r} has no free seat",
@@ -120,17 +112,17 @@ class SeatService:
         while True:
             # Each call looks at a bounded number of teams; a long way down the index (the
             # user belongs to many of the first teams) takes several calls.
-            reply: JoinReply = await join(cursor)
+            reply: TeamReply = await join(cursor)
             if reply.code is TeamCode.ACTIVITY_NOT_FOUND:
                 await self._recovery.bring_back_activity(activity_id)
                 reply = await join(cursor)
-            if not isinstance(reply, LookFurther):
+            if reply.code is not TeamCode.LOOK_FURTHER:
                 break
-            cursor = reply.cursor
-        if isinstance(reply, Locked):
+            cursor = (reply.score, reply.team_id)
+        if reply.code in _LOCKED:
             # Joining never releases a lock: a live one anywhere is the answer (EXISTING).
             return lock_outcome(user_id, reply)
-        if isinstance(reply, NoSeatFree):
+        if reply.code is TeamCode.NO_TEAM_AVAILABLE:
             raise_for(
                 reply.code,
                 f"no open team of activity {activity_id!r} has a free seat for {user_id!r}",
@@ -145,9 +137,9 @@ class SeatService:
         if reply.code is TeamCode.TEAM_NOT_FOUND:
             await self._history.team(activity_id, team_id)  # raises when unknown
             return False
-        if not isinstance(reply, Unlocked):
+        if reply.code is not TeamCode.OK:
             raise_for(reply.code)
-        return reply.released
+        return bool(reply.released)
 
     async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
         """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""
@@ -159,7 +151,7 @@ class SeatService:
         if reply.code is TeamCode.TEAM_NOT_FOUND:
             return await self._history.confirmed_before(activity_id, team_id, user_id, order_id)
         refuse_for_user(reply, user_id)
-        if not isinstance(reply, Confirmed):
+        if reply.code not in _LOCKED:
             raise_for(reply.code)
         # The answer waits for the membership's record in SQL. The script has made the user
         # a member in Redis (no lock left to expire) and written the record to the outbox in
@@ -168,7 +160,8 @@ class SeatService:
         await self._outbox.drain(activity_id)
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
-        body = {"team": reply.team.body(), "formed": reply.formed}
+        team = TeamView.from_snapshot(activity_id, team_id, reply.team)
+        body = {"team": team.body(), "formed": reply.formed}
         return Outcome(body, reply.code is TeamCode.OK)
 
     async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
@@ -177,7 +170,7 @@ class SeatService:
         if reply.code is TeamCode.NO_LOCK:
             await self._activities.row(activity_id)  # an unknown activity is a 404 of its own
             raise errors.NoLock(f"user {user_id!r} holds no lock in activity {activity_id!r}")
-        if not isinstance(reply, UserLock):
+        if reply.code is not TeamCode.OK:
             raise_for(reply.code)
         return {
             "team_id": reply.team_id,

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.recovery import TeamRecovery
-from groupbuy.locks.replies import Swept
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -121,7 +121,7 @@ class TeamSweeps(UsesBackends):
             for team_id in due:
                 swept = await self._teams.sweep(activity_id, team_id)
                 report["teams"] += 1
-                if isinstance(swept, Swept):
+                if swept.code is TeamCode.OK:
                     report["locks_expired"] += swept.locks_expired
                     ended = swept.status if swept.ended_now else ""
                     report["teams_failed"] += ended == "failed"

@@ -4,12 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from groupbuy.locks.codec import parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.storage.scripts import optional_int
+from groupbuy.storage.specs import optional_int, reply_dict
 from groupbuy.storage.timefmt import iso_ms, to_ms
+
+
+class TeamSnapshot(NamedTuple):
+    """A team as a team script answers it (see `snapshot` in lua/_team_lib.lua): the team
+    hash, the members hash (user -> member value), the locks as a flat [user, locked_at_ms,
+    ...] list, oldest first."""
+
+    team: dict[str, str]
+    members: dict[str, str]
+    locks: list[Any]
+
+
+def snapshot(values: list[Any]) -> TeamSnapshot:
+    """The three lists a team script answers a team with (a reply's last field)."""
+    team, members, locks = values
+    return TeamSnapshot(reply_dict(team), reply_dict(members), list(locks))
+
+
+def listing(page: list[Any]) -> list[tuple[str, TeamSnapshot]]:
+    """team_list's page: (team_id, snapshot) of each team."""
+    return [(team_id, snapshot(rest)) for team_id, *rest in page]
 
 
 @dataclass(frozen=True)
@@ -60,6 +81,11 @@ class TeamView:
             version=int(team.get("version", 0)),
             virtual_seats=int(team.get("virtual_seats", 0)),
         )
+
+    @classmethod
+    def from_snapshot(cls, activity_id: str, team_id: str, found: TeamSnapshot) -> TeamView:
+        """From a team script's reply (its `team` field)."""
+        return cls.from_redis(activity_id, team_id, *found)
 
     @classmethod
     def from_rows(cls, team: TeamRow, members: Sequence[MemberRow]) -> TeamView:

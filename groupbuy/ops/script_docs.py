@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from groupbuy.locks import scripts as team_scripts
 from groupbuy.redpacket import scripts as packet_scripts
 from groupbuy.storage import calls
-from groupbuy.storage.contracts import ScriptContract, Slot
+from groupbuy.storage.specs import ScriptSpec, Shape, Slot
 
 REGENERATE = "python -m groupbuy.ops.script_docs"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scripts.md"
 
 
-def all_contracts() -> dict[str, ScriptContract]:
-    """Every script's contract by script name."""
+def all_contracts() -> dict[str, ScriptSpec[Any]]:
+    """Every script's spec by script name."""
     found = [*team_scripts.CONTRACTS, *packet_scripts.CONTRACTS, *calls.CONTRACTS]
     return {contract.name: contract for contract in sorted(found, key=lambda c: c.name)}
 
@@ -37,12 +38,17 @@ def _rows(
     return rows
 
 
+def _reply_row(code: str, shape: Shape) -> str:
+    named = "".join(f", {f.name}{'...' if f.rest else ''}" for f in shape.fields)
+    return f"| `{{{code}{named}}}` | {shape.meaning} |"
+
+
 def render() -> str:
     """The text of docs/scripts.md."""
     out = [
         "# Lua scripts: KEYS, ARGV and replies",
         "",
-        f"Generated from the script contracts; do not edit. Regenerate: `{REGENERATE}`.",
+        f"Generated from the script specs; do not edit. Regenerate: `{REGENERATE}`.",
         "Each script names these entries in `local` lines at its top (the shared ones in",
         "lua/_team_keys.lua, lua/_pick_keys.lua and lua/_packet_lib.lua).",
         "",
@@ -51,8 +57,13 @@ def render() -> str:
         out += [f"## {contract.name}", "", contract.summary, ""]
         out += ["| Slot | Name | Meaning |", "| --- | --- | --- |"]
         out += _rows("KEYS", contract.keys, contract.more_keys, contract.optional_keys)
-        out += _rows("ARGV", contract.argv, contract.more_argv, ())
-        out += ["", f"Reply: {contract.reply}", ""]
+        out += _rows("ARGV", contract.args, contract.more_args, ())
+        if contract.replies:
+            out += ["", "| Reply | Means |", "| --- | --- |"]
+            out += [_reply_row(code.name, shape) for code, shape in contract.replies.items()]
+            out += [""]
+        else:
+            out += ["", f"Reply: {contract.reply}", ""]
     return "\n".join(out)
 
 

@@ -16,7 +16,6 @@ from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, refuse
-from groupbuy.redpacket.replies import AlreadyGrabbed, Grabbed
 from groupbuy.redpacket.scripts import PacketScripts
 
 
@@ -61,7 +60,7 @@ class GrabService:
             reply = await self._packets.grab(*grab)
             if reply.code is PacketCode.NOT_FOUND:
                 raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
-        if isinstance(reply, Grabbed):
+        if reply.code is PacketCode.OK:
             self._acks.note(
                 packet_id, user_id, reply.epoch, reply.seq, reply.amount_cents, reply.grabbed_at_ms
             )
@@ -70,7 +69,7 @@ class GrabService:
                 "amount_cents": reply.amount_cents,
                 "remaining_count": reply.remaining_count,
             }
-        if isinstance(reply, AlreadyGrabbed):
+        if reply.code is PacketCode.ALREADY_GRABBED:
             return {"status": "already_grabbed", "amount_cents": reply.amount_cents}
         if reply.code is PacketCode.USER_BLOCKED:
             raise errors.UserBlocked(f"user {user_id!r} is blocked", user_id=user_id)

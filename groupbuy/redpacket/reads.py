@@ -8,7 +8,6 @@ from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import recorded_grabs, recorded_packet
 from groupbuy.redpacket.models import PacketEpochRow
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.replies import PacketState
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.view import PacketView
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -31,7 +30,7 @@ class ReadService(UsesBackends):
             row = await recorded_packet(self._db, packet_id)
             if await self._recovery.bring_back(row):
                 reading = await self._packets.read(packet_id)
-        if isinstance(reading, PacketState):
+        if reading.code is PacketCode.OK:
             return PacketView.from_redis(packet_id, reading.packet, reading.grabs).body()
         row = await recorded_packet(self._db, packet_id)
         async with self._db.sessions() as session:

@@ -18,7 +18,6 @@ from groupbuy.redpacket.codec import grab_value
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import recorded_args, recorded_grabs, recorded_packet, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
-from groupbuy.redpacket.replies import Restored
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.sending import SendService
 from groupbuy.redpacket.split import split
@@ -122,7 +121,7 @@ class RecoveryService(UsesBackends):
                 version=packet_version(epoch, row.count, len(grabs), ended=False),
                 grab_count=len(grabs),
             )
-        if not isinstance(restored, Restored):
+        if restored.code is not PacketCode.OK:
             return False
         RESTORED.labels("packet").inc()
         log.warning(

@@ -1,9 +1,9 @@
-"""Typed wrappers of the packet_* scripts.
+"""The packet_* scripts' specs, and their wrappers.
 
-The contracts below are the only place that knows the order of these scripts' KEYS and
-ARGV (docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the
-`local` lines of the scripts against them). A wrapper takes named keys and arguments and
-answers the reply parsed into the dataclass of its shape (replies.py).
+The specs below are the only place that knows these scripts' KEYS, ARGV and replies
+(docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the scripts'
+headers against them). A wrapper takes named keys and arguments and answers the reply read
+by its spec: its code and its fields by name.
 """
 
 from __future__ import annotations
@@ -12,25 +12,19 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from groupbuy.redpacket.replies import (
-    AdmitReply,
-    CreateReply,
-    ExpireReply,
-    GrabReply,
-    ReadReply,
-    RestoreReply,
-    Unadmitted,
-    admit_reply,
-    create_reply,
-    expire_reply,
-    grab_reply,
-    read_reply,
-    restore_reply,
-    unadmit_reply,
-)
+from groupbuy.redpacket.codes import PacketCode
 from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.contracts import ScriptCaller, ScriptContract, Slot, slots
 from groupbuy.storage.keys import Keys
+from groupbuy.storage.specs import (
+    Reply,
+    ScriptCaller,
+    ScriptSpec,
+    Slot,
+    flag,
+    reply_dict,
+    shape,
+    slots,
+)
 
 # The KEYS and ARGV every packet script starts with (named in lua/_packet_lib.lua).
 PACKET_KEYS = slots(
@@ -57,19 +51,22 @@ _RECORDED = slots(
     ("retention_ms", "how long the keys outlive the expiry"),
 )
 
-PACKET_CREATE = ScriptContract(
+OK, EXISTING, NOT_FOUND = PacketCode.OK, PacketCode.EXISTING, PacketCode.NOT_FOUND
+_GRABBED = ("amount_cents", "remaining_count", "seq", "epoch", "grabbed_at_ms")
+
+PACKET_CREATE = ScriptSpec(
     "packet_create",
     "Put a sent packet and its pre-drawn shares in Redis, idempotently.",
     keys=PACKET_KEYS,
-    argv=(*PACKET_ARGV, *_RECORDED),
-    more_argv=Slot("shares", "the shares in grab order (count of them, summing to amount)"),
-    reply="`{OK}` created, `{EXISTING}` already there (nothing changed).",
+    args=(*PACKET_ARGV, *_RECORDED),
+    more_args=Slot("shares", "the shares in grab order (count of them, summing to amount)"),
+    replies={OK: shape("created"), EXISTING: shape("already there (nothing changed)")},
 )
-PACKET_RESTORE = ScriptContract(
+PACKET_RESTORE = ScriptSpec(
     "packet_restore",
     "Rebuild a live packet that Redis has lost, from its SQL record, once.",
     keys=PACKET_KEYS,
-    argv=(
+    args=(
         *PACKET_ARGV,
         *_RECORDED,
         *slots(
@@ -79,17 +76,20 @@ PACKET_RESTORE = ScriptContract(
             ("grab_count", "the number of recorded grabs"),
         ),
     ),
-    more_argv=Slot(
+    more_args=Slot(
         "grabs",
         "grab_count pairs (user_id, 'seq|amount|at_ms'), then the shares still to grab",
     ),
-    reply="`{OK, status}` rebuilt (active or sold_out), `{EXISTING}` Redis has it.",
+    replies={
+        OK: shape("rebuilt: active, or sold_out when every share was recorded", ("status", str)),
+        EXISTING: shape("Redis has it (nothing changed)"),
+    },
 )
-PACKET_GRAB = ScriptContract(
+PACKET_GRAB = ScriptSpec(
     "packet_grab",
     "One user takes the next share of a packet, at most once.",
     keys=PACKET_KEYS,
-    argv=(
+    args=(
         *PACKET_ARGV,
         *slots(
             ("user_id", "the user"),
@@ -97,34 +97,53 @@ PACKET_GRAB = ScriptContract(
             ("resend_window_ms", "how long a resend with the same token answers the same"),
         ),
     ),
-    reply=(
-        "`{OK, amount_cents, remaining_count, seq, epoch, grabbed_at_ms}`, "
-        "`{ALREADY_GRABBED, amount_cents}`, `{USER_BLOCKED}`, `{SOLD_OUT}`, `{EXPIRED}`, "
-        "`{NOT_FOUND}`."
-    ),
+    replies={
+        OK: shape(
+            "grabbed (or a resend found the grab its first run took)",
+            *((name, int) for name in _GRABBED),
+        ),
+        PacketCode.ALREADY_GRABBED: shape("grabbed before, this amount", ("amount_cents", int)),
+        PacketCode.USER_BLOCKED: shape("an admin blocked the user"),
+        PacketCode.SOLD_OUT: shape("every share is taken"),
+        PacketCode.EXPIRED: shape("its time is up (the first call after it closes it)"),
+        NOT_FOUND: shape("no such packet"),
+    },
 )
-PACKET_READ = ScriptContract(
+PACKET_READ = ScriptSpec(
     "packet_read",
     "A packet's state and grabs after the lazy expiry check.",
     keys=PACKET_KEYS,
-    argv=PACKET_ARGV,
-    reply="`{OK, packet hash flat, grabs hash flat, now_ms}` or `{NOT_FOUND}`.",
+    args=PACKET_ARGV,
+    replies={
+        OK: shape(
+            "the packet hash and its grabs hash (user -> grab value) at now_ms",
+            ("packet", reply_dict),
+            ("grabs", reply_dict),
+            ("now_ms", int),
+        ),
+        NOT_FOUND: shape("no such packet"),
+    },
 )
-PACKET_EXPIRE = ScriptContract(
+PACKET_EXPIRE = ScriptSpec(
     "packet_expire",
     "Close a packet whose time is up and record its refund, exactly once.",
     keys=PACKET_KEYS,
-    argv=PACKET_ARGV,
-    reply=("`{OK, refunded_cents}`, `{NOT_DUE, expires_ms}`, `{EXISTING, status}`, `{NOT_FOUND}`."),
+    args=PACKET_ARGV,
+    replies={
+        OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
+        PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
+        EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
+        NOT_FOUND: shape("no such packet"),
+    },
 )
-PACKET_ADMIT = ScriptContract(
+PACKET_ADMIT = ScriptSpec(
     "packet_admit",
     "Let a send past the sender's checks (blocklist, daily caps) before any money moves.",
     keys=slots(
         ("blocklist", "blocked users hash (the copy of the sender's slot in a cluster)"),
         ("sender_day", "the sender's hash for this UTC day (Keys.sender_day)"),
     ),
-    argv=slots(
+    args=slots(
         ("sender_id", "the sender"),
         ("packet_id", "the packet"),
         ("amount_cents", "the packet's amount"),
@@ -133,17 +152,27 @@ PACKET_ADMIT = ScriptContract(
         ("day_expire_at_ms", "when the day's hash expires"),
         ("request_token", "fresh for each send request"),
     ),
-    reply=(
-        "`{OK, 1}` counted by this request, `{OK, 0}` nothing counted, `{USER_BLOCKED}`, "
-        "`{LIMIT_EXCEEDED, cap name, current, cap}`."
-    ),
+    replies={
+        OK: shape(
+            "let through; counted: this request counted it in the sender's day (take it "
+            "back if the send does not happen)",
+            ("counted", flag),
+        ),
+        PacketCode.USER_BLOCKED: shape("an admin blocked the sender"),
+        PacketCode.LIMIT_EXCEEDED: shape(
+            "the send would pass the cap `limit`; current: what the sender sent today",
+            ("limit", str),
+            ("current", int),
+            ("cap", int),
+        ),
+    },
 )
-PACKET_UNADMIT = ScriptContract(
+PACKET_UNADMIT = ScriptSpec(
     "packet_unadmit",
     "Take back a send packet_admit counted when the send did not happen.",
     keys=slots(("sender_day", "the sender's hash for that UTC day")),
-    argv=slots(("packet_id", "the packet")),
-    reply="`{OK, 1}` taken back, `{OK, 0}` it was not counted.",
+    args=slots(("packet_id", "the packet")),
+    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
 )
 CONTRACTS = (
     PACKET_CREATE,
@@ -156,15 +185,18 @@ CONTRACTS = (
 )
 
 
+PacketReply = Reply[PacketCode]
+
+
 class PacketScripts:
     """The packet scripts of one registry, called with named keys and arguments; each answers
-    its reply parsed (replies.py)."""
+    its reply read by its spec."""
 
     def __init__(self, scripts: ScriptCaller, keys: Keys, clock: RedisClock) -> None:
         self._scripts = scripts
         self._keys = keys
         self._clock = clock
-        # A flash grab hits the same packets again and again: their KEYS, in the contract's
+        # A flash grab hits the same packets again and again: their KEYS, in the spec's
         # order, are worked out once per packet rather than on every grab.
         self._grab_keys = lru_cache(maxsize=4096)(self._packet_key_list)
 
@@ -173,30 +205,28 @@ class PacketScripts:
 
     async def _packet(
         self,
-        contract: ScriptContract,
+        spec: ScriptSpec[PacketCode],
         packet_id: str,
         more: Sequence[Any] = (),
         **args: Any,
-    ) -> list[Any]:
-        keys = contract.key_list(self._keys.packet_keys(packet_id))
+    ) -> PacketReply:
+        keys = spec.key_list(self._keys.packet_keys(packet_id))
         named = {"packet_id": packet_id, "shift_ms": self._clock.shift_ms, **args}
-        reply: list[Any] = await contract.call(self._scripts, keys, named, more)
-        return reply
+        return await spec.run(self._scripts, keys, named, more)
 
-    async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> CreateReply:
+    async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> PacketReply:
         """packet_create; `recorded`: the packet as SQL records it (sender_id ... retention_ms)."""
-        return create_reply(await self._packet(PACKET_CREATE, packet_id, shares, **recorded))
+        return await self._packet(PACKET_CREATE, packet_id, shares, **recorded)
 
     async def restore(
         self, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
-    ) -> RestoreReply:
+    ) -> PacketReply:
         """packet_restore."""
-        reply = await self._packet(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
-        return restore_reply(reply)
+        return await self._packet(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
 
     async def grab(
         self, packet_id: str, user_id: str, request_token: str, resend_window_ms: int
-    ) -> GrabReply:
+    ) -> PacketReply:
         """packet_grab (the hot path: one frame; its KEYS are kept per packet, and no caller
         changes a key list)."""
         args = {
@@ -207,25 +237,24 @@ class PacketScripts:
             "resend_window_ms": resend_window_ms,
         }
         keys = self._grab_keys(packet_id)
-        return grab_reply(
+        return PACKET_GRAB.parse(
             await self._scripts.call(PACKET_GRAB.name, keys, PACKET_GRAB.arg_list(args))
         )
 
-    async def read(self, packet_id: str) -> ReadReply:
+    async def read(self, packet_id: str) -> PacketReply:
         """packet_read."""
-        return read_reply(await self._packet(PACKET_READ, packet_id))
+        return await self._packet(PACKET_READ, packet_id)
 
-    async def expire(self, packet_id: str) -> ExpireReply:
+    async def expire(self, packet_id: str) -> PacketReply:
         """packet_expire."""
-        return expire_reply(await self._packet(PACKET_EXPIRE, packet_id))
+        return await self._packet(PACKET_EXPIRE, packet_id)
 
-    async def admit(self, blocklist: str, sender_day: str, **args: Any) -> AdmitReply:
+    async def admit(self, blocklist: str, sender_day: str, **args: Any) -> PacketReply:
         """packet_admit."""
         keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
-        return admit_reply(await PACKET_ADMIT.call(self._scripts, keys, args))
+        return await PACKET_ADMIT.run(self._scripts, keys, args)
 
-    async def unadmit(self, sender_day: str, packet_id: str) -> Unadmitted:
+    async def unadmit(self, sender_day: str, packet_id: str) -> PacketReply:
         """packet_unadmit."""
         keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
-        args = {"packet_id": packet_id}
-        return unadmit_reply(await PACKET_UNADMIT.call(self._scripts, keys, args))
+        return await PACKET_UNADMIT.run(self._scripts, keys, {"packet_id": packet_id})

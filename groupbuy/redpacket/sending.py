@@ -18,11 +18,10 @@ from groupbuy import errors
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
-from groupbuy.redpacket.codes import raise_for
+from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, recorded_args
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.redpacket.replies import Admitted, OverCap
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.split import split
 from groupbuy.settings import RedPacketSettings
@@ -127,9 +126,9 @@ class SendService(UsesBackends):
             # send", so a send that then fails in SQL still takes it back.
             request_token=secrets.token_urlsafe(REQUEST_TOKEN_BYTES),
         )
-        if isinstance(admitted, Admitted):
-            return admitted.counted
-        if isinstance(admitted, OverCap):
+        if admitted.code is PacketCode.OK:
+            return bool(admitted.counted)
+        if admitted.code is PacketCode.LIMIT_EXCEEDED:
             async with self._db.sessions() as session:
                 if await session.get(PacketRow, packet_id) is not None:
                     return False  # a repeat of a send counted on an earlier day: answer it

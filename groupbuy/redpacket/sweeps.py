@@ -15,7 +15,6 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.replies import Closed
 from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -44,7 +43,7 @@ class SweepService(UsesBackends):
     async def expire(self, packet_id: str) -> dict[str, Any]:
         """Close the packet if its time is up; its refund is recorded exactly once."""
         reply = await self._packets.expire(packet_id)
-        if isinstance(reply, Closed):
+        if reply.code is PacketCode.OK:
             await self._writer.drain(packet_id)
             return {"packet_id": packet_id, "expired": True, "refunded_cents": reply.refunded_cents}
         # not due, ended before, or not in Redis

@@ -11,38 +11,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy.storage.contracts import ScriptCaller, ScriptContract, Slot, slots
+from groupbuy.storage.specs import ScriptCaller, ScriptSpec, Slot, slots
 
 _STREAM = ("stream", "the outbox stream (an activity's or a packet's)")
 _PENDING = ("pending", "the pending index: zset member -> ms of the stream's oldest entry")
 
-LEASE_HOLD = ScriptContract(
+LEASE_HOLD: ScriptSpec[Any] = ScriptSpec(
     "lease_hold",
     "Take a free lease, or extend the one this holder already has.",
     keys=slots(("lease", "the lease key (value: the holder's token)")),
-    argv=slots(("token", "the holder's token"), ("ttl_ms", "how long the lease lasts")),
+    args=slots(("token", "the holder's token"), ("ttl_ms", "how long the lease lasts")),
     reply="`{1}` held (taken or extended), `{0}` another holder has it.",
 )
-LEASE_RELEASE = ScriptContract(
+LEASE_RELEASE: ScriptSpec[Any] = ScriptSpec(
     "lease_release",
     "Give a lease back, only if this holder still has it.",
     keys=slots(("lease", "the lease key")),
-    argv=slots(("token", "the holder's token")),
+    args=slots(("token", "the holder's token")),
     reply="`{1}` released, `{0}` it was not ours (expired, or taken by another).",
 )
-OUTBOX_ACK = ScriptContract(
+OUTBOX_ACK: ScriptSpec[Any] = ScriptSpec(
     "outbox_ack",
     "Forget outbox entries SQL recorded; keep the stream's pending-index entry true.",
     keys=slots(_STREAM, _PENDING),
-    argv=slots(
+    args=slots(
         ("group", "consumer group that read the entries, or '' when read without one"),
         ("drop_empty", "'1': delete the stream once empty (no record can follow), '0': keep it"),
         ("member", "the stream's member in the pending index (activity_id or packet_id)"),
     ),
-    more_argv=Slot("ids", "entry ids; none only re-indexes the stream"),
+    more_args=Slot("ids", "entry ids; none only re-indexes the stream"),
     reply="`{entries deleted, entries left}`.",
 )
-OUTBOX_BURY = ScriptContract(
+OUTBOX_BURY: ScriptSpec[Any] = ScriptSpec(
     "outbox_bury",
     "Move poison outbox entries to the dead-letter stream, then forget them as outbox_ack.",
     keys=slots(
@@ -50,20 +50,20 @@ OUTBOX_BURY = ScriptContract(
         _PENDING,
         ("dead_letters", "dead-letter stream, capped (the one of the outbox's slot in a cluster)"),
     ),
-    argv=slots(
+    args=slots(
         ("group", "consumer group that read the entries, or '' when read without one"),
         ("member", "the stream's member in the pending index (activity_id or packet_id)"),
         ("kind", "the outbox's kind: packets or teams"),
         ("cap", "approximate cap of the dead-letter stream"),
     ),
-    more_argv=Slot("entries", "pairs: entry id, dead_letters row id in SQL"),
+    more_args=Slot("entries", "pairs: entry id, dead_letters row id in SQL"),
     reply="`{entries buried (0 for one already gone), entries left in the outbox}`.",
 )
-OUTBOX_READ = ScriptContract(
+OUTBOX_READ: ScriptSpec[Any] = ScriptSpec(
     "outbox_read",
     "The entries of an outbox stream from one id to another, for the write-behind.",
     keys=slots(_STREAM),
-    argv=slots(
+    args=slots(
         ("first", "first id ('-': from the start)"),
         ("last", "last id ('+': to the end)"),
         ("most", "most entries"),
@@ -71,33 +71,33 @@ OUTBOX_READ = ScriptContract(
     ),
     reply="`{entries read, {{id, {field, value, ...}}, ...}}`.",
 )
-RATELIMIT_TAKE = ScriptContract(
+RATELIMIT_TAKE: ScriptSpec[Any] = ScriptSpec(
     "ratelimit_take",
     "Take one request from every bucket given, or from none of them (GCRA).",
     keys=(),
-    argv=slots(("shift_ms", "clock shift in ms (0 in production)")),
+    args=slots(("shift_ms", "clock shift in ms (0 in production)")),
     more_keys=Slot("buckets", "the API key's bucket, then the user's; one hash tag"),
-    more_argv=Slot("limits", "per bucket: quota, window_us"),
+    more_args=Slot("limits", "per bucket: quota, window_us"),
     reply=(
         "`{code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}`: code 0 taken from "
         "every bucket, 1 limited (taken from none)."
     ),
 )
-GUESS_COUNT = ScriptContract(
+GUESS_COUNT: ScriptSpec[Any] = ScriptSpec(
     "guess_count",
     "Count failed authentications of one client address in a fixed window, or read them.",
     keys=slots(("counter", "the address's counter (expires when its window ends)")),
-    argv=slots(
+    args=slots(
         ("add", "failures to count (1), or 0 to read"),
         ("window_ms", "the window, started by the address's first failure"),
     ),
     reply="`{failures in the window, ms until it ends (0: no window)}`.",
 )
-WRITE_PROBE = ScriptContract(
+WRITE_PROBE: ScriptSpec[Any] = ScriptSpec(
     "write_probe",
     "Change nothing; fail with OOM when Redis refuses writes now.",
     keys=slots(("route_key", "a key of the slot the next write goes to (not read)")),
-    argv=(),
+    args=(),
     reply="`{0}`.",
 )
 CONTRACTS = (

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from groupbuy.storage.contracts import KeyGroup
 from groupbuy.storage.layout import ClusterLayout, KeyLayout, OneServer, Slot
+from groupbuy.storage.specs import KeyGroup
 
 # After a team's hash key: its members hash and its locks zset.
 _MEMBERS = ":members"

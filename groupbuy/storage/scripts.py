@@ -215,14 +215,3 @@ class Scripts:
         """Let the batches in flight finish (before the Redis client closes)."""
         if self._pipeline is not None:
             await self._pipeline.aclose()
-
-
-def reply_dict(flat: list[Any]) -> dict[str, str]:
-    """A flat `[field, value, field, value, ...]` part of a script reply (an HGETALL inside
-    the script) as a dict."""
-    return dict(zip(flat[0::2], flat[1::2], strict=True))
-
-
-def optional_int(value: Any) -> int | None:
-    """An integer a script may leave out: scripts answer '' (or nothing) for none."""
-    return int(value) if value not in (None, "") else None

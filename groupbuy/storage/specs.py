@@ -1,20 +1,25 @@
-"""Script contracts: the one place that knows the order of a Lua script's KEYS and ARGV.
+"""Script specs: the one place that knows a Lua script's KEYS, ARGV and replies.
 
-A `ScriptContract` names each KEYS[i] and ARGV[i] of one script, in order, with what it
-means, and what the script answers. The scripts name the same slots in `local` lines at
-their top (tests/lua/test_contracts.py checks both agree). Callers hand named key groups
-(`KeyGroup` dataclasses built by groupbuy.storage.keys) and named arguments; the contract
-turns them into the positional lists EVALSHA takes. docs/scripts.md is rendered from the
-contracts (`python -m groupbuy.ops.script_docs`).
+A `ScriptSpec` names each KEYS[i] and ARGV[i] of one script, in order, with what it means,
+and, for each code the script answers, the named fields after the code. The scripts name
+the same slots in `local` lines at their top (tests/lua/test_contracts.py checks both
+agree). Callers hand named key groups (`KeyGroup` dataclasses built by
+groupbuy.storage.keys) and named arguments; the spec turns them into the positional lists
+EVALSHA takes, and `parse` (the one reply parser) reads the reply into a `Reply`: its code
+and its fields by name. docs/scripts.md is rendered from the specs
+(`python -m groupbuy.ops.script_docs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from functools import cached_property
 from operator import attrgetter, itemgetter
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+C = TypeVar("C", bound=IntEnum)
 
 
 class ScriptCaller(Protocol):
@@ -35,38 +40,157 @@ class Slot:
 
 class KeyGroup:
     """A frozen dataclass of related keys; each field is named `prefix` + field name in
-    the contracts (and in the scripts' `local` lines)."""
+    the specs (and in the scripts' `local` lines)."""
 
     prefix: ClassVar[str] = ""
 
     def named(self) -> dict[str, str]:
-        """The keys by their contract names."""
+        """The keys by their spec names."""
         return {name: getattr(self, field) for name, field in self.contract_names()}
 
     @classmethod
     def contract_names(cls) -> tuple[tuple[str, str], ...]:
-        """(contract name, field name) of each key of this group."""
+        """(spec name, field name) of each key of this group."""
         return tuple((cls.prefix + f.name, f.name) for f in fields(cls))  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class ScriptContract:
-    """The KEYS and ARGV of one script, in order, and the shape of its reply.
+class Verdict(IntEnum):
+    """The code of a script that answers `{1}` (yes: done, held, due) or `{0}` (no)."""
 
-    `optional_keys`: trailing keys a call may leave out. `more_keys` / `more_argv`: the
+    NO = 0
+    YES = 1
+
+
+class ReplyError(ValueError):
+    """A reply off its script's spec (a code it does not list, fields more or fewer than
+    the code's): a bug."""
+
+
+def flag(value: Any) -> bool:
+    """A script's 0 or 1."""
+    return bool(int(value))
+
+
+def optional_int(value: Any) -> int | None:
+    """An integer a script may leave out: scripts answer '' (or nothing) for none."""
+    return int(value) if value not in (None, "") else None
+
+
+def reply_dict(flat: list[Any]) -> dict[str, str]:
+    """A flat `[field, value, field, value, ...]` part of a script reply (an HGETALL inside
+    the script) as a dict."""
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class Field:
+    """One named field of a reply after its code, and how to read it (`read`: int, str,
+    flag, optional_int, ...). A `rest` field is the last: it reads every value left, as a
+    list."""
+
+    name: str
+    read: Callable[[Any], Any] = str
+    rest: bool = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What follows one reply code: its fields in order, and what the reply means.
+    `given`: fields the caller knows and hands `parse` (a lock's team id), not in the
+    reply."""
+
+    meaning: str
+    fields: tuple[Field, ...] = ()
+    given: tuple[str, ...] = ()
+
+    @cached_property
+    def _reads(self) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+        return tuple((f.name, f.read) for f in self.fields if not f.rest)
+
+    @cached_property
+    def _rest(self) -> Field | None:
+        return self.fields[-1] if self.fields and self.fields[-1].rest else None
+
+    def read(self, script: str, code: IntEnum, values: list[Any]) -> dict[str, Any]:
+        """The fields by name from the values after the code."""
+        reads, rest = self._reads, self._rest
+        if len(values) != len(reads) and (rest is None or len(values) < len(reads)):
+            raise ReplyError(
+                f"{script} answered {code.name} with {values!r}, not "
+                f"{[f.name for f in self.fields]}"
+            )
+        out = {name: read(value) for (name, read), value in zip(reads, values, strict=False)}
+        if rest is not None:
+            out[rest.name] = rest.read(values[len(reads) :])
+        return out
+
+
+def shape(
+    meaning: str, *named: tuple[str, Callable[[Any], Any]] | Field, given: tuple[str, ...] = ()
+) -> Shape:
+    """A Shape from (name, read) pairs or Fields."""
+    return Shape(meaning, tuple(f if isinstance(f, Field) else Field(*f) for f in named), given)
+
+
+class Reply(Generic[C]):
+    """A parsed reply: its code (the script's code enum) and its fields by name, read as
+    attributes (`reply.locked_at_ms`); a field the code does not carry raises
+    AttributeError."""
+
+    __slots__ = ("code", "fields")
+
+    def __init__(self, code: C, /, **fields: Any) -> None:
+        self.code = code
+        self.fields: Mapping[str, Any] = fields
+
+    @classmethod
+    def of(cls, code: C, fields: Mapping[str, Any]) -> Reply[C]:
+        """A reply from its code and its fields already in a mapping."""
+        made = cls.__new__(cls)
+        made.code, made.fields = code, fields
+        return made
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field the code may not carry, or `default`."""
+        return self.fields.get(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise AttributeError(f"a {self.code.name} reply has no field {name!r}") from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reply):
+            return NotImplemented
+        return bool(self.code is other.code and dict(self.fields) == dict(other.fields))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        named = ", ".join(f"{name}={value!r}" for name, value in self.fields.items())
+        return f"Reply({self.code.name}{', ' if named else ''}{named})"
+
+
+@dataclass(frozen=True)
+class ScriptSpec(Generic[C]):
+    """The KEYS and ARGV of one script, in order, and each reply code's fields.
+
+    `optional_keys`: trailing keys a call may leave out. `more_keys` / `more_args`: the
     variable-length tail after the named entries (the script names where it starts with a
     `local <name>_at = <i>` line)."""
 
     name: str
     summary: str
     keys: tuple[Slot, ...]
-    argv: tuple[Slot, ...]
-    reply: str
+    args: tuple[Slot, ...]
+    replies: Mapping[C, Shape] = field(default_factory=dict)
+    reply: str = ""  # what a script without `replies` answers, in words
     optional_keys: tuple[str, ...] = ()
     more_keys: Slot | None = None
-    more_argv: Slot | None = None
+    more_args: Slot | None = None
 
-    # Worked out once per contract (a frozen dataclass still lets cached_property store its
+    # Worked out once per spec (a frozen dataclass still lets cached_property store its
     # value): every script call reads them.
     @cached_property
     def key_names(self) -> tuple[str, ...]:
@@ -76,7 +200,7 @@ class ScriptContract:
     @cached_property
     def arg_names(self) -> tuple[str, ...]:
         """The ARGV names in order."""
-        return tuple(slot.name for slot in self.argv)
+        return tuple(slot.name for slot in self.args)
 
     @cached_property
     def _key_set(self) -> frozenset[str]:
@@ -86,22 +210,39 @@ class ScriptContract:
     def _arg_set(self) -> frozenset[str]:
         return frozenset(self.arg_names)
 
+    @cached_property
+    def _by_number(self) -> dict[int, tuple[C, Shape]]:
+        return {int(code): (code, answer) for code, answer in self.replies.items()}
+
+    def parse(self, raw: Sequence[Any], **known: Any) -> Reply[C]:
+        """The reply `[code, field, ...]` read by this spec; `known`: the fields the caller
+        knows (a code's shape takes those it names `given`). A code the spec does not list,
+        or fields more or fewer than its shape's, is a bug and raises ReplyError."""
+        found = self._by_number.get(int(raw[0]))
+        if found is None:
+            raise ReplyError(f"{self.name} answered code {raw[0]!r}, which its spec does not list")
+        code, answer = found
+        values = answer.read(self.name, code, list(raw[1:]))
+        for name in answer.given:
+            values[name] = known[name]
+        return Reply.of(code, values)
+
     def key_list(
         self,
         *groups: KeyGroup,
         more: Sequence[str] = (),
         **named: str,
     ) -> list[str]:
-        """KEYS in this contract's order, from key groups (which may hold more keys than the
+        """KEYS in this spec's order, from key groups (which may hold more keys than the
         script takes) and single named keys."""
         if more and self.more_keys is None:
             raise TypeError(f"{self.name} takes no further keys")
         # Where each key comes from depends only on the kinds of group and the names given,
         # so it is worked out once per call shape: this runs on every script call.
-        shape = (*map(type, groups), *named)
-        build = self._plans.get(shape)
+        call_shape = (*map(type, groups), *named)
+        build = self._plans.get(call_shape)
         if build is None:
-            build = self._plans[shape] = _builder(self._plan(groups, named))
+            build = self._plans[call_shape] = _builder(self._plan(groups, named))
         out = build(groups, named)
         out.extend(more)
         return out
@@ -131,11 +272,11 @@ class ScriptContract:
         return tuple(plan)
 
     def arg_list(self, args: Mapping[str, Any], more: Sequence[Any] = ()) -> list[Any]:
-        """ARGV in this contract's order, from named arguments and the variable tail."""
+        """ARGV in this spec's order, from named arguments and the variable tail."""
         names = self.arg_names
         if args.keys() != self._arg_set:
             raise TypeError(f"{self.name}: arguments {sorted(args)} are not {sorted(names)}")
-        if more and self.more_argv is None:
+        if more and self.more_args is None:
             raise TypeError(f"{self.name} takes no further arguments")
         out = [args[name] for name in names]
         out.extend(more)
@@ -150,6 +291,18 @@ class ScriptContract:
     ) -> list[Any]:
         """Run the script with KEYS already in order (`key_list`) and named arguments."""
         return await scripts.call(self.name, keys, self.arg_list(args, more_args))
+
+    async def run(
+        self,
+        scripts: ScriptCaller,
+        keys: list[str],
+        args: Mapping[str, Any],
+        more_args: Sequence[Any] = (),
+        **known: Any,
+    ) -> Reply[C]:
+        """Run the script with KEYS already in order (`key_list`) and named arguments; its
+        reply parsed."""
+        return self.parse(await self.call(scripts, keys, args, more_args), **known)
 
 
 KeyListBuilder = Callable[[Sequence[KeyGroup], Mapping[str, str]], list[str]]

@@ -9,25 +9,11 @@ import pytest
 
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.replies import (
-    AdmitReply,
-    Admitted,
-    AlreadyGrabbed,
-    Closed,
-    CodeOnly,
-    Ended,
-    Grabbed,
-    GrabReply,
-    OverCap,
-    PacketState,
-    Restored,
-    RestoreReply,
-    Unadmitted,
-)
-from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.scripts import PacketReply, PacketScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source
+from groupbuy.storage.specs import Reply
 from groupbuy.storage.typedrecords import record_keys
 
 PID = "pk1"
@@ -35,12 +21,12 @@ RETENTION_MS = 3_600_000
 WINDOW_MS = 30_000  # packet_grab's resend window
 
 # The replies that are a code alone.
-OK = CodeOnly(PacketCode.OK)
-EXISTING = CodeOnly(PacketCode.EXISTING)
-NOT_FOUND = CodeOnly(PacketCode.NOT_FOUND)
-SOLD_OUT = CodeOnly(PacketCode.SOLD_OUT)
-EXPIRED = CodeOnly(PacketCode.EXPIRED)
-USER_BLOCKED = CodeOnly(PacketCode.USER_BLOCKED)
+OK = Reply(PacketCode.OK)
+EXISTING = Reply(PacketCode.EXISTING)
+NOT_FOUND = Reply(PacketCode.NOT_FOUND)
+SOLD_OUT = Reply(PacketCode.SOLD_OUT)
+EXPIRED = Reply(PacketCode.EXPIRED)
+USER_BLOCKED = Reply(PacketCode.USER_BLOCKED)
 
 
 class Harness:
@@ -65,12 +51,12 @@ class Harness:
     async def now_ms(self) -> int:
         return await self.clock.now_ms(self.redis)
 
-    async def grab(self, user: str, token: str | None = None) -> GrabReply:
+    async def grab(self, user: str, token: str | None = None) -> PacketReply:
         """packet_grab as the service calls it: a fresh request token unless one is given."""
         self.tokens += 1
         return await self.packets.grab(PID, user, token or f"tok{self.tokens}", WINDOW_MS)
 
-    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> CodeOnly:
+    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> PacketReply:
         now = await self.now_ms()
         return await self.packets.create(
             PID,
@@ -95,9 +81,14 @@ async def h(redis_client: Any) -> Harness:
     return harness
 
 
-def share(reply: GrabReply) -> tuple[int, int, int, int]:
+def over_cap(limit: str, current: int, cap: int) -> PacketReply:
+    """packet_admit's LIMIT_EXCEEDED reply."""
+    return Reply(PacketCode.LIMIT_EXCEEDED, limit=limit, current=current, cap=cap)
+
+
+def share(reply: PacketReply) -> tuple[int, int, int, int]:
     """A `grabbed` reply's (amount_cents, remaining_count, seq, epoch); else the test fails."""
-    assert isinstance(reply, Grabbed), reply
+    assert reply.code is PacketCode.OK, reply
     return reply.amount_cents, reply.remaining_count, reply.seq, reply.epoch
 
 
@@ -122,11 +113,11 @@ async def test_grab_outcomes(h: Harness) -> None:
     await h.create([5, 3, 2])
     # {OK, amount, remaining, seq, epoch, now_ms}
     assert share(await h.grab("u1")) == (5, 2, 1, 0)
-    assert await h.grab("u1") == AlreadyGrabbed(5)
+    assert await h.grab("u1") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     assert share(await h.grab("u2")) == (3, 1, 2, 0)
     assert share(await h.grab("u3")) == (2, 0, 3, 0)
     assert await h.grab("u4") == SOLD_OUT
-    assert await h.grab("u2") == AlreadyGrabbed(3)
+    assert await h.grab("u2") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=3)
     records = await h.records()
     assert [r["type"] for r in records] == ["grab", "grab", "grab", "packet.sold_out"]
     assert [(r["user_id"], r["amount_cents"], r["seq"]) for r in records[:3]] == [
@@ -146,7 +137,7 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     # The same request token again (a resend of the same call): the same answer, nothing new.
     assert await h.grab("u1", token="req-A") == first
     # Another request of the same user is a repeat: already_grabbed with the same amount.
-    assert await h.grab("u1", token="req-B") == AlreadyGrabbed(5)
+    assert await h.grab("u1", token="req-B") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     assert share(await h.grab("u2", token="req-C")) == (3, 1, 2, 0)
     last = await h.grab("u3", token="req-D")
     assert share(last) == (2, 0, 3, 0)
@@ -159,7 +150,7 @@ async def test_a_resent_grab_answers_what_its_first_run_did(h: Harness) -> None:
     assert packet["version"] == "5"  # created, three grabs, sold out: no change by a resend
     # Past the resend window the token no longer counts: a plain repeat.
     h.shift_ms += WINDOW_MS + 1
-    assert await h.grab("u1", token="req-A") == AlreadyGrabbed(5)
+    assert await h.grab("u1", token="req-A") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
 
 
 async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
@@ -168,7 +159,7 @@ async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
     await h.redis.hset(h.keys.blocklist, mapping={"bad": "1|", "early": "1|"})
     assert await h.grab("bad") == USER_BLOCKED
     # What the user grabbed before the block is still answered, a resend too.
-    assert await h.grab("early") == AlreadyGrabbed(5)
+    assert await h.grab("early") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     assert await h.grab("early", token="req-E") == first
     assert [r["type"] for r in await h.records()] == ["grab"]
     assert await h.redis.llen(h.keys.shares) == 2
@@ -181,10 +172,10 @@ async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     await h.grab("u1")
     assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
     h.shift_ms += 10_000
-    assert await h.packets.expire(PID) == Closed(5)
-    assert await h.packets.expire(PID) == Ended("expired")
+    assert await h.packets.expire(PID) == Reply(PacketCode.OK, refunded_cents=5)
+    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="expired")
     assert await h.grab("u2") == EXPIRED
-    assert await h.grab("u1") == AlreadyGrabbed(5)
+    assert await h.grab("u1") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
     assert len(refunds) == 1 and refunds[0]["refunded_cents"] == "5"
     assert not await h.redis.exists(h.keys.shares)
@@ -194,7 +185,7 @@ async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) ->
     await h.create([4, 4], ttl_ms=1_000)
     h.shift_ms += 1_000
     assert await h.grab("u1") == EXPIRED
-    assert await h.packets.expire(PID) == Ended("expired")
+    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="expired")
     assert [r["type"] for r in await h.records()] == ["packet.refunded"]
 
 
@@ -202,7 +193,7 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
     await h.create([1], ttl_ms=1_000)
     await h.grab("u1")
     h.shift_ms += 5_000
-    assert await h.packets.expire(PID) == Ended("sold_out")
+    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="sold_out")
     assert "packet.refunded" not in [r["type"] for r in await h.records()]
 
 
@@ -211,7 +202,7 @@ async def test_read(h: Harness) -> None:
     await h.create([2, 1])
     await h.grab("u1")
     state = await h.packets.read(PID)
-    assert isinstance(state, PacketState)
+    assert state.code is PacketCode.OK
     assert state.packet["remaining_count"] == "1"
     assert list(state.grabs) == ["u1"] and state.grabs["u1"].startswith("1|2|")
     assert state.now_ms > 0
@@ -233,7 +224,7 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
     assert await h.redis.zscore(pending, PID) is None  # nothing waits: out of the index
 
 
-async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> RestoreReply:
+async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> PacketReply:
     """packet_restore of a 10-cent, 4-share packet at epoch 1 (version 100) with these grabs
     and shares."""
     now = await h.now_ms()
@@ -258,7 +249,7 @@ async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) 
 
 async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -> None:
     grabs = [("u1", "1|4|1000"), ("u3", "3|2|1002")]  # seq 2 never reached SQL
-    assert await _restore(h, grabs, [3, 1]) == Restored("active")
+    assert await _restore(h, grabs, [3, 1]) == Reply(PacketCode.OK, status="active")
     assert await _restore(h, [], [1, 1, 1, 7]) == EXISTING  # nothing changed
     packet = await h.redis.hgetall(h.keys.hash)
     assert (packet["remaining_count"], packet["remaining_cents"], packet["epoch"]) == (
@@ -267,7 +258,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
         "1",
     )
     assert packet["version"] == "100"
-    assert await h.grab("u1") == AlreadyGrabbed(4)
+    assert await h.grab("u1") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=4)
     assert share(await h.grab("u4")) == (3, 1, 4, 1)
     assert share(await h.grab("u5")) == (1, 0, 5, 1)
     records = await h.records()
@@ -282,7 +273,7 @@ async def test_restore_rebuilds_once_and_new_grabs_carry_the_epoch(h: Harness) -
 
 async def test_restore_of_a_fully_recorded_packet_records_its_end(h: Harness) -> None:
     grabs = [("u1", "1|6|1000"), ("u2", "2|4|1001")]
-    assert await _restore(h, grabs, []) == Restored("sold_out")
+    assert await _restore(h, grabs, []) == Reply(PacketCode.OK, status="sold_out")
     assert [r["type"] for r in await h.records()] == ["packet.sold_out"]
     assert await h.grab("u3") == SOLD_OUT
     assert await h.redis.zscore(h.keys.due, PID) is None
@@ -396,7 +387,7 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
 
     async def admit(
         pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0, token: str = "other"
-    ) -> AdmitReply:
+    ) -> PacketReply:
         return await h.packets.admit(
             blocked,
             day,
@@ -409,15 +400,17 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
             request_token=token,
         )
 
-    assert await admit("a", 5, count_cap=0) == Admitted(False)  # no cap: nothing counted
+    assert await admit("a", 5, count_cap=0) == Reply(
+        PacketCode.OK, counted=False
+    )  # no cap: nothing counted
     assert not await h.redis.exists(day)
-    assert await admit("a", 5, token="req-1") == Admitted(True)
+    assert await admit("a", 5, token="req-1") == Reply(PacketCode.OK, counted=True)
     # A resend of that call: counted by it; another request: counted once, not by this one.
-    assert await admit("a", 5, token="req-1") == Admitted(True)
-    assert await admit("a", 5) == Admitted(False)
-    assert await admit("b", 7) == Admitted(True)
-    assert await admit("c", 1) == OverCap("sender_daily_count", 2, 2)
-    assert await admit("c", 1, count_cap=0, amount_cap=12) == OverCap(
+    assert await admit("a", 5, token="req-1") == Reply(PacketCode.OK, counted=True)
+    assert await admit("a", 5) == Reply(PacketCode.OK, counted=False)
+    assert await admit("b", 7) == Reply(PacketCode.OK, counted=True)
+    assert await admit("c", 1) == over_cap("sender_daily_count", 2, 2)
+    assert await admit("c", 1, count_cap=0, amount_cap=12) == over_cap(
         "sender_daily_amount_cents", 12, 12
     )
     assert await h.redis.hgetall(day) == {
@@ -428,10 +421,10 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
     }
     assert await h.redis.pexpiretime(day) == 10**13
 
-    assert await h.packets.unadmit(day, "b") == Unadmitted(True)
-    assert await h.packets.unadmit(day, "b") == Unadmitted(False)
+    assert await h.packets.unadmit(day, "b") == Reply(PacketCode.OK, taken_back=True)
+    assert await h.packets.unadmit(day, "b") == Reply(PacketCode.OK, taken_back=False)
     assert await h.redis.hgetall(day) == {"a": "5|req-1", "#count": "1", "#amount": "5"}
-    assert await admit("c", 1) == Admitted(True)
+    assert await admit("c", 1) == Reply(PacketCode.OK, counted=True)
 
     await h.redis.hset(blocked, "snd", "1|")
     assert await admit("d", 1) == USER_BLOCKED

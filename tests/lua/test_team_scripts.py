@@ -4,7 +4,7 @@ redis-server; a few calls read the raw reply, the wire shape the parsers rely on
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -12,30 +12,12 @@ from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.replies import (
-    Confirmed,
-    ConfirmReply,
-    JoinReply,
-    LimitReached,
-    Listed,
-    Locked,
-    LockReply,
-    LookFurther,
-    NoSeatFree,
-    Opened,
-    OpenReply,
-    SeatsTaken,
-    Swept,
-    SwitchNeeded,
-    TeamRead,
-    TeamReply,
-    Unlocked,
-    UserLock,
-)
-from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.view import TeamView
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_names, script_source
+from groupbuy.storage.specs import Reply
 from groupbuy.storage.typedrecords import record_keys
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
@@ -43,7 +25,7 @@ AID = "act1"
 TTL_MS = 10_000
 DEADLINE_MS = 60_000
 RETENTION_MS = 3_600_000
-R = TypeVar("R", bound=TeamReply)
+LOCKED = (TeamCode.OK, TeamCode.EXISTING)  # a new lock (or confirm), or the same again
 
 
 class Harness:
@@ -72,21 +54,21 @@ class Harness:
             mapping={"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS},
         )
 
-    async def open(self, tid: str, leader: str = "L", order: str = "") -> OpenReply:
+    async def open(self, tid: str, leader: str = "L", order: str = "") -> TeamReply:
         return await self.teams.open(AID, tid, leader, order, RETENTION_MS)
 
-    async def lock(self, tid: str, user: str, other: str = "") -> LockReply:
+    async def lock(self, tid: str, user: str, other: str = "") -> TeamReply:
         return await self.teams.lock(AID, tid, user, other)
 
     async def unlock(self, tid: str, user: str) -> TeamReply:
         return await self.teams.unlock(AID, tid, user)
 
-    async def confirm(self, tid: str, user: str, order: str) -> ConfirmReply:
+    async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
         return await self.teams.confirm(AID, tid, user, order)
 
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
-    ) -> JoinReply:
+    ) -> TeamReply:
         return await self.teams.join(AID, user, candidates, cursor)
 
     async def page(
@@ -148,21 +130,43 @@ async def h(redis_client: Any) -> Harness:
     return harness
 
 
-def shaped(reply: TeamReply, shape: type[R]) -> R:
-    """The reply, checked to have this shape (and so the fields read after)."""
-    assert isinstance(reply, shape), reply
+def shaped(reply: TeamReply, *codes: TeamCode) -> TeamReply:
+    """The reply, checked to carry one of these codes (and so the fields read after)."""
+    assert reply.code in codes, reply
     return reply
+
+
+def team_of(reply: TeamReply, tid: str) -> TeamView:
+    """The team a reply carries."""
+    return TeamView.from_snapshot(AID, tid, shaped(reply, *LOCKED).team)
+
+
+def cursor_of(reply: TeamReply) -> tuple[str, str]:
+    """A LOOK_FURTHER's cursor, to hand the next call."""
+    further = shaped(reply, TeamCode.LOOK_FURTHER)
+    return further.score, further.team_id
+
+
+def teams_of(reply: TeamReply) -> list[TeamView]:
+    """A team_list page's teams."""
+    return [TeamView.from_snapshot(AID, *listed) for listed in shaped(reply, TeamCode.OK).page]
+
+
+def next_of(reply: TeamReply) -> PageCursor | None:
+    """Where the page after a team_list page starts (None after the last one)."""
+    page = shaped(reply, TeamCode.OK)
+    return PageCursor(int(page.cursor_score), page.cursor_team_id) if page.cursor_team_id else None
 
 
 def formed(reply: TeamReply) -> tuple[TeamCode, bool]:
     """A confirm's code and whether it formed the team."""
-    confirmed = shaped(reply, Confirmed)
+    confirmed = shaped(reply, *LOCKED)
     return confirmed.code, confirmed.formed
 
 
 def placed(reply: TeamReply) -> tuple[TeamCode, str]:
     """A lock's or join's code and the team it holds a seat in."""
-    locked = shaped(reply, Locked)
+    locked = shaped(reply, *LOCKED)
     return locked.code, locked.team_id
 
 
@@ -180,7 +184,7 @@ async def test_open_outcomes(h: Harness) -> None:
     opened = await h.open("t1", "L", "o1")
     assert opened.code is TeamCode.OK
     # the team as team_read answers it
-    assert shaped(opened, Opened).team == shaped(await h.read("t1"), TeamRead).team
+    assert shaped(opened, *LOCKED).team == shaped(await h.read("t1"), TeamCode.OK).team
     assert (await h.open("t1", "L", "o1")).code is TeamCode.EXISTING
     assert (await h.open("t1", "L", "other")).code is TeamCode.CONFLICT
     assert (await h.open("t1", "M", "o1")).code is TeamCode.CONFLICT
@@ -196,7 +200,7 @@ async def test_open_outcomes(h: Harness) -> None:
 async def test_lock_outcomes(h: Harness) -> None:
     await h.open("t1")
     assert (await h.lock("missing", "u1")).code is TeamCode.TEAM_NOT_FOUND
-    first = shaped(await h.lock("t1", "u1"), Locked)
+    first = shaped(await h.lock("t1", "u1"), *LOCKED)
     assert first.code is TeamCode.OK
     locked_at, expires_at, released = (
         first.locked_at_ms,
@@ -204,13 +208,13 @@ async def test_lock_outcomes(h: Harness) -> None:
         first.released_team_id,
     )
     assert expires_at - locked_at == TTL_MS and released == ""
-    again = shaped(await h.lock("t1", "u1"), Locked)
+    again = shaped(await h.lock("t1", "u1"), *LOCKED)
     assert again.code is TeamCode.EXISTING and [again.locked_at_ms, again.expires_at_ms] == [
         locked_at,
         expires_at,
     ]
     assert (await h.lock("t1", "u2")).code is TeamCode.OK
-    full = shaped(await h.lock("t1", "u3"), SeatsTaken)
+    full = shaped(await h.lock("t1", "u3"), TeamCode.TEAM_FULL)
     assert full.code is TeamCode.TEAM_FULL
     assert [full.earliest_locked_at_ms, full.next_unlock_ms] == [locked_at, expires_at]
     assert (await h.lock("t1", "L")).code is TeamCode.ALREADY_MEMBER
@@ -234,7 +238,7 @@ async def test_team_full_with_members_only(h: Harness) -> None:
     await h.lock("t1", "u1")
     await h.confirm("t1", "u1", "o1")
     await h.lock("t1", "u2")
-    full = shaped(await h.lock("t1", "u3"), SeatsTaken)
+    full = shaped(await h.lock("t1", "u3"), TeamCode.TEAM_FULL)
     assert full.code is TeamCode.TEAM_FULL and (full.earliest_locked_at_ms or 0) > 0
     await h.unlock("t1", "u2")
     await h.lock("t1", "u3")
@@ -246,12 +250,12 @@ async def test_switching_teams_needs_the_old_team_keys(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
     await h.lock("t1", "u1")
-    switch = shaped(await h.lock("t2", "u1"), SwitchNeeded)
+    switch = shaped(await h.lock("t2", "u1"), TeamCode.SWITCH_NEEDED)
     assert switch.code is TeamCode.SWITCH_NEEDED and switch.team_id == "t1"
     # Nothing was written: u1 still holds t1 and t2 has no lock.
     assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is not None
     assert await h.redis.zcard(h.keys.team_locks(AID, "t2")) == 0
-    moved = shaped(await h.lock("t2", "u1", other="t1"), Locked)
+    moved = shaped(await h.lock("t2", "u1", other="t1"), *LOCKED)
     assert moved.code is TeamCode.OK and moved.released_team_id == "t1"
     assert await h.redis.zscore(h.keys.team_locks(AID, "t1"), "u1") is None
     assert (await h.redis.get(h.keys.user_lock(AID, "u1"))).startswith("t2|")
@@ -273,7 +277,7 @@ async def test_switch_from_expired_lock_records_its_expiry(h: Harness) -> None:
     await h.open("t2")
     # The user key still says t1 (its PX has not run out in real time) but the lock expired.
     h.shift_ms += TTL_MS + 1
-    reply = shaped(await h.lock("t2", "u1"), Locked)
+    reply = shaped(await h.lock("t2", "u1"), *LOCKED)
     assert reply.code is TeamCode.OK and reply.released_team_id == ""
 
 
@@ -281,8 +285,8 @@ async def test_unlock_outcomes(h: Harness) -> None:
     await h.open("t1")
     assert (await h.unlock("missing", "u1")).code is TeamCode.TEAM_NOT_FOUND
     await h.lock("t1", "u1")
-    assert await h.unlock("t1", "u1") == Unlocked(TeamCode.OK, True)
-    assert await h.unlock("t1", "u1") == Unlocked(TeamCode.OK, False)
+    assert await h.unlock("t1", "u1") == Reply(TeamCode.OK, released=True)
+    assert await h.unlock("t1", "u1") == Reply(TeamCode.OK, released=False)
     assert not await h.redis.exists(h.keys.user_lock(AID, "u1"))
 
 
@@ -299,7 +303,7 @@ async def test_confirm_outcomes(h: Harness) -> None:
     joined = await h.confirm("t1", "u2", "o2")
     assert formed(joined) == (TeamCode.OK, True)
     # The reply carries the team after the call, as team_read would answer it.
-    assert shaped(joined, Confirmed).team == shaped(await h.read("t1"), TeamRead).team
+    assert shaped(joined, *LOCKED).team == shaped(await h.read("t1"), TeamCode.OK).team
     # A repeat says "formed" only for the confirm that formed the team (u2), not u1.
     assert formed(await h.confirm("t1", "u1", "o1")) == (TeamCode.EXISTING, False)
     assert formed(await h.confirm("t1", "u2", "o2")) == (TeamCode.EXISTING, True)
@@ -363,7 +367,7 @@ async def test_deadline_fails_the_team_once(h: Harness) -> None:
     # u2's lock expired before the deadline; u4's was live and ends with the team.
     expired = [r["user_id"] for r in await h.records() if r["type"] == "lock.expired"]
     assert expired == ["u2"]
-    team = shaped(await h.read("t1"), TeamRead).team
+    team = team_of(await h.read("t1"), "t1")
     assert team.status == "failed" and team.failed_ms == team.deadline_ms
 
 
@@ -382,8 +386,13 @@ async def test_read_reports_state(h: Harness) -> None:
 
 async def test_user_lock_read(h: Harness) -> None:
     await h.open("t1")
-    locked = shaped(await h.lock("t1", "u1"), Locked)
-    held = UserLock(TeamCode.OK, "t1", locked.locked_at_ms, locked.expires_at_ms)
+    locked = shaped(await h.lock("t1", "u1"), *LOCKED)
+    held = Reply(
+        TeamCode.OK,
+        team_id="t1",
+        locked_at_ms=locked.locked_at_ms,
+        expires_at_ms=locked.expires_at_ms,
+    )
     assert await h.user_lock("u1") == held
     h.shift_ms += TTL_MS
     assert (await h.user_lock("u1")).code is TeamCode.NO_LOCK
@@ -412,7 +421,7 @@ async def test_user_lock_read_follows_unlock_confirm_and_switch(h: Harness) -> N
     assert (await h.user_lock("u2")).code is TeamCode.NO_LOCK
     await h.lock("t1", "u3")
     await h.lock("t2", "u3", other="t1")
-    assert shaped(await h.user_lock("u3"), UserLock).team_id == "t2"
+    assert shaped(await h.user_lock("u3"), TeamCode.OK).team_id == "t2"
 
 
 async def test_open_seat_index_follows_every_change_of_seats(h: Harness) -> None:
@@ -443,7 +452,7 @@ async def test_open_seat_index_follows_every_change_of_seats(h: Harness) -> None
     await h.read("t2")
     assert await h.open_seats() == {"t2": seat_score(1, t2)}
     h.shift_ms += DEADLINE_MS
-    assert shaped(await h.sweep("t2"), Swept).status == "failed"
+    assert shaped(await h.sweep("t2"), TeamCode.OK).status == "failed"
     assert await h.open_seats() == {}
 
 
@@ -484,9 +493,9 @@ async def test_restore_rebuilds_an_open_team_once(h: Harness) -> None:
         "led_limit": 0,
     }
     # 6 changes recorded before the loss
-    assert await h.restore("t1", members, version=7, **args) == TeamReply(TeamCode.OK)
+    assert await h.restore("t1", members, version=7, **args) == Reply(TeamCode.OK)
     again = await h.restore("t1", ["x", "1|1|"], version=1, **args)
-    assert again == TeamReply(TeamCode.EXISTING)
+    assert again == Reply(TeamCode.EXISTING)
     assert await h.redis.hget(h.keys.team(AID, "t1"), "member_count") == "2"
     assert await h.redis.hget(h.keys.team(AID, "t1"), "version") == "7"
     assert await h.record_types() == []  # nothing new happened: nothing to record
@@ -535,10 +544,10 @@ async def test_indexes_follow_every_change(h: Harness) -> None:
     await h.open("t1")
     await h.open("t2")
     assert [m for m, _ in await h.redis.zrange(deadlines, 0, -1, withscores=True)] == ["t1", "t2"]
-    first = shaped(await h.lock("t1", "u1"), Locked)
+    first = shaped(await h.lock("t1", "u1"), *LOCKED)
     assert await h.redis.zscore(lock_index, "t1") == first.expires_at_ms  # its lock's expiry
     h.shift_ms += 5
-    second = shaped(await h.lock("t1", "u2"), Locked)
+    second = shaped(await h.lock("t1", "u2"), *LOCKED)
     assert await h.redis.zscore(lock_index, "t1") == first.expires_at_ms  # still the earliest
     await h.unlock("t1", "u1")
     assert await h.redis.zscore(lock_index, "t1") == second.expires_at_ms  # now u2's
@@ -560,20 +569,22 @@ async def test_sweep_expires_locks_and_fails_teams(h: Harness) -> None:
     async def sweep() -> TeamReply:
         return await h.sweep("t1")
 
-    assert await sweep() == Swept(TeamCode.OK, 0, "open", False)
+    assert await sweep() == Reply(TeamCode.OK, locks_expired=0, status="open", ended_now=False)
     h.shift_ms += TTL_MS
-    assert await sweep() == Swept(TeamCode.OK, 1, "open", False)
+    assert await sweep() == Reply(TeamCode.OK, locks_expired=1, status="open", ended_now=False)
     assert await h.redis.zscore(h.keys.lock_index(AID), "t1") is None
-    assert await sweep() == Swept(TeamCode.OK, 0, "open", False)
+    assert await sweep() == Reply(TeamCode.OK, locks_expired=0, status="open", ended_now=False)
     h.shift_ms += DEADLINE_MS
-    assert await sweep() == Swept(TeamCode.OK, 0, "failed", True)  # this call failed it
-    assert await sweep() == Swept(TeamCode.OK, 0, "failed", False)
+    assert await sweep() == Reply(
+        TeamCode.OK, locks_expired=0, status="failed", ended_now=True
+    )  # this call failed it
+    assert await sweep() == Reply(TeamCode.OK, locks_expired=0, status="failed", ended_now=False)
     assert await h.redis.zscore(h.keys.deadline_index(AID), "t1") is None
     assert await h.record_types() == ["team.opened", "lock.expired", "team.failed"]
     # a team Redis no longer has leaves the indexes too
     await h.redis.zadd(h.keys.deadline_index(AID), {"ghost": 1})
     h.shift_ms = 0
-    assert await h.sweep("ghost") == TeamReply(TeamCode.TEAM_NOT_FOUND)
+    assert await h.sweep("ghost") == Reply(TeamCode.TEAM_NOT_FOUND)
     assert await h.redis.zscore(h.keys.deadline_index(AID), "ghost") is None
 
 
@@ -599,11 +610,11 @@ async def test_the_due_indexes_never_list_an_activity_later_than_its_earliest_te
     deadline = await h.redis.zscore(h.keys.deadline_index(AID), "t1")
     assert await h.redis.zscore(due_deadlines, AID) == deadline
     assert await h.redis.zscore(due_locks, AID) is None
-    first = shaped(await h.lock("t1", "u1"), Locked)
+    first = shaped(await h.lock("t1", "u1"), *LOCKED)
     assert await h.redis.zscore(due_locks, AID) == first.expires_at_ms
     h.shift_ms += 5
     await h.open("t2")
-    second = shaped(await h.lock("t2", "u2"), Locked)
+    second = shaped(await h.lock("t2", "u2"), *LOCKED)
     assert await h.redis.zscore(due_locks, AID) == first.expires_at_ms  # the earlier one stays
     await h.unlock("t1", "u1")
     # a lower bound until a sweep sets it right: then the earliest lock left, or nothing
@@ -657,14 +668,14 @@ async def restore(
         teams_limit=teams_limit,
         led_limit=0,
     )
-    assert restored == TeamReply(TeamCode.OK)
+    assert restored == Reply(TeamCode.OK)
 
 
-async def join_until_answered(h: Harness, user: str, candidates: int) -> list[JoinReply]:
+async def join_until_answered(h: Harness, user: str, candidates: int) -> list[TeamReply]:
     """Every reply of one join, following LOOK_FURTHER as the service does."""
     replies = [await h.join(user, candidates=candidates)]
     while replies[-1].code is TeamCode.LOOK_FURTHER:
-        cursor = shaped(replies[-1], LookFurther).cursor
+        cursor = cursor_of(replies[-1])
         replies.append(await h.join(user, cursor, candidates))
     return replies
 
@@ -674,7 +685,7 @@ async def test_join_takes_the_team_closest_to_forming_then_the_oldest(h: Harness
         await h.open(tid, f"L{tid}")
         h.shift_ms += 1
     await h.lock("t2", "u1")
-    joined = shaped(await h.join("a"), Locked)  # t2 has the most seats taken
+    joined = shaped(await h.join("a"), *LOCKED)  # t2 has the most seats taken
     assert placed(joined) == (TeamCode.OK, "t2")
     assert joined.expires_at_ms - joined.locked_at_ms == TTL_MS
     assert joined.version == 3  # t2's version: opened, u1's lock, this one (as team_lock's)
@@ -684,7 +695,13 @@ async def test_join_takes_the_team_closest_to_forming_then_the_oldest(h: Harness
     assert placed(await h.join("c")) == (TeamCode.OK, "t1")
     assert placed(await h.join("d")) == (TeamCode.OK, "t3")
     # One lock per user and activity: a live lock anywhere is the answer, unchanged.
-    existing = Locked(TeamCode.EXISTING, "t2", joined.locked_at_ms, joined.expires_at_ms, 3, "")
+    existing = Reply(
+        TeamCode.EXISTING,
+        team_id="t2",
+        locked_at_ms=joined.locked_at_ms,
+        expires_at_ms=joined.expires_at_ms,
+        version=3,
+    )
     assert await h.join("a") == existing
     await h.lock("t3", "b", other="t1")
     assert placed(await h.join("b")) == (TeamCode.EXISTING, "t3")
@@ -699,23 +716,25 @@ async def test_join_never_places_a_member_in_their_team_again(h: Harness) -> Non
     await h.confirm("t1", "u1", "o1")
     assert placed(await h.join("u1")) == (TeamCode.OK, "t2")
     await h.unlock("t2", "u1")
-    x = shaped(await h.lock("t2", "x"), Locked)
+    x = shaped(await h.lock("t2", "x"), *LOCKED)
     await h.lock("t2", "y")
     # t1 has a seat, but u1 is a member there; t2 is full until x's lock expires.
-    assert await h.join("u1") == NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, x.expires_at_ms)
+    assert await h.join("u1") == Reply(TeamCode.NO_TEAM_AVAILABLE, next_unlock_ms=x.expires_at_ms)
     assert placed(await h.join("L2")) == (TeamCode.OK, "t1")
 
 
 async def test_no_team_available_says_when_the_earliest_lock_expires(h: Harness) -> None:
-    no_team = NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, None)
+    no_team = Reply(TeamCode.NO_TEAM_AVAILABLE, next_unlock_ms=None)
     assert await h.join("u1") == no_team  # no team at all
     await h.open("t1", "L1")
-    first = shaped(await h.lock("t1", "a"), Locked)
+    first = shaped(await h.lock("t1", "a"), *LOCKED)
     h.shift_ms += 1_000
     await h.lock("t1", "b")
-    assert await h.join("u1") == NoSeatFree(TeamCode.NO_TEAM_AVAILABLE, first.expires_at_ms)
+    assert await h.join("u1") == Reply(
+        TeamCode.NO_TEAM_AVAILABLE, next_unlock_ms=first.expires_at_ms
+    )
     await h.redis.delete(h.keys.activity(AID))
-    assert await h.join("u1") == TeamReply(TeamCode.ACTIVITY_NOT_FOUND)
+    assert await h.join("u1") == Reply(TeamCode.ACTIVITY_NOT_FOUND)
 
 
 async def test_join_takes_a_seat_freed_by_a_lock_that_expired_unswept(h: Harness) -> None:
@@ -757,8 +776,8 @@ async def test_join_looks_further_in_bounded_steps(h: Harness) -> None:
     await restore(h, "t4", now + 1, "L4")
     replies = await join_until_answered(h, "u", candidates=2)
     assert [r.code for r in replies] == [TeamCode.LOOK_FURTHER, TeamCode.OK]
-    further = shaped(replies[0], LookFurther)
-    assert further.cursor == (str(seat_score(2, now)), "t2") and placed(replies[1])[1] == "t4"
+    further = shaped(replies[0], TeamCode.LOOK_FURTHER)
+    assert cursor_of(further) == (str(seat_score(2, now)), "t2") and placed(replies[1])[1] == "t4"
     assert (await h.join("u", (further.score, "t2"), candidates=2)).code is TeamCode.EXISTING
 
 
@@ -773,8 +792,10 @@ async def test_join_applies_time_in_bounded_steps_then_looks_again(h: Harness) -
     h.shift_ms += TTL_MS  # every seat lock expired: three teams to sweep, two per call
     replies = await join_until_answered(h, "u", candidates=2)
     assert replies[:2] == [
-        LookFurther(TeamCode.LOOK_FURTHER, "", ""),  # time applied to two of three teams: again
-        LookFurther(TeamCode.LOOK_FURTHER, str(seat_score(2, now)), "t2"),
+        Reply(
+            TeamCode.LOOK_FURTHER, score="", team_id=""
+        ),  # time applied to two of three teams: again
+        Reply(TeamCode.LOOK_FURTHER, score=str(seat_score(2, now)), team_id="t2"),
     ]
     assert placed(replies[2]) == (TeamCode.OK, "t3") and len(replies) == 3
 
@@ -783,7 +804,9 @@ async def test_join_keeps_the_activity_limit_on_teams_per_user(h: Harness) -> No
     now = int((await h.redis.time())[0]) * 1000
     await restore(h, "t1", now, "L1", teams_limit=1)
     await h.redis.set(h.keys.user_counter(AID, "u", "teams"), 1)  # u belongs to a team
-    assert await h.join("u") == LimitReached(TeamCode.USER_LIMIT_REACHED, 1, 1, "teams_per_user")
+    assert await h.join("u") == Reply(
+        TeamCode.USER_LIMIT_REACHED, limit=1, current=1, limit_name="teams_per_user"
+    )
     assert await h.redis.zcard(h.keys.team_locks(AID, "t1")) == 0
     assert placed(await h.join("v")) == (TeamCode.OK, "t1")
 
@@ -811,7 +834,7 @@ async def test_the_keys_join_builds_are_the_keys_keys_builds(h: Harness) -> None
 
 def page_ids(reply: TeamReply) -> list[str]:
     assert reply.code is TeamCode.OK, reply
-    return [team.team_id for team in shaped(reply, Listed).teams]
+    return [team.team_id for team in teams_of(reply)]
 
 
 async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Harness) -> None:
@@ -821,17 +844,18 @@ async def test_team_list_pages_in_join_order_and_resumes_after_a_team_left(h: Ha
     for tid in ("a_1", "aZ", "a1", "a-1"):
         await restore(h, tid, now, f"L{tid}")
     await restore(h, "b", now + 5, "Lb", "m")  # two seats taken: first
-    first = shaped(await h.page(3), Listed)
+    first = shaped(await h.page(3), TeamCode.OK)
     assert page_ids(first) == ["b", "a-1", "a1"]
-    assert first.next == PageCursor(seat_score(1, now), "a1")
-    team = first.teams[0]
+    assert next_of(first) == PageCursor(seat_score(1, now), "a1")
+    team = teams_of(first)[0]
     assert len(team.members) == 2
     assert [user for user, _order, _at in team.members] == ["Lb", "m"] and team.locks == []
     await h.lock("a1", "x")
     await h.lock("a1", "y")  # full: a1 leaves the index; the page after it still follows
-    assert first.next is not None
-    second = shaped(await h.page(3, (first.next.score, first.next.team_id)), Listed)
-    assert page_ids(second) == ["aZ", "a_1"] and second.next is None
+    after = next_of(first)
+    assert after is not None
+    second = shaped(await h.page(3, (after.score, after.team_id)), TeamCode.OK)
+    assert page_ids(second) == ["aZ", "a_1"] and next_of(second) is None
     # A cursor between ids: a-1 < a0 < a1, and a1 has left.
     assert page_ids(await h.page(1, (str(seat_score(1, now)), "a0"))) == ["aZ"]
 

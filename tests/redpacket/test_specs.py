@@ -1,0 +1,60 @@
+"""Reading the packet scripts' replies by their specs: each code's fields by name, a code a
+script's spec does not list is a bug (the scripts themselves are run in tests/lua)."""
+
+from __future__ import annotations
+
+import pytest
+
+from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.scripts import (
+    PACKET_ADMIT,
+    PACKET_CREATE,
+    PACKET_EXPIRE,
+    PACKET_GRAB,
+    PACKET_READ,
+    PACKET_RESTORE,
+    PACKET_UNADMIT,
+)
+from groupbuy.storage.specs import Reply, ReplyError
+
+
+def test_each_shape_names_its_fields() -> None:
+    assert PACKET_GRAB.parse([0, 5, 2, 1, 0, 1700]) == Reply(
+        PacketCode.OK, amount_cents=5, remaining_count=2, seq=1, epoch=0, grabbed_at_ms=1700
+    )
+    assert PACKET_GRAB.parse([3, 5]) == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
+    assert PACKET_GRAB.parse([4]) == Reply(PacketCode.SOLD_OUT)
+    assert PACKET_READ.parse([0, ["status", "active"], ["u1", "1|5|9"], 12]) == Reply(
+        PacketCode.OK, packet={"status": "active"}, grabs={"u1": "1|5|9"}, now_ms=12
+    )
+    assert PACKET_EXPIRE.parse([0, 7]) == Reply(PacketCode.OK, refunded_cents=7)
+    assert PACKET_EXPIRE.parse([6, 99]) == Reply(PacketCode.NOT_DUE, expires_ms=99)
+    assert PACKET_EXPIRE.parse([1, "sold_out"]) == Reply(PacketCode.EXISTING, status="sold_out")
+    assert PACKET_RESTORE.parse([0, "active"]) == Reply(PacketCode.OK, status="active")
+    assert PACKET_CREATE.parse([1]) == Reply(PacketCode.EXISTING)
+    assert PACKET_ADMIT.parse([0, 1]) == Reply(PacketCode.OK, counted=True)
+    over = PACKET_ADMIT.parse([8, "sender_daily_count", "2", "2"])
+    assert over == Reply(PacketCode.LIMIT_EXCEEDED, limit="sender_daily_count", current=2, cap=2)
+    assert PACKET_UNADMIT.parse([0, 0]) == Reply(PacketCode.OK, taken_back=False)
+
+
+def test_each_reply_carries_its_code_and_reads_its_fields_by_name() -> None:
+    grabbed = PACKET_GRAB.parse([0, 5, 2, 1, 0, 1700])
+    assert grabbed.code is PacketCode.OK and grabbed.amount_cents == 5
+    assert PACKET_GRAB.parse([3, 5]).code is PacketCode.ALREADY_GRABBED
+    assert PACKET_EXPIRE.parse([1, "expired"]).code is PacketCode.EXISTING
+    over = PACKET_ADMIT.parse([8, "sender_daily_count", 2, 2])
+    assert over.code is PacketCode.LIMIT_EXCEEDED and over.cap == 2
+    with pytest.raises(AttributeError, match="no field 'amount_cents'"):
+        _ = PACKET_GRAB.parse([4]).amount_cents
+
+
+def test_a_code_the_spec_does_not_list_is_a_bug() -> None:
+    with pytest.raises(ReplyError, match="packet_grab answered"):
+        PACKET_GRAB.parse([int(PacketCode.NOT_DUE), 5])
+    with pytest.raises(ReplyError, match="packet_create answered"):
+        PACKET_CREATE.parse([int(PacketCode.SOLD_OUT)])
+    with pytest.raises(ValueError):  # no such code at all
+        PACKET_EXPIRE.parse([99])
+    with pytest.raises(ValueError):  # a field short
+        PACKET_GRAB.parse([0, 5, 2, 1, 0])
