@@ -10,7 +10,6 @@ for at least 0.8 at both. Every answer must be `grabbed`.
 
     .venv/bin/python -m benchmarks.client_speed            # 5 rounds of 3,000 grabs
     .venv/bin/python -m benchmarks.client_speed --quick    # 2 rounds of 1,000
-    .venv/bin/python -m benchmarks.client_speed --signed   # the client signing (checked)
 """
 
 from __future__ import annotations
@@ -75,22 +74,18 @@ async def aiohttp_session(url: str) -> AsyncIterator[Grab]:
         yield grab
 
 
-def typed_client(sign: bool) -> Opener:
-    """The contender: GroupBuyClient at its defaults, signing or not."""
+@contextlib.asynccontextmanager
+async def typed_client(url: str) -> AsyncIterator[Grab]:
+    """The contender: GroupBuyClient at its defaults."""
+    async with GroupBuyClient(url, SERVICE_KEY) as gb:
 
-    @contextlib.asynccontextmanager
-    async def open_client(url: str) -> AsyncIterator[Grab]:
-        async with GroupBuyClient(url, SERVICE_KEY, sign=sign) as gb:
+        async def grab(packet_id: str, user_id: str) -> str:
+            try:
+                return (await gb.grab(packet_id, user_id))["status"]
+            except GroupBuyAPIError as error:
+                return error.code
 
-            async def grab(packet_id: str, user_id: str) -> str:
-                try:
-                    return (await gb.grab(packet_id, user_id))["status"]
-                except GroupBuyAPIError as error:
-                    return error.code
-
-            yield grab
-
-    return open_client
+        yield grab
 
 
 async def send_packet(url: str, packet_id: str) -> None:
@@ -173,12 +168,10 @@ def _row(name: str, callers: int, trials: list[Trial], note: str) -> Row:
     )
 
 
-def run_client_speed(redis_url: str, workdir: Path, plan: Plan, sign: bool = False) -> list[Row]:
+def run_client_speed(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
     """The client against a plain aiohttp session at 32 and 256 callers: rows and ratios."""
-    client = f"{CLIENT} (signing)" if sign else CLIENT
-    contenders: dict[str, Opener] = {SESSION: aiohttp_session, client: typed_client(sign)}
-    # Signatures are not required of every key (the session does not sign), but a request
-    # that carries them is checked all the same: the signing client pays the whole cost.
+    client = CLIENT
+    contenders: dict[str, Opener] = {SESSION: aiohttp_session, client: typed_client}
     args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, "cs")
     rows: list[Row] = []
     with serve(args, env, port, workdir / "groupbuy-client-speed.log") as server:
@@ -190,7 +183,7 @@ def run_client_speed(redis_url: str, workdir: Path, plan: Plan, sign: bool = Fal
             rows.append(_row(client, callers, trials[client], f"{note}; GroupBuyClient defaults"))
             rows.append(
                 comparison(
-                    f"client_grab_vs_aiohttp_{callers}{'_signed' if sign else ''}",
+                    f"client_grab_vs_aiohttp_{callers}",
                     f"{client}.grab / a plain aiohttp session, {callers} callers (interleaved)",
                     trials[client],
                     trials[SESSION],
@@ -208,7 +201,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds of 1,000 grabs")
     parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
-    parser.add_argument("--signed", action="store_true", help="the client signs its requests")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.rounds:
@@ -216,7 +208,7 @@ def main() -> None:
     redis = start_redis()
     workdir = Path(tempfile.mkdtemp(prefix="groupbuy-client-speed-"))
     try:
-        rows = run_client_speed(redis.url, workdir, plan, args.signed)
+        rows = run_client_speed(redis.url, workdir, plan)
     finally:
         redis.stop()
     for r in rows:

@@ -12,11 +12,6 @@ read back: nobody over a team's size, every lock confirmed, every grab recorded.
 
     .venv/bin/python -m benchmarks.confirm_mix                   # both databases, 2,400/s
     .venv/bin/python -m benchmarks.confirm_mix --database sqlite --seconds 5 --rounds 3
-    .venv/bin/python -m benchmarks.confirm_mix --before /path/to/other/checkout
-
-`--before` serves from another checkout (a worktree of main, say) in alternation with this
-one (or the `--after` checkout), round by round, on the same Redis and database server: a
-same-hour before/after.
 """
 
 from __future__ import annotations
@@ -157,43 +152,34 @@ def measure(
     seconds: float,
     rounds: int,
     postgres: PostgresProcess | None,
-    checkouts: dict[str, Path],
-) -> dict[str, list[dict[str, Any]]]:
-    """`rounds` runs per checkout on database `kind`, alternating checkouts round by round
-    (each run its own server and database; the order rotates)."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
-    names = list(checkouts)
+) -> list[dict[str, Any]]:
+    """`rounds` runs on database `kind`, each with its own server and database."""
+    runs: list[dict[str, Any]] = []
     for round_ in range(rounds):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            tag = f"{kind[:2]}{name[:2]}{round_}"
-            with database(kind, workdir, f"mix_{tag}", postgres) as url:
-                settings = {"GROUPBUY_DATABASE_URL": url}
-                args, env, port = groupbuy_command(
-                    "uvicorn", redis_url, workdir, 1, tag, **settings
-                )
-                log = workdir / f"groupbuy-{tag}.log"
-                with serve(args, env, port, log, cwd=checkouts[name]) as server:
-                    wait_idle([server])
-                    run = one_run(server, rate, seconds, tag)
-                    run["log_errors"] = server.log_errors()
-            runs[name].append(run)
-            by = run["result"]["by_kind"]
-            figures = "  ".join(
-                f"{k} p50 {by[k]['p50_ms']} p99 {by[k]['p99_ms']}" for k in KINDS if k in by
-            )
-            print(
-                f"[confirm_mix] {NAMES[kind]} {name} round {round_ + 1}: {figures}  "
-                f"ok {run['correct']['ok']}  load {run['correct']['load_average']}  "
-                f"issued {run['result']['issued_per_s']}/s late p99 "
-                f"{run['result']['issue_late_p99_ms']} ms",
-                flush=True,
-            )
+        tag = f"{kind[:2]}{round_}"
+        with database(kind, workdir, f"mix_{tag}", postgres) as url:
+            settings = {"GROUPBUY_DATABASE_URL": url}
+            args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, tag, **settings)
+            with serve(args, env, port, workdir / f"groupbuy-{tag}.log") as server:
+                wait_idle([server])
+                run = one_run(server, rate, seconds, tag)
+                run["log_errors"] = server.log_errors()
+        runs.append(run)
+        by = run["result"]["by_kind"]
+        figures = "  ".join(
+            f"{k} p50 {by[k]['p50_ms']} p99 {by[k]['p99_ms']}" for k in KINDS if k in by
+        )
+        print(
+            f"[confirm_mix] {NAMES[kind]} round {round_ + 1}: {figures}  "
+            f"ok {run['correct']['ok']}  load {run['correct']['load_average']}  "
+            f"issued {run['result']['issued_per_s']}/s late p99 "
+            f"{run['result']['issue_late_p99_ms']} ms",
+            flush=True,
+        )
     return runs
 
 
-def rows(
-    kind: str, runs: list[dict[str, Any]], rate: float, seconds: float, label: str = ""
-) -> list[Row]:
+def rows(kind: str, runs: list[dict[str, Any]], rate: float, seconds: float) -> list[Row]:
     """A row per request kind (grab, lock, confirm): the median run's percentiles (by the
     confirm p99), every run's p99 in the note."""
     middle = sorted(runs, key=lambda r: r["result"]["by_kind"]["confirm"]["p99_ms"])[len(runs) // 2]
@@ -220,7 +206,7 @@ def rows(
             result_row(
                 f"confirm mix @ {rate:,.0f}/s: {k}",
                 "http",
-                f"groupbuy (1 worker, {NAMES[kind]}){label}",
+                f"groupbuy (1 worker, {NAMES[kind]})",
                 figures["count"],
                 float(seconds),
                 (figures["p50_ms"], figures["p95_ms"], figures["p99_ms"]),
@@ -238,24 +224,17 @@ def run_confirm_mix(
     databases: tuple[str, ...] = DATABASES,
     rounds: int = 1,
     seconds: float | None = None,
-    before: Path | None = None,
     rate: float = RATE,
-    after: Path = REPO,
 ) -> list[Row]:
-    """The rows of every database asked for, served from the checkout `after` (this one
-    unless said), and from the `before` checkout in alternation, when given."""
+    """The rows of every database asked for."""
     seconds = seconds or (QUICK_SECONDS if quick else SECONDS)
-    checkouts = {"after": after} if before is None else {"before": before, "after": after}
     redis_server = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
     postgres = start_postgres() if "postgresql" in databases else None
     out: list[Row] = []
     try:
         for kind in databases:
-            runs = measure(
-                kind, redis_server.url, workdir, rate, seconds, rounds, postgres, checkouts
-            )
-            for name, measured in runs.items():
-                out += rows(kind, measured, rate, seconds, f", {name}" if before else "")
+            runs = measure(kind, redis_server.url, workdir, rate, seconds, rounds, postgres)
+            out += rows(kind, runs, rate, seconds)
     finally:
         redis_server.stop()
         if postgres is not None:
@@ -269,8 +248,6 @@ def _main() -> None:
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--rate", type=float, default=RATE, help="requests/s, all kinds")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--before", type=Path, help="another checkout to alternate with")
-    parser.add_argument("--after", type=Path, default=REPO, help="the checkout measured")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="groupbuy-confirm-mix-"))
     found = run_confirm_mix(
@@ -279,9 +256,7 @@ def _main() -> None:
         tuple(args.database or DATABASES),
         args.rounds,
         args.seconds,
-        args.before,
         args.rate,
-        args.after,
     )
     for row in found:
         print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}))

@@ -1,5 +1,5 @@
-"""HTTP level: `groupbuy serve` against bare Starlette + 1 Redis call, uvicorn against
-granian, the embedded default against redis-server, and open-loop latency.
+"""HTTP level: `groupbuy serve` against bare Starlette + 1 Redis call, the embedded default
+against redis-server, and open-loop latency.
 
 wrk drives the closed-loop load through benchmarks/wrk/post.lua (grab, lock, bare) and
 benchmarks/wrk/storm.lua (storm, mixed), which count answers by status (and "grabbed"
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -71,10 +70,6 @@ SETUP_THREADS = 16
 # With several workers both servers go through groupbuy.cli.run_workers, which sets
 # TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
 NAGLE_NOTE = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
-GRANIAN_NOTE = (
-    "; granian --interface asgi --factory groupbuy.cli:app_from_environment --loop uvloop "
-    "(its workers bind one SO_REUSEPORT socket each, TCP_NODELAY set)"
-)
 STATUS_NAMES = ("c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother")
 OPEN_LOOP_CONNECTIONS = 128
 OPEN_LOOP_FRACTIONS = (0.5, 0.8)
@@ -550,12 +545,7 @@ def _log_errors(rows: list[Row], server: Server) -> None:
         row["correct"]["server_log_errors"] = errors
 
 
-GRAB, GRANIAN, BARE, STORM = (
-    "groupbuy flash grab",
-    "groupbuy flash grab, granian",
-    "bare",
-    "groupbuy lock storm",
-)
+GRAB, BARE, STORM = "groupbuy flash grab", "bare", "groupbuy lock storm"
 
 
 def _against_bare(
@@ -567,9 +557,9 @@ def _against_bare(
     how: str,
     workers: int,
 ) -> tuple[list[Row], Groupbuy, list[Server], dict[str, list[Trial]]]:
-    """Interleaved rounds of groupbuy's flash grab (uvicorn, and granian when installed)
-    and the bare endpoint (and, on 1 worker, groupbuy's lock storm): their rows and
-    comparisons, the uvicorn server (still running) and every server's trials."""
+    """Interleaved rounds of groupbuy's flash grab and the bare endpoint (and, on 1 worker,
+    groupbuy's lock storm): their rows and comparisons, the groupbuy server (still
+    running) and every server's trials."""
     n = f"{workers} worker{'s' if workers > 1 else ''}"
     notes = _notes(how, workers, plan.round_s)
     uv = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, workers, f"u{workers}"))
@@ -582,13 +572,6 @@ def _against_bare(
     }
     if workers == 1:
         contenders[STORM] = _groupbuy_trial(_lock_storm, uv, wrk, plan.round_s)
-    gr = None
-    if importlib.util.find_spec("granian") is not None:
-        gr = stack.enter_context(_groupbuy("granian", redis_url, workdir, workers, f"g{workers}"))
-        servers.append(gr.server)
-        contenders[GRANIAN] = _groupbuy_trial(_flash_grab, gr, wrk, plan.round_s)
-    elif workers == 1:
-        _say("granian is not installed (pip install -e '.[bench]'): not compared")
     _say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
     trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
     mine = [_rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], notes["flash_grab"])]
@@ -607,15 +590,7 @@ def _against_bare(
     if workers == 1:
         comparisons.append(comparison("http_lock_vs_bare_1", f"HTTP lock storm, {n} {to_bare}",
                                       trials[STORM], trials[BARE], 0.7))  # fmt: skip
-    granian: list[Row] = []
-    if gr is not None:
-        note = notes["flash_grab"].replace(NAGLE_NOTE, "") + GRANIAN_NOTE
-        granian = [_rounds_row("flash_grab", f"groupbuy ({n}, granian)", trials[GRANIAN], note)]
-        _log_errors(granian, gr.server)
-        granian.append(comparison(f"granian_vs_uvicorn_{workers}",
-                                  f"HTTP grab, {n}: granian / uvicorn (interleaved)",
-                                  trials[GRANIAN], trials[GRAB], None))  # fmt: skip
-    return [*mine, *bare_rows, *comparisons, *granian], uv, servers, trials
+    return [*mine, *bare_rows, *comparisons], uv, servers, trials
 
 
 def _one_worker(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
@@ -631,7 +606,7 @@ def _one_worker(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how:
         notes = _notes(how, 1, plan.round_s)
         open_loop = _open_loop_rows(uv, wrk, plan, servers, grab_max, notes)
         _log_errors([*rows[:2], mixed, *open_loop], uv.server)
-        # the published order: groupbuy's rows, the bare rows, the comparisons, granian's
+        # the published order: groupbuy's rows, the bare rows, the comparisons
         return [*rows[:2], mixed, *rows[2:], *open_loop]
 
 
@@ -646,10 +621,8 @@ def _redis_line(server: Server) -> str:
 def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
     """The flash grab on the embedded default (`groupbuy serve` with no Redis URL: its own
     engine on a Unix socket, append-only file fsynced before every answer) against the same
-    service on the private redis-server (TCP, no persistence), alternated round by round;
-    then once on the in-process fakeredis ([embedded] engine = "fakeredis")."""
+    service on the private redis-server (TCP, no persistence), alternated round by round."""
     notes = _notes(how, 1, plan.round_s)
-    single_notes = _notes(how, 1, plan.single_s)
     with contextlib.ExitStack() as stack:
         paired = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "r1"))
         embedded = stack.enter_context(_groupbuy("uvicorn", "", workdir, 1, "e1"))
@@ -680,19 +653,6 @@ def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: s
         )
         _log_errors([mine], embedded.server)
         _log_errors([base], paired.server)
-    with _groupbuy("uvicorn", "", workdir, 1, "f1", GROUPBUY_EMBEDDED_ENGINE="fakeredis") as fake:
-        wait_idle([fake.server])
-        _say("1 worker, in-process fakeredis: flash grab, measured once")
-        result, correct = _flash_grab(fake, wrk, plan.single_s, "f1")
-        old = _single_row(
-            "flash_grab",
-            "groupbuy (1 worker, in-process fakeredis)",
-            result,
-            correct,
-            f'{single_notes["flash_grab"]}; [embedded] engine = "fakeredis" (the embedded '
-            "default before the engine: in-process, not durable)",
-        )
-        _log_errors([old], fake.server)
     return [
         mine,
         base,
@@ -704,12 +664,11 @@ def _embedded(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: s
             trials["groupbuy flash grab, redis-server"],
             0.9,
         ),
-        old,
     ]
 
 
 def _two_workers(redis_url: str, workdir: Path, wrk: str | None, plan: Plan, how: str) -> list[Row]:
-    """Interleaved flash-grab rounds on 2 workers (uvicorn, granian, bare), then the lock
+    """Interleaved flash-grab rounds on 2 workers (groupbuy, bare), then the lock
     storm and the mixed load once each."""
     with contextlib.ExitStack() as stack:
         rows, uv, servers, _ = _against_bare(stack, redis_url, workdir, wrk, plan, how, 2)
@@ -880,7 +839,7 @@ PARTS = ("1 worker", "embedded", "2 workers")
 def run_http(
     redis_url: str, workdir: Path, quick: bool, parts: tuple[str, ...] = PARTS
 ) -> list[dict[str, Any]]:
-    """Rows (and comparison rows) for groupbuy serve, granian and the bare baseline, and
+    """Rows (and comparison rows) for groupbuy serve and the bare baseline, and
     for the embedded default against redis-server (the `parts` of PARTS asked for)."""
     workdir.mkdir(parents=True, exist_ok=True)
     wrk = _ensure_wrk()

@@ -22,7 +22,6 @@ Modes (what benchmarks/http_level.py drives; the bodies match benchmarks/wrk/pos
                           over the packets, every 20th request repeating the previous one
   lock KEY ACTIVITY TEAMS POST /v1/activities/<a>/teams/t<k>/locks, a new user per request,
                           round-robin over teams t1..tTEAMS
-  join KEY ACTIVITY       POST /v1/activities/<a>/locks ("join any team"), a new user per request
   bare KEY                POST /grab (benchmarks/bare_app.py), a new user per request
   mixed KEY ACTIVITIES TEAMS PACKET...
                           two grabs by new users for every seat lock by a new user (locks
@@ -90,8 +89,6 @@ def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callabl
             return build(path, f"o{tag}-{i}")
 
         return lock
-    if mode == "join":
-        return lambda i: build(f"/v1/activities/{params[0]}/locks", f"o{tag}-{i}")
     if mode == "bare":
         return lambda i: build("/grab", f"o{tag}-{i}")
     raise ValueError(f"unknown mode {mode!r}")

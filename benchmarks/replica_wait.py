@@ -1,7 +1,6 @@
 """What `[redis] wait_replicas = 1` costs: the engine's flash grab and seat locks on a primary
 with one replica, every mutating call followed by WAIT 1 (one per coalesced batch) against
-the same calls answered at once, side by side on the same two servers; and grabs made one
-at a time, where each call pays its own WAIT (the latency it adds).
+the same calls answered at once, side by side on the same two servers.
 
 Both contenders are the production wiring (RedPacketService / the team engine, calls
 coalesced) on the same primary, with their own key prefixes; they are measured in
@@ -24,7 +23,6 @@ import json
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +33,11 @@ from benchmarks.engine.common import (
     QUICK,
     Sizes,
     close_services,
-    grade_grabs,
-    groupbuy_grab,
     open_services,
     say,
 )
-from benchmarks.engine.flash_grab import run_grabs
 from benchmarks.engine.versus import CALLERS, SEATS, _idle, grab_engine, lock_engine, trials_row
-from benchmarks.interleave import Trial, comparison, run_async
+from benchmarks.interleave import comparison, run_async
 from benchmarks.measure import Row, gather_limited
 from groupbuy.services import Services
 from tests.support.servers import RedisProcess, start_redis
@@ -52,7 +47,6 @@ NO_WAIT = "groupbuy, wait_replicas 0"
 # The same engine answering every write only once a replica holds it does at least half
 # the work per second of the one that does not wait.
 TARGET = 0.5
-LONE_GRABS = 1000  # grabs per round of the one-caller pair (half in a quick run)
 
 
 def start_pair() -> tuple[RedisProcess, RedisProcess]:
@@ -89,27 +83,6 @@ async def _services(url: str, database_url: str, prefix: str, wait_replicas: int
     return services
 
 
-def lone_grabs(
-    services: Services, run: str, label: str, grabs: int
-) -> Callable[[int], Awaitable[Trial]]:
-    """A round: one caller at a time grabbing a fresh packet, `grabs` new users: what WAIT
-    adds to each call's latency when there is no batch to share it."""
-
-    async def trial(index: int) -> Trial:
-        packet_id = f"lone-{run}-{label}-{index}"
-        sender = f"lone-sender-{run}-{label}"
-        await services.packets.accounts.deposit(sender, grabs * 100, packet_id)
-        await services.packets.sending.send(sender, grabs * 100, grabs, packet_id=packet_id)
-        requests = [(packet_id, f"u{n}") for n in range(grabs)]
-        seconds, latencies, answers = await run_grabs(
-            lambda p, u: groupbuy_grab(services, p, u), requests, 1
-        )
-        correct = grade_grabs([(u, a) for _p, u, a in answers], grabs)
-        return Trial(len(answers), seconds, correct, latencies)
-
-    return trial
-
-
 async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = None) -> list[Row]:
     """The flash grab and the seat locks with and without WAIT 1, interleaved (`rounds` of
     each, by default the engine's versus_rounds); their rows and the two ratios."""
@@ -143,17 +116,6 @@ async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = 
                 between=_idle,
                 say=say,
             )
-            lone = LONE_GRABS // (2 if quick else 1)
-            say(f"replica wait: {lone} grabs by one caller at a time, {rounds} rounds")
-            singles = await run_async(
-                {
-                    WAIT: lone_grabs(waiting, run, "w1", lone),
-                    NO_WAIT: lone_grabs(plain, run, "w0", lone),
-                },
-                rounds,
-                between=_idle,
-                say=say,
-            )
             waits = int((await waiting.redis.info("commandstats"))["cmdstat_wait"]["calls"])
         finally:
             await close_services(plain)
@@ -181,10 +143,6 @@ async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = 
     rows += [
         trials_row("seat_locks_replicated", n, locks[n], f"{notes[n]}; {seats}") for n in notes
     ]
-    alone = f"each round {lone} new users grab a fresh packet, one call at a time; {how}"
-    rows += [
-        trials_row("lone_grab_replicated", n, singles[n], f"{notes[n]}; {alone}") for n in notes
-    ]
     rows += [
         comparison(
             "engine_grab_wait_replicas",
@@ -201,14 +159,6 @@ async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = 
             locks[WAIT],
             locks[NO_WAIT],
             TARGET,
-            percent=True,
-        ),
-        comparison(
-            "engine_lone_grab_wait_replicas",
-            "engine grab one call at a time, wait_replicas 1 / 0 (primary + replica, interleaved)",
-            singles[WAIT],
-            singles[NO_WAIT],
-            None,
             percent=True,
         ),
     ]

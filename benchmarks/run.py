@@ -2,8 +2,8 @@
 
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
 service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
-replica: benchmarks/replica_wait.py; for the production shapes, a PostgreSQL and a 3-master
-Redis Cluster: benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py;
+replica: benchmarks/replica_wait.py; for the write-behind on PostgreSQL, a PostgreSQL:
+benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py;
 for confirms among grabs and locks, a redis-server with AOF and a PostgreSQL of their own:
 benchmarks/confirm_mix.py), runs every scenario, stops everything, and writes
 docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
@@ -35,7 +35,6 @@ from benchmarks.confirm_mix import (
 from benchmarks.console_cost import run_console_cost
 from benchmarks.console_report import section
 from benchmarks.engine import run_engine
-from benchmarks.http_join import run_join_http
 from benchmarks.http_level import FULL, QUICK, run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
@@ -95,24 +94,15 @@ INTERLEAVED = (
     "engine_grab_vs_redis_benchmark",
     "engine_grab_wait_replicas",
     "engine_lock_wait_replicas",
-    "engine_lone_grab_wait_replicas",
     "http_grab_vs_bare_1",
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
     "http_grab_embedded_vs_redis_1",
     "write_behind_postgresql_vs_sqlite",
-    "cluster_flash_grab",
-    "cluster_lock_storm",
-    "cluster_spread_grabs",
-    "cluster_spread_locks",
     "http_grab_ratelimit_on_vs_off",
     "http_grab_ratelimit_cpu_on_vs_off",
-    "granian_vs_uvicorn_1",
-    "granian_vs_uvicorn_2",
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
-    "webhook_lag_p99_dead_vs_alone",
-    "webhook_client_cpu_http1_vs_aiohttp",
     "client_grab_vs_aiohttp_32",
     "client_grab_vs_aiohttp_256",
 )
@@ -362,7 +352,7 @@ def main() -> None:
             rows += asyncio.run(run_engine(server.url, database, args.quick))
             print("== engine level on a primary + replica: what wait_replicas = 1 costs")
             rows += asyncio.run(run_replica_wait(database, args.quick))
-            print("== production shapes: the write-behind on PostgreSQL, a 3-master cluster")
+            print("== the write-behind on PostgreSQL beside SQLite")
             postgres = start_postgres()
             try:
                 postgres_url = postgres.create_database("bench")
@@ -373,11 +363,10 @@ def main() -> None:
                 postgres.stop()
             print("== HTTP level")
             rows += run_http(server.url, Path(workdir), args.quick)
-            rows.append(run_join_http(server.url, Path(workdir)))
             rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
             print("== confirms among grabs and locks, open loop, on SQLite and PostgreSQL")
             rows += run_confirm_mix(Path(workdir), args.quick)
-            print("== webhooks: delivery throughput, commit-to-delivery lag, dead endpoints")
+            print("== webhooks: delivery throughput, commit-to-delivery lag")
             rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
             print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
             rows += run_serving(server.url, Path(workdir), args.quick)

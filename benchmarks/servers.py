@@ -1,4 +1,4 @@
-"""The HTTP benchmark's server processes: groupbuy under uvicorn or granian, the bare app.
+"""The HTTP benchmark's server processes: `groupbuy serve` and the bare app.
 
 Each server runs in its own process group on a free loopback port, is ready once
 /healthz answers, and is stopped with SIGTERM (then SIGKILL) even on error. Several
@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,9 +48,9 @@ class Server:
     log: Path
 
     def log_errors(self) -> int:
-        """Tracebacks and ERROR lines (the service's logging or granian's) in the log so far."""
+        """Tracebacks and ERROR lines in the log so far."""
         text = self.log.read_text(errors="replace")
-        return text.count("Traceback") + text.count(" ERROR ") + text.count("[ERROR]")
+        return text.count("Traceback") + text.count(" ERROR ")
 
 
 @contextlib.contextmanager
@@ -97,8 +96,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def create_schema(url: str) -> None:
-    """Migrate the schema first, as `groupbuy db upgrade` does (granian's workers start the
-    app without `groupbuy serve`'s parent, which would upgrade the SQLite file once)."""
+    """Migrate the schema first, as `groupbuy db upgrade` does."""
     from groupbuy.migrations import upgrade
     from groupbuy.storage.db import Database
 
@@ -115,8 +113,8 @@ def create_schema(url: str) -> None:
 def groupbuy_command(
     server: str, redis_url: str, workdir: Path, workers: int, tag: str, **settings: str
 ) -> tuple[list[str], dict[str, str], int]:
-    """(argv, environment, port) of `groupbuy serve` (server "uvicorn") or of granian
-    serving the same app factory (server "granian"), with a key prefix and a SQLite file
+    """(argv, environment, port) of `groupbuy serve` (server "uvicorn"), with a key prefix
+    and a SQLite file
     of its own; with no `redis_url`, `groupbuy serve` runs the embedded engine on a data
     directory of its own. `settings` are more GROUPBUY_* variables."""
     database = workdir / f"bench-{tag}.db"
@@ -134,20 +132,10 @@ def groupbuy_command(
         **settings,
     }
     port = free_port()
-    if server == "uvicorn":
-        args = [sys.executable, "-m", "groupbuy.cli", "serve", "--host", "127.0.0.1"]
-        args += ["--port", str(port), "--workers", str(workers)]
-        return args, env, port
-    if server != "granian":
+    if server != "uvicorn":
         raise ValueError(f"unknown server {server!r}")
-    if workers > 1:
-        # What `groupbuy serve` does for several workers: shared metrics files.
-        env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="groupbuy-metrics-", dir=workdir)
-        env["GROUPBUY_SERVER_WORKERS"] = str(workers)
-    args = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory"]
-    args += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    args += ["--loop", "uvloop", "--no-ws", "--log-level", "warning"]
-    args += ["groupbuy.cli:app_from_environment"]
+    args = [sys.executable, "-m", "groupbuy.cli", "serve", "--host", "127.0.0.1"]
+    args += ["--port", str(port), "--workers", str(workers)]
     return args, env, port
 
 

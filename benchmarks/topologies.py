@@ -1,18 +1,14 @@
-"""topologies: the production shapes beside the single Redis + SQLite of the other rows.
+"""topologies: the write-behind on PostgreSQL beside SQLite (same redis-server, same run).
 
-(a) The write-behind on PostgreSQL and on SQLite (same redis-server, same run): each round a
-    flash grab (PACKETS packets, every share taken, 60% double taps) while the writer waits,
-    then the write-behind drains the backlog as `flush_records` does; rows/s is grab rows
-    (each with its ledger credit) per second of draining. Rounds alternate the two
-    databases; the ratio is taken per round. Then, once per database, the lag under a
-    flash grab with the scheduler running every job at its interval (benchmarks/engine/
-    background.py credit_latency): from a grab's answer to its credit in SQL.
-(b) Redis Cluster (3 masters) and one Redis, alternated (benchmarks/engine/cluster.py): a
-    flash grab and a lock storm (one shard each), grabs over many packets and seat locks
-    over many activities (spread over the shards by their hash tags).
+Each round a flash grab (PACKETS packets, every share taken, 60% double taps) while the
+writer waits, then the write-behind drains the backlog as `flush_records` does; rows/s is
+grab rows (each with its ledger credit) per second of draining. Rounds alternate the two
+databases; the ratio is taken per round. Then, once per database, the lag under a flash
+grab with the scheduler running every job at its interval (benchmarks/engine/background.py
+credit_latency): from a grab's answer to its credit in SQL (SPEC: within 2 s).
 
-`python -m benchmarks.topologies [--quick]` runs it alone (starting its own redis-server,
-PostgreSQL and 3-master cluster); benchmarks/run.py runs it in the full run.
+`python -m benchmarks.topologies [--quick]` runs it alone (starting its own redis-server
+and PostgreSQL); benchmarks/run.py runs it in the full run.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import argparse
 import asyncio
 import random
 import secrets
-import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -30,11 +25,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from benchmarks.engine.background import credit_latency
-from benchmarks.engine.cluster import WORKLOADS
-from benchmarks.engine.cluster import measure as measure_cluster
 from benchmarks.engine.common import (
-    FULL,
-    QUICK,
     close_services,
     flash_requests,
     groupbuy_grab,
@@ -50,8 +41,6 @@ from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services
 
 PACKETS, SHARES, USERS = 4, 500, 750  # per write-behind round: 2,000 grab rows
-MANY_PACKETS, MANY_ACTIVITIES, TEAMS_PER_ACTIVITY, TEAM_SIZE = 200, 50, 20, 50
-CALLS = 5_000  # grabs (locks) per cluster round
 
 
 def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitable[Trial]]:
@@ -139,37 +128,17 @@ async def write_behind_rows(
 async def run_topologies(
     redis_url: str, postgres_url: str, workdir: Path, quick: bool
 ) -> list[Row]:
-    """Both parts: (a) on the caller's redis-server and PostgreSQL, (b) on a redis-server
-    and a 3-master cluster of its own (benchmarks/engine/cluster.py)."""
+    """The write-behind rows on the caller's redis-server, SQLite and PostgreSQL."""
     rounds = 3 if quick else 5
     databases = {
         "SQLite": f"sqlite+aiosqlite:///{workdir}/write-behind.db",
         "PostgreSQL": postgres_url,
     }
-    rows = await write_behind_rows(redis_url, databases, rounds, secrets.token_hex(3))
-    report = await measure_cluster(rounds, QUICK if quick else FULL, list(WORKLOADS))
-    for name, figures in report["workloads"].items():
-        for where in ("one_server", "cluster"):
-            rates = figures[f"{where}_ops_per_s"]
-            rows.append(
-                {
-                    "scenario": f"cluster_{name}",
-                    "level": "engine",
-                    "implementation": "groupbuy, 3-master cluster"
-                    if where == "cluster"
-                    else "groupbuy, one redis-server",
-                    "ops": None,
-                    "ops_per_s": statistics.median(rates) if rates else None,
-                    "correct": figures[f"correct_{where}"],
-                    "note": f"median of {len(rates)} alternated rounds: {rates} ops/s",
-                }
-            )
-        rows.append(figures["ratio"])
-    return rows
+    return await write_behind_rows(redis_url, databases, rounds, secrets.token_hex(3))
 
 
 def main() -> None:
-    """Start a redis-server and a PostgreSQL; run both parts; print the comparisons."""
+    """Start a redis-server and a PostgreSQL; run; print the comparison."""
     from tests.support.postgres import start_postgres
     from tests.support.servers import start_redis
 

@@ -1,15 +1,13 @@
 """The webhook benchmark's receiver: a bare ASGI app (uvicorn, a process of its own).
 
 `POST /fast` answers 204 at once and notes each delivery's lag (now minus the
-`sent_at_ms` the benchmark put into the event's data); `POST /dead` never answers (a dead
-endpoint that holds its connections until the sender's timeout); `GET /lags` returns the
+`sent_at_ms` the benchmark put into the event's data); `GET /lags` returns the
 lags in ms and the webhook-ids seen, `GET /count` how many distinct ones, `DELETE /lags`
 forgets them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -33,8 +31,6 @@ async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if not message.get("more_body"):
             break
     path, method = scope["path"], scope["method"]
-    if path == "/dead":
-        await asyncio.sleep(3600)
     answer, status = b"", 204
     if path == "/fast" and method == "POST":
         arrived_ms = time.time() * 1000

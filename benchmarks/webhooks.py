@@ -1,6 +1,5 @@
-"""Webhooks: how fast one process delivers, the CPU per POST of its HTTP client, and the
-lag from an event's commit to its delivery at a steady rate, alone and beside five dead
-endpoints.
+"""Webhooks: how fast one process delivers, and the lag from an event's commit to its
+delivery at a steady rate, on SQLite and on PostgreSQL.
 
 The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own;
 the deliverer runs in this one, on its own SQLite file. Usage, alone:
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,18 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
-import orjson
-import uvloop
 
-from benchmarks.interleave import Trial, comparison
 from benchmarks.measure import Row, percentile, result_row
 from groupbuy.migrations import upgrade
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_events
-from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
 from tests.support.postgres import start_postgres
@@ -146,96 +139,14 @@ async def throughput(url: str, base: str, events: int) -> Row:
     )
 
 
-CPU_POSTS = 3000  # POSTs per contender and round in client_cpu, MAX_IN_FLIGHT at a time
-
-
-async def _aiohttp_posts(url: str, body: bytes) -> float:
-    """CPU seconds this process spent on CPU_POSTS POSTs through an aiohttp session."""
-    slots = asyncio.Semaphore(SETTINGS.max_in_flight)
-    connector = aiohttp.TCPConnector(limit=SETTINGS.max_in_flight)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def one() -> None:
-            async with slots, session.post(url, data=body, headers=JSON) as answer:
-                await answer.read()
-                answer.raise_for_status()
-
-        began = time.process_time()
-        await asyncio.gather(*(one() for _ in range(CPU_POSTS)))
-        return time.process_time() - began
-
-
-async def _sender_posts(url: str, body: bytes) -> float:
-    """CPU seconds this process spent on CPU_POSTS POSTs through the deliveries' Sender."""
-    slots = asyncio.Semaphore(SETTINGS.max_in_flight)
-    sender = Sender(SETTINGS.timeout_s, SETTINGS.max_in_flight, allow_private_networks=True)
-
-    async def one() -> None:
-        async with slots:
-            reply = await sender.post("bench", url, body, {"webhook-id": "evt_1"})
-        if not reply.succeeded:
-            raise RuntimeError(f"the receiver answered {reply}")
-
-    try:
-        began = time.process_time()
-        await asyncio.gather(*(one() for _ in range(CPU_POSTS)))
-        return time.process_time() - began
-    finally:
-        await sender.aclose()
-
-
-def client_cpu(base: str, rounds: int) -> list[Row]:
-    """CPU per POST of the deliveries' HTTP client against an aiohttp session, each on a
-    uvloop loop of its own (as in `groupbuy serve`), in alternated rounds."""
-    url, body = f"{base}/fast", orjson.dumps({"type": "bench", "data": {"data": {}}})
-    contenders = {"http1": _sender_posts, "aiohttp": _aiohttp_posts}
-    trials: dict[str, list[Trial]] = {name: [] for name in contenders}
-    for index in range(rounds):
-        names = list(contenders) if index % 2 == 0 else list(contenders)[::-1]
-        for name in names:
-            seconds = uvloop.run(contenders[name](url, body))
-            trials[name].append(Trial(CPU_POSTS, seconds, {"posts": CPU_POSTS}))
-    rows: list[Row] = []
-    for name, label in (("http1", "groupbuy http1 client"), ("aiohttp", "aiohttp session")):
-        cpu_us = statistics.median(1e6 * t.seconds / t.ops for t in trials[name])
-        middle = sorted(trials[name], key=lambda t: t.seconds)[len(trials[name]) // 2]
-        rows.append(
-            result_row(
-                "webhook_client_cpu",
-                LEVEL,
-                label,
-                middle.ops,
-                middle.seconds,
-                (None, None, None),
-                {"cpu_us_per_post": round(cpu_us, 1), "rounds": rounds},
-                f"{CPU_POSTS} POSTs to the bare receiver, {SETTINGS.max_in_flight} at a time, "
-                "on uvloop; ops/s: POSTs per CPU second of the sending process",
-            )
-        )
-    rows.append(
-        comparison(
-            "webhook_client_cpu_http1_vs_aiohttp",
-            "POSTs per CPU second: groupbuy's delivery client / an aiohttp session",
-            trials["http1"],
-            trials["aiohttp"],
-            None,
-        )
-    )
-    return rows
-
-
-async def steady_lag(
-    url: str, base: str, rate: int, seconds: float, dead: int, scenario: str | None = None
-) -> Row:
+async def steady_lag(url: str, base: str, rate: int, seconds: float, scenario: str) -> Row:
     """Events committed at `rate`/s for `seconds` while one process delivers them: the lag
-    from commit to the receiver, with `dead` endpoints that never answer beside it."""
+    from commit to the receiver."""
     await _client().delete(f"{base}/lags")
     database = Database(url)
     await upgrade(database)
     hooks = WebhookService(database, SETTINGS)
     await hooks.create(EndpointSpec("fast", f"{base}/fast", ("*",)))
-    for n in range(dead):
-        await hooks.create(EndpointSpec(f"dead{n}", f"{base}/dead", ("*",)))
     hooks.start_delivering()
     sent = 0
     tick = 0.05
@@ -255,9 +166,9 @@ async def steady_lag(
     got = await _received(base)
     lags = sorted(v / 1000 for v in got["lags_ms"])
     return result_row(
-        scenario or ("webhook_lag" if not dead else "webhook_lag_dead_beside"),
+        scenario,
         LEVEL,
-        f"{rate} events/s, {dead} dead endpoints, {url.split('+')[0]}",
+        f"{rate} events/s, 0 dead endpoints, {url.split('+')[0]}",
         len(lags),
         seconds,
         (percentile(lags, 0.5), percentile(lags, 0.95), percentile(lags, 0.99)),
@@ -267,90 +178,27 @@ async def steady_lag(
     )
 
 
-async def dead_beside(directory: Path, base: str, rounds: int, seconds: float) -> list[Row]:
-    """The lag at 200 events/s alone and beside DEAD dead endpoints, in alternated rounds
-    (each on a new SQLite file): the last round's two rows, and the per-round ratio of the
-    p99s (beside dead / alone) with its median and spread."""
-    p99s: dict[int, list[float]] = {0: [], DEAD: []}
-    last: dict[int, Row] = {}
-    for index in range(rounds):
-        for dead in (0, DEAD) if index % 2 == 0 else (DEAD, 0):
-            url = f"sqlite+aiosqlite:///{directory}/lag-{index}-{dead}.db"
-            last[dead] = await steady_lag(url, base, 200, seconds, dead)
-            p99s[dead].append(float(last[dead]["p99_ms"] or 0))
-    ratios = [d / a for d, a in zip(p99s[DEAD], p99s[0], strict=True) if a > 0]
-    median = statistics.median(ratios) if ratios else None
-    compared: Row = {
-        "comparison": "webhook_lag_p99_dead_vs_alone",
-        "what": f"webhook lag p99 at 200 events/s, beside {DEAD} dead endpoints / alone",
-        "ratios": [round(r, 4) for r in ratios],
-        "median": round(median, 4) if median is not None else None,
-        "min": round(min(ratios), 4) if ratios else None,
-        "max": round(max(ratios), 4) if ratios else None,
-        "rounds": len(ratios),
-        "target_min": None,  # the target is a bound from above: no measurable cost
-        "met": None,
-        "percent": False,
-        "p99_ms_alone": p99s[0],
-        "p99_ms_beside_dead": p99s[DEAD],
-    }
-    return [last[0], last[DEAD], compared]
-
-
-async def postgres_vs_sqlite(directory: Path, base: str, rounds: int, seconds: float) -> list[Row]:
-    """The lag at 200 events/s on PostgreSQL (a throwaway cluster, a new database per
-    round) and on SQLite, in alternated rounds: the last round's PostgreSQL row, and the
-    per-round ratio of the p99s (PostgreSQL / SQLite)."""
-    cluster = start_postgres()
-    p99s: dict[str, list[float]] = {"postgresql": [], "sqlite": []}
-    last: Row = {}
-    try:
-        for index in range(rounds):
-            for kind in ("postgresql", "sqlite") if index % 2 == 0 else ("sqlite", "postgresql"):
-                if kind == "postgresql":
-                    url = cluster.create_database(f"lag{index}")
-                else:
-                    url = f"sqlite+aiosqlite:///{directory}/lag-pg-{index}.db"
-                row = await steady_lag(url, base, 200, seconds, 0, f"webhook_lag_{kind}")
-                p99s[kind].append(float(row["p99_ms"] or 0))
-                if kind == "postgresql":
-                    last = row
-    finally:
-        cluster.stop()
-    ratios = [p / s for p, s in zip(p99s["postgresql"], p99s["sqlite"], strict=True) if s > 0]
-    compared: Row = {
-        "comparison": "webhook_lag_p99_postgresql_vs_sqlite",
-        "what": "webhook lag p99 at 200 events/s, PostgreSQL / SQLite",
-        "ratios": [round(r, 4) for r in ratios],
-        "median": round(statistics.median(ratios), 4) if ratios else None,
-        "min": round(min(ratios), 4) if ratios else None,
-        "max": round(max(ratios), 4) if ratios else None,
-        "rounds": len(ratios),
-        "target_min": None,  # the target is the p99 itself: <= 1 s (issue 22)
-        "met": None,
-        "percent": False,
-        "p99_ms_postgresql": p99s["postgresql"],
-        "p99_ms_sqlite": p99s["sqlite"],
-    }
-    return [last, compared]
-
-
 async def run_webhooks(directory: Path, quick: bool) -> list[Row]:
     """Every webhook row, each on a SQLite file of its own in `directory`."""
     process, base = start_receiver()
     try:
-        events, seconds, rounds = (1000, 3.0, 2) if quick else (5000, 10.0, 4)
+        events, seconds = (1000, 3.0) if quick else (5000, 10.0)
         rows = [await throughput(f"sqlite+aiosqlite:///{directory}/t.db", base, events)]
-        rows += await asyncio.to_thread(client_cpu, base, rounds + 1)
-        rows += await dead_beside(directory, base, rounds, seconds)
-        rows += await postgres_vs_sqlite(directory, base, rounds, seconds)
+        lag = f"sqlite+aiosqlite:///{directory}/lag.db"
+        rows.append(await steady_lag(lag, base, 200, seconds, "webhook_lag"))
+        postgres = start_postgres()
+        try:
+            lag = postgres.create_database("lag")
+            rows.append(await steady_lag(lag, base, 200, seconds, "webhook_lag_postgresql"))
+        finally:
+            postgres.stop()
         return rows
     finally:
         global _http
         if _http is not None:
             await _http.aclose()
             _http = None
-        process.terminate()  # the dead endpoint's requests are cut after 1 s
+        process.terminate()
         process.wait(timeout=30)
 
 

@@ -21,7 +21,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,22 +87,6 @@ async def _commit(url: str, events: int) -> None:
         await database.dispose()
 
 
-@dataclass(frozen=True)
-class Serving:
-    """One delivery-while-serving run: the deliverer on the request loop or on its own
-    thread, under a closed-loop (wrk) or open-loop (`rate` grabs/s) flash grab."""
-
-    own_thread: bool
-    rate: float | None = None  # None: wrk, closed loop, at saturation
-
-    @property
-    def name(self) -> str:
-        """The contender's label in the rows."""
-        where = "own thread" if self.own_thread else "request loop"
-        load = "closed loop" if self.rate is None else "open loop"
-        return f"{load}, {where}"
-
-
 def delivery_while_serving(
     redis_url: str,
     workdir: Path,
@@ -111,15 +94,15 @@ def delivery_while_serving(
     wrk: str | None,
     events: int,
     seconds: int,
-    run: Serving,
+    rate: float | None,
     tag: str,
 ) -> Trial:
-    """`events` committed 1 s into `seconds` of flash grabs at the same server: its
-    deliveries per second until all arrived or the load ended, and its grabs per second."""
+    """`events` committed 1 s into `seconds` of flash grabs at the same server, closed loop
+    (wrk, `rate` None) or open loop at `rate` grabs/s: its deliveries per second until all
+    arrived or the load ended, and its grabs per second."""
     httpx.delete(f"{base}/lags", timeout=30)
-    env = {**WEBHOOK_ENV, "GROUPBUY_WEBHOOKS_OWN_THREAD": str(run.own_thread).lower()}
     load_average = os.getloadavg()[0]
-    with _groupbuy("uvicorn", redis_url, workdir, 1, tag, **env) as target:
+    with _server(redis_url, workdir, tag) as target:
         _subscribe(target, base, 1)
         packets = [f"pk-{tag}-{i}" for i in range(seconds * 2 + 1)]
         _send_packets(target.client, tag, packets, 1_000_000, 10_000)
@@ -127,10 +110,10 @@ def delivery_while_serving(
 
         def drive() -> None:
             url = target.server.url
-            if run.rate is None:
+            if rate is None:
                 load.update(_load(wrk, url, seconds, "grab", *packets))
             else:
-                load.update(_open_loop(url, run.rate, seconds, tag, "grab", *packets))
+                load.update(_open_loop(url, rate, seconds, tag, "grab", *packets))
 
         driver = threading.Thread(target=drive)
         driver.start()
@@ -145,7 +128,7 @@ def delivery_while_serving(
         driver.join()
         errors = target.server.log_errors()
     extra: dict[str, Any] = {}
-    if run.rate is None:
+    if rate is None:
         grabs_per_s = load["requests"] / (load["duration_us"] / 1e6)
         grab_5xx = int(load.get("c5xx", 0))
     else:
@@ -180,53 +163,22 @@ def serving_rounds(
     seconds: int,
     rounds: int,
 ) -> list[Row]:
-    """Delivery while serving, the deliverer on the request loop against its own thread,
-    in alternated rounds: under the closed-loop flash grab at saturation, then under an
-    open-loop one at OPEN_LOOP_SHARE of the closed loop's median rate on the request loop."""
-    trials: dict[str, list[Trial]] = {}
-
-    def alternate(runs: tuple[Serving, Serving]) -> None:
-        for index in range(rounds):
-            for run in runs if index % 2 == 0 else runs[::-1]:
-                tag = f"ws{index}{int(run.own_thread)}{int(run.rate is None)}"
-                trial = delivery_while_serving(
-                    redis_url, workdir, base, wrk, events, seconds, run, tag
-                )
-                trials.setdefault(run.name, []).append(trial)
-
-    alternate((Serving(False), Serving(True)))
-    closed = statistics.median(t.correct["grabs_per_s"] for t in trials[Serving(False).name])
-    rate = round(closed * OPEN_LOOP_SHARE, 1)
-    alternate((Serving(False, rate), Serving(True, rate)))
-    rows: list[Row] = []
-    for name, runs in trials.items():
-        rows.append(_serving_row(name, runs, events, seconds))
-    for load in ("closed loop", "open loop"):
-        mine, other = trials[f"{load}, own thread"], trials[f"{load}, request loop"]
-        rows.append(
-            comparison(
-                f"webhook_serving_{load.replace(' ', '_')}_own_thread_vs_request_loop",
-                f"deliveries/s while serving ({load} grabs), deliverer on its own thread / "
-                "on the request loop",
-                mine,
-                other,
-                None,
-            )
-        )
-        rows.append(
-            comparison(
-                f"webhook_serving_{load.replace(' ', '_')}_grabs_own_thread_vs_request_loop",
-                f"grabs/s ({load}) beside the deliverer on its own thread / on the request loop",
-                [_grab_trial(t) for t in mine],
-                [_grab_trial(t) for t in other],
-                None,
-            )
-        )
-    return rows
-
-
-def _grab_trial(trial: Trial) -> Trial:
-    return Trial(round(trial.correct["grabs_per_s"] * 1000), 1000.0, trial.correct)
+    """Delivery while serving, the deliverer on the request loop: under the closed-loop
+    flash grab at saturation, then under an open-loop one at OPEN_LOOP_SHARE of the closed
+    loop's median rate."""
+    closed = [
+        delivery_while_serving(redis_url, workdir, base, wrk, events, seconds, None, f"ws{n}c")
+        for n in range(rounds)
+    ]
+    rate = round(statistics.median(t.correct["grabs_per_s"] for t in closed) * OPEN_LOOP_SHARE, 1)
+    opened = [
+        delivery_while_serving(redis_url, workdir, base, wrk, events, seconds, rate, f"ws{n}o")
+        for n in range(rounds)
+    ]
+    return [
+        _serving_row("closed loop, request loop", closed, events, seconds),
+        _serving_row("open loop, request loop", opened, events, seconds),
+    ]
 
 
 def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row:

@@ -1,6 +1,7 @@
 """Engine-level benchmark: the services called in-process, no HTTP, on a real redis-server.
 
-One module per scenario (flash_grab, lock_storm, mixed, evalsha, scaling, half_rate),
+One module per scenario (flash_grab, lock_storm, join_flash, evalsha, scaling, half_rate,
+versus, background),
 what they share in `common`, the order they run in `runner`; the measuring code is
 benchmarks/measure.py, which the HTTP level uses too. benchmarks/run.py calls
 `run_engine(redis_url, database_url, quick)`; `python -m benchmarks.engine [--full]`

@@ -33,8 +33,6 @@ class Sizes:
     teams: int  # T, teams of the lock storm
     storm_users: int
     storm_steps: int
-    mixed_users: int
-    mixed_steps: int
     bench_requests: int  # redis-benchmark -n
     scaling_live: tuple[int, ...]
     scaling_ops: int
@@ -49,11 +47,11 @@ class Sizes:
 
 
 FULL = Sizes(
-    1000, 5000, 200, 2000, 10, 2000, 6, 200_000, (10**3, 10**4, 10**5), 5_000,
+    1000, 5000, 200, 2000, 10, 200_000, (10**3, 10**4, 10**5), 5_000,
     5, 1000, 3000, 250, 5000, 50_000, 1000, 5000,
 )  # fmt: skip
 QUICK = Sizes(
-    200, 1000, 50, 300, 10, 300, 6, 25_000, (10**3, 10**4), 3_000,
+    200, 1000, 50, 300, 10, 25_000, (10**3, 10**4), 3_000,
     3, 300, 1000, 100, 2000, 20_000, 200, 1000,
 )  # fmt: skip
 

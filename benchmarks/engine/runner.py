@@ -27,7 +27,6 @@ from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
 from benchmarks.engine.half_rate import _rate_of, half_rate, rate_label
 from benchmarks.engine.join_flash import join_flash_groupbuy
 from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
-from benchmarks.engine.mixed import mixed_groupbuy
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
 from benchmarks.engine.versus import versus_rows
 from groupbuy.services import Services
@@ -48,7 +47,6 @@ async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dic
             ("lock_storm groupbuy", lambda: lock_storm_groupbuy(services, sizes, run)),
             ("lock_storm naive", lambda: lock_storm_naive(services, sizes, run)),
             ("join_flash groupbuy", lambda: join_flash_groupbuy(services, sizes, run)),
-            ("mixed groupbuy", lambda: mixed_groupbuy(services, sizes, run)),
             ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
             (
                 "interleaved comparisons",
