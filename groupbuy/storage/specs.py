@@ -7,7 +7,7 @@ agree). Callers hand named key groups (`KeyGroup` dataclasses built by
 groupbuy.storage.keys) and named arguments; the spec turns them into the positional lists
 EVALSHA takes, and `parse` (the one reply parser) reads the reply into a `Reply`: its code
 and its fields by name. docs/scripts.md is rendered from the specs
-(`python -m groupbuy.ops.script_docs`).
+(`python -m scripts.script_docs`).
 """
 
 from __future__ import annotations

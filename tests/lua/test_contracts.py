@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from groupbuy.ops.script_docs import DOC, REGENERATE, all_contracts, render
 from groupbuy.storage.scripts import script_names, script_source
 from groupbuy.storage.specs import ScriptSpec
+from scripts.script_docs import DOC, REGENERATE, all_contracts, render
 
 _NAMED = re.compile(r"^local (\w+) = (KEYS|ARGV)\[(\d+)\]$", re.MULTILINE)
 _TAIL = re.compile(r"^local (\w+)_at = (\d+)$", re.MULTILINE)

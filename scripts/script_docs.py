@@ -1,7 +1,7 @@
-"""docs/scripts.md, rendered from the script contracts: `python -m groupbuy.ops.script_docs`.
+"""docs/scripts.md, rendered from the script contracts: `python -m scripts.script_docs`.
 
 The contracts live with their engines (groupbuy.locks.scripts, groupbuy.redpacket.scripts)
-and in groupbuy.storage.calls; this module, above all three, gathers them.
+and in groupbuy.storage.calls; this command gathers them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from groupbuy.redpacket import scripts as packet_scripts
 from groupbuy.storage import calls
 from groupbuy.storage.specs import ScriptSpec, Shape, Slot
 
-REGENERATE = "python -m groupbuy.ops.script_docs"
-DOC = Path(__file__).resolve().parents[2] / "docs" / "scripts.md"
+REGENERATE = "python -m scripts.script_docs"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "scripts.md"
 
 
 def all_contracts() -> dict[str, ScriptSpec[Any]]:
