@@ -6,7 +6,8 @@ layer's (groupbuy/api/problems.py, `problem_body`)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from enum import Enum
+from typing import Any, ClassVar, NoReturn
 
 
 class GroupBuyError(Exception):
@@ -188,3 +189,15 @@ def every_error() -> list[type[GroupBuyError]]:
         found.setdefault(cls.code, cls)
         pending.extend(cls.__subclasses__())
     return sorted(found.values(), key=lambda cls: (cls.status_code, cls.code))
+
+
+def raise_for(code: Enum, detail: str | None = None, **extra: Any) -> NoReturn:
+    """Raise the API error a script's refusal code stands for: the one whose problem code
+    is the code's name, lower-cased (TEAM_FULL: team_full). A code without one is a bug."""
+    error = _BY_CODE.get(code.name.lower())
+    if error is None:
+        raise RuntimeError(f"script code {code!r} has no error mapping")
+    raise error(detail, **extra)
+
+
+_BY_CODE = {cls.code: cls for cls in every_error()}

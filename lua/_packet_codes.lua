@@ -1,4 +1,5 @@
 -- _packet_codes: the reply codes of the packet_* scripts.
 -- Code numbers, mirrored by groupbuy.redpacket.codes.PacketCode.
-local OK, EXISTING, NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED, NOT_DUE = 0, 1, 2, 3, 4, 5, 6
-local USER_BLOCKED, LIMIT_EXCEEDED = 7, 8
+-- A refusal's name is its HTTP problem code, upper-cased (PACKET_NOT_FOUND: packet_not_found).
+local OK, EXISTING, PACKET_NOT_FOUND, ALREADY_GRABBED, SOLD_OUT, EXPIRED = 0, 1, 2, 3, 4, 5
+local NOT_DUE, USER_BLOCKED, LIMIT_EXCEEDED = 6, 7, 8

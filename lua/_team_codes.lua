@@ -1,5 +1,6 @@
 -- _team_codes: the reply codes of the team_* scripts and user_lock_read.
--- Code numbers, mirrored by groupbuy.locks.codes.TeamCode.
+-- Code numbers, mirrored by groupbuy.locks.codes.TeamCode. A refusal's name is its HTTP
+-- problem code, upper-cased (TEAM_FULL: team_full).
 local OK, EXISTING, TEAM_FULL, ALREADY_MEMBER, TEAM_FORMED, TEAM_FAILED = 0, 1, 2, 3, 4, 5
 local TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, LOCK_REQUIRED, CONFLICT, SWITCH_NEEDED = 6, 7, 8, 9, 10
 local NO_LOCK, NO_TEAM_AVAILABLE, LOOK_FURTHER, USER_LIMIT_REACHED = 11, 12, 13, 14

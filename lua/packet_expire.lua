@@ -6,12 +6,12 @@
 -- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.scripts.PACKET_EXPIRE), named in
 -- _packet_lib.
 -- Returns {OK, refunded_cents} this call closed it, {NOT_DUE, expires_ms} still active,
--- {EXISTING, status} it had already ended (sold_out or expired), {NOT_FOUND}.
+-- {EXISTING, status} it had already ended (sold_out or expired), {PACKET_NOT_FOUND}.
 -- Afterwards the due index lists the packet exactly while it is active, at its expiry.
 local p = load_packet(now_ms(shift_ms))
 if not p then
   redis.call('ZREM', packet_due, packet_id)
-  return {NOT_FOUND}
+  return {PACKET_NOT_FOUND}
 end
 if p.just_expired then
   return {OK, p.remaining_cents}

@@ -15,12 +15,12 @@ local resend_window_ms = ARGV[5]
 -- {ALREADY_GRABBED, amount_cents} the same amount as the first time (another request),
 -- {USER_BLOCKED} an admin blocked the user (a grab taken before is still answered),
 -- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
--- {NOT_FOUND}.
+-- {PACKET_NOT_FOUND}.
 local now = now_ms(shift_ms)
 local user = user_id
 local p = load_packet(now)
 if not p then
-  return {NOT_FOUND}
+  return {PACKET_NOT_FOUND}
 end
 local prior = redis.call('HGET', packet_grabs, user)
 if prior then

@@ -1,15 +1,17 @@
-"""Result codes of the team_* scripts and the one place that turns them into errors."""
+"""Result codes of the team_* scripts; a refusal's name is its HTTP problem code."""
 
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, NoReturn
 
-from groupbuy import errors
+from groupbuy.errors import raise_for
+
+__all__ = ["TeamCode", "raise_for"]
 
 
 class TeamCode(IntEnum):
-    """Mirror of the code numbers at the end of lua/_team_lib.lua."""
+    """Mirror of the code numbers in lua/_team_codes.lua. A refusal is named after the API
+    error it becomes (TEAM_FULL: errors.TeamFull, problem team_full; `raise_for`)."""
 
     OK = 0
     EXISTING = 1
@@ -28,33 +30,3 @@ class TeamCode(IntEnum):
     USER_LIMIT_REACHED = 14
     USER_BLOCKED = 15
     ACTIVITY_CLOSED = 16
-
-
-_ERRORS: dict[TeamCode, type[errors.GroupBuyError]] = {
-    TeamCode.TEAM_FULL: errors.TeamFull,
-    TeamCode.ALREADY_MEMBER: errors.AlreadyMember,
-    TeamCode.TEAM_FORMED: errors.TeamFormed,
-    TeamCode.TEAM_FAILED: errors.TeamFailed,
-    TeamCode.TEAM_NOT_FOUND: errors.TeamNotFound,
-    TeamCode.ACTIVITY_NOT_FOUND: errors.ActivityNotFound,
-    TeamCode.LOCK_REQUIRED: errors.LockRequired,
-    TeamCode.CONFLICT: errors.Conflict,
-    TeamCode.NO_LOCK: errors.NoLock,
-    TeamCode.NO_TEAM_AVAILABLE: errors.NoTeamAvailable,
-    TeamCode.USER_LIMIT_REACHED: errors.UserLimitReached,
-    TeamCode.USER_BLOCKED: errors.UserBlocked,
-    TeamCode.ACTIVITY_CLOSED: errors.ActivityClosed,
-}
-
-
-def split_reply(reply: list[Any]) -> tuple[TeamCode, list[Any]]:
-    """(code, rest) of a script reply; an unknown code is a bug and raises."""
-    return TeamCode(int(reply[0])), list(reply[1:])
-
-
-def raise_for(code: TeamCode, detail: str | None = None, **extra: Any) -> NoReturn:
-    """Raise the API error that a failure code stands for."""
-    error = _ERRORS.get(code)
-    if error is None:
-        raise RuntimeError(f"script code {code!r} has no error mapping")
-    raise error(detail, **extra)

@@ -53,12 +53,12 @@ class GrabService:
         token = secrets.token_urlsafe(REQUEST_TOKEN_BYTES)
         grab = (packet_id, user_id, token, self._resend_window_ms)
         reply = await self._packets.grab(*grab)
-        if reply.code is PacketCode.NOT_FOUND:
+        if reply.code is PacketCode.PACKET_NOT_FOUND:
             answer = await self._missing.grab_missing(packet_id, user_id)
             if answer is not None:
                 return answer
             reply = await self._packets.grab(*grab)
-            if reply.code is PacketCode.NOT_FOUND:
+            if reply.code is PacketCode.PACKET_NOT_FOUND:
                 raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
         if reply.code is PacketCode.OK:
             self._acks.note(

@@ -26,7 +26,7 @@ class ReadService(UsesBackends):
     async def get(self, packet_id: str) -> dict[str, Any]:
         """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
         reading = await self._packets.read(packet_id)
-        if reading.code is PacketCode.NOT_FOUND:
+        if reading.code is PacketCode.PACKET_NOT_FOUND:
             row = await recorded_packet(self._db, packet_id)
             if await self._recovery.bring_back(row):
                 reading = await self._packets.read(packet_id)

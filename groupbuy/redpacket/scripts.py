@@ -51,7 +51,7 @@ _RECORDED = slots(
     ("retention_ms", "how long the keys outlive the expiry"),
 )
 
-OK, EXISTING, NOT_FOUND = PacketCode.OK, PacketCode.EXISTING, PacketCode.NOT_FOUND
+OK, EXISTING, PACKET_NOT_FOUND = PacketCode.OK, PacketCode.EXISTING, PacketCode.PACKET_NOT_FOUND
 _GRABBED = ("amount_cents", "remaining_count", "seq", "epoch", "grabbed_at_ms")
 
 PACKET_CREATE = ScriptSpec(
@@ -106,7 +106,7 @@ PACKET_GRAB = ScriptSpec(
         PacketCode.USER_BLOCKED: shape("an admin blocked the user"),
         PacketCode.SOLD_OUT: shape("every share is taken"),
         PacketCode.EXPIRED: shape("its time is up (the first call after it closes it)"),
-        NOT_FOUND: shape("no such packet"),
+        PACKET_NOT_FOUND: shape("no such packet"),
     },
 )
 PACKET_READ = ScriptSpec(
@@ -121,7 +121,7 @@ PACKET_READ = ScriptSpec(
             ("grabs", reply_dict),
             ("now_ms", int),
         ),
-        NOT_FOUND: shape("no such packet"),
+        PACKET_NOT_FOUND: shape("no such packet"),
     },
 )
 PACKET_EXPIRE = ScriptSpec(
@@ -133,7 +133,7 @@ PACKET_EXPIRE = ScriptSpec(
         OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
         PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
         EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
-        NOT_FOUND: shape("no such packet"),
+        PACKET_NOT_FOUND: shape("no such packet"),
     },
 )
 PACKET_ADMIT = ScriptSpec(

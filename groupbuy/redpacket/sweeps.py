@@ -107,7 +107,7 @@ class SweepService(UsesBackends):
             missing += [
                 p
                 for p, reply in zip(chunk, replies, strict=True)
-                if reply.code is PacketCode.NOT_FOUND
+                if reply.code is PacketCode.PACKET_NOT_FOUND
             ]
         restored = 0
         for packet_id in missing[:restore_limit]:

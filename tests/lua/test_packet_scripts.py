@@ -23,7 +23,7 @@ WINDOW_MS = 30_000  # packet_grab's resend window
 # The replies that are a code alone.
 OK = Reply(PacketCode.OK)
 EXISTING = Reply(PacketCode.EXISTING)
-NOT_FOUND = Reply(PacketCode.NOT_FOUND)
+PACKET_NOT_FOUND = Reply(PacketCode.PACKET_NOT_FOUND)
 SOLD_OUT = Reply(PacketCode.SOLD_OUT)
 EXPIRED = Reply(PacketCode.EXPIRED)
 USER_BLOCKED = Reply(PacketCode.USER_BLOCKED)
@@ -109,7 +109,7 @@ async def test_create_handles_ten_thousand_shares(h: Harness) -> None:
 
 
 async def test_grab_outcomes(h: Harness) -> None:
-    assert await h.grab("u1") == NOT_FOUND
+    assert await h.grab("u1") == PACKET_NOT_FOUND
     await h.create([5, 3, 2])
     # {OK, amount, remaining, seq, epoch, now_ms}
     assert share(await h.grab("u1")) == (5, 2, 1, 0)
@@ -198,7 +198,7 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
 
 
 async def test_read(h: Harness) -> None:
-    assert await h.packets.read(PID) == NOT_FOUND
+    assert await h.packets.read(PID) == PACKET_NOT_FOUND
     await h.create([2, 1])
     await h.grab("u1")
     state = await h.packets.read(PID)
@@ -370,7 +370,7 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
     assert (await h.packets.expire(PID)).code is PacketCode.EXISTING
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {"gone": 1})  # so does one of a packet Redis no longer has
-    assert await h.packets.expire("gone") == NOT_FOUND
+    assert await h.packets.expire("gone") == PACKET_NOT_FOUND
     assert await h.redis.zscore(due, "gone") is None
 
 
