@@ -1,10 +1,10 @@
 """The typed client's speed: `GroupBuyClient.grab` against a plain aiohttp session's POST,
 both driving one `groupbuy serve` worker from this one process.
 
-One redis-server and one worker (benchmarks/servers.py); each trial sends a packet of
+One redis-server and one worker (benchmarks/harness.py); each trial sends a packet of
 10,000 shares (not timed), then N callers grab it, each grab a distinct user, until every
 share asked for is answered. The contenders alternate round after round at 32 and at 256
-callers (benchmarks/interleave.py, the warm-up round dropped); the figure is the median of
+callers (benchmarks/harness.py, the warm-up round dropped); the figure is the median of
 the same-round ratios client / session, with the lowest and highest round. Issue 24 asks
 for at least 0.8 at both. Every answer must be `grabbed`.
 
@@ -14,26 +14,32 @@ for at least 0.8 at both. Every answer must be `grabbed`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import os
-import statistics
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 
-from benchmarks.interleave import Trial, comparison, merge_correct, rotation
-from benchmarks.measure import Row, percentile, result_row
-from benchmarks.servers import ADMIN_KEY, SERVICE_KEY, Server, groupbuy_command, serve, wait_idle
+from benchmarks.harness import (
+    ADMIN_KEY,
+    SERVICE_KEY,
+    Bench,
+    Row,
+    Server,
+    Trial,
+    comparison,
+    groupbuy,
+    percentile,
+    rotation,
+    standalone,
+    trials_row,
+    wait_idle,
+)
 from groupbuy.client import GroupBuyAPIError, GroupBuyClient
-from tests.support.servers import start_redis
 
 TARGET = 0.8  # client / plain aiohttp session, at least
 CALLERS = (32, 256)
@@ -142,50 +148,35 @@ async def measure(
 
 
 def _row(name: str, callers: int, trials: list[Trial], note: str) -> Row:
-    def median_of(i: int) -> float | None:
-        present = [t.percentiles_ms[i] for t in trials if t.percentiles_ms]
-        values = [v for v in present if v is not None]
-        return round(statistics.median(values), 3) if values else None
-
-    loads = [t.correct["load_average_1m"] for t in trials]
-    correct = merge_correct(
-        [{k: v for k, v in t.correct.items() if k != "load_average_1m"} for t in trials]
-    )
-    return result_row(
-        f"client_grab_{callers}",
-        "client",
-        name,
-        sum(t.ops for t in trials),
-        sum(t.seconds for t in trials),
-        (median_of(0), median_of(1), median_of(2)),
-        correct,
+    loads = [t.correct.pop("load_average_1m") for t in trials]
+    return trials_row(
+        f"client_grab_{callers}", name, trials,
         f"{note}; {callers} concurrent callers in one process against groupbuy serve "
         f"(1 worker); {len(trials)} rounds alternated with the other contender; load "
         f"average {min(loads):.1f}-{max(loads):.1f}; percentiles are the median of the rounds'",
-        seconds_digits=3,
-        rounds_ops_per_s=[round(t.rate, 1) for t in trials],
-        load_average=[min(loads), max(loads)],
-    )
+        level="client", load_average=[min(loads), max(loads)],
+    )  # fmt: skip
 
 
-def run_client_speed(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
+def run_client_speed(bench: Bench) -> list[Row]:
     """The client against a plain aiohttp session at 32 and 256 callers: rows and ratios."""
-    client = CLIENT
-    contenders: dict[str, Opener] = {SESSION: aiohttp_session, client: typed_client}
-    args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, "cs")
+    plan = QUICK if bench.quick else FULL
+    plan = Plan(bench.rounds or plan.rounds, plan.grabs)
+    contenders: dict[str, Opener] = {SESSION: aiohttp_session, CLIENT: typed_client}
     rows: list[Row] = []
-    with serve(args, env, port, workdir / "groupbuy-client-speed.log") as server:
+    with groupbuy(bench.redis_url, bench.workdir, 1, "cs") as target:
+        server = target.server
         for callers in CALLERS:
             print(f"[client] {callers} callers, {plan.rounds} rounds of {plan.grabs:,} grabs")
             trials = asyncio.run(measure(server.url, server, contenders, plan, callers))
             note = f"POST /v1/redpackets/{{id}}/grab, {plan.grabs:,} distinct users a trial"
             rows.append(_row(SESSION, callers, trials[SESSION], f"{note}; aiohttp defaults"))
-            rows.append(_row(client, callers, trials[client], f"{note}; GroupBuyClient defaults"))
+            rows.append(_row(CLIENT, callers, trials[CLIENT], f"{note}; GroupBuyClient defaults"))
             rows.append(
                 comparison(
                     f"client_grab_vs_aiohttp_{callers}",
-                    f"{client}.grab / a plain aiohttp session, {callers} callers (interleaved)",
-                    trials[client],
+                    f"{CLIENT}.grab / a plain aiohttp session, {callers} callers (interleaved)",
+                    trials[CLIENT],
                     trials[SESSION],
                     TARGET,
                 )
@@ -197,34 +188,5 @@ def run_client_speed(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 1,000 grabs")
-    parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
-    args = parser.parse_args()
-    plan = QUICK if args.quick else FULL
-    if args.rounds:
-        plan = Plan(args.rounds, plan.grabs)
-    redis = start_redis()
-    workdir = Path(tempfile.mkdtemp(prefix="groupbuy-client-speed-"))
-    try:
-        rows = run_client_speed(redis.url, workdir, plan)
-    finally:
-        redis.stop()
-    for r in rows:
-        if "comparison" in r:
-            print(
-                f"{r['what']}: median {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}; "
-                f"target >= {TARGET}: {'met' if r['met'] else 'not met'})"
-            )
-        else:
-            print(
-                f"{r['scenario']:<16} {r['implementation']:<28} {r['ops_per_s']:>8,.0f}/s  "
-                f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  ok {r['correct']['ok']}  "
-                f"load {r['load_average']}"
-            )
-    print(json.dumps([{k: v for k, v in r.items() if k != "latencies_ms"} for r in rows]))
-
-
 if __name__ == "__main__":
-    main()
+    standalone(run_client_speed, __doc__)

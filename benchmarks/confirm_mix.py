@@ -11,44 +11,35 @@ whether confirms queue behind those bulk transactions. Afterwards every team and
 read back: nobody over a team's size, every lock confirmed, every grab recorded.
 
     .venv/bin/python -m benchmarks.confirm_mix                   # both databases, 2,400/s
-    .venv/bin/python -m benchmarks.confirm_mix --database sqlite --seconds 5 --rounds 3
+    .venv/bin/python -m benchmarks.confirm_mix --part sqlite --rounds 3
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import math
 import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from benchmarks.http_level import _open_teams, _packet_checks, _send_packets, _team_checks
-from benchmarks.measure import Row, result_row
-from benchmarks.servers import (
-    ADMIN_KEY,
-    REPO,
-    SERVICE_KEY,
-    Server,
+from benchmarks.harness import (
+    Bench,
+    Groupbuy,
+    Row,
     create_schema,
-    groupbuy_command,
-    serve,
+    groupbuy,
+    result_row,
+    standalone,
     wait_idle,
 )
+from benchmarks.http_level import open_loop, open_teams, packet_checks, send_packets, team_checks
 from tests.support.postgres import PostgresProcess, start_postgres
 from tests.support.servers import start_redis
 
 RATE = 2_400.0  # requests/s: grabs, locks and their confirms together
 SCHEDULED = 0.75  # of which grabs and locks are due on the clock; confirms follow locks
 SECONDS, QUICK_SECONDS = 8, 3
-CONNECTIONS = 128
 ACTIVITIES = 4
 SEATS_USED = 40  # of a team's 49 free seats (teams of 50, http_level.TEAM_SIZE)
 SHARES = 1_000  # per packet: enough packets that none sells out
@@ -64,22 +55,8 @@ def _load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def _generator(url: str, rate: float, seconds: float, tag: str, *params: str) -> dict[str, Any]:
-    """benchmarks/openloop.py in mixed mode, in its own process."""
-    args = [sys.executable, "-m", "benchmarks.openloop", url, f"{rate * SCHEDULED:.1f}"]
-    args += [str(seconds), str(CONNECTIONS), tag, "mixed", SERVICE_KEY, *params]
-    done = subprocess.run(
-        args, cwd=REPO, capture_output=True, text=True, timeout=seconds + 120, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"open-loop generator failed: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
-def one_run(server: Server, rate: float, seconds: float, tag: str) -> dict[str, Any]:
+def one_run(target: Groupbuy, rate: float, seconds: float, tag: str) -> dict[str, Any]:
     """Set up activities and packets, offer the mixed load, read everything back."""
-    url = server.url
     scheduled = int(rate * SCHEDULED * seconds)
     locks = scheduled // 3
     teams = math.ceil(locks / ACTIVITIES / SEATS_USED) + 1
@@ -87,17 +64,16 @@ def one_run(server: Server, rate: float, seconds: float, tag: str) -> dict[str, 
     prefix = f"cm-{tag}"
     activities = [f"{prefix}-{a}" for a in range(1, ACTIVITIES + 1)]
     packets = [f"{prefix}-p{i}" for i in range(math.ceil(grabs / SHARES) + 1)]
-    with httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
-    ) as client:
-        _open_teams(client, activities, teams, lock_ttl_s=300)
-        _send_packets(client, prefix, packets, SHARES * 100, SHARES)
-        load_before = _load_average()
-        result = _generator(url, rate, seconds, tag, prefix, str(ACTIVITIES), str(teams), *packets)
-        load_after = _load_average()
-        idle_after_s = round(wait_idle([server]), 2)  # the write-behind has caught up
-        team_checks = _team_checks(client, activities, teams)
-        packet_checks = _packet_checks(client, packets)
+    client = target.client
+    open_teams(client, activities, teams, lock_ttl_s=300)
+    send_packets(client, prefix, packets, SHARES * 100, SHARES)
+    load_before = _load_average()
+    params = [prefix, str(ACTIVITIES), str(teams), *packets]
+    result = open_loop(target.server.url, rate * SCHEDULED, seconds, tag, "mixed", *params)
+    load_after = _load_average()
+    idle_after_s = target.settle()  # the write-behind has caught up
+    teams_read = team_checks(client, activities, teams)
+    packets_read = packet_checks(client, packets)
     kinds = result["by_kind"]
     confirmed = sum(
         n for status, n in kinds.get("confirm", {}).get("statuses", {}).items() if status == "201"
@@ -105,8 +81,8 @@ def one_run(server: Server, rate: float, seconds: float, tag: str) -> dict[str, 
     locked = kinds.get("lock", {}).get("statuses", {}).get("201", 0)
     correct: dict[str, Any] = {
         "seconds_to_idle_after_load": idle_after_s,
-        **team_checks,
-        **packet_checks,
+        **teams_read,
+        **packets_read,
         "locked": locked,
         "confirmed": confirmed,
         "grabbed_answers": result["grabbed"],
@@ -118,11 +94,11 @@ def one_run(server: Server, rate: float, seconds: float, tag: str) -> dict[str, 
     }
     correct["ok"] = bool(
         result["unanswered"] == 0
-        and locked == confirmed == team_checks["members_joined"]
-        and team_checks["teams_overfull"] == 0
-        and team_checks["users_locked_in_two_teams"] == 0
-        and packet_checks["grabs_recorded"] == result["grabbed"]
-        and packet_checks["packets_inconsistent"] == 0
+        and locked == confirmed == teams_read["members_joined"]
+        and teams_read["teams_overfull"] == 0
+        and teams_read["users_locked_in_two_teams"] == 0
+        and packets_read["grabs_recorded"] == result["grabbed"]
+        and packets_read["packets_inconsistent"] == 0
         and set(result["statuses"]) <= {"200", "201"}
     )
     return {"result": result, "correct": correct}
@@ -157,13 +133,13 @@ def measure(
     runs: list[dict[str, Any]] = []
     for round_ in range(rounds):
         tag = f"{kind[:2]}{round_}"
-        with database(kind, workdir, f"mix_{tag}", postgres) as url:
-            settings = {"GROUPBUY_DATABASE_URL": url}
-            args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, tag, **settings)
-            with serve(args, env, port, workdir / f"groupbuy-{tag}.log") as server:
-                wait_idle([server])
-                run = one_run(server, rate, seconds, tag)
-                run["log_errors"] = server.log_errors()
+        with (
+            database(kind, workdir, f"mix_{tag}", postgres) as url,
+            groupbuy(redis_url, workdir, 1, tag, GROUPBUY_DATABASE_URL=url) as target,
+        ):
+            wait_idle([target.server])
+            run = one_run(target, rate, seconds, tag)
+            run["log_errors"] = target.server.log_errors()
         runs.append(run)
         by = run["result"]["by_kind"]
         figures = "  ".join(
@@ -218,22 +194,18 @@ def rows(kind: str, runs: list[dict[str, Any]], rate: float, seconds: float) -> 
     return out
 
 
-def run_confirm_mix(
-    workdir: Path,
-    quick: bool,
-    databases: tuple[str, ...] = DATABASES,
-    rounds: int = 1,
-    seconds: float | None = None,
-    rate: float = RATE,
-) -> list[Row]:
-    """The rows of every database asked for."""
-    seconds = seconds or (QUICK_SECONDS if quick else SECONDS)
+def run_confirm_mix(bench: Bench, rate: float = RATE) -> list[Row]:
+    """The rows of every database asked for (parts: sqlite, postgresql)."""
+    seconds = QUICK_SECONDS if bench.quick else SECONDS
+    databases = bench.parts or DATABASES
     redis_server = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
     postgres = start_postgres() if "postgresql" in databases else None
     out: list[Row] = []
     try:
         for kind in databases:
-            runs = measure(kind, redis_server.url, workdir, rate, seconds, rounds, postgres)
+            runs = measure(
+                kind, redis_server.url, bench.workdir, rate, seconds, bench.rounds or 1, postgres
+            )
             out += rows(kind, runs, rate, seconds)
     finally:
         redis_server.stop()
@@ -242,35 +214,5 @@ def run_confirm_mix(
     return out
 
 
-def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=DATABASES, action="append")
-    parser.add_argument("--seconds", type=float, default=SECONDS)
-    parser.add_argument("--rate", type=float, default=RATE, help="requests/s, all kinds")
-    parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="groupbuy-confirm-mix-"))
-    found = run_confirm_mix(
-        workdir,
-        False,
-        tuple(args.database or DATABASES),
-        args.rounds,
-        args.seconds,
-        args.rate,
-    )
-    for row in found:
-        print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}))
-    print()
-    for row in found:
-        print(
-            f"{row['scenario']:<28} {row['implementation']:<40} p50 {row['p50_ms']:>8} "
-            f"p99 {row['p99_ms']:>8}  ok {row['correct']['ok']}"
-        )
-    medians: dict[str, dict[str, float]] = {}
-    for row in found:
-        medians.setdefault(row["implementation"], {})[row["scenario"]] = row["p99_ms"]
-    print(f"logs in {workdir}; p99 by implementation: {json.dumps(medians)}")
-
-
 if __name__ == "__main__":
-    _main()
+    standalone(run_confirm_mix, __doc__, DATABASES)

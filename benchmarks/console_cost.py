@@ -47,15 +47,25 @@ import redis
 
 from benchmarks import console_report
 from benchmarks.console_seed import FULL, QUICK, Scale, Seeded, seed
-from benchmarks.http_level import Groupbuy, _ensure_wrk, _flash_grab, _trial
-from benchmarks.interleave import Trial, comparison, run_sync
-from benchmarks.measure import percentile
-from benchmarks.servers import ADMIN_KEY, Server, groupbuy_command, serve, wait_idle
+from benchmarks.harness import (
+    ADMIN_KEY,
+    REPO,
+    Bench,
+    Groupbuy,
+    Server,
+    Trial,
+    comparison,
+    groupbuy_command,
+    percentile,
+    run_sync,
+    serve,
+    wait_idle,
+)
+from benchmarks.http_level import flash_grab, wrk_trial
 from groupbuy.services import build_services, running
 from groupbuy.settings import load_settings
 from tests.support.servers import start_redis
 
-REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 CONSOLES = 20
 POLL_S = 10.0  # a console page that polls reloads every 10 s (docs/console.md)
@@ -289,20 +299,19 @@ def watched_pages(seeded: Seeded) -> list[tuple[str, str]]:
 
 def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: Plan) -> Any:
     """The flash grab with no console and with CONSOLES open, alternated round by round."""
-    wrk = _ensure_wrk()
     loads: list[float] = []
     opened: list[int] = []
 
     def bare(index: int) -> Trial:
         seconds = plan.round_s if index else 1
         loads.append(round(os.getloadavg()[0], 2))
-        return _trial(*_flash_grab(target, wrk, seconds, f"n{index}"))
+        return wrk_trial(*flash_grab(target, seconds, f"n{index}"))
 
     def watched(index: int) -> Trial:
         seconds = plan.round_s if index else 1
         loads.append(round(os.getloadavg()[0], 2))
         with Consoles(target.server.url, cookies, watched_pages(seeded)) as consoles:
-            trial = _trial(*_flash_grab(target, wrk, seconds, f"c{index}"))
+            trial = wrk_trial(*flash_grab(target, seconds, f"c{index}"))
         opened.append(consoles.updates)
         if consoles.failures:
             raise RuntimeError(f"{consoles.failures} console(s) failed during round {index}")
@@ -325,7 +334,7 @@ def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: 
         "rates": {name: [round(t.rate) for t in ts] for name, ts in trials.items()},
         "loads_1m": loads,
         "live_updates": opened,
-        "how": f"Wrk {'' if wrk else 'absent: httpx '}load, rounds of {plan.round_s} s; "
+        "how": f"Wrk load, rounds of {plan.round_s} s; "
         f"each console holds its live stream and reloads its page every {POLL_S:.0f} s.",
         "ok": all(t.correct.get("ok", False) for ts in trials.values() for t in ts),
     }
@@ -337,7 +346,7 @@ def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: 
 @contextlib.contextmanager
 def seeded_server(redis_url: str, workdir: Path, scale: Scale) -> Iterator[tuple[Server, Seeded]]:
     """A seeded database (and its Redis state) served by one `groupbuy serve` worker."""
-    args, env, port = groupbuy_command("uvicorn", redis_url, workdir, 1, "console")
+    args, env, port = groupbuy_command(redis_url, workdir, 1, "console")
     config = REPO / "config.toml"
     settings = load_settings(config if config.is_file() else None, env)
 
@@ -352,11 +361,12 @@ def seeded_server(redis_url: str, workdir: Path, scale: Scale) -> Iterator[tuple
         yield server, seeded
 
 
-def run_console_cost(redis_url: str, workdir: Path, quick: bool, command: str) -> dict[str, Any]:
+def run_console_cost(bench: Bench, command: str) -> dict[str, Any]:
     """Seed, serve, time the pages, count the Redis commands, run the grab rounds."""
-    plan = PLANS["quick" if quick else "full"]
+    plan = PLANS["quick" if bench.quick else "full"]
+    redis_url = bench.redis_url
     with (
-        seeded_server(redis_url, workdir, plan.scale) as (server, seeded),
+        seeded_server(redis_url, bench.workdir, plan.scale) as (server, seeded),
         contextlib.closing(signed_in(server.url)) as client,
     ):
         wait_idle([server])
@@ -410,7 +420,7 @@ def main() -> None:
     server = start_redis()
     try:
         with tempfile.TemporaryDirectory(prefix="groupbuy-console-") as workdir:
-            result = run_console_cost(server.url, Path(workdir), args.quick, command)
+            result = run_console_cost(Bench(server.url, Path(workdir), args.quick), command)
     finally:
         server.stop()
     c = result["grab"]["comparison"]

@@ -5,7 +5,7 @@ redis-server.
 
 Both servers run at once (own key prefixes and SQLite files) and are measured in
 alternation, round after round, each round started with both idle
-(benchmarks/interleave.py); the figure is the median of the same-round ratios of their
+(benchmarks/harness.py); the figure is the median of the same-round ratios of their
 rates, on/off. Target: the limits cost at most 10% of the grab path (ratio >= 0.90). The
 load is benchmarks/http_level.py's flash grab (wrk, distinct users, every 20th request a
 double tap, all through one API key): no request may be refused, so the row's
@@ -18,44 +18,37 @@ correctness counts also show that the default limits do not throttle a flash sal
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
-import json
-import tempfile
-import time
 from collections.abc import Callable
-from pathlib import Path
 
-import redis
-
-from benchmarks.http_level import (
-    CONNECTIONS,
-    FULL,
-    QUICK,
-    THREADS,
-    Plan,
-    _ensure_wrk,
-    _flash_grab,
-    _groupbuy,
-    _groupbuy_trial,
-    _log_errors,
-    _notes,
-    _rounds_row,
-    _say,
+from benchmarks.harness import (
+    Bench,
+    Row,
+    Server,
+    Trial,
+    comparison,
+    cpu_seconds,
+    groupbuy,
+    run_sync,
+    standalone,
+    wait_idle,
 )
-from benchmarks.interleave import Trial, comparison, run_sync
-from benchmarks.measure import Row
-from benchmarks.servers import Server, cpu_seconds, wait_idle
+from benchmarks.http_level import (
+    flash_grab,
+    groupbuy_trial,
+    log_errors,
+    notes,
+    plan_of,
+    rounds_row,
+    say,
+)
 from groupbuy.settings import RateLimitSettings
-from tests.support.servers import start_redis
 
 TARGET = 0.90  # rate with limits on / rate with them off, at least
 ON, OFF = "grab, rate limits on", "grab, rate limits off"
 
 
 def _default_limits() -> dict[str, str]:
-    """GROUPBUY_RATELIMIT_* at the built-in defaults (benchmarks/servers.py raises the
+    """GROUPBUY_RATELIMIT_* at the built-in defaults (benchmarks/harness.py raises the
     per-user quotas for the other scenarios; this pair measures the shipped settings)."""
     defaults = RateLimitSettings()
     return {
@@ -84,48 +77,40 @@ def _per_cpu(trials: list[Trial]) -> list[Trial]:
     return [Trial(t.ops, t.correct["server_cpu_s"], t.correct) for t in trials]
 
 
-def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
+def run_ratelimit_http(bench: Bench) -> list[Row]:
     """The flash grab with limits on and off, alternated; their rows and the ratios."""
-    wrk = _ensure_wrk()
-    how = f"wrk -t{THREADS} -c{CONNECTIONS}" if wrk else "httpx load in-process (no wrk)"
-    note = _notes(how, 1, plan.round_s)["flash_grab"]
+    plan = plan_of(bench)
+    note = notes(1, plan.round_s)["flash_grab"]
     limits = _default_limits()
-    with contextlib.ExitStack() as stack:
-        on = stack.enter_context(_groupbuy("uvicorn", redis_url, workdir, 1, "rl1", **limits))
-        off = stack.enter_context(
-            _groupbuy(
-                "uvicorn",
-                redis_url,
-                workdir,
-                1,
-                "rl0",
-                **{**limits, "GROUPBUY_RATELIMIT_ENABLED": "false"},
-            )
-        )
+    off_limits = {**limits, "GROUPBUY_RATELIMIT_ENABLED": "false"}
+    with (
+        groupbuy(bench.redis_url, bench.workdir, 1, "rl1", **limits) as on,
+        groupbuy(bench.redis_url, bench.workdir, 1, "rl0", **off_limits) as off,
+    ):
         servers = [on.server, off.server]
         contenders = {
-            ON: _with_cpu(_groupbuy_trial(_flash_grab, on, wrk, plan.round_s), on.server),
-            OFF: _with_cpu(_groupbuy_trial(_flash_grab, off, wrk, plan.round_s), off.server),
+            ON: _with_cpu(groupbuy_trial(flash_grab, on, plan.round_s), on.server),
+            OFF: _with_cpu(groupbuy_trial(flash_grab, off, plan.round_s), off.server),
         }
-        _say(f"rate limits: {', '.join(contenders)}; {plan.rounds} rounds")
-        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=_say)
+        say(f"rate limits: {', '.join(contenders)}; {plan.rounds} rounds")
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
         rows = [
-            _rounds_row(
+            rounds_row(
                 "flash_grab",
                 "groupbuy (1 worker, rate limits on)",
                 trials[ON],
                 f"{note}; [ratelimit] at its defaults: each grab first takes from the key's "
                 "and the user's bucket in one script call",
             ),
-            _rounds_row(
+            rounds_row(
                 "flash_grab",
                 "groupbuy (1 worker, rate limits off)",
                 trials[OFF],
                 f"{note}; [ratelimit] enabled = false",
             ),
         ]
-        _log_errors(rows[:1], on.server)
-        _log_errors(rows[1:], off.server)
+        log_errors(rows[:1], on.server)
+        log_errors(rows[1:], off.server)
     for row in rows:
         correct = row["correct"]
         correct["rate_limited"] = correct.get("answers", {}).get("4xx", 0)
@@ -154,40 +139,5 @@ def run_ratelimit_http(redis_url: str, workdir: Path, plan: Plan) -> list[Row]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
-    parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
-    args = parser.parse_args()
-    plan = QUICK if args.quick else FULL
-    if args.rounds:
-        plan = dataclasses.replace(plan, rounds=args.rounds)
-    server = start_redis()
-    workdir = Path(tempfile.mkdtemp(prefix="groupbuy-ratelimit-"))
-    began = time.monotonic()
-    try:
-        redis.Redis.from_url(server.url).flushall()
-        rows = run_ratelimit_http(server.url, workdir, plan)
-    finally:
-        server.stop()
-    for row in rows:
-        print(json.dumps({k: v for k, v in row.items() if k != "latencies_ms"}, default=str))
-    print()
-    for r in rows:
-        if "comparison" in r:
-            print(
-                f"{r['what']}: median {r['median']:.1%} (rounds {r['min']:.1%}-{r['max']:.1%}; "
-                f"target >= {TARGET:.0%}: {'met' if r['met'] else 'not met'})"
-            )
-            continue
-        print(
-            f"{r['implementation']:<40} {r['ops_per_s']:>9,.0f}/s  p50 {r['p50_ms']:.2f} ms  "
-            f"p99 {r['p99_ms']:.2f} ms  ok {r['correct'].get('ok')}  "
-            f"429s {r['correct']['rate_limited']}  "
-            f"server CPU {r['correct']['server_cpu_us_per_request']} µs/request"
-        )
-    print(f"total {time.monotonic() - began:.0f} s; logs in {workdir}")
-
-
 if __name__ == "__main__":
-    main()
+    standalone(run_ratelimit_http, __doc__)

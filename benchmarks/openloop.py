@@ -53,7 +53,7 @@ from urllib.parse import urlparse
 
 import httptools
 
-from benchmarks.measure import percentile
+from benchmarks.harness import percentile
 
 SAMPLE = 2000  # latencies kept for the plot
 KEPT_UP_RATE = 0.95

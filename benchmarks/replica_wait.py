@@ -4,7 +4,7 @@ the same calls answered at once, side by side on the same two servers.
 
 Both contenders are the production wiring (RedPacketService / the team engine, calls
 coalesced) on the same primary, with their own key prefixes; they are measured in
-alternation, round after round (benchmarks/interleave.py), and the figure is the median of
+alternation, round after round (benchmarks/harness.py), and the figure is the median of
 the same-round ratios of their rates, wait / no wait. The replica is on the same machine
 (loopback), so the figure is the cost of the extra round of acknowledgements and of the
 replica's share of the two cores, not of a network hop.
@@ -16,30 +16,24 @@ replica's share of the two cores, not of a network hop.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
-import json
 import secrets
-import tempfile
 import time
-from pathlib import Path
-from typing import Any
 
 import redis
 
-from benchmarks.engine.common import (
-    FULL,
-    QUICK,
-    Sizes,
+from benchmarks.engine.common import FULL, QUICK, Sizes
+from benchmarks.engine.versus import CALLERS, SEATS, alternate, grab_engine, lock_engine
+from benchmarks.harness import (
+    Bench,
+    Row,
     close_services,
+    comparison,
     open_services,
-    say,
+    standalone,
+    trials_row,
 )
-from benchmarks.engine.versus import CALLERS, SEATS, _idle, grab_engine, lock_engine, trials_row
-from benchmarks.interleave import comparison, run_async
-from benchmarks.measure import Row, gather_limited
-from groupbuy.services import Services
 from tests.support.servers import RedisProcess, start_redis
 
 WAIT = "groupbuy, wait_replicas 1"
@@ -74,48 +68,32 @@ def start_pair() -> tuple[RedisProcess, RedisProcess]:
         client.close()
 
 
-async def _services(url: str, database_url: str, prefix: str, wait_replicas: int) -> Services:
-    """The production wiring on the primary, under its own key prefix, connections open."""
-    services = await open_services(
-        url, database_url, key_prefix=prefix, wait_replicas=wait_replicas
-    )
-    await gather_limited([services.redis.ping for _ in range(CALLERS * 2)], limit=CALLERS)
-    return services
-
-
-async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = None) -> list[Row]:
+def run_replica_wait(bench: Bench) -> list[Row]:
     """The flash grab and the seat locks with and without WAIT 1, interleaved (`rounds` of
     each, by default the engine's versus_rounds); their rows and the two ratios."""
-    sizes: Sizes = QUICK if quick else FULL
-    if rounds:
-        sizes = dataclasses.replace(sizes, versus_rounds=rounds)
+    sizes: Sizes = QUICK if bench.quick else FULL
+    if bench.rounds:
+        sizes = dataclasses.replace(sizes, versus_rounds=bench.rounds)
+    return asyncio.run(_measure(bench.sqlite("replicas"), sizes))
+
+
+async def _measure(database_url: str, sizes: Sizes) -> list[Row]:
     primary, replica = start_pair()
-    run = secrets.token_hex(3)
-    rounds = sizes.versus_rounds
+    run, rounds = secrets.token_hex(3), sizes.versus_rounds
     try:
-        waiting = await _services(primary.url, database_url, "gbw1", 1)
-        plain = await _services(primary.url, database_url, "gbw0", 0)
+        waiting = await open_services(primary.url, database_url, key_prefix="gbw1", wait_replicas=1)
+        plain = await open_services(primary.url, database_url, key_prefix="gbw0", wait_replicas=0)
         try:
-            say(f"replica wait: flash grab, {WAIT} / {NO_WAIT}, {rounds} rounds")
-            grabs = await run_async(
-                {
-                    WAIT: grab_engine(waiting, sizes, run, "w1"),
-                    NO_WAIT: grab_engine(plain, sizes, run, "w0"),
-                },
-                rounds,
-                between=_idle,
-                say=say,
-            )
-            say(f"replica wait: seat locks, {WAIT} / {NO_WAIT}, {rounds} rounds")
-            locks = await run_async(
-                {
-                    WAIT: lock_engine(waiting, sizes, run, "w1"),
-                    NO_WAIT: lock_engine(plain, sizes, run, "w0"),
-                },
-                rounds,
-                between=_idle,
-                say=say,
-            )
+            grabs = await alternate(
+                {WAIT: grab_engine(waiting, sizes, run, "w1"),
+                 NO_WAIT: grab_engine(plain, sizes, run, "w0")},
+                rounds, "replica wait: flash grab",
+            )  # fmt: skip
+            locks = await alternate(
+                {WAIT: lock_engine(waiting, sizes, run, "w1"),
+                 NO_WAIT: lock_engine(plain, sizes, run, "w0")},
+                rounds, "replica wait: seat locks",
+            )  # fmt: skip
             waits = int((await waiting.redis.info("commandstats"))["cmdstat_wait"]["calls"])
         finally:
             await close_services(plain)
@@ -165,29 +143,5 @@ async def run_replica_wait(database_url: str, quick: bool, rounds: int | None = 
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 smaller rounds")
-    parser.add_argument("--rounds", type=int, help="rounds of each contender (default 5)")
-    args = parser.parse_args()
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="groupbuy-replica-wait-") as workdir:
-        database = f"sqlite+aiosqlite:///{Path(workdir) / 'engine.db'}"
-        rows = asyncio.run(run_replica_wait(database, args.quick, args.rounds))
-    for row in rows:
-        shown: dict[str, Any] = {k: v for k, v in row.items() if k != "latencies_ms"}
-        print(json.dumps(shown, default=str))
-    print()
-    for r in rows:
-        if "comparison" in r:
-            print(f"{r['what']}: median {r['median']:.1%} (rounds {r['min']:.1%}-{r['max']:.1%})")
-        else:
-            print(
-                f"{r['scenario']:<22} {r['implementation']:<28} {r['ops_per_s']:>9,.0f}/s  "
-                f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms"
-            )
-    print(f"total {time.monotonic() - began:.0f} s")
-
-
 if __name__ == "__main__":
-    main()
+    standalone(run_replica_wait, __doc__)

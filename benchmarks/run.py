@@ -16,32 +16,26 @@ docs/benchmarks-latency.png. Usage:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.client_speed import FULL as CLIENT_FULL
-from benchmarks.client_speed import QUICK as CLIENT_QUICK
 from benchmarks.client_speed import run_client_speed
-from benchmarks.confirm_mix import (
-    TARGET_CONFIRM_OVER_GRAB,
-    TARGET_CONFIRM_P99_MS,
-    run_confirm_mix,
-)
+from benchmarks.confirm_mix import TARGET_CONFIRM_OVER_GRAB, TARGET_CONFIRM_P99_MS, run_confirm_mix
 from benchmarks.console_cost import run_console_cost
 from benchmarks.console_report import section
 from benchmarks.engine import run_engine
-from benchmarks.http_level import FULL, QUICK, run_http
+from benchmarks.harness import Bench, Row
+from benchmarks.http_level import run_http
 from benchmarks.http_ratelimit import run_ratelimit_http
 from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
 from benchmarks.webhooks import run_webhooks
 from benchmarks.webhooks_serving import run_serving
-from tests.support.postgres import start_postgres
 from tests.support.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -63,7 +57,7 @@ def _find(
 
 
 def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The measurement rows (not the comparison rows of benchmarks/interleave.py)."""
+    """The measurement rows (not the comparison rows)."""
     return [r for r in rows if "comparison" not in r]
 
 
@@ -318,6 +312,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+SCENARIOS: list[tuple[str, Callable[[Bench], list[Row]]]] = [
+    ("engine level", run_engine),
+    ("engine level on a primary + replica: what wait_replicas = 1 costs", run_replica_wait),
+    ("the write-behind on PostgreSQL beside SQLite", run_topologies),
+    ("HTTP level", run_http),
+    ("HTTP grab with rate limits on and off", run_ratelimit_http),
+    ("confirms among grabs and locks, open loop, on SQLite and PostgreSQL", run_confirm_mix),
+    ("webhooks: delivery throughput, commit-to-delivery lag", run_webhooks),
+    ("webhooks while serving: delivery rate, grab and lock rates with endpoints", run_serving),
+    ("the typed client against a plain aiohttp session, 32 and 256 callers", run_client_speed),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small loads, for a smoke run")
@@ -343,39 +350,17 @@ def main() -> None:
         f"{f'{binary.name} {binary.version}' if binary else 'redis ?'}",
     }
     server = start_redis()
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     console: dict[str, Any] | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="groupbuy-bench-") as workdir:
-            database = f"sqlite+aiosqlite:///{workdir}/engine.db"
-            print(f"== engine level (redis {server.url})")
-            rows += asyncio.run(run_engine(server.url, database, args.quick))
-            print("== engine level on a primary + replica: what wait_replicas = 1 costs")
-            rows += asyncio.run(run_replica_wait(database, args.quick))
-            print("== the write-behind on PostgreSQL beside SQLite")
-            postgres = start_postgres()
-            try:
-                postgres_url = postgres.create_database("bench")
-                rows += asyncio.run(
-                    run_topologies(server.url, postgres_url, Path(workdir), args.quick)
-                )
-            finally:
-                postgres.stop()
-            print("== HTTP level")
-            rows += run_http(server.url, Path(workdir), args.quick)
-            rows += run_ratelimit_http(server.url, Path(workdir), QUICK if args.quick else FULL)
-            print("== confirms among grabs and locks, open loop, on SQLite and PostgreSQL")
-            rows += run_confirm_mix(Path(workdir), args.quick)
-            print("== webhooks: delivery throughput, commit-to-delivery lag")
-            rows += asyncio.run(run_webhooks(Path(workdir), args.quick))
-            print("== webhooks while serving: delivery rate, grab and lock rows with endpoints")
-            rows += run_serving(server.url, Path(workdir), args.quick)
-            print("== the typed client against a plain aiohttp session, 32 and 256 callers")
-            plan = CLIENT_QUICK if args.quick else CLIENT_FULL
-            rows += run_client_speed(server.url, Path(workdir), plan)
+            bench = Bench(server.url, Path(workdir), args.quick)
+            for title, run in SCENARIOS:
+                print(f"== {title}")
+                rows += run(bench)
             print("== console and listings: pages on a big database, the grab with consoles open")
             command = ".venv/bin/python -m benchmarks.run" + (" --quick" if args.quick else "")
-            console = run_console_cost(server.url, Path(workdir), args.quick, command)
+            console = run_console_cost(bench, command)
     finally:
         server.stop()
     (args.out / "benchmarks.json").write_text(

@@ -7,38 +7,36 @@ databases; the ratio is taken per round. Then, once per database, the lag under 
 grab with the scheduler running every job at its interval (benchmarks/engine/background.py
 credit_latency): from a grab's answer to its credit in SQL (SPEC: within 2 s).
 
-`python -m benchmarks.topologies [--quick]` runs it alone (starting its own redis-server
-and PostgreSQL); benchmarks/run.py runs it in the full run.
+`python -m benchmarks.topologies [--quick]` runs it alone; benchmarks/run.py runs it in
+the full run. Both start a PostgreSQL of its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import secrets
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from sqlalchemy import func, select
 
 from benchmarks.engine.background import credit_latency
-from benchmarks.engine.common import (
+from benchmarks.engine.common import flash_requests, groupbuy_grab, run_grabs, say
+from benchmarks.harness import (
+    Bench,
+    Row,
+    Trial,
     close_services,
-    flash_requests,
-    groupbuy_grab,
+    comparison,
     open_services,
-    say,
-    warm_up,
+    run_async,
+    standalone,
+    trials_row,
 )
-from benchmarks.engine.flash_grab import run_grabs
-from benchmarks.engine.versus import trials_row
-from benchmarks.interleave import Trial, comparison, run_async
-from benchmarks.measure import Row
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services
+from tests.support.postgres import start_postgres
 
 PACKETS, SHARES, USERS = 4, 500, 750  # per write-behind round: 2,000 grab rows
 
@@ -80,18 +78,26 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
     return trial
 
 
-async def write_behind_rows(
-    redis_url: str, databases: dict[str, str], rounds: int, run: str
-) -> list[Row]:
-    """(a): the drain rate alternated over the databases, then the lag once on each."""
+def run_topologies(bench: Bench) -> list[Row]:
+    """The drain rate alternated over SQLite and a PostgreSQL of its own, then the lag
+    once on each."""
+    postgres = start_postgres()
+    try:
+        databases = {"SQLite": bench.sqlite("write-behind"),
+                     "PostgreSQL": postgres.create_database("bench")}  # fmt: skip
+        rounds = bench.rounds or (3 if bench.quick else 5)
+        return asyncio.run(_measure(bench.redis_url, databases, rounds, secrets.token_hex(3)))
+    finally:
+        postgres.stop()
+
+
+async def _measure(redis_url: str, databases: dict[str, str], rounds: int, run: str) -> list[Row]:
     # One key prefix per database: each writer drains only what its own database records.
     opened = {
         name: await open_services(redis_url, url, key_prefix=f"wb{i}")
         for i, (name, url) in enumerate(databases.items())
     }
     try:
-        for services in opened.values():
-            await warm_up(services)
         trials = await run_async(
             {name: write_behind_trial(s, run) for name, s in opened.items()},
             rounds,
@@ -103,18 +109,16 @@ async def write_behind_rows(
             "grab rows (each with its ledger credit), latency = one write-behind round"
         )
         rows = [trials_row("write_behind", f"groupbuy on {n}", t, note) for n, t in trials.items()]
-        names = list(databases)
-        if len(names) == 2:
-            rows.append(
-                comparison(
-                    "write_behind_postgresql_vs_sqlite",
-                    "write-behind rows/s, PostgreSQL / SQLite (flash grab backlog drained)",
-                    trials[names[1]],
-                    trials[names[0]],
-                    None,
-                    percent=True,
-                )
+        rows.append(
+            comparison(
+                "write_behind_postgresql_vs_sqlite",
+                "write-behind rows/s, PostgreSQL / SQLite (flash grab backlog drained)",
+                trials["PostgreSQL"],
+                trials["SQLite"],
+                None,
+                percent=True,
             )
+        )
         for name, services in opened.items():
             row = await credit_latency(services, SHARES, USERS, f"{run}-{name}", 0, 0)
             row["implementation"] = f"groupbuy write-behind on {name}"
@@ -125,39 +129,5 @@ async def write_behind_rows(
             await close_services(services)
 
 
-async def run_topologies(
-    redis_url: str, postgres_url: str, workdir: Path, quick: bool
-) -> list[Row]:
-    """The write-behind rows on the caller's redis-server, SQLite and PostgreSQL."""
-    rounds = 3 if quick else 5
-    databases = {
-        "SQLite": f"sqlite+aiosqlite:///{workdir}/write-behind.db",
-        "PostgreSQL": postgres_url,
-    }
-    return await write_behind_rows(redis_url, databases, rounds, secrets.token_hex(3))
-
-
-def main() -> None:
-    """Start a redis-server and a PostgreSQL; run; print the comparison."""
-    from tests.support.postgres import start_postgres
-    from tests.support.servers import start_redis
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds and small loads")
-    args = parser.parse_args()
-    server, postgres = start_redis(), start_postgres()
-    try:
-        postgres_url = postgres.create_database("bench")
-        with tempfile.TemporaryDirectory(prefix="groupbuy-bench-") as workdir:
-            rows = asyncio.run(run_topologies(server.url, postgres_url, Path(workdir), args.quick))
-    finally:
-        postgres.stop()
-        server.stop()
-    for row in rows:
-        if "comparison" in row:
-            print(f"{row['what']}: median {row['median']} ({row['min']}-{row['max']}, "
-                  f"{row['rounds']} rounds)")  # fmt: skip
-
-
 if __name__ == "__main__":
-    main()
+    standalone(run_topologies, __doc__)

@@ -2,25 +2,23 @@
 delivery at a steady rate, on SQLite and on PostgreSQL.
 
 The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own;
-the deliverer runs in this one, on its own SQLite file. Usage, alone:
+the deliverer runs in this one, on its own database. Usage, alone:
 
     .venv/bin/python -m benchmarks.webhooks [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import contextlib
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 
-from benchmarks.measure import Row, percentile, result_row
+from benchmarks.harness import Bench, Row, percentile, result_row, standalone
 from groupbuy.migrations import upgrade
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
@@ -32,8 +30,6 @@ from tests.support.servers import free_port
 
 LEVEL = "webhooks"
 SETTINGS = WebhookSettings(allow_http=True, allow_private_networks=True)
-DEAD = 5  # endpoints that never answer, beside the healthy one
-JSON = {"content-type": "application/json"}
 
 
 def start_receiver() -> tuple[subprocess.Popen[bytes], str]:
@@ -82,51 +78,41 @@ def bench_events(first: int, count: int) -> list[Event]:
     ]
 
 
-# One client for the benchmark's own questions to the receiver: a new httpx client builds an
-# SSL context (slow, and the deliverer's loop stalls meanwhile).
-_http: httpx.AsyncClient | None = None
-
-
-def _client() -> httpx.AsyncClient:
-    global _http
-    if _http is None:
-        _http = httpx.AsyncClient(verify=False)
-    return _http
-
-
-async def _received(base: str) -> dict[str, Any]:
-    answer: dict[str, Any] = (await _client().get(f"{base}/lags")).json()
-    return answer
-
-
-async def _until_received(base: str, count: int, timeout_s: float) -> None:
-    """Wait until the receiver has seen `count` distinct deliveries (or the time is up)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        seen = (await _client().get(f"{base}/count")).json()["seen"]
-        if seen >= count or time.monotonic() > deadline:
-            return
-        await asyncio.sleep(0.1)
-
-
-async def throughput(url: str, base: str, events: int) -> Row:
-    """`events` committed first, then one process delivers them all to the fast receiver."""
+@contextlib.asynccontextmanager
+async def _deliverer(url: str, base: str) -> AsyncIterator[tuple[Database, WebhookService]]:
+    """A migrated database with one endpoint on the receiver, and its deliverer (stopped
+    and disposed at the end)."""
     database = Database(url)
     await upgrade(database)
     hooks = WebhookService(database, SETTINGS)
     await hooks.create(EndpointSpec("fast", f"{base}/fast", ("*",)))
-    for first in range(0, events, 1000):
-        async with database.transaction() as session:
-            await record_events(session, bench_events(first, min(1000, events - first)))
-    began = time.perf_counter()
-    hooks.start_delivering()
     try:
-        await _until_received(base, events, timeout_s=300)
-        seconds = time.perf_counter() - began
+        yield database, hooks
     finally:
         await hooks.stop_delivering()
         await database.dispose()
-    seen = (await _received(base))["seen"]
+
+
+async def _until_received(http: httpx.AsyncClient, base: str, count: int, timeout_s: float) -> None:
+    """Wait until the receiver has seen `count` distinct deliveries (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while (await http.get(f"{base}/count")).json()["seen"] < count:
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def throughput(http: httpx.AsyncClient, url: str, base: str, events: int) -> Row:
+    """`events` committed first, then one process delivers them all to the fast receiver."""
+    async with _deliverer(url, base) as (database, hooks):
+        for first in range(0, events, 1000):
+            async with database.transaction() as session:
+                await record_events(session, bench_events(first, min(1000, events - first)))
+        began = time.perf_counter()
+        hooks.start_delivering()
+        await _until_received(http, base, events, timeout_s=300)
+        seconds = time.perf_counter() - began
+    seen = (await http.get(f"{base}/lags")).json()["seen"]
     return result_row(
         "webhook_throughput",
         LEVEL,
@@ -139,31 +125,25 @@ async def throughput(url: str, base: str, events: int) -> Row:
     )
 
 
-async def steady_lag(url: str, base: str, rate: int, seconds: float, scenario: str) -> Row:
+async def steady_lag(
+    http: httpx.AsyncClient, url: str, base: str, rate: int, seconds: float, scenario: str
+) -> Row:
     """Events committed at `rate`/s for `seconds` while one process delivers them: the lag
     from commit to the receiver."""
-    await _client().delete(f"{base}/lags")
-    database = Database(url)
-    await upgrade(database)
-    hooks = WebhookService(database, SETTINGS)
-    await hooks.create(EndpointSpec("fast", f"{base}/fast", ("*",)))
-    hooks.start_delivering()
+    await http.delete(f"{base}/lags")
     sent = 0
-    tick = 0.05
-    began = time.perf_counter()
-    try:
+    async with _deliverer(url, base) as (database, hooks):
+        hooks.start_delivering()
+        began = time.perf_counter()
         while (elapsed := time.perf_counter() - began) < seconds:
             due = int(elapsed * rate) - sent
             if due > 0:
                 async with database.transaction() as session:
                     await record_events(session, bench_events(sent, due))
                 sent += due
-            await asyncio.sleep(tick)
-        await _until_received(base, sent, timeout_s=30)
-    finally:
-        await hooks.stop_delivering()
-        await database.dispose()
-    got = await _received(base)
+            await asyncio.sleep(0.05)
+        await _until_received(http, base, sent, timeout_s=30)
+    got = (await http.get(f"{base}/lags")).json()
     lags = sorted(v / 1000 for v in got["lags_ms"])
     return result_row(
         scenario,
@@ -178,40 +158,29 @@ async def steady_lag(url: str, base: str, rate: int, seconds: float, scenario: s
     )
 
 
-async def run_webhooks(directory: Path, quick: bool) -> list[Row]:
-    """Every webhook row, each on a SQLite file of its own in `directory`."""
+def run_webhooks(bench: Bench) -> list[Row]:
+    """Every webhook row, each on a database of its own."""
     process, base = start_receiver()
+    postgres = start_postgres()
     try:
-        events, seconds = (1000, 3.0) if quick else (5000, 10.0)
-        rows = [await throughput(f"sqlite+aiosqlite:///{directory}/t.db", base, events)]
-        lag = f"sqlite+aiosqlite:///{directory}/lag.db"
-        rows.append(await steady_lag(lag, base, 200, seconds, "webhook_lag"))
-        postgres = start_postgres()
-        try:
-            lag = postgres.create_database("lag")
-            rows.append(await steady_lag(lag, base, 200, seconds, "webhook_lag_postgresql"))
-        finally:
-            postgres.stop()
-        return rows
+        return asyncio.run(_measure(bench, base, postgres.create_database("lag")))
     finally:
-        global _http
-        if _http is not None:
-            await _http.aclose()
-            _http = None
+        postgres.stop()
         process.terminate()
         process.wait(timeout=30)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="groupbuy-hooks-") as directory:
-        rows = asyncio.run(run_webhooks(Path(directory), args.quick))
-    for row in rows:
-        shown = {k: v for k, v in row.items() if k != "latencies_ms"}
-        print(shown)
+async def _measure(bench: Bench, base: str, postgres_url: str) -> list[Row]:
+    events, seconds = (1000, 3.0) if bench.quick else (5000, 10.0)
+    # One client for the questions to the receiver: a new httpx client builds an SSL
+    # context (slow, and the deliverer's loop stalls meanwhile).
+    async with httpx.AsyncClient(verify=False) as http:
+        return [
+            await throughput(http, bench.sqlite("throughput"), base, events),
+            await steady_lag(http, bench.sqlite("lag"), base, 200, seconds, "webhook_lag"),
+            await steady_lag(http, postgres_url, base, 200, seconds, "webhook_lag_postgresql"),
+        ]
 
 
 if __name__ == "__main__":
-    main()
+    standalone(run_webhooks, __doc__)

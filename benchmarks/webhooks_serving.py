@@ -1,7 +1,7 @@
-"""Webhooks in a process that also serves: how fast `groupbuy serve` delivers while wrk
-drives flash grabs at it, and the flash grab and seat-lock rows with three endpoints
-subscribed to everything against the same rows without webhooks (alternated rounds,
-median ratio with its spread).
+"""Webhooks in a process that also serves: how fast `groupbuy serve` delivers while a flash
+grab runs at it, and the flash grab and seat-lock rates with three endpoints subscribed to
+everything against the same server kinds without webhooks (alternated rounds, median ratio
+with its spread).
 
 The receiver (benchmarks/webhook_receiver.py) and each server run in processes of their
 own; the events to deliver are committed to the server's SQLite file from this process,
@@ -12,41 +12,41 @@ as the server's own write-behind would. Usage, alone:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from benchmarks.http_level import (
-    FULL,
-    QUICK,
+from benchmarks.harness import (
+    Bench,
     Groupbuy,
-    Plan,
-    _ensure_wrk,
-    _flash_grab,
-    _groupbuy,
-    _groupbuy_trial,
-    _load,
-    _open_loop,
-    _seat_locks,
-    _send_packets,
+    Row,
+    Trial,
+    comparison,
+    groupbuy,
+    result_row,
+    run_sync,
+    standalone,
+    wait_idle,
 )
-from benchmarks.interleave import Trial, comparison, run_sync
-from benchmarks.measure import Row, result_row
-from benchmarks.servers import wait_idle
+from benchmarks.http_level import (
+    flash_grab,
+    groupbuy_trial,
+    load,
+    open_loop,
+    plan_of,
+    seat_locks,
+    send_packets,
+)
 from benchmarks.webhooks import LEVEL, bench_events, start_receiver
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import record_events
-from tests.support.servers import start_redis
 
 # Loopback receivers over plain HTTP, as in the benchmark's own receiver.
 WEBHOOK_ENV = {
@@ -60,17 +60,15 @@ OPEN_LOOP_SHARE = 0.5
 
 
 @contextlib.contextmanager
-def _server(redis_url: str, workdir: Path, tag: str) -> Iterator[Groupbuy]:
-    with _groupbuy("uvicorn", redis_url, workdir, 1, tag, **WEBHOOK_ENV) as target:
+def _server(bench: Bench, tag: str, base: str, endpoints: int) -> Iterator[Groupbuy]:
+    """A server that may deliver to the loopback receiver, with `endpoints` subscribed."""
+    with groupbuy(bench.redis_url, bench.workdir, 1, tag, **WEBHOOK_ENV) as target:
+        for n in range(endpoints):
+            target.client.post(
+                "/v1/admin/webhooks",
+                json={"endpoint_id": f"hook{n}", "url": f"{base}/fast", "event_types": ["*"]},
+            ).raise_for_status()
         yield target
-
-
-def _subscribe(target: Groupbuy, base: str, count: int) -> None:
-    for n in range(count):
-        target.client.post(
-            "/v1/admin/webhooks",
-            json={"endpoint_id": f"hook{n}", "url": f"{base}/fast", "event_types": ["*"]},
-        ).raise_for_status()
 
 
 def _seen(base: str) -> int:
@@ -88,38 +86,30 @@ async def _commit(url: str, events: int) -> None:
 
 
 def delivery_while_serving(
-    redis_url: str,
-    workdir: Path,
-    base: str,
-    wrk: str | None,
-    events: int,
-    seconds: int,
-    rate: float | None,
-    tag: str,
+    bench: Bench, base: str, events: int, seconds: int, rate: float | None, tag: str
 ) -> Trial:
     """`events` committed 1 s into `seconds` of flash grabs at the same server, closed loop
     (wrk, `rate` None) or open loop at `rate` grabs/s: its deliveries per second until all
     arrived or the load ended, and its grabs per second."""
     httpx.delete(f"{base}/lags", timeout=30)
     load_average = os.getloadavg()[0]
-    with _server(redis_url, workdir, tag) as target:
-        _subscribe(target, base, 1)
+    with _server(bench, tag, base, 1) as target:
         packets = [f"pk-{tag}-{i}" for i in range(seconds * 2 + 1)]
-        _send_packets(target.client, tag, packets, 1_000_000, 10_000)
-        load: dict[str, Any] = {}
+        send_packets(target.client, tag, packets, 1_000_000, 10_000)
+        driven: dict[str, Any] = {}
 
         def drive() -> None:
             url = target.server.url
             if rate is None:
-                load.update(_load(wrk, url, seconds, "grab", *packets))
+                driven.update(load(url, seconds, "grab", *packets))
             else:
-                load.update(_open_loop(url, rate, seconds, tag, "grab", *packets))
+                driven.update(open_loop(url, rate, seconds, tag, "grab", *packets))
 
         driver = threading.Thread(target=drive)
         driver.start()
         time.sleep(1.0)  # the load is running
         began = time.perf_counter()
-        asyncio.run(_commit(f"sqlite+aiosqlite:///{workdir}/bench-{tag}.db", events))
+        asyncio.run(_commit(bench.sqlite(f"bench-{tag}"), events))
         seen = 0
         while driver.is_alive() and seen < events:
             time.sleep(0.1)
@@ -129,18 +119,18 @@ def delivery_while_serving(
         errors = target.server.log_errors()
     extra: dict[str, Any] = {}
     if rate is None:
-        grabs_per_s = load["requests"] / (load["duration_us"] / 1e6)
-        grab_5xx = int(load.get("c5xx", 0))
+        grabs_per_s = driven["requests"] / (driven["duration_us"] / 1e6)
+        grab_5xx = int(driven.get("c5xx", 0))
     else:
         # Answers per second of the load's span (the run's own seconds include the wait
         # for the last answers, which the unanswered count says).
-        grabs_per_s = load["answered"] / seconds
-        grab_5xx = sum(n for code, n in load["statuses"].items() if str(code).startswith("5"))
+        grabs_per_s = driven["answered"] / seconds
+        grab_5xx = sum(n for code, n in driven["statuses"].items() if str(code).startswith("5"))
         extra = {
-            "grabs_offered_per_s": load["offered_per_s"],
-            "grabs_unanswered": load["unanswered"],
-            "grab_p99_ms": load["p99_ms"],
-            "generator_kept_up": load["generator_kept_up"],
+            "grabs_offered_per_s": driven["offered_per_s"],
+            "grabs_unanswered": driven["unanswered"],
+            "grab_p99_ms": driven["p99_ms"],
+            "generator_kept_up": driven["generator_kept_up"],
         }
     correct = {
         "committed": events,
@@ -154,26 +144,16 @@ def delivery_while_serving(
     return Trial(seen, elapsed, correct)
 
 
-def serving_rounds(
-    redis_url: str,
-    workdir: Path,
-    base: str,
-    wrk: str | None,
-    events: int,
-    seconds: int,
-    rounds: int,
-) -> list[Row]:
+def serving_rounds(bench: Bench, base: str, events: int, seconds: int, rounds: int) -> list[Row]:
     """Delivery while serving, the deliverer on the request loop: under the closed-loop
     flash grab at saturation, then under an open-loop one at OPEN_LOOP_SHARE of the closed
     loop's median rate."""
     closed = [
-        delivery_while_serving(redis_url, workdir, base, wrk, events, seconds, None, f"ws{n}c")
-        for n in range(rounds)
+        delivery_while_serving(bench, base, events, seconds, None, f"ws{n}c") for n in range(rounds)
     ]
     rate = round(statistics.median(t.correct["grabs_per_s"] for t in closed) * OPEN_LOOP_SHARE, 1)
     opened = [
-        delivery_while_serving(redis_url, workdir, base, wrk, events, seconds, rate, f"ws{n}o")
-        for n in range(rounds)
+        delivery_while_serving(bench, base, events, seconds, rate, f"ws{n}o") for n in range(rounds)
     ]
     return [
         _serving_row("closed loop, request loop", closed, events, seconds),
@@ -182,7 +162,7 @@ def serving_rounds(
 
 
 def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row:
-    """A contender's rounds as one row: the median round's deliveries/s, every round's
+    """A load's rounds as one row: the median round's deliveries/s, every round's
     deliveries/s, grabs/s and load average beside it."""
     middle = sorted(runs, key=lambda t: t.rate)[len(runs) // 2]
     correct = {
@@ -205,20 +185,18 @@ def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row
     )
 
 
-def subscribed_vs_not(
-    redis_url: str, workdir: Path, base: str, wrk: str | None, plan: Plan
-) -> list[Row]:
-    """The flash grab and seat-lock rows on a server with SUBSCRIBED endpoints and on one
+def subscribed_vs_not(bench: Bench, base: str) -> list[Row]:
+    """The flash grab and seat-lock rates on a server with SUBSCRIBED endpoints and on one
     without, in alternated rounds: per round the ratio with/without."""
+    plan = plan_of(bench)
     httpx.delete(f"{base}/lags", timeout=30)
-    with _server(redis_url, workdir, "hk") as hooked, _server(redis_url, workdir, "pl") as plain:
-        _subscribe(hooked, base, SUBSCRIBED)
+    with _server(bench, "hk", base, SUBSCRIBED) as hooked, _server(bench, "pl", base, 0) as plain:
         servers = [hooked.server, plain.server]
         contenders = {
-            "grab, webhooks": _groupbuy_trial(_flash_grab, hooked, wrk, plan.round_s),
-            "grab, none": _groupbuy_trial(_flash_grab, plain, wrk, plan.round_s),
-            "locks, webhooks": _groupbuy_trial(_seat_locks, hooked, wrk, plan.round_s),
-            "locks, none": _groupbuy_trial(_seat_locks, plain, wrk, plan.round_s),
+            "grab, webhooks": groupbuy_trial(flash_grab, hooked, plan.round_s),
+            "grab, none": groupbuy_trial(flash_grab, plain, plan.round_s),
+            "locks, webhooks": groupbuy_trial(seat_locks, hooked, plan.round_s),
+            "locks, none": groupbuy_trial(seat_locks, plain, plan.round_s),
         }
         trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers))
         delivered = _seen(base)
@@ -237,34 +215,20 @@ def subscribed_vs_not(
     ]
 
 
-def run_serving(redis_url: str, workdir: Path, quick: bool) -> list[Row]:
+def run_serving(bench: Bench) -> list[Row]:
     """Every row of this module, against one receiver."""
-    wrk = _ensure_wrk()
     process, base = start_receiver()
     try:
-        events, seconds = (3000, 6) if quick else (10_000, 15)
-        rounds = 2 if quick else 3
-        rows = serving_rounds(redis_url, workdir, base, wrk, events, seconds, rounds)
-        rows += subscribed_vs_not(redis_url, workdir, base, wrk, QUICK if quick else FULL)
-        return rows
+        events, seconds = (3000, 6) if bench.quick else (10_000, 15)
+        rounds = bench.rounds or (2 if bench.quick else 3)
+        return [
+            *serving_rounds(bench, base, events, seconds, rounds),
+            *subscribed_vs_not(bench, base),
+        ]
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    server = start_redis()
-    try:
-        with tempfile.TemporaryDirectory(prefix="groupbuy-hooks-serving-") as directory:
-            rows = run_serving(server.url, Path(directory), args.quick)
-    finally:
-        server.stop()
-    for row in rows:
-        print({k: v for k, v in row.items() if k != "latencies_ms"})
-
-
 if __name__ == "__main__":
-    main()
+    standalone(run_serving, __doc__)

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from benchmarks.console_cost import pages
 from benchmarks.console_seed import Scale, Seeded, seed
 from benchmarks.engine.versus import grade_locks
-from benchmarks.interleave import Trial, comparison, merge_correct, rotation, run_sync
+from benchmarks.harness import Trial, comparison, merge_correct, rotation, run_sync
 from benchmarks.openloop import mixed_workload, request_builder, run
 from benchmarks.run import confirm_targets, markdown, ratios
 from groupbuy.console import feed

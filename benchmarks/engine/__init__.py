@@ -3,9 +3,8 @@
 One module per scenario (flash_grab, lock_storm, join_flash, evalsha, scaling, half_rate,
 versus, background),
 what they share in `common`, the order they run in `runner`; the measuring code is
-benchmarks/measure.py, which the HTTP level uses too. benchmarks/run.py calls
-`run_engine(redis_url, database_url, quick)`; `python -m benchmarks.engine [--full]`
-runs it alone on a private redis-server.
+benchmarks/harness.py, which every level uses. benchmarks/run.py calls `run_engine(bench)`;
+`python -m benchmarks.engine [--quick]` runs it alone on a private redis-server.
 """
 
 from benchmarks.engine.runner import run_engine

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.engine [--full]`: the engine level alone, on a private redis-server."""
+"""`python -m benchmarks.engine [--quick]`: the engine level alone, on a private redis-server."""
 
 from benchmarks.engine.runner import main
 

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 
 from benchmarks.engine.common import flash_requests, groupbuy_grab, say
-from benchmarks.measure import Meter, Row, gather_limited, percentile, result_row
+from benchmarks.harness import Meter, Row, gather_limited, percentile, result_row
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow

@@ -1,26 +1,20 @@
-"""What every engine scenario shares: sizes, progress lines, rows, the services, grading."""
+"""What every engine scenario shares: sizes, grading, the grab call, the flash requests."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import shutil
-import tempfile
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import CONCURRENCY, Row, percentile, result_row
-from groupbuy import errors, migrations
-from groupbuy.services import Services, build_services, settle_heap
-from groupbuy.settings import Settings
-from groupbuy.storage.db import Database
-from groupbuy.storage.redis_client import connect_redis
+from benchmarks import harness
+from benchmarks.harness import CONCURRENCY, Meter
+from groupbuy import errors
+from groupbuy.services import Services
 
-LATENCY_SAMPLE = 2000  # latencies kept per row for the plot
 TEAM_SIZE = 5
 
 
@@ -58,41 +52,7 @@ QUICK = Sizes(
 
 def say(message: str) -> None:
     """One progress line."""
-    print(f"[engine] {message}", flush=True)
-
-
-def make_row(
-    scenario: str,
-    implementation: str,
-    seconds: float,
-    latencies: list[float],
-    correct: dict[str, Any],
-    note: str,
-    ops: int | None = None,
-    level: str = "engine",
-    **extra: Any,
-) -> Row:
-    """One engine row (benchmarks.measure.result_row) from measured latencies, announced."""
-    ops = len(latencies) if ops is None else ops
-    ordered = sorted(latencies)
-    sample = ordered if len(ordered) <= LATENCY_SAMPLE else random.sample(ordered, LATENCY_SAMPLE)
-    row = result_row(
-        scenario,
-        level,
-        implementation,
-        ops,
-        seconds,
-        (percentile(ordered, 0.50), percentile(ordered, 0.95), percentile(ordered, 0.99)),
-        correct,
-        note,
-        latencies_ms=[round(s * 1000, 3) for s in sample],
-        **extra,
-    )
-    say(
-        f"{scenario:<12} {implementation:<24} {row['ops_per_s']:>10,.0f} ops/s  "
-        f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  {correct}"
-    )
-    return row
+    harness.say(message, "engine")
 
 
 async def used_memory(redis: Any) -> int:
@@ -157,46 +117,18 @@ async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[s
         return {"status": exc.code}
 
 
-async def warm_up(services: Services) -> None:
-    """Open the client's connections before measuring (a running service has them)."""
-    await asyncio.gather(*(services.redis.ping() for _ in range(CONCURRENCY * 2)))
+async def run_grabs(
+    grab: Callable[[str, str], Awaitable[dict[str, Any]]],
+    requests: list[tuple[str, str]],
+    concurrency: int = CONCURRENCY,
+) -> tuple[float, list[float], list[tuple[str, str, dict[str, Any]]]]:
+    """(packet, user) requests, `concurrency` at once: seconds, latencies, answers."""
+    meter = Meter(concurrency)
+    answers: list[tuple[str, str, dict[str, Any]]] = []
 
+    async def one(packet_id: str, user: str) -> None:
+        answers.append((packet_id, user, await meter.measure(lambda: grab(packet_id, user))))
 
-@contextlib.contextmanager
-def private_redis_and_sqlite() -> Iterator[tuple[str, str]]:
-    """(Redis URL, SQLite URL) of a redis-server started on a free port and a SQLite file in
-    a temporary directory, both gone at the end: what a benchmark run alone stands on."""
-    from tests.support.servers import start_redis
-
-    server = start_redis()
-    directory = Path(tempfile.mkdtemp(prefix="groupbuy-bench-"))
-    try:
-        yield server.url, f"sqlite+aiosqlite:///{directory / 'bench.db'}"
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-async def open_services(
-    redis_url: str, database_url: str, auto_pipeline: bool = True, **redis: Any
-) -> Services:
-    """The production wiring on the given Redis and database, the schema migrated, scripts
-    loaded; script calls coalesced ([redis] auto_pipeline, the default) or not; `redis`:
-    other [redis] settings (e.g. cluster=True)."""
-    settings = Settings().replace(
-        "redis", url=redis_url, max_connections=512, auto_pipeline=auto_pipeline, **redis
-    )
-    settings = settings.replace("database", url=database_url)
-    database = Database(database_url)
-    await migrations.upgrade(database)
-    services = build_services(settings, redis=connect_redis(settings.redis), database=database)
-    await services.scripts.load()
-    settle_heap()  # as the service does at the end of its start-up
-    return services
-
-
-async def close_services(services: Services) -> None:
-    """Let coalesced batches finish, then close the Redis client and the database."""
-    await services.scripts.aclose()
-    await services.redis.aclose()
-    await services.database.dispose()
+    began = time.perf_counter()
+    await asyncio.gather(*(one(p, u) for p, u in requests))
+    return time.perf_counter() - began, meter.latencies, answers

@@ -3,33 +3,13 @@ groupbuy (one EVALSHA per grab) against the naive SETNX-mutex baseline."""
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks.engine.common import Sizes, flash_requests, grade_grabs, groupbuy_grab, make_row
-from benchmarks.measure import CONCURRENCY, Meter
+from benchmarks.engine.common import Sizes, flash_requests, grade_grabs, groupbuy_grab, run_grabs
+from benchmarks.harness import CONCURRENCY, make_row
 from benchmarks.naive import NaivePackets
 from groupbuy.services import Services
-
-
-async def run_grabs(
-    grab: Callable[[str, str], Awaitable[dict[str, Any]]],
-    requests: list[tuple[str, str]],
-    concurrency: int = CONCURRENCY,
-) -> tuple[float, list[float], list[tuple[str, str, dict[str, Any]]]]:
-    """(packet, user) requests, `concurrency` at once: seconds, latencies, answers."""
-    meter = Meter(concurrency)
-    answers: list[tuple[str, str, dict[str, Any]]] = []
-
-    async def one(packet_id: str, user: str) -> None:
-        answers.append((packet_id, user, await meter.measure(lambda: grab(packet_id, user))))
-
-    began = time.perf_counter()
-    await asyncio.gather(*(one(p, u) for p, u in requests))
-    return time.perf_counter() - began, meter.latencies, answers
 
 
 async def flash_grab_groupbuy(services: Services, sizes: Sizes, run: str) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from benchmarks.engine.common import QUICK, Sizes, groupbuy_grab, make_row
-from benchmarks.measure import gather_limited, percentile
+from benchmarks.engine.common import QUICK, Sizes, groupbuy_grab
+from benchmarks.harness import gather_limited, make_row, percentile
 from groupbuy import errors
 from groupbuy.services import Services
 

@@ -9,9 +9,9 @@ import time
 from functools import partial
 from typing import Any
 
-from benchmarks.engine.common import Sizes, make_row
+from benchmarks.engine.common import Sizes
 from benchmarks.engine.lock_storm import groupbuy_snapshot
-from benchmarks.measure import CONCURRENCY, Meter, gather_limited
+from benchmarks.harness import CONCURRENCY, Meter, gather_limited, make_row
 from groupbuy import errors
 from groupbuy.services import Services
 from tests.support.joins import Tap, grade_joins

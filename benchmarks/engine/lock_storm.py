@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from benchmarks.engine.common import TEAM_SIZE, Sizes, make_row
-from benchmarks.measure import CONCURRENCY, Meter, gather_limited
+from benchmarks.engine.common import TEAM_SIZE, Sizes
+from benchmarks.harness import CONCURRENCY, Meter, gather_limited, make_row
 from benchmarks.naive import NaiveTeams, TooManyPeople
 from groupbuy import errors
 from groupbuy.services import Services

@@ -1,27 +1,17 @@
 """run_engine: every engine scenario in order on one set of services; `python -m
-benchmarks.engine` runs it alone on a private redis-server."""
+benchmarks.engine [--quick]` runs it alone on a private redis-server."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 from benchmarks.engine.background import background
-from benchmarks.engine.common import (
-    FULL,
-    QUICK,
-    Sizes,
-    close_services,
-    open_services,
-    private_redis_and_sqlite,
-    say,
-    warm_up,
-)
+from benchmarks.engine.common import FULL, QUICK, Sizes, say
 from benchmarks.engine.evalsha import redis_benchmark_rows
 from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
 from benchmarks.engine.half_rate import _rate_of, half_rate, rate_label
@@ -29,11 +19,16 @@ from benchmarks.engine.join_flash import join_flash_groupbuy
 from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
 from benchmarks.engine.scaling import scaling_grabs, scaling_locks
 from benchmarks.engine.versus import versus_rows
+from benchmarks.harness import Bench, Row, close_services, open_services, standalone, warm_up
 from groupbuy.services import Services
 
 
-async def run_engine(redis_url: str, database_url: str, quick: bool) -> list[dict[str, Any]]:
+def run_engine(bench: Bench) -> list[Row]:
     """Run every engine-level scenario; one dict per measured row."""
+    return asyncio.run(_run(bench.redis_url, bench.sqlite("engine"), bench.quick))
+
+
+async def _run(redis_url: str, database_url: str, quick: bool) -> list[Row]:
     sizes = QUICK if quick else FULL
     run = secrets.token_hex(3)  # ids unique in a reused SQLite file
     services = await open_services(redis_url, database_url)
@@ -110,34 +105,6 @@ async def _open_loop_step(
     return await half_rate(services, kind, max_rate, sizes, run, fraction)
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    """The key numbers of each row."""
-    print(f"{'scenario':<13}{'impl':<25}{'ops':>8}{'ops/s':>11}{'p50':>8}{'p99':>8}  correct")
-    for r in rows:
-        if "comparison" in r:
-            print(
-                f"  {r['what']}: median {r['median']}, {r['min']}-{r['max']} ({r['rounds']} rounds)"
-            )
-            continue
-        keys = (
-            "winners",
-            "over_capacity",
-            "duplicates",
-            "double_locks",
-            "spurious_failures",
-            "wrong_no_team_available",
-        )
-        correct = {k: r["correct"][k] for k in keys if k in r["correct"]}
-        extra = f" live={r['live']} {r['operation']} {r['memory']}" if "live" in r else ""
-        extra += f" {r['by_operation']}" if "by_operation" in r else ""
-        print(
-            f"{r['scenario']:<13}{r['implementation']:<25}{r['ops']:>8}{r['ops_per_s']:>11,.0f}"
-            f"{r['p50_ms'] or 0:>8.2f}{r['p99_ms'] or 0:>8.2f}  {correct}{extra}"
-        )
-
-
 def main() -> None:
-    """Start a private redis-server, run the quick (or --full) engine benchmark, print rows."""
-    with private_redis_and_sqlite() as (redis_url, database_url):
-        rows = asyncio.run(run_engine(redis_url, database_url, quick="--full" not in sys.argv))
-        print_table(rows)
+    """The engine level alone, on a private redis-server."""
+    standalone(run_engine, __doc__)

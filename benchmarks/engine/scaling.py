@@ -10,10 +10,9 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
-from benchmarks.engine.common import Sizes, groupbuy_grab, make_row, used_memory
-from benchmarks.engine.flash_grab import run_grabs
+from benchmarks.engine.common import Sizes, groupbuy_grab, run_grabs, used_memory
 from benchmarks.engine.lock_storm import GroupbuyTeams
-from benchmarks.measure import Meter, gather_limited
+from benchmarks.harness import Meter, gather_limited, make_row
 from groupbuy.locks.scripts import TEAM_OPEN
 from groupbuy.redpacket.scripts import PACKET_CREATE
 from groupbuy.services import Services

@@ -1,4 +1,4 @@
-"""Interleaved engine comparisons at 64 concurrent callers (benchmarks/interleave.py).
+"""Interleaved engine comparisons at 64 concurrent callers (benchmarks/harness.py).
 
 - flash grab: the engine (RedPacketService.grab, auto_pipeline on), the same engine with
   auto_pipeline off, and the seed-style Lua peer (benchmarks/seed_peer.py), each round a
@@ -29,14 +29,12 @@ from benchmarks.engine.common import (
     flash_requests,
     grade_grabs,
     groupbuy_grab,
-    make_row,
+    run_grabs,
     say,
 )
 from benchmarks.engine.evalsha import prepare_bench_packet, redis_benchmark, redis_benchmark_binary
-from benchmarks.engine.flash_grab import run_grabs
 from benchmarks.engine.lock_storm import GroupbuyTeams
-from benchmarks.interleave import Trial, comparison, merge_correct, run_async
-from benchmarks.measure import Meter, Row, gather_limited
+from benchmarks.harness import Meter, Row, Trial, comparison, gather_limited, run_async, trials_row
 from benchmarks.seed_peer import SeedPeer
 from groupbuy.redpacket.scripts import PACKET_GRAB
 from groupbuy.services import Services
@@ -50,26 +48,17 @@ PEER = f"seed-style lua ({CALLERS} callers)"
 BENCH_CLIENTS = 50
 
 
-def trials_row(
-    scenario: str, implementation: str, trials: list[Trial], note: str, **extra: Any
-) -> Row:
-    """One row for a contender's rounds: ops and seconds summed, latencies pooled."""
-    latencies = [s for t in trials for s in t.latencies]
-    return make_row(
-        scenario,
-        implementation,
-        sum(t.seconds for t in trials),
-        latencies,
-        merge_correct([t.correct for t in trials]),
-        note,
-        ops=sum(t.ops for t in trials),
-        rounds_ops_per_s=[round(t.rate, 1) for t in trials],
-        **extra,
-    )
+async def idle() -> None:
+    """No collection left over from one contender's garbage in the next trial."""
+    gc.collect()
 
 
-async def _idle() -> None:
-    gc.collect()  # no collection left over from one contender's garbage in the next trial
+async def alternate(
+    contenders: dict[str, Callable[[int], Awaitable[Trial]]], rounds: int, what: str
+) -> dict[str, list[Trial]]:
+    """The contenders' trials in alternated rounds, announced."""
+    say(f"{what}: {' / '.join(contenders)}, {rounds} rounds")
+    return await run_async(contenders, rounds, between=idle, say=say)
 
 
 # -- flash grab -----------------------------------------------------------------------
@@ -291,28 +280,16 @@ async def versus_rows(
     peer = SeedPeer(redis_url)
     try:
         await gather_limited([peer.redis.ping for _ in range(CALLERS)], limit=CALLERS)
-        say(f"flash grab: {ON} / {OFF} / {PEER}, {rounds} rounds")
-        grabs = await run_async(
-            {
-                ON: grab_engine(services, sizes, run, "on"),
-                OFF: grab_engine(services_off, sizes, run, "off"),
-                PEER: grab_peer(peer, sizes, run),
-            },
-            rounds,
-            between=_idle,
-            say=say,
-        )
-        say(f"seat locks: {ON} / {OFF} / {PEER}, {rounds} rounds")
-        locks = await run_async(
-            {
-                ON: lock_engine(services, sizes, run, "on"),
-                OFF: lock_engine(services_off, sizes, run, "off"),
-                PEER: lock_peer(peer, sizes, run),
-            },
-            rounds,
-            between=_idle,
-            say=say,
-        )
+        grabs = await alternate(
+            {ON: grab_engine(services, sizes, run, "on"),
+             OFF: grab_engine(services_off, sizes, run, "off"), PEER: grab_peer(peer, sizes, run)},
+            rounds, "flash grab",
+        )  # fmt: skip
+        locks = await alternate(
+            {ON: lock_engine(services, sizes, run, "on"),
+             OFF: lock_engine(services_off, sizes, run, "off"), PEER: lock_peer(peer, sizes, run)},
+            rounds, "seat locks",
+        )  # fmt: skip
     finally:
         await peer.aclose()
     how = f"{CALLERS} concurrent callers; {rounds} rounds, contenders in rotating order"
@@ -340,43 +317,19 @@ async def versus_rows(
         rows.append(trials_row("flash_grab", name, grabs[name], f"{grab_notes[name]}; {flash}"))
     for name in (ON, OFF, PEER):
         rows.append(trials_row("seat_locks", name, locks[name], f"{lock_notes[name]}; {seats}"))
-    rows += [
-        comparison(
-            "engine_grab_vs_seed",
-            f"engine grab / seed-style Lua peer (flash grab, {CALLERS} callers, interleaved)",
-            grabs[ON],
-            grabs[PEER],
-            2.0,
-        ),
-        comparison(
-            "engine_lock_vs_seed",
-            f"engine seat lock / seed-style Lua peer ({CALLERS} callers, interleaved)",
-            locks[ON],
-            locks[PEER],
-            2.0,
-        ),
-        comparison(
-            "engine_grab_pipeline",
-            "engine grab, auto_pipeline on / off (interleaved)",
-            grabs[ON],
-            grabs[OFF],
-            None,
-        ),
-        comparison(
-            "engine_lock_pipeline",
-            "engine seat lock, auto_pipeline on / off (interleaved)",
-            locks[ON],
-            locks[OFF],
-            None,
-        ),
-        comparison(
-            "engine_lock_off_vs_seed",
-            "engine seat lock with auto_pipeline off / seed-style Lua peer (interleaved)",
-            locks[OFF],
-            locks[PEER],
-            None,
-        ),
-    ]
+    for key, what, mine, base, target in (
+        ("engine_grab_vs_seed", f"engine grab / seed-style Lua peer (flash grab, {CALLERS} "
+         "callers, interleaved)", grabs[ON], grabs[PEER], 2.0),
+        ("engine_lock_vs_seed", f"engine seat lock / seed-style Lua peer ({CALLERS} callers, "
+         "interleaved)", locks[ON], locks[PEER], 2.0),
+        ("engine_grab_pipeline", "engine grab, auto_pipeline on / off (interleaved)",
+         grabs[ON], grabs[OFF], None),
+        ("engine_lock_pipeline", "engine seat lock, auto_pipeline on / off (interleaved)",
+         locks[ON], locks[OFF], None),
+        ("engine_lock_off_vs_seed", "engine seat lock with auto_pipeline off / seed-style Lua "
+         "peer (interleaved)", locks[OFF], locks[PEER], None),
+    ):  # fmt: skip
+        rows.append(comparison(key, what, mine, base, target))
     rows += await _versus_redis_benchmark(services, redis_url, sizes)
     return rows
 
@@ -387,17 +340,12 @@ async def _versus_redis_benchmark(services: Services, redis_url: str, sizes: Siz
         say("redis-benchmark not found: engine grab / redis-benchmark skipped")
         return []
     rounds, bench = sizes.versus_rounds, "redis-benchmark evalsha"
-    say(f"fresh grabs: {ON} / redis-benchmark -P 1, {rounds} rounds")
     port = urlparse(redis_url).port or 6379
-    trials = await run_async(
-        {
-            ON: fresh_grab_engine(services, sizes),
-            bench: fresh_grab_bench(services, sizes, binary, port),
-        },
-        rounds,
-        between=_idle,
-        say=say,
-    )
+    trials = await alternate(
+        {ON: fresh_grab_engine(services, sizes),
+         bench: fresh_grab_bench(services, sizes, binary, port)},
+        rounds, "fresh grabs",
+    )  # fmt: skip
     how = f"{rounds} rounds, in rotating order with the other"
     engine = trials_row(
         "evalsha_grab",
@@ -406,31 +354,13 @@ async def _versus_redis_benchmark(services: Services, redis_url: str, sizes: Siz
         f"RedPacketService.grab, {sizes.versus_fresh} new users per round on a packet with a "
         f"share for each, {CALLERS} concurrent callers; {how}",
     )
-    engine["level"] = "engine"
-    p50s = sorted(
-        t.percentiles_ms[0] for t in trials[bench] if t.percentiles_ms and t.percentiles_ms[0]
-    )
     bench_trials = trials[bench]
-    base = {
-        "scenario": "evalsha_grab",
-        "level": "redis-benchmark",
-        "implementation": bench,
-        "ops": sum(t.ops for t in bench_trials),
-        "seconds": round(sum(t.seconds for t in bench_trials), 4),
-        "ops_per_s": round(
-            sum(t.ops for t in bench_trials) / sum(t.seconds for t in bench_trials), 1
-        ),
-        "p50_ms": p50s[len(p50s) // 2] if p50s else None,
-        "p95_ms": None,
-        "p99_ms": None,
-        "correct": merge_correct([t.correct for t in bench_trials]),
-        "latencies_ms": [],
-        "note": f"redis-benchmark -c {BENCH_CLIENTS} -n {sizes.versus_bench_requests} -P 1 per "
+    base = trials_row(
+        "evalsha_grab", bench, bench_trials,
+        f"redis-benchmark -c {BENCH_CLIENTS} -n {sizes.versus_bench_requests} -P 1 per "
         f"round: EVALSHA of lua/packet_grab.lua, a new user each call (p50: median of the "
-        f"rounds); {how}",
-        "pipeline": 1,
-        "rounds_ops_per_s": [round(t.rate, 1) for t in bench_trials],
-    }
+        f"rounds); {how}", level="redis-benchmark", pipeline=1,
+    )  # fmt: skip
     return [
         engine,
         base,
