@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.locks.script_contracts import COUNTS
 from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.specs import COUNTS
 from groupbuy.storage.backends import Backends, UsesBackends
 
 # An activity's live counts as its API body carries them (members: of open and formed

@@ -1,6 +1,6 @@
 """Typed wrappers of the team_* and activity_* scripts and user_lock_read.
 
-Their specs (groupbuy/locks/script_contracts.py, exported here too) are the only place that
+Their specs (groupbuy/locks/specs.py, exported here too) are the only place that
 knows these scripts' KEYS, ARGV and replies. A wrapper takes named key groups and arguments
 and answers the reply read by its spec: its code and its fields by name.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.script_contracts import (
+from groupbuy.locks.specs import (
     ACTIVITY_COUNTS,
     ACTIVITY_COUNTS_PUT,
     ACTIVITY_REINDEX,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.script_contracts import TEAM_JOIN, TEAM_LOCK
+from groupbuy.locks.specs import TEAM_JOIN, TEAM_LOCK
 from groupbuy.storage.specs import Reply
 
 

@@ -1,4 +1,4 @@
-"""The contracts of the team_* and activity_* scripts and user_lock_read: the only place
+"""The specs of the team_* and activity_* scripts and user_lock_read: the only place
 that knows the order of their KEYS and ARGV (docs/scripts.md is rendered from them;
 tests/lua/test_contracts.py checks the `local` lines of the scripts against them).
 groupbuy.locks.scripts wraps each one and exports them under its own name too.
