@@ -51,8 +51,8 @@ def _formats(plan: RatePlan) -> tuple[bytes, str]:
 def header_fields(decision: RateDecision) -> RawFields:
     """The RateLimit-Policy and RateLimit fields of one decision (as raw ASGI headers)."""
     policy, state = _formats(decision.plan)
-    r = decision.reply
-    values = (r[1], r[2]) if len(r) == 4 else (r[1], r[2], r[4], r[5])
+    r = decision.states  # remaining, reset_s, wait_us per bucket
+    values = (r[0], r[1]) if len(r) == 3 else (r[0], r[1], r[3], r[4])
     return [(b"ratelimit-policy", policy), (b"ratelimit", state.format(*values).encode("latin-1"))]
 
 

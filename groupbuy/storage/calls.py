@@ -1,36 +1,71 @@
 """Typed wrappers of the storage-level scripts (leases, outboxes, rate limits, failed
 authentications, write probe).
 
-Each contract names its script's KEYS and ARGV in order (docs/scripts.md is rendered from
-them); each wrapper takes named keys and arguments and answers a parsed reply.
+Each spec names its script's KEYS, ARGV and reply (docs/scripts.md is rendered from
+them); each wrapper takes named keys and arguments and answers its reply read by the spec.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-from groupbuy.storage.specs import ScriptCaller, ScriptSpec, Slot, slots
+from groupbuy.storage.specs import (
+    Field,
+    Fixed,
+    Reply,
+    ScriptCaller,
+    ScriptSpec,
+    Slot,
+    Verdict,
+    shape,
+    slots,
+)
+
+
+class RateCode(IntEnum):
+    """What lua/ratelimit_take.lua answers first."""
+
+    TAKEN = 0
+    LIMITED = 1
+
+
+def _entries(raw: Sequence[Sequence[Any]]) -> list[tuple[str, list[Any]]]:
+    """outbox_read's entries: (id, flat fields) each."""
+    return [(entry_id, fields) for entry_id, fields in raw]
+
+
+def _as_sent(values: Any) -> Any:
+    """A field read as the script sent it."""
+    return values
+
 
 _STREAM = ("stream", "the outbox stream (an activity's or a packet's)")
 _PENDING = ("pending", "the pending index: zset member -> ms of the stream's oldest entry")
 
-LEASE_HOLD: ScriptSpec[Any] = ScriptSpec(
+LEASE_HOLD: ScriptSpec[Verdict] = ScriptSpec(
     "lease_hold",
     "Take a free lease, or extend the one this holder already has.",
     keys=slots(("lease", "the lease key (value: the holder's token)")),
     args=slots(("token", "the holder's token"), ("ttl_ms", "how long the lease lasts")),
-    reply="`{1}` held (taken or extended), `{0}` another holder has it.",
+    replies={
+        Verdict.YES: shape("held (taken or extended)"),
+        Verdict.NO: shape("another holder has it"),
+    },
 )
-LEASE_RELEASE: ScriptSpec[Any] = ScriptSpec(
+LEASE_RELEASE: ScriptSpec[Verdict] = ScriptSpec(
     "lease_release",
     "Give a lease back, only if this holder still has it.",
     keys=slots(("lease", "the lease key")),
     args=slots(("token", "the holder's token")),
-    reply="`{1}` released, `{0}` it was not ours (expired, or taken by another).",
+    replies={
+        Verdict.YES: shape("released"),
+        Verdict.NO: shape("it was not ours (expired, or taken by another)"),
+    },
 )
-OUTBOX_ACK: ScriptSpec[Any] = ScriptSpec(
+OUTBOX_ACK: ScriptSpec[Fixed] = ScriptSpec(
     "outbox_ack",
     "Forget outbox entries SQL recorded; keep the stream's pending-index entry true.",
     keys=slots(_STREAM, _PENDING),
@@ -40,9 +75,9 @@ OUTBOX_ACK: ScriptSpec[Any] = ScriptSpec(
         ("member", "the stream's member in the pending index (activity_id or packet_id)"),
     ),
     more_args=Slot("ids", "entry ids; none only re-indexes the stream"),
-    reply="`{entries deleted, entries left}`.",
+    reply=shape("entries deleted, entries left", ("done", int), ("left", int)),
 )
-OUTBOX_BURY: ScriptSpec[Any] = ScriptSpec(
+OUTBOX_BURY: ScriptSpec[Fixed] = ScriptSpec(
     "outbox_bury",
     "Move poison outbox entries to the dead-letter stream, then forget them as outbox_ack.",
     keys=slots(
@@ -57,9 +92,13 @@ OUTBOX_BURY: ScriptSpec[Any] = ScriptSpec(
         ("cap", "approximate cap of the dead-letter stream"),
     ),
     more_args=Slot("entries", "pairs: entry id, dead_letters row id in SQL"),
-    reply="`{entries buried (0 for one already gone), entries left in the outbox}`.",
+    reply=shape(
+        "entries buried (0 for one already gone), entries left in the outbox",
+        ("done", int),
+        ("left", int),
+    ),
 )
-OUTBOX_READ: ScriptSpec[Any] = ScriptSpec(
+OUTBOX_READ: ScriptSpec[Fixed] = ScriptSpec(
     "outbox_read",
     "The entries of an outbox stream from one id to another, for the write-behind.",
     keys=slots(_STREAM),
@@ -69,21 +108,30 @@ OUTBOX_READ: ScriptSpec[Any] = ScriptSpec(
         ("most", "most entries"),
         ("publish", "'1': publish, so a WAIT covers what the server held; '0': not"),
     ),
-    reply="`{entries read, {{id, {field, value, ...}}, ...}}`.",
+    reply=shape(
+        "entries read, then each entry: {id, {field, value, ...}}",
+        ("count", int),
+        ("entries", _entries),
+    ),
 )
-RATELIMIT_TAKE: ScriptSpec[Any] = ScriptSpec(
+# Per bucket, in KEYS order: remaining, reset_s, wait_us; flat, as sent (the hot path
+# formats two of them into the RateLimit header as they are).
+_STATES = Field("states", _as_sent, rest=True)
+RATELIMIT_TAKE: ScriptSpec[RateCode] = ScriptSpec(
     "ratelimit_take",
     "Take one request from every bucket given, or from none of them (GCRA).",
     keys=(),
     args=slots(("shift_ms", "clock shift in ms (0 in production)")),
     more_keys=Slot("buckets", "the API key's bucket, then the user's; one hash tag"),
     more_args=Slot("limits", "per bucket: quota, window_us"),
-    reply=(
-        "`{code, remaining_1, reset_s_1, wait_us_1, remaining_2, ...}`: code 0 taken from "
-        "every bucket, 1 limited (taken from none)."
-    ),
+    replies={
+        RateCode.TAKEN: shape(
+            "taken from every bucket; per bucket: remaining, reset_s, wait_us", _STATES
+        ),
+        RateCode.LIMITED: shape("limited: taken from none; states as TAKEN", _STATES),
+    },
 )
-GUESS_COUNT: ScriptSpec[Any] = ScriptSpec(
+GUESS_COUNT: ScriptSpec[Fixed] = ScriptSpec(
     "guess_count",
     "Count failed authentications of one client address in a fixed window, or read them.",
     keys=slots(("counter", "the address's counter (expires when its window ends)")),
@@ -91,16 +139,20 @@ GUESS_COUNT: ScriptSpec[Any] = ScriptSpec(
         ("add", "failures to count (1), or 0 to read"),
         ("window_ms", "the window, started by the address's first failure"),
     ),
-    reply="`{failures in the window, ms until it ends (0: no window)}`.",
+    reply=shape(
+        "failures in the window, ms until it ends (0: no window)",
+        ("failures", int),
+        ("ms_left", int),
+    ),
 )
-WRITE_PROBE: ScriptSpec[Any] = ScriptSpec(
+WRITE_PROBE: ScriptSpec[Verdict] = ScriptSpec(
     "write_probe",
     "Change nothing; fail with OOM when Redis refuses writes now.",
     keys=slots(("route_key", "a key of the slot the next write goes to (not read)")),
     args=(),
-    reply="`{0}`.",
+    replies={Verdict.NO: shape("nothing changed: Redis takes writes")},
 )
-CONTRACTS = (
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     LEASE_HOLD,
     LEASE_RELEASE,
     OUTBOX_ACK,
@@ -122,16 +174,16 @@ class OutboxLeft:
 
 async def lease_hold(scripts: ScriptCaller, lease: str, token: str, ttl_ms: int) -> bool:
     """Take or extend a lease; whether this holder has it."""
-    reply = await LEASE_HOLD.call(
+    reply = await LEASE_HOLD.run(
         scripts, LEASE_HOLD.key_list(lease=lease), {"token": token, "ttl_ms": ttl_ms}
     )
-    return bool(int(reply[0]))
+    return reply.code is Verdict.YES
 
 
 async def lease_release(scripts: ScriptCaller, lease: str, token: str) -> bool:
     """Give a lease back; whether it was ours."""
-    reply = await LEASE_RELEASE.call(scripts, LEASE_RELEASE.key_list(lease=lease), {"token": token})
-    return bool(int(reply[0]))
+    reply = await LEASE_RELEASE.run(scripts, LEASE_RELEASE.key_list(lease=lease), {"token": token})
+    return reply.code is Verdict.YES
 
 
 async def outbox_ack(
@@ -145,13 +197,13 @@ async def outbox_ack(
     ids: Sequence[str],
 ) -> OutboxLeft:
     """Acknowledge and delete recorded entries, and re-index the stream."""
-    reply = await OUTBOX_ACK.call(
+    reply = await OUTBOX_ACK.run(
         scripts,
         OUTBOX_ACK.key_list(stream=stream, pending=pending),
         {"group": group, "drop_empty": "1" if drop_empty else "0", "member": member},
         ids,
     )
-    return OutboxLeft(int(reply[0]), int(reply[1]))
+    return OutboxLeft(reply.done, reply.left)
 
 
 async def outbox_bury(
@@ -168,32 +220,33 @@ async def outbox_bury(
 ) -> OutboxLeft:
     """Move entries to the dead letters and out of their outbox."""
     flat = [part for pair in entries for part in pair]
-    reply = await OUTBOX_BURY.call(
+    reply = await OUTBOX_BURY.run(
         scripts,
         OUTBOX_BURY.key_list(stream=stream, pending=pending, dead_letters=dead_letters),
         {"group": group, "member": member, "kind": kind, "cap": str(cap)},
         flat,
     )
-    return OutboxLeft(int(reply[0]), int(reply[1]))
+    return OutboxLeft(reply.done, reply.left)
 
 
 async def outbox_read(
     scripts: ScriptCaller, stream: str, *, first: str, last: str, most: int, publish: bool
 ) -> list[tuple[str, list[Any]]]:
     """The entries (id, flat fields) of a stream between two ids."""
-    reply = await OUTBOX_READ.call(
+    reply = await OUTBOX_READ.run(
         scripts,
         OUTBOX_READ.key_list(stream=stream),
         {"first": first, "last": last, "most": most, "publish": "1" if publish else "0"},
     )
-    return [(entry_id, fields) for entry_id, fields in reply[1]]
+    entries: list[tuple[str, list[Any]]] = reply.entries
+    return entries
 
 
 async def ratelimit_take(
     scripts: ScriptCaller, buckets: Sequence[str], shift_ms: int, limits: Sequence[Any]
-) -> list[Any]:
-    """Take from the buckets; the raw reply (groupbuy.storage.ratelimit reads it)."""
-    return await RATELIMIT_TAKE.call(
+) -> Reply[RateCode]:
+    """Take from the buckets: TAKEN or LIMITED, and every bucket's state (`states`)."""
+    return await RATELIMIT_TAKE.run(
         scripts, RATELIMIT_TAKE.key_list(more=buckets), {"shift_ms": shift_ms}, limits
     )
 
@@ -202,12 +255,12 @@ async def guess_count(
     scripts: ScriptCaller, counter: str, add: int, window_ms: int
 ) -> tuple[int, int]:
     """Count `add` failures (0: only read); the failures in the window and the ms left."""
-    reply = await GUESS_COUNT.call(
+    reply = await GUESS_COUNT.run(
         scripts, GUESS_COUNT.key_list(counter=counter), {"add": add, "window_ms": window_ms}
     )
-    return int(reply[0]), int(reply[1])
+    return reply.failures, reply.ms_left
 
 
 async def write_probe(scripts: ScriptCaller, route_key: str) -> None:
     """Raise OOM when Redis refuses writes in the slot of `route_key` now."""
-    await WRITE_PROBE.call(scripts, WRITE_PROBE.key_list(route_key=route_key), {})
+    await WRITE_PROBE.run(scripts, WRITE_PROBE.key_list(route_key=route_key), {})

@@ -20,13 +20,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 import redis.exceptions
 
 from groupbuy.settings import RATE_CLASSES, RateLimitSettings
-from groupbuy.storage.calls import ratelimit_take
+from groupbuy.storage.calls import RateCode, ratelimit_take
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.reachability import UNREACHABLE
@@ -36,21 +35,10 @@ log = logging.getLogger(__name__)
 # What lets a request through unlimited: Redis unreachable or stalled, or over maxmemory.
 UNAVAILABLE = (*UNREACHABLE, redis.exceptions.OutOfMemoryError)
 
-SCRIPT = "ratelimit_take"
 SUBJECTS = ("key", "user")
 # After a failed call, a key's requests skip its buckets this long; one then tries again.
 # Short beside a failover (seconds), long beside a failed call (up to its retries' time).
 SKIP_AFTER_FAILURE_S = 0.5
-
-
-class RateCode(IntEnum):
-    """What lua/ratelimit_take.lua answers first."""
-
-    TAKEN = 0
-    LIMITED = 1
-
-
-_CODES = frozenset(int(code) for code in RateCode)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, cheap as a cache key
@@ -79,23 +67,24 @@ class Bucket:
 
 
 class RateDecision:
-    """Whether a request may go ahead, with the script's reply for every bucket it was
-    checked against (read into Buckets only when asked: the hot path formats the reply)."""
+    """Whether a request may go ahead, with the state the script answered for every bucket
+    it was checked against (read into Buckets only when asked: the hot path formats the
+    states)."""
 
-    __slots__ = ("allowed", "plan", "reply")
+    __slots__ = ("allowed", "plan", "states")
 
-    def __init__(self, allowed: bool, plan: RatePlan, reply: list[Any]) -> None:
+    def __init__(self, allowed: bool, plan: RatePlan, states: list[Any]) -> None:
         self.allowed = allowed
         self.plan = plan
-        self.reply = reply  # [code, remaining, reset_s, wait_us] + 3 more per further bucket
+        self.states = states  # ratelimit_take's `states`: remaining, reset_s, wait_us each
 
     @property
     def buckets(self) -> tuple[Bucket, ...]:
         """Every bucket the request was checked against, in the plan's order."""
-        plan, r = self.plan, self.reply
+        plan, r = self.plan, self.states
         return tuple(
-            Bucket(name, plan.quotas[i], plan.windows_s[i], int(r[1 + 3 * i]),
-                   int(r[2 + 3 * i]), int(r[3 + 3 * i]) / 1_000_000)
+            Bucket(name, plan.quotas[i], plan.windows_s[i], int(r[3 * i]),
+                   int(r[1 + 3 * i]), int(r[2 + 3 * i]) / 1_000_000)
             for i, name in enumerate(plan.names)
         )  # fmt: skip
 
@@ -163,10 +152,9 @@ class RateLimitService:
             self._failed(key_id, error)
             return None
         self._answered(key_id)
-        code = reply[0]
-        if code not in _CODES:
-            raise RuntimeError(f"{SCRIPT} answered an unknown code: {reply!r}")
-        return RateDecision(code == RateCode.TAKEN, plan, reply)
+        # `fields[...]`, not `reply.states`: the attribute falls back to __getattr__ after a
+        # failed lookup, and this runs on every limited request.
+        return RateDecision(reply.code is RateCode.TAKEN, plan, reply.fields["states"])
 
     def _answered(self, key_id: str) -> None:
         self._skip_until.pop(key_id, None)

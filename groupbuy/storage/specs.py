@@ -6,7 +6,9 @@ the same slots in `local` lines at their top (tests/lua/test_contracts.py checks
 agree). Callers hand named key groups (`KeyGroup` dataclasses built by
 groupbuy.storage.keys) and named arguments; the spec turns them into the positional lists
 EVALSHA takes, and `parse` (the one reply parser) reads the reply into a `Reply`: its code
-and its fields by name. docs/scripts.md is rendered from the specs
+and its fields by name. A script whose reply is one fixed shape without a code
+(`{deleted, left}`) has a `reply` shape instead of `replies`; `parse` reads it the same
+way, under the code `Fixed.REPLY`. docs/scripts.md is rendered from the specs
 (`python -m scripts.script_docs`).
 """
 
@@ -61,6 +63,12 @@ class Verdict(IntEnum):
     YES = 1
 
 
+class Fixed(IntEnum):
+    """The code a reply without one is read under: the one shape of its script."""
+
+    REPLY = 0
+
+
 class ReplyError(ValueError):
     """A reply off its script's spec (a code it does not list, fields more or fewer than
     the code's): a bug."""
@@ -111,14 +119,16 @@ class Shape:
     def _rest(self) -> Field | None:
         return self.fields[-1] if self.fields and self.fields[-1].rest else None
 
-    def read(self, script: str, code: IntEnum, values: list[Any]) -> dict[str, Any]:
+    def read(self, script: str, code: IntEnum, values: Sequence[Any]) -> dict[str, Any]:
         """The fields by name from the values after the code."""
         reads, rest = self._reads, self._rest
         if len(values) != len(reads) and (rest is None or len(values) < len(reads)):
             raise ReplyError(
-                f"{script} answered {code.name} with {values!r}, not "
+                f"{script} answered {code.name} with {list(values)!r}, not "
                 f"{[f.name for f in self.fields]}"
             )
+        if not reads and rest is not None:  # one field of every value: no copy, no loop
+            return {rest.name: rest.read(values)}
         out = {name: read(value) for (name, read), value in zip(reads, values, strict=False)}
         if rest is not None:
             out[rest.name] = rest.read(values[len(reads) :])
@@ -176,6 +186,8 @@ class Reply(Generic[C]):
 class ScriptSpec(Generic[C]):
     """The KEYS and ARGV of one script, in order, and each reply code's fields.
 
+    `replies`: each code's shape, for a reply `[code, field, ...]`; or `reply`: the one
+    shape of a reply `[field, ...]` without a code (read under `Fixed.REPLY`).
     `optional_keys`: trailing keys a call may leave out. `more_keys` / `more_args`: the
     variable-length tail after the named entries (the script names where it starts with a
     `local <name>_at = <i>` line)."""
@@ -185,10 +197,14 @@ class ScriptSpec(Generic[C]):
     keys: tuple[Slot, ...]
     args: tuple[Slot, ...]
     replies: Mapping[C, Shape] = field(default_factory=dict)
-    reply: str = ""  # what a script without `replies` answers, in words
+    reply: Shape | None = None  # the one shape of a reply without a code, for no `replies`
     optional_keys: tuple[str, ...] = ()
     more_keys: Slot | None = None
     more_args: Slot | None = None
+
+    def __post_init__(self) -> None:
+        if (self.reply is None) == (not self.replies):
+            raise TypeError(f"{self.name}: give either `replies` (by code) or one `reply`")
 
     # Worked out once per spec (a frozen dataclass still lets cached_property store its
     # value): every script call reads them.
@@ -215,14 +231,24 @@ class ScriptSpec(Generic[C]):
         return {int(code): (code, answer) for code, answer in self.replies.items()}
 
     def parse(self, raw: Sequence[Any], **known: Any) -> Reply[C]:
-        """The reply `[code, field, ...]` read by this spec; `known`: the fields the caller
-        knows (a code's shape takes those it names `given`). A code the spec does not list,
-        or fields more or fewer than its shape's, is a bug and raises ReplyError."""
-        found = self._by_number.get(int(raw[0]))
-        if found is None:
-            raise ReplyError(f"{self.name} answered code {raw[0]!r}, which its spec does not list")
-        code, answer = found
-        values = answer.read(self.name, code, list(raw[1:]))
+        """The reply `[code, field, ...]` (or `[field, ...]` for a `reply` shape) read by
+        this spec; `known`: the fields the caller knows (a shape takes those it names
+        `given`). A code the spec does not list, or fields more or fewer than its shape's,
+        is a bug and raises ReplyError."""
+        answer = self.reply
+        if answer is not None:
+            code: Any = Fixed.REPLY
+            values = answer.read(self.name, code, raw)
+        else:
+            if not raw:
+                raise ReplyError(f"{self.name} answered {raw!r}, without a code")
+            found = self._by_number.get(int(raw[0]))
+            if found is None:
+                raise ReplyError(
+                    f"{self.name} answered code {raw[0]!r}, which its spec does not list"
+                )
+            code, answer = found
+            values = answer.read(self.name, code, raw[1:])
         for name in answer.given:
             values[name] = known[name]
         return Reply.of(code, values)
