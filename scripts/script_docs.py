@@ -1,6 +1,6 @@
 """docs/scripts.md, rendered from the script contracts: `python -m scripts.script_docs`.
 
-The contracts live with their engines (groupbuy.locks.scripts, groupbuy.redpacket.scripts)
+The contracts live with their engines (groupbuy.locks.engine, groupbuy.redpacket.scripts)
 and in groupbuy.storage.calls; this command gathers them.
 """
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from groupbuy.locks import scripts as team_scripts
+from groupbuy.locks import engine as team_engine
 from groupbuy.redpacket import scripts as packet_scripts
 from groupbuy.storage import calls
 from groupbuy.storage.specs import ScriptSpec, Shape, Slot
@@ -21,7 +21,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "scripts.md"
 
 def all_contracts() -> dict[str, ScriptSpec[Any]]:
     """Every script's spec by script name."""
-    found = [*team_scripts.CONTRACTS, *packet_scripts.CONTRACTS, *calls.CONTRACTS]
+    found = [*team_engine.CONTRACTS, *packet_scripts.CONTRACTS, *calls.CONTRACTS]
     return {contract.name: contract for contract in sorted(found, key=lambda c: c.name)}
 
 
@@ -38,9 +38,9 @@ def _rows(
     return rows
 
 
-def _reply_row(code: str | None, shape: Shape) -> str:
-    named = [f"{f.name}{'...' if f.rest else ''}" for f in shape.fields]
-    return f"| `{{{', '.join([code, *named] if code else named)}}}` | {shape.meaning} |"
+def _reply_row(code: str, shape: Shape) -> str:
+    named = "".join(f", {f.name}{'...' if f.rest else ''}" for f in shape.fields)
+    return f"| `{{{code}{named}}}` | {shape.meaning} |"
 
 
 def render() -> str:
@@ -51,8 +51,6 @@ def render() -> str:
         f"Generated from the script specs; do not edit. Regenerate: `{REGENERATE}`.",
         "Each script names these entries in `local` lines at its top (the shared ones in",
         "lua/_team_keys.lua, lua/_pick_keys.lua and lua/_packet_lib.lua).",
-        "A reply starts with its code, by name; `YES` and `NO` are `1` and `0`, `TAKEN` and",
-        "`LIMITED` `0` and `1`. A reply without a code lists its fields only.",
         "",
     ]
     for contract in all_contracts().values():
@@ -60,11 +58,12 @@ def render() -> str:
         out += ["| Slot | Name | Meaning |", "| --- | --- | --- |"]
         out += _rows("KEYS", contract.keys, contract.more_keys, contract.optional_keys)
         out += _rows("ARGV", contract.args, contract.more_args, ())
-        out += ["", "| Reply | Means |", "| --- | --- |"]
-        out += [_reply_row(code.name, shape) for code, shape in contract.replies.items()]
-        if contract.reply is not None:
-            out += [_reply_row(None, contract.reply)]
-        out += [""]
+        if contract.replies:
+            out += ["", "| Reply | Means |", "| --- | --- |"]
+            out += [_reply_row(code.name, shape) for code, shape in contract.replies.items()]
+            out += [""]
+        else:
+            out += ["", f"Reply: {contract.reply}", ""]
     return "\n".join(out)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from benchmarks.engine.common import Sizes, say
-from groupbuy.locks.scripts import TEAM_LOCK, TeamScripts
+from groupbuy.locks.lock import TEAM_LOCK
+from groupbuy.locks.scripts import TeamScripts
 from groupbuy.redpacket.scripts import PACKET_GRAB, PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source

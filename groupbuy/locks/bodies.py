@@ -1,13 +1,11 @@
-"""The API bodies the team engine answers with, built from SQL rows and parsed replies."""
+"""The API bodies of an activity, built from its SQL row (an operation's own answer sits
+in its module: a lock's in groupbuy.locks.lock)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import ActivityRow
-from groupbuy.locks.scripts import TeamReply
-from groupbuy.outcome import Outcome
 from groupbuy.storage.timefmt import iso_ms, to_ms
 
 
@@ -36,20 +34,3 @@ def limits_body(teams_per_user: int | None, open_per_leader: int | None) -> dict
     if teams_per_user is None and open_per_leader is None:
         return None
     return {"teams_per_user": teams_per_user, "open_teams_per_leader": open_per_leader}
-
-
-def lock_outcome(user_id: str, locked: TeamReply) -> Outcome:
-    """The answer of a lock or a join: a new lock (OK), else the user's existing lock,
-    unchanged (EXISTING)."""
-    body = {
-        "status": "locked",
-        "user_id": user_id,
-        "team_id": locked.team_id,
-        "locked_at": iso_ms(locked.locked_at_ms),
-        "expires_at": iso_ms(locked.expires_at_ms),
-        "released_team_id": locked.get("released_team_id") or None,
-        "version": locked.version,
-    }
-    if locked.code is TeamCode.EXISTING:
-        return Outcome({**body, "existing": True}, False)
-    return Outcome(body, True)

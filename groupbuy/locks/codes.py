@@ -6,7 +6,7 @@ from enum import IntEnum
 
 from groupbuy.errors import raise_for
 
-__all__ = ["TeamCode", "raise_for"]
+__all__ = ["LOCKED", "TeamCode", "raise_for"]
 
 
 class TeamCode(IntEnum):
@@ -30,3 +30,7 @@ class TeamCode(IntEnum):
     USER_LIMIT_REACHED = 14
     USER_BLOCKED = 15
     ACTIVITY_CLOSED = 16
+
+
+# A lock's (or a join's, or a confirm's) new outcome, and the same again.
+LOCKED = (TeamCode.OK, TeamCode.EXISTING)

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.listings import Listings
+from groupbuy.locks.lock import TEAM_LOCK
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.seats import SeatService
+from groupbuy.locks.specs import CONTRACTS as SHARED_CONTRACTS
 from groupbuy.locks.sweeps import TeamSweeps
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends
+from groupbuy.storage.specs import ScriptSpec
+
+# Every script of the engine by its spec: an operation's own in its module, the rest in
+# groupbuy.locks.specs (docs/scripts.md is rendered from them).
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""A team's SQL record: the answers once Redis let the team go (ended and released)."""
+"""A team's SQL record: the answers once Redis let the team go (ended and released), and
+the hook the operations call when Redis lost a team it should hold (`MissingTeam`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,6 +15,16 @@ from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.outcome import Outcome
 from groupbuy.storage.backends import Backends, UsesBackends
+
+
+class MissingTeam(Protocol):
+    """What the hot path does when Redis does not hold a team or activity (TeamRecovery)."""
+
+    async def bring_back(self, activity_id: str, team_id: str) -> bool:
+        """Rebuild the team in Redis from SQL; False when SQL has no open team to rebuild."""
+
+    async def bring_back_activity(self, activity_id: str) -> None:
+        """Put the activity's copy back in Redis from SQL (ActivityNotFound when unknown)."""
 
 
 class TeamHistory(UsesBackends):

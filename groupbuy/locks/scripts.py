@@ -1,8 +1,11 @@
-"""Typed wrappers of the team_* and activity_* scripts and user_lock_read.
+"""The calling context of the team scripts (TeamScripts: the script caller, the key layout,
+the clock, the key groups and arguments every team script starts with), and typed wrappers
+of the scripts no one operation owns.
 
 Their specs (groupbuy/locks/specs.py, exported here too) are the only place that
 knows these scripts' KEYS, ARGV and replies. A wrapper takes named key groups and arguments
-and answers the reply read by its spec: its code and its fields by name.
+and answers the reply read by its spec: its code and its fields by name. An operation's own
+script is called from its module (team_lock: groupbuy.locks.lock).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from groupbuy.locks.specs import (
     ACTIVITY_COUNTS_PUT,
     ACTIVITY_REINDEX,
     ACTIVITY_RELEASE,
-    CONTRACTS,
     PICK_ARGV,
     PICK_KEYS,
     TEAM_ARGV,
@@ -24,7 +26,6 @@ from groupbuy.locks.specs import (
     TEAM_JOIN,
     TEAM_KEYS,
     TEAM_LIST,
-    TEAM_LOCK,
     TEAM_OPEN,
     TEAM_READ,
     TEAM_RESTORE,
@@ -41,7 +42,6 @@ __all__ = [
     "ACTIVITY_COUNTS_PUT",
     "ACTIVITY_REINDEX",
     "ACTIVITY_RELEASE",
-    "CONTRACTS",
     "PICK_ARGV",
     "PICK_KEYS",
     "TEAM_ARGV",
@@ -49,7 +49,6 @@ __all__ = [
     "TEAM_JOIN",
     "TEAM_KEYS",
     "TEAM_LIST",
-    "TEAM_LOCK",
     "TEAM_OPEN",
     "TEAM_READ",
     "TEAM_RESTORE",
@@ -67,19 +66,21 @@ class TeamScripts:
     """The team scripts of one registry, called with named keys and arguments."""
 
     def __init__(self, scripts: ScriptCaller, keys: Keys, clock: RedisClock) -> None:
-        self._scripts = scripts
-        self._keys = keys
-        self._clock = clock
+        self.caller = scripts
+        self.keys = keys
+        self.clock = clock
 
-    def _team(self, activity_id: str, team_id: str) -> tuple[TeamKeys, ActivityKeys]:
-        return self._keys.team_keys(activity_id, team_id), self._keys.activity_keys(activity_id)
+    def team(self, activity_id: str, team_id: str) -> tuple[TeamKeys, ActivityKeys]:
+        """The key groups every script naming a team starts with (TEAM_KEYS)."""
+        return self.keys.team_keys(activity_id, team_id), self.keys.activity_keys(activity_id)
 
-    def _team_args(self, activity_id: str, team_id: str, **rest: Any) -> dict[str, Any]:
+    def team_args(self, activity_id: str, team_id: str, **rest: Any) -> dict[str, Any]:
+        """TEAM_ARGV by name, then `rest`: the arguments of a script naming a team."""
         return {
             "activity_id": activity_id,
             "team_id": team_id,
-            "shift_ms": self._clock.shift_ms,
-            "user_key_prefix": self._keys.user_key_prefix(activity_id),
+            "shift_ms": self.clock.shift_ms,
+            "user_key_prefix": self.keys.user_key_prefix(activity_id),
             **rest,
         }
 
@@ -88,74 +89,56 @@ class TeamScripts:
     ) -> TeamReply:
         """team_open."""
         keys = TEAM_OPEN.key_list(
-            *self._team(activity_id, team_id),
-            activity_hash=self._keys.activity(activity_id),
-            blocklist=self._keys.activity_blocklist(activity_id),
+            *self.team(activity_id, team_id),
+            activity_hash=self.keys.activity(activity_id),
+            blocklist=self.keys.activity_blocklist(activity_id),
         )
-        args = self._team_args(
+        args = self.team_args(
             activity_id,
             team_id,
             leader_id=leader_id,
             leader_order_id=order_id,
             retention_ms=retention_ms,
         )
-        return await TEAM_OPEN.run(self._scripts, keys, args)
-
-    async def lock(
-        self, activity_id: str, team_id: str, user_id: str, other_team_id: str
-    ) -> TeamReply:
-        """team_lock; `other_team_id` ('' for none) is the team the user may hold a lock in."""
-        other: dict[str, str] = {}
-        if other_team_id:
-            other_keys = self._keys.team_keys(activity_id, other_team_id)
-            other = {"other_hash": other_keys.hash, "other_locks": other_keys.locks}
-        keys = TEAM_LOCK.key_list(
-            *self._team(activity_id, team_id),
-            user_lock=self._keys.user_lock(activity_id, user_id),
-            blocklist=self._keys.activity_blocklist(activity_id),
-            activity_hash=self._keys.activity(activity_id),
-            **other,
-        )
-        args = self._team_args(activity_id, team_id, user_id=user_id, other_team_id=other_team_id)
-        return await TEAM_LOCK.run(self._scripts, keys, args, team_id=team_id)
+        return await TEAM_OPEN.run(self.caller, keys, args)
 
     async def unlock(self, activity_id: str, team_id: str, user_id: str) -> TeamReply:
         """team_unlock."""
         keys = TEAM_UNLOCK.key_list(
-            *self._team(activity_id, team_id), user_lock=self._keys.user_lock(activity_id, user_id)
+            *self.team(activity_id, team_id), user_lock=self.keys.user_lock(activity_id, user_id)
         )
-        args = self._team_args(activity_id, team_id, user_id=user_id)
-        return await TEAM_UNLOCK.run(self._scripts, keys, args)
+        args = self.team_args(activity_id, team_id, user_id=user_id)
+        return await TEAM_UNLOCK.run(self.caller, keys, args)
 
     async def confirm(
         self, activity_id: str, team_id: str, user_id: str, order_id: str
     ) -> TeamReply:
         """team_confirm."""
         keys = TEAM_CONFIRM.key_list(
-            *self._team(activity_id, team_id),
-            user_lock=self._keys.user_lock(activity_id, user_id),
-            blocklist=self._keys.activity_blocklist(activity_id),
+            *self.team(activity_id, team_id),
+            user_lock=self.keys.user_lock(activity_id, user_id),
+            blocklist=self.keys.activity_blocklist(activity_id),
         )
-        args = self._team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
-        return await TEAM_CONFIRM.run(self._scripts, keys, args)
+        args = self.team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
+        return await TEAM_CONFIRM.run(self.caller, keys, args)
 
     async def read(self, activity_id: str, team_id: str) -> TeamReply:
         """team_read."""
-        keys = TEAM_READ.key_list(*self._team(activity_id, team_id))
-        return await TEAM_READ.run(self._scripts, keys, self._team_args(activity_id, team_id))
+        keys = TEAM_READ.key_list(*self.team(activity_id, team_id))
+        return await TEAM_READ.run(self.caller, keys, self.team_args(activity_id, team_id))
 
     async def sweep(self, activity_id: str, team_id: str) -> TeamReply:
         """team_sweep."""
-        keys = TEAM_SWEEP.key_list(*self._team(activity_id, team_id))
-        return await TEAM_SWEEP.run(self._scripts, keys, self._team_args(activity_id, team_id))
+        keys = TEAM_SWEEP.key_list(*self.team(activity_id, team_id))
+        return await TEAM_SWEEP.run(self.caller, keys, self.team_args(activity_id, team_id))
 
     async def restore(
         self, activity_id: str, team_id: str, members: Sequence[str], **fields: Any
     ) -> TeamReply:
         """team_restore; `fields` are the named ARGV after the common ones."""
-        keys = TEAM_RESTORE.key_list(*self._team(activity_id, team_id))
-        args = self._team_args(activity_id, team_id, **fields)
-        return await TEAM_RESTORE.run(self._scripts, keys, args, members)
+        keys = TEAM_RESTORE.key_list(*self.team(activity_id, team_id))
+        args = self.team_args(activity_id, team_id, **fields)
+        return await TEAM_RESTORE.run(self.caller, keys, args, members)
 
     def _pick_args(
         self, activity_id: str, candidates: int, cursor: Sequence[Any], **rest: Any
@@ -163,11 +146,11 @@ class TeamScripts:
         score, team_id = cursor
         return {
             "activity_id": activity_id,
-            "shift_ms": self._clock.shift_ms,
-            "team_key_prefix": self._keys.team_key_prefix(activity_id),
-            "members_suffix": self._keys.members_suffix,
-            "locks_suffix": self._keys.locks_suffix,
-            "user_key_prefix": self._keys.user_key_prefix(activity_id),
+            "shift_ms": self.clock.shift_ms,
+            "team_key_prefix": self.keys.team_key_prefix(activity_id),
+            "members_suffix": self.keys.members_suffix,
+            "locks_suffix": self.keys.locks_suffix,
+            "user_key_prefix": self.keys.user_key_prefix(activity_id),
             "candidates": candidates,
             "cursor_score": score,
             "cursor_team_id": team_id,
@@ -179,13 +162,13 @@ class TeamScripts:
     ) -> TeamReply:
         """team_join from `cursor` (score, team_id; '' '' from the top)."""
         keys = TEAM_JOIN.key_list(
-            self._keys.activity_keys(activity_id),
-            activity_hash=self._keys.activity(activity_id),
-            user_lock=self._keys.user_lock(activity_id, user_id),
-            blocklist=self._keys.activity_blocklist(activity_id),
+            self.keys.activity_keys(activity_id),
+            activity_hash=self.keys.activity(activity_id),
+            user_lock=self.keys.user_lock(activity_id, user_id),
+            blocklist=self.keys.activity_blocklist(activity_id),
         )
         args = self._pick_args(activity_id, candidates, cursor, user_id=user_id)
-        return await TEAM_JOIN.run(self._scripts, keys, args)
+        return await TEAM_JOIN.run(self.caller, keys, args)
 
     async def list(
         self,
@@ -197,41 +180,41 @@ class TeamScripts:
     ) -> TeamReply:
         """team_list from `cursor`: teams with a free seat, or (`full`) full open teams."""
         keys = TEAM_LIST.key_list(
-            self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
+            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
         )
         args = self._pick_args(
             activity_id, candidates, cursor, page_size=page_size, full="1" if full else "0"
         )
-        return await TEAM_LIST.run(self._scripts, keys, args)
+        return await TEAM_LIST.run(self.caller, keys, args)
 
     async def user_lock(self, activity_id: str, user_id: str) -> TeamReply:
         """user_lock_read."""
-        keys = USER_LOCK_READ.key_list(user_lock=self._keys.user_lock(activity_id, user_id))
-        return await USER_LOCK_READ.run(self._scripts, keys, {"shift_ms": self._clock.shift_ms})
+        keys = USER_LOCK_READ.key_list(user_lock=self.keys.user_lock(activity_id, user_id))
+        return await USER_LOCK_READ.run(self.caller, keys, {"shift_ms": self.clock.shift_ms})
 
     async def reindex(self, activity_id: str, team_index: str, due_index: str) -> bool:
         """activity_reindex; whether the activity is still due."""
         keys = ACTIVITY_REINDEX.key_list(team_index=team_index, due_index=due_index)
-        reply = await ACTIVITY_REINDEX.run(self._scripts, keys, {"activity_id": activity_id})
+        reply = await ACTIVITY_REINDEX.run(self.caller, keys, {"activity_id": activity_id})
         return reply.code is Verdict.YES
 
     async def release(self, activity_id: str) -> bool:
         """activity_release; whether the copy was dropped."""
         keys = ACTIVITY_RELEASE.key_list(
-            self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
+            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
         )
-        reply = await ACTIVITY_RELEASE.run(self._scripts, keys, {"activity_id": activity_id})
+        reply = await ACTIVITY_RELEASE.run(self.caller, keys, {"activity_id": activity_id})
         return reply.code is Verdict.YES
 
     async def counts(self, activity_id: str, candidates: int) -> TeamReply:
         """activity_counts, applying time to at most `candidates` teams of each index."""
         keys = ACTIVITY_COUNTS.key_list(
-            self._keys.activity_keys(activity_id), activity_hash=self._keys.activity(activity_id)
+            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
         )
         args = self._pick_args(activity_id, candidates, ("", ""))
-        return await ACTIVITY_COUNTS.run(self._scripts, keys, args)
+        return await ACTIVITY_COUNTS.run(self.caller, keys, args)
 
     async def put_counts(self, activity_id: str, counts: Mapping[str, int]) -> TeamReply:
         """activity_counts_put: `counts` (SQL's) unless Redis has the activity's counts."""
-        keys = ACTIVITY_COUNTS_PUT.key_list(activity_counts=self._keys.activity_counts(activity_id))
-        return await ACTIVITY_COUNTS_PUT.run(self._scripts, keys, counts)
+        keys = ACTIVITY_COUNTS_PUT.key_list(activity_counts=self.keys.activity_counts(activity_id))
+        return await ACTIVITY_COUNTS_PUT.run(self.caller, keys, counts)

@@ -11,13 +11,13 @@ record (`TeamHistory`).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
-from groupbuy.locks.bodies import lock_outcome
-from groupbuy.locks.codes import TeamCode, raise_for
-from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
+from groupbuy.locks.history import MissingTeam, TeamHistory
+from groupbuy.locks.lock import SeatLock, lock_outcome
 from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.view import TeamView
@@ -27,22 +27,6 @@ from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.timefmt import iso_ms
-
-# A user switching teams needs a second call naming the old team; more tries than
-# this means the same user is racing with themselves, and they may simply retry.
-_SWITCH_ATTEMPTS = 5
-# A lock's (or a confirm's) new outcome, and the same again.
-_LOCKED = (TeamCode.OK, TeamCode.EXISTING)
-
-
-class MissingTeam(Protocol):
-    """What the hot path does when Redis does not hold a team or activity (TeamRecovery)."""
-
-    async def bring_back(self, activity_id: str, team_id: str) -> bool:
-        """Rebuild the team in Redis from SQL; False when SQL has no open team to rebuild."""
-
-    async def bring_back_activity(self, activity_id: str) -> None:
-        """Put the activity's copy back in Redis from SQL (ActivityNotFound when unknown)."""
 
 
 class SeatService:
@@ -63,44 +47,8 @@ class SeatService:
         self._activities = activities
         self._history = history
         self._recovery = recovery
-
-    @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "lock")
-    async def lock(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
-        """Hold a free seat of the team for the user (releasing their lock in another team)."""
-        other = ""
-        restored = copied = False
-        for _ in range(_SWITCH_ATTEMPTS):
-            reply = await self._teams.lock(activity_id, team_id, user_id, other)
-            if reply.code is TeamCode.SWITCH_NEEDED:
-                other = reply.team_id
-                continue
-            if reply.code is TeamCode.ACTIVITY_NOT_FOUND and not copied:
-                # The activity's copy expired or was lost while a team lives: SQL has it,
-                # with its status (404 when SQL does not know the activity either).
-                copied = True
-                await self._recovery.bring_back_activity(activity_id)
-                continue
-            if reply.code is TeamCode.TEAM_NOT_FOUND and not restored:
-                restored = True
-                if await self._recovery.bring_back(activity_id, team_id):
-                    continue
-            break
-        else:
-            raise errors.Conflict("the user's lock changed during every attempt; retry")
-
-        if reply.code in _LOCKED:
-            return lock_outcome(user_id, reply)
-        if reply.code is TeamCode.TEAM_FULL:
-            raise_for(
-                reply.code,
-                f"team {team_id!r} has no free seat",
-                next_unlock_at=iso_ms(reply.next_unlock_ms),
-                earliest_locked_at=iso_ms(reply.earliest_locked_at_ms),
-            )
-        if reply.code is TeamCode.TEAM_NOT_FOUND:
-            await self._history.raise_for_missing_team(activity_id, team_id)
-        refuse_for_user(reply, user_id)
-        raise_for(reply.code)
+        # The operations whole in their own modules: lock (groupbuy.locks.lock).
+        self.lock = SeatLock(scripts, history, recovery)
 
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "join")
     async def join(self, activity_id: str, user_id: str) -> Outcome:
@@ -119,7 +67,7 @@ class SeatService:
             if reply.code is not TeamCode.LOOK_FURTHER:
                 break
             cursor = (reply.score, reply.team_id)
-        if reply.code in _LOCKED:
+        if reply.code in LOCKED:
             # Joining never releases a lock: a live one anywhere is the answer (EXISTING).
             return lock_outcome(user_id, reply)
         if reply.code is TeamCode.NO_TEAM_AVAILABLE:
@@ -151,7 +99,7 @@ class SeatService:
         if reply.code is TeamCode.TEAM_NOT_FOUND:
             return await self._history.confirmed_before(activity_id, team_id, user_id, order_id)
         refuse_for_user(reply, user_id)
-        if reply.code not in _LOCKED:
+        if reply.code not in LOCKED:
             raise_for(reply.code)
         # The answer waits for the membership's record in SQL. The script has made the user
         # a member in Redis (no lock left to expire) and written the record to the outbox in

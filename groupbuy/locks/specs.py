@@ -1,7 +1,9 @@
-"""The specs of the team_* and activity_* scripts and user_lock_read: the only place
-that knows the order of their KEYS and ARGV (docs/scripts.md is rendered from them;
-tests/lua/test_contracts.py checks the `local` lines of the scripts against them).
-groupbuy.locks.scripts wraps each one and exports them under its own name too.
+"""The key groups and reply shapes the team scripts share, and the specs of the scripts
+no one operation owns: the only place that knows the order of their KEYS and ARGV
+(docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the `local`
+lines of the scripts against them). An operation's own script has its spec in the
+operation's module (team_lock: groupbuy.locks.lock); groupbuy.locks.engine lists them all.
+groupbuy.locks.scripts wraps the ones here and exports them under its own name too.
 """
 
 from __future__ import annotations
@@ -76,33 +78,33 @@ TEAM_NOT_FOUND, ACTIVITY_NOT_FOUND, ACTIVITY_CLOSED = (
 USER_LIMIT_REACHED, USER_BLOCKED = C.USER_LIMIT_REACHED, C.USER_BLOCKED
 # The replies several scripts share.
 TEAM = Field("team", snapshot, rest=True)  # the team hash, members hash and locks
-_LIMIT = shape(
+OVER_LIMIT = shape(
     "the user is at one of the activity's limits (teams_per_user, open_teams_per_leader)",
     ("limit", int),
     ("current", int),
     ("limit_name", str),
 )
-_BLOCKED = shape("an admin blocked the user")
-_NO_TEAM = shape("Redis has no such team")
-_NO_ACTIVITY = shape("Redis has no copy of the activity")
-_CLOSED = shape("the activity is closed")
-_MEMBER = shape("the user is a member of the team")
-_FORMED = shape("the team is formed")
-_FAILED = shape("the team failed")
+BLOCKED = shape("an admin blocked the user")
+NO_TEAM = shape("Redis has no such team")
+NO_ACTIVITY = shape("Redis has no copy of the activity")
+CLOSED = shape("the activity is closed")
+MEMBER = shape("the user is a member of the team")
+FORMED = shape("the team is formed")
+FAILED = shape("the team failed")
 _CONFIRMED = (("formed", flag), TEAM)
 _JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
-_USER_LOCK = (
+USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
 )
-_BLOCKLIST = ("blocklist", "blocked users hash (the copy of the activity's slot in a cluster)")
+BLOCKLIST_SLOT = ("blocklist", "blocked users hash (the copy of the activity's slot in a cluster)")
 
 TEAM_OPEN = ScriptSpec(
     "team_open",
     "Open a team whose leader is member 1, idempotently.",
     keys=(
         *TEAM_KEYS,
-        *slots(("activity_hash", "the activity's parameters and status"), _BLOCKLIST),
+        *slots(("activity_hash", "the activity's parameters and status"), BLOCKLIST_SLOT),
     ),
     args=(
         *TEAM_ARGV,
@@ -116,89 +118,37 @@ TEAM_OPEN = ScriptSpec(
         OK: shape("opened now", TEAM),
         EXISTING: shape("opened before (by this same call)", TEAM),
         C.CONFLICT: shape("the team exists with another leader or order"),
-        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
-        USER_LIMIT_REACHED: _LIMIT,
-        USER_BLOCKED: _BLOCKED,
-        ACTIVITY_CLOSED: _CLOSED,
-    },
-)
-TEAM_LOCK = ScriptSpec(
-    "team_lock",
-    "Hold one free seat of a team for a user, atomically.",
-    keys=(
-        *TEAM_KEYS,
-        *slots(
-            _USER_LOCK,
-            _BLOCKLIST,
-            ("activity_hash", "the activity's copy of its parameters and status"),
-            ("other_hash", "hash of the team the caller believes the user holds a lock in"),
-            ("other_locks", "locks zset of that team"),
-        ),
-    ),
-    args=(
-        *TEAM_ARGV,
-        *slots(("user_id", "the user"), ("other_team_id", "that other team's id, or ''")),
-    ),
-    optional_keys=("other_hash", "other_locks"),
-    replies={
-        OK: shape(
-            "a new lock; version: the team's after it",
-            ("locked_at_ms", int),
-            ("expires_at_ms", int),
-            ("released_team_id", str),
-            ("version", int),
-            given=("team_id",),
-        ),
-        EXISTING: shape(
-            "the user's unexpired lock on this team (unchanged)",
-            ("locked_at_ms", int),
-            ("expires_at_ms", int),
-            ("version", int),
-            given=("team_id",),
-        ),
-        C.TEAM_FULL: shape(
-            "no free seat; the earliest lock's times ('' when every seat is a member)",
-            ("earliest_locked_at_ms", optional_int),
-            ("next_unlock_ms", optional_int),
-        ),
-        C.SWITCH_NEEDED: shape(
-            "the user holds a live lock in team_id: call again naming it", ("team_id", str)
-        ),
-        C.ALREADY_MEMBER: _MEMBER,
-        C.TEAM_FORMED: _FORMED,
-        C.TEAM_FAILED: _FAILED,
-        TEAM_NOT_FOUND: _NO_TEAM,
-        USER_LIMIT_REACHED: _LIMIT,
-        USER_BLOCKED: _BLOCKED,
-        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
-        ACTIVITY_CLOSED: _CLOSED,
+        ACTIVITY_NOT_FOUND: NO_ACTIVITY,
+        USER_LIMIT_REACHED: OVER_LIMIT,
+        USER_BLOCKED: BLOCKED,
+        ACTIVITY_CLOSED: CLOSED,
     },
 )
 TEAM_UNLOCK = ScriptSpec(
     "team_unlock",
     "Release a user's seat lock on a team (idempotent).",
-    keys=(*TEAM_KEYS, *slots(_USER_LOCK)),
+    keys=(*TEAM_KEYS, *slots(USER_LOCK_SLOT)),
     args=(*TEAM_ARGV, *slots(("user_id", "the user"))),
     replies={
         OK: shape("released: 1 a live lock was released, 0 there was none", ("released", flag)),
-        TEAM_NOT_FOUND: _NO_TEAM,
+        TEAM_NOT_FOUND: NO_TEAM,
     },
 )
 TEAM_CONFIRM = ScriptSpec(
     "team_confirm",
     "Payment succeeded: turn the user's unexpired lock into membership.",
-    keys=(*TEAM_KEYS, *slots(_USER_LOCK, _BLOCKLIST)),
+    keys=(*TEAM_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
     args=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
     replies={
         OK: shape("the user is a member now; formed: this confirm formed the team", *_CONFIRMED),
         EXISTING: shape("confirmed before (the same order)", *_CONFIRMED),
-        C.ALREADY_MEMBER: _MEMBER,
+        C.ALREADY_MEMBER: MEMBER,
         C.LOCK_REQUIRED: shape("the user holds no unexpired lock on the team"),
-        C.TEAM_FORMED: _FORMED,
-        C.TEAM_FAILED: _FAILED,
-        TEAM_NOT_FOUND: _NO_TEAM,
-        USER_LIMIT_REACHED: _LIMIT,
-        USER_BLOCKED: _BLOCKED,
+        C.TEAM_FORMED: FORMED,
+        C.TEAM_FAILED: FAILED,
+        TEAM_NOT_FOUND: NO_TEAM,
+        USER_LIMIT_REACHED: OVER_LIMIT,
+        USER_BLOCKED: BLOCKED,
     },
 )
 TEAM_READ = ScriptSpec(
@@ -208,7 +158,7 @@ TEAM_READ = ScriptSpec(
     args=TEAM_ARGV,
     replies={
         OK: shape("the team at Redis's now_ms", ("now_ms", int), TEAM),
-        TEAM_NOT_FOUND: _NO_TEAM,
+        TEAM_NOT_FOUND: NO_TEAM,
     },
 )
 TEAM_SWEEP = ScriptSpec(
@@ -223,7 +173,7 @@ TEAM_SWEEP = ScriptSpec(
             ("status", str),
             ("ended_now", flag),
         ),
-        TEAM_NOT_FOUND: _NO_TEAM,
+        TEAM_NOT_FOUND: NO_TEAM,
     },
 )
 TEAM_RESTORE = ScriptSpec(
@@ -255,7 +205,7 @@ TEAM_RESTORE = ScriptSpec(
 TEAM_JOIN = ScriptSpec(
     "team_join",
     "Lock a free seat in the open team closest to forming (自动拼团).",
-    keys=(*PICK_KEYS, *slots(_USER_LOCK, _BLOCKLIST)),
+    keys=(*PICK_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
     args=(*PICK_ARGV, Slot("user_id", "the user")),
     replies={
         OK: shape("a new lock in team_id", *_JOINED),
@@ -269,10 +219,10 @@ TEAM_JOIN = ScriptSpec(
             ("score", str),
             ("team_id", str),
         ),
-        USER_LIMIT_REACHED: _LIMIT,
-        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
-        USER_BLOCKED: _BLOCKED,
-        ACTIVITY_CLOSED: _CLOSED,
+        USER_LIMIT_REACHED: OVER_LIMIT,
+        ACTIVITY_NOT_FOUND: NO_ACTIVITY,
+        USER_BLOCKED: BLOCKED,
+        ACTIVITY_CLOSED: CLOSED,
     },
 )
 TEAM_LIST = ScriptSpec(
@@ -294,13 +244,13 @@ TEAM_LIST = ScriptSpec(
             ("cursor_team_id", str),
             ("page", listing),
         ),
-        ACTIVITY_NOT_FOUND: _NO_ACTIVITY,
+        ACTIVITY_NOT_FOUND: NO_ACTIVITY,
     },
 )
 USER_LOCK_READ = ScriptSpec(
     "user_lock_read",
     "The user's live lock in an activity, from their current-lock key alone.",
-    keys=slots(_USER_LOCK),
+    keys=slots(USER_LOCK_SLOT),
     args=slots(("shift_ms", "clock shift in ms (0 in production)")),
     replies={
         OK: shape(
@@ -368,7 +318,6 @@ ACTIVITY_COUNTS_PUT = ScriptSpec(
 )
 CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_OPEN,
-    TEAM_LOCK,
     TEAM_UNLOCK,
     TEAM_CONFIRM,
     TEAM_READ,

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.specs import TEAM_JOIN, TEAM_LOCK
+from groupbuy.locks.lock import TEAM_LOCK
+from groupbuy.locks.specs import TEAM_JOIN
 from groupbuy.storage.specs import Reply
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import String, create_engine, literal, select
 
 from groupbuy.locks import codec as team_codec
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.lock import team_lock
 from groupbuy.locks.models import MemberRow
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.redpacket import codec as packet_codec
@@ -63,7 +64,7 @@ class Teams:
         return await self.scripts.open(AID, team_id, leader, order, RETENTION_MS)
 
     async def lock(self, team_id: str, user: str) -> TeamReply:
-        return await self.scripts.lock(AID, team_id, user, "")
+        return await team_lock(self.scripts, AID, team_id, user, "")
 
     async def confirm(self, team_id: str, user: str, order: str) -> tuple[TeamCode, bool]:
         """The confirm's code and whether it formed the team."""

@@ -12,6 +12,7 @@ from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.clock import RedisClock
@@ -58,7 +59,7 @@ class Harness:
         return await self.teams.open(AID, tid, leader, order, RETENTION_MS)
 
     async def lock(self, tid: str, user: str, other: str = "") -> TeamReply:
-        return await self.teams.lock(AID, tid, user, other)
+        return await team_lock(self.teams, AID, tid, user, other)
 
     async def unlock(self, tid: str, user: str) -> TeamReply:
         return await self.teams.unlock(AID, tid, user)
