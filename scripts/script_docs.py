@@ -38,9 +38,9 @@ def _rows(
     return rows
 
 
-def _reply_row(code: str, shape: Shape) -> str:
-    named = "".join(f", {f.name}{'...' if f.rest else ''}" for f in shape.fields)
-    return f"| `{{{code}{named}}}` | {shape.meaning} |"
+def _reply_row(code: str | None, shape: Shape) -> str:
+    named = [f"{f.name}{'...' if f.rest else ''}" for f in shape.fields]
+    return f"| `{{{', '.join([code, *named] if code else named)}}}` | {shape.meaning} |"
 
 
 def render() -> str:
@@ -51,6 +51,8 @@ def render() -> str:
         f"Generated from the script specs; do not edit. Regenerate: `{REGENERATE}`.",
         "Each script names these entries in `local` lines at its top (the shared ones in",
         "lua/_team_keys.lua, lua/_pick_keys.lua and lua/_packet_lib.lua).",
+        "A reply starts with its code, by name; `YES` and `NO` are `1` and `0`, `TAKEN` and",
+        "`LIMITED` `0` and `1`. A reply without a code lists its fields only.",
         "",
     ]
     for contract in all_contracts().values():
@@ -58,12 +60,11 @@ def render() -> str:
         out += ["| Slot | Name | Meaning |", "| --- | --- | --- |"]
         out += _rows("KEYS", contract.keys, contract.more_keys, contract.optional_keys)
         out += _rows("ARGV", contract.args, contract.more_args, ())
-        if contract.replies:
-            out += ["", "| Reply | Means |", "| --- | --- |"]
-            out += [_reply_row(code.name, shape) for code, shape in contract.replies.items()]
-            out += [""]
-        else:
-            out += ["", f"Reply: {contract.reply}", ""]
+        out += ["", "| Reply | Means |", "| --- | --- |"]
+        out += [_reply_row(code.name, shape) for code, shape in contract.replies.items()]
+        if contract.reply is not None:
+            out += [_reply_row(None, contract.reply)]
+        out += [""]
     return "\n".join(out)
 
 
