@@ -16,6 +16,7 @@ from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.seats import SeatService
 from groupbuy.locks.specs import CONTRACTS as SHARED_CONTRACTS
 from groupbuy.locks.sweeps import TeamSweeps
+from groupbuy.locks.unlock import TEAM_UNLOCK
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends
@@ -23,7 +24,7 @@ from groupbuy.storage.specs import ScriptSpec
 
 # Every script of the engine by its spec: an operation's own in its module, the rest in
 # groupbuy.locks.specs (docs/scripts.md is rendered from them).
-CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK)
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK, TEAM_UNLOCK)
 
 
 @dataclass(frozen=True)

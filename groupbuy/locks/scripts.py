@@ -30,7 +30,6 @@ from groupbuy.locks.specs import (
     TEAM_READ,
     TEAM_RESTORE,
     TEAM_SWEEP,
-    TEAM_UNLOCK,
     USER_LOCK_READ,
 )
 from groupbuy.storage.clock import RedisClock
@@ -53,7 +52,6 @@ __all__ = [
     "TEAM_READ",
     "TEAM_RESTORE",
     "TEAM_SWEEP",
-    "TEAM_UNLOCK",
     "USER_LOCK_READ",
     "TeamReply",
     "TeamScripts",
@@ -101,14 +99,6 @@ class TeamScripts:
             retention_ms=retention_ms,
         )
         return await TEAM_OPEN.run(self.caller, keys, args)
-
-    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> TeamReply:
-        """team_unlock."""
-        keys = TEAM_UNLOCK.key_list(
-            *self.team(activity_id, team_id), user_lock=self.keys.user_lock(activity_id, user_id)
-        )
-        args = self.team_args(activity_id, team_id, user_id=user_id)
-        return await TEAM_UNLOCK.run(self.caller, keys, args)
 
     async def confirm(
         self, activity_id: str, team_id: str, user_id: str, order_id: str

@@ -20,6 +20,7 @@ from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.lock import SeatLock, lock_outcome
 from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.unlock import SeatUnlock
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
@@ -47,8 +48,9 @@ class SeatService:
         self._activities = activities
         self._history = history
         self._recovery = recovery
-        # The operations whole in their own modules: lock (groupbuy.locks.lock).
+        # The operations whole in their own modules (groupbuy.locks.lock, .unlock).
         self.lock = SeatLock(scripts, history, recovery)
+        self.unlock = SeatUnlock(scripts, history)
 
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "join")
     async def join(self, activity_id: str, user_id: str) -> Outcome:
@@ -78,16 +80,6 @@ class SeatService:
             )
         refuse_for_user(reply, user_id)
         raise_for(reply.code)
-
-    async def unlock(self, activity_id: str, team_id: str, user_id: str) -> bool:
-        """Release the user's lock on the team; False when there was none."""
-        reply = await self._teams.unlock(activity_id, team_id, user_id)
-        if reply.code is TeamCode.TEAM_NOT_FOUND:
-            await self._history.team(activity_id, team_id)  # raises when unknown
-            return False
-        if reply.code is not TeamCode.OK:
-            raise_for(reply.code)
-        return bool(reply.released)
 
     async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
         """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""

@@ -124,16 +124,6 @@ TEAM_OPEN = ScriptSpec(
         ACTIVITY_CLOSED: CLOSED,
     },
 )
-TEAM_UNLOCK = ScriptSpec(
-    "team_unlock",
-    "Release a user's seat lock on a team (idempotent).",
-    keys=(*TEAM_KEYS, *slots(USER_LOCK_SLOT)),
-    args=(*TEAM_ARGV, *slots(("user_id", "the user"))),
-    replies={
-        OK: shape("released: 1 a live lock was released, 0 there was none", ("released", flag)),
-        TEAM_NOT_FOUND: NO_TEAM,
-    },
-)
 TEAM_CONFIRM = ScriptSpec(
     "team_confirm",
     "Payment succeeded: turn the user's unexpired lock into membership.",
@@ -318,7 +308,6 @@ ACTIVITY_COUNTS_PUT = ScriptSpec(
 )
 CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_OPEN,
-    TEAM_UNLOCK,
     TEAM_CONFIRM,
     TEAM_READ,
     TEAM_SWEEP,

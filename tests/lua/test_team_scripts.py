@@ -14,6 +14,7 @@ from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.unlock import team_unlock
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
@@ -62,7 +63,7 @@ class Harness:
         return await team_lock(self.teams, AID, tid, user, other)
 
     async def unlock(self, tid: str, user: str) -> TeamReply:
-        return await self.teams.unlock(AID, tid, user)
+        return await team_unlock(self.teams, AID, tid, user)
 
     async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
         return await self.teams.confirm(AID, tid, user, order)
