@@ -9,6 +9,7 @@ from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import TeamHistory
+from groupbuy.locks.join import TEAM_JOIN
 from groupbuy.locks.listings import Listings
 from groupbuy.locks.lock import TEAM_LOCK
 from groupbuy.locks.recovery import TeamRecovery
@@ -24,7 +25,7 @@ from groupbuy.storage.specs import ScriptSpec
 
 # Every script of the engine by its spec: an operation's own in its module, the rest in
 # groupbuy.locks.specs (docs/scripts.md is rendered from them).
-CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK, TEAM_UNLOCK)
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK, TEAM_UNLOCK, TEAM_JOIN)
 
 
 @dataclass(frozen=True)

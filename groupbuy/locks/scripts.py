@@ -23,7 +23,6 @@ from groupbuy.locks.specs import (
     PICK_KEYS,
     TEAM_ARGV,
     TEAM_CONFIRM,
-    TEAM_JOIN,
     TEAM_KEYS,
     TEAM_LIST,
     TEAM_OPEN,
@@ -45,7 +44,6 @@ __all__ = [
     "PICK_KEYS",
     "TEAM_ARGV",
     "TEAM_CONFIRM",
-    "TEAM_JOIN",
     "TEAM_KEYS",
     "TEAM_LIST",
     "TEAM_OPEN",
@@ -130,9 +128,10 @@ class TeamScripts:
         args = self.team_args(activity_id, team_id, **fields)
         return await TEAM_RESTORE.run(self.caller, keys, args, members)
 
-    def _pick_args(
+    def pick_args(
         self, activity_id: str, candidates: int, cursor: Sequence[Any], **rest: Any
     ) -> dict[str, Any]:
+        """PICK_ARGV by name, then `rest`: the arguments of a script picking among teams."""
         score, team_id = cursor
         return {
             "activity_id": activity_id,
@@ -147,19 +146,6 @@ class TeamScripts:
             **rest,
         }
 
-    async def join(
-        self, activity_id: str, user_id: str, candidates: int, cursor: Sequence[Any]
-    ) -> TeamReply:
-        """team_join from `cursor` (score, team_id; '' '' from the top)."""
-        keys = TEAM_JOIN.key_list(
-            self.keys.activity_keys(activity_id),
-            activity_hash=self.keys.activity(activity_id),
-            user_lock=self.keys.user_lock(activity_id, user_id),
-            blocklist=self.keys.activity_blocklist(activity_id),
-        )
-        args = self._pick_args(activity_id, candidates, cursor, user_id=user_id)
-        return await TEAM_JOIN.run(self.caller, keys, args)
-
     async def list(
         self,
         activity_id: str,
@@ -172,7 +158,7 @@ class TeamScripts:
         keys = TEAM_LIST.key_list(
             self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
         )
-        args = self._pick_args(
+        args = self.pick_args(
             activity_id, candidates, cursor, page_size=page_size, full="1" if full else "0"
         )
         return await TEAM_LIST.run(self.caller, keys, args)
@@ -201,7 +187,7 @@ class TeamScripts:
         keys = ACTIVITY_COUNTS.key_list(
             self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
         )
-        args = self._pick_args(activity_id, candidates, ("", ""))
+        args = self.pick_args(activity_id, candidates, ("", ""))
         return await ACTIVITY_COUNTS.run(self.caller, keys, args)
 
     async def put_counts(self, activity_id: str, counts: Mapping[str, int]) -> TeamReply:

@@ -10,21 +10,19 @@ record (`TeamHistory`).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
-from groupbuy.locks.lock import SeatLock, lock_outcome
+from groupbuy.locks.join import SeatJoin
+from groupbuy.locks.lock import SeatLock
 from groupbuy.locks.refusals import refuse_for_user
-from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.unlock import SeatUnlock
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
-from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
-from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.timefmt import iso_ms
@@ -48,38 +46,10 @@ class SeatService:
         self._activities = activities
         self._history = history
         self._recovery = recovery
-        # The operations whole in their own modules (groupbuy.locks.lock, .unlock).
+        # The operations whole in their own modules (groupbuy.locks.lock, .unlock, .join).
         self.lock = SeatLock(scripts, history, recovery)
         self.unlock = SeatUnlock(scripts, history)
-
-    @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "join")
-    async def join(self, activity_id: str, user_id: str) -> Outcome:
-        """Hold a free seat for the user in the open team of the activity closest to forming
-        (most members + live locks, then the oldest); the user's live lock in the activity,
-        wherever it is, is the answer instead (`existing`)."""
-        cursor: tuple[str, str] = ("", "")
-        join = partial(self._teams.join, activity_id, user_id, self._defaults.join_candidates)
-        while True:
-            # Each call looks at a bounded number of teams; a long way down the index (the
-            # user belongs to many of the first teams) takes several calls.
-            reply: TeamReply = await join(cursor)
-            if reply.code is TeamCode.ACTIVITY_NOT_FOUND:
-                await self._recovery.bring_back_activity(activity_id)
-                reply = await join(cursor)
-            if reply.code is not TeamCode.LOOK_FURTHER:
-                break
-            cursor = (reply.score, reply.team_id)
-        if reply.code in LOCKED:
-            # Joining never releases a lock: a live one anywhere is the answer (EXISTING).
-            return lock_outcome(user_id, reply)
-        if reply.code is TeamCode.NO_TEAM_AVAILABLE:
-            raise_for(
-                reply.code,
-                f"no open team of activity {activity_id!r} has a free seat for {user_id!r}",
-                next_unlock_at=iso_ms(reply.next_unlock_ms),
-            )
-        refuse_for_user(reply, user_id)
-        raise_for(reply.code)
+        self.join = SeatJoin(scripts, defaults, recovery)
 
     async def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Outcome:
         """Payment succeeded: the user's lock becomes membership; a repeat returns the same."""

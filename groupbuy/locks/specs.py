@@ -18,7 +18,6 @@ from groupbuy.storage.specs import (
     Slot,
     Verdict,
     flag,
-    optional_int,
     shape,
     slots,
 )
@@ -92,7 +91,6 @@ MEMBER = shape("the user is a member of the team")
 FORMED = shape("the team is formed")
 FAILED = shape("the team failed")
 _CONFIRMED = (("formed", flag), TEAM)
-_JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
 USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
@@ -192,29 +190,6 @@ TEAM_RESTORE = ScriptSpec(
         EXISTING: shape("Redis has it (nothing changed)"),
     },
 )
-TEAM_JOIN = ScriptSpec(
-    "team_join",
-    "Lock a free seat in the open team closest to forming (自动拼团).",
-    keys=(*PICK_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
-    args=(*PICK_ARGV, Slot("user_id", "the user")),
-    replies={
-        OK: shape("a new lock in team_id", *_JOINED),
-        EXISTING: shape("the user's live lock in the activity (unchanged)", *_JOINED),
-        C.NO_TEAM_AVAILABLE: shape(
-            "no open team has a free seat; when the earliest lock expires ('' for none)",
-            ("next_unlock_ms", optional_int),
-        ),
-        LOOK_FURTHER: shape(
-            "call again from this cursor ('' '' from the top)",
-            ("score", str),
-            ("team_id", str),
-        ),
-        USER_LIMIT_REACHED: OVER_LIMIT,
-        ACTIVITY_NOT_FOUND: NO_ACTIVITY,
-        USER_BLOCKED: BLOCKED,
-        ACTIVITY_CLOSED: CLOSED,
-    },
-)
 TEAM_LIST = ScriptSpec(
     "team_list",
     "A page of the activity's open teams with a free seat, closest to forming first (or of "
@@ -312,7 +287,6 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_READ,
     TEAM_SWEEP,
     TEAM_RESTORE,
-    TEAM_JOIN,
     TEAM_LIST,
     USER_LOCK_READ,
     ACTIVITY_REINDEX,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.join import TEAM_JOIN
 from groupbuy.locks.lock import TEAM_LOCK
-from groupbuy.locks.specs import TEAM_JOIN
 from groupbuy.storage.specs import Reply
 
 

@@ -12,6 +12,7 @@ from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.join import team_join
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.unlock import team_unlock
@@ -71,7 +72,7 @@ class Harness:
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> TeamReply:
-        return await self.teams.join(AID, user, candidates, cursor)
+        return await team_join(self.teams, AID, user, candidates, cursor)
 
     async def page(
         self, limit: int, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
