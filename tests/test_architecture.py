@@ -360,8 +360,13 @@ def test_engine_modules_and_classes_stay_small(engine: str) -> None:
     assert too_big == []
 
 
-def test_the_seat_path_reaches_recovery_only_through_its_hook() -> None:
-    """The hot path's module imports none of the team parts that bring a team back, sweep
+# The seat service and the modules of its operations: the team engine's hot path.
+SEAT_PATH = ("seats", "lock", "unlock", "join", "confirm")
+
+
+@pytest.mark.parametrize("module", SEAT_PATH)
+def test_the_seat_path_reaches_recovery_only_through_its_hook(module: str) -> None:
+    """The hot path's modules import none of the team parts that bring a team back, sweep
     or administer: recovery is handed in (TeamEngine.build) behind one hook."""
     others = {f"groupbuy.locks.{part}" for part in ("recovery", "sweeps", "activities", "engine")}
-    assert graph()["groupbuy.locks.seats"] & others == set()
+    assert graph()[f"groupbuy.locks.{module}"] & others == set()

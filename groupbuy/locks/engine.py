@@ -7,6 +7,7 @@ from typing import Any
 
 from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
+from groupbuy.locks.confirm import TEAM_CONFIRM
 from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.join import TEAM_JOIN
@@ -25,7 +26,13 @@ from groupbuy.storage.specs import ScriptSpec
 
 # Every script of the engine by its spec: an operation's own in its module, the rest in
 # groupbuy.locks.specs (docs/scripts.md is rendered from them).
-CONTRACTS: tuple[ScriptSpec[Any], ...] = (*SHARED_CONTRACTS, TEAM_LOCK, TEAM_UNLOCK, TEAM_JOIN)
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (
+    *SHARED_CONTRACTS,
+    TEAM_LOCK,
+    TEAM_UNLOCK,
+    TEAM_JOIN,
+    TEAM_CONFIRM,
+)
 
 
 @dataclass(frozen=True)

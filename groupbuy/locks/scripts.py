@@ -22,7 +22,6 @@ from groupbuy.locks.specs import (
     PICK_ARGV,
     PICK_KEYS,
     TEAM_ARGV,
-    TEAM_CONFIRM,
     TEAM_KEYS,
     TEAM_LIST,
     TEAM_OPEN,
@@ -43,7 +42,6 @@ __all__ = [
     "PICK_ARGV",
     "PICK_KEYS",
     "TEAM_ARGV",
-    "TEAM_CONFIRM",
     "TEAM_KEYS",
     "TEAM_LIST",
     "TEAM_OPEN",
@@ -97,18 +95,6 @@ class TeamScripts:
             retention_ms=retention_ms,
         )
         return await TEAM_OPEN.run(self.caller, keys, args)
-
-    async def confirm(
-        self, activity_id: str, team_id: str, user_id: str, order_id: str
-    ) -> TeamReply:
-        """team_confirm."""
-        keys = TEAM_CONFIRM.key_list(
-            *self.team(activity_id, team_id),
-            user_lock=self.keys.user_lock(activity_id, user_id),
-            blocklist=self.keys.activity_blocklist(activity_id),
-        )
-        args = self.team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
-        return await TEAM_CONFIRM.run(self.caller, keys, args)
 
     async def read(self, activity_id: str, team_id: str) -> TeamReply:
         """team_read."""

@@ -90,7 +90,6 @@ CLOSED = shape("the activity is closed")
 MEMBER = shape("the user is a member of the team")
 FORMED = shape("the team is formed")
 FAILED = shape("the team failed")
-_CONFIRMED = (("formed", flag), TEAM)
 USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
@@ -120,23 +119,6 @@ TEAM_OPEN = ScriptSpec(
         USER_LIMIT_REACHED: OVER_LIMIT,
         USER_BLOCKED: BLOCKED,
         ACTIVITY_CLOSED: CLOSED,
-    },
-)
-TEAM_CONFIRM = ScriptSpec(
-    "team_confirm",
-    "Payment succeeded: turn the user's unexpired lock into membership.",
-    keys=(*TEAM_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
-    args=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
-    replies={
-        OK: shape("the user is a member now; formed: this confirm formed the team", *_CONFIRMED),
-        EXISTING: shape("confirmed before (the same order)", *_CONFIRMED),
-        C.ALREADY_MEMBER: MEMBER,
-        C.LOCK_REQUIRED: shape("the user holds no unexpired lock on the team"),
-        C.TEAM_FORMED: FORMED,
-        C.TEAM_FAILED: FAILED,
-        TEAM_NOT_FOUND: NO_TEAM,
-        USER_LIMIT_REACHED: OVER_LIMIT,
-        USER_BLOCKED: BLOCKED,
     },
 )
 TEAM_READ = ScriptSpec(
@@ -283,7 +265,6 @@ ACTIVITY_COUNTS_PUT = ScriptSpec(
 )
 CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_OPEN,
-    TEAM_CONFIRM,
     TEAM_READ,
     TEAM_SWEEP,
     TEAM_RESTORE,

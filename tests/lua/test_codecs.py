@@ -16,6 +16,7 @@ from sqlalchemy import String, create_engine, literal, select
 
 from groupbuy.locks import codec as team_codec
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.confirm import team_confirm
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.models import MemberRow
 from groupbuy.locks.scripts import TeamReply, TeamScripts
@@ -68,7 +69,7 @@ class Teams:
 
     async def confirm(self, team_id: str, user: str, order: str) -> tuple[TeamCode, bool]:
         """The confirm's code and whether it formed the team."""
-        reply = await self.scripts.confirm(AID, team_id, user, order)
+        reply = await team_confirm(self.scripts, AID, team_id, user, order)
         assert reply.code in (TeamCode.OK, TeamCode.EXISTING), reply
         return reply.code, reply.formed
 

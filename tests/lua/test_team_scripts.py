@@ -12,6 +12,7 @@ from groupbuy.locks import codec as team_codec
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
+from groupbuy.locks.confirm import team_confirm
 from groupbuy.locks.join import team_join
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
@@ -67,7 +68,7 @@ class Harness:
         return await team_unlock(self.teams, AID, tid, user)
 
     async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
-        return await self.teams.confirm(AID, tid, user, order)
+        return await team_confirm(self.teams, AID, tid, user, order)
 
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
