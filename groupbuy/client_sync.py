@@ -54,6 +54,7 @@ from groupbuy.wire import (
     Readiness,
     ReconcileReport,
     Released,
+    SplitStrategy,
     Team,
     TeamsPage,
     Unblocked,
@@ -335,7 +336,7 @@ class GroupBuySyncClient:
         *,
         packet_id: str | None = None,
         expires_in_s: int | None = None,
-        strategy: Literal["double_mean", "equal"] | None = None,
+        strategy: SplitStrategy | None = None,
     ) -> PacketSent:
         """POST /v1/redpackets: send a packet, debiting the sender."""
         body = _drop_none(

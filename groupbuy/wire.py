@@ -58,6 +58,10 @@ Id = Annotated[str, Pattern(ID_PATTERN)]
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 Timestamp = Annotated[str, Pattern(TIMESTAMP_PATTERN)]
+
+SplitStrategy = Literal["double_mean", "equal"]
+"""How a packet's amount is split into shares: each name is one function of
+groupbuy/redpacket/split.py (SPLITS), which a test holds to this list."""
 """ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
 
 # Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
@@ -403,7 +407,7 @@ class PacketSent(TypedDict):
     sender_id: Id
     amount_cents: int
     count: int
-    strategy: Literal["double_mean", "equal"]
+    strategy: SplitStrategy
     status: Literal["active", "sold_out", "expired"]
     expires_at: Timestamp
 

@@ -91,6 +91,7 @@ from groupbuy.wire import (
     Readiness,
     ReconcileReport,
     Released,
+    SplitStrategy,
     Team,
     TeamsPage,
     Unblocked,

@@ -20,7 +20,7 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
-from groupbuy.wire import ID_PATTERN
+from groupbuy.wire import ID_PATTERN, SplitStrategy
 
 
 class Deposit(StrictBody):
@@ -38,7 +38,7 @@ class PacketSend(StrictBody):
     count: ShareCount
     packet_id: Id | None = None
     expires_in_s: PacketLifetimeS | None = None
-    strategy: Literal["double_mean", "equal"] = "double_mean"
+    strategy: SplitStrategy = "double_mean"
 
     @classmethod
     def for_settings(cls, settings: Settings) -> type[Self]:

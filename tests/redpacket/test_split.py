@@ -18,6 +18,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -25,6 +26,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from groupbuy.redpacket.split import STRATEGIES, RandomBelow, double_mean, equal, split
+from groupbuy.wire import SplitStrategy
 
 Splitter = Callable[[int, int, RandomBelow], list[int]]
 
@@ -431,3 +433,9 @@ def test_every_grab_position_is_fair_with_secrets(strategy: str) -> None:
 def test_fairness_check_rejects_a_biased_splitter(splitter: Splitter, seed: int) -> None:
     unfair = unfair_positions(splitter, 10, 3, 40_000, seeded(seed))
     assert unfair, "the fairness check accepted a biased splitter"
+
+
+def test_the_wire_names_every_strategy_and_no_other() -> None:
+    """A new strategy is a function and a line in SPLITS, and its name in wire.SplitStrategy:
+    the API, the OpenAPI document and the typed client take it from there."""
+    assert get_args(SplitStrategy) == STRATEGIES
