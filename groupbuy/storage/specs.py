@@ -145,11 +145,14 @@ def shape(
 class Reply(Generic[C]):
     """A parsed reply: its code (the script's code enum) and its fields by name, read as
     attributes (`reply.locked_at_ms`); a field the code does not carry raises
-    AttributeError."""
+    AttributeError.
 
-    __slots__ = ("code", "fields")
+    The fields are also the instance's attributes, so a read is an ordinary attribute
+    lookup: the engines read several on every hot call, and `__getattr__` runs only for
+    a field the code does not carry. No shape names a field `code`, `fields` or `get`."""
 
     def __init__(self, code: C, /, **fields: Any) -> None:
+        self.__dict__.update(fields)
         self.code = code
         self.fields: Mapping[str, Any] = fields
 
@@ -157,6 +160,7 @@ class Reply(Generic[C]):
     def of(cls, code: C, fields: Mapping[str, Any]) -> Reply[C]:
         """A reply from its code and its fields already in a mapping."""
         made = cls.__new__(cls)
+        made.__dict__.update(fields)
         made.code, made.fields = code, fields
         return made
 
@@ -165,10 +169,9 @@ class Reply(Generic[C]):
         return self.fields.get(name, default)
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            return self.fields[name]
-        except KeyError:
-            raise AttributeError(f"a {self.code.name} reply has no field {name!r}") from None
+        # Only for a name that is no attribute: every field is one already.
+        code = self.__dict__.get("code")
+        raise AttributeError(f"a {getattr(code, 'name', code)} reply has no field {name!r}")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reply):
