@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
-from groupbuy.api.jsonbody import FastJSONResponse
+from groupbuy.api.endpoints import FastJSONResponse
 from groupbuy.api.logformat import JsonFormatter, configure_logging, flush_logs
 from groupbuy.storage.timefmt import iso_ms
 

@@ -11,8 +11,12 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from groupbuy import errors
-from groupbuy.api.endpoints import parse_body
-from groupbuy.api.jsonbody import duplicate_key, is_json_media_type, may_have_duplicate_keys
+from groupbuy.api.endpoints import (
+    duplicate_key,
+    is_json_media_type,
+    may_have_duplicate_keys,
+    parse_body,
+)
 from groupbuy.api.redpackets import Grab, PacketSend
 from groupbuy.api.teams import ActivityCreate
 from tests.support.http import ADMIN, assert_ok, assert_problem
