@@ -8,19 +8,112 @@ The scripts keep them in the same atomic call as the change they index, so they 
 passed in KEYS like every other key, and so is the copy of the blocked users they read.
 
 Those shared keys, with the dead-letter stream, belong to no entity: where they live is
-the key layout's business (groupbuy/storage/layout.py): once on one Redis server, once
-per slot in Redis Cluster. Their builders take an optional `slot` that only the cluster
+the key layout's business (KeyLayout, below): once on one Redis server, once per slot
+in Redis Cluster. Their builders take an optional `slot` that only the cluster
 layout reads; the jobs read every copy listed in the directory of slots in use
 (groupbuy/storage/slots.py; docs/architecture.md, "Indexes of waiting work").
 """
 
 from __future__ import annotations
 
+import string
+from binascii import crc_hqx
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import Protocol
 
-from groupbuy.storage.layout import ClusterLayout, KeyLayout, OneServer, Slot
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
 from groupbuy.storage.specs import KeyGroup
+
+# Where the shared keys live: once on one Redis server, once per slot in Redis Cluster.
+# In Redis Cluster a script's keys must share one slot, so each shared key becomes one key
+# per slot: its hash tag is a short string that lands in the slot of the entity it serves
+# (`slot_tag`), and a script passes those of its own entity's slot. `Keys` asks its layout
+# for these keys and for an entity's slot; everything that knows about slots is here (and
+# in groupbuy/storage/slots.py, the directory of slots in use).
+
+SLOTS = REDIS_CLUSTER_HASH_SLOTS  # 16,384
+_TAG_CHARS = (string.digits + string.ascii_letters).encode()
+
+Slot = int | None
+"""Which copy of a shared key: a cluster slot, or None on one Redis server (one copy)."""
+
+
+@cache
+def slot_tags() -> tuple[str, ...]:
+    """For each of the 16,384 slots, a three-character tag (digits and letters) that Redis
+    Cluster hashes to it: the hash tag of that slot's shared keys. Built once per process
+    from the CRC's linearity instead of hashing ~240,000 candidates: the CRC of
+    head + tail (2 bytes) is crc(tail) XOR crc(b"\0\0", starting from crc(head)), so for
+    each slot it is enough to look up, for a few heads, the tail whose CRC completes it."""
+    mask = SLOTS - 1
+    tails: dict[int, bytes] = {}
+    for first in _TAG_CHARS:
+        for second in _TAG_CHARS:
+            tail = bytes((first, second))
+            tails.setdefault(crc_hqx(tail, 0) & mask, tail)
+    heads = [(bytes((c,)), crc_hqx(b"\0\0", crc_hqx(bytes((c,)), 0)) & mask) for c in _TAG_CHARS]
+    tags: list[str] = []
+    for slot in range(SLOTS):
+        tag = next(head + tails[slot ^ shift] for head, shift in heads if slot ^ shift in tails)
+        tags.append(tag.decode())
+    return tuple(tags)
+
+
+def slot_tag(slot: int) -> str:
+    """The hash tag (without braces) of the shared keys of `slot`."""
+    return slot_tags()[slot]
+
+
+class KeyLayout(Protocol):
+    """Where the shared keys live, and which copy of them an entity's scripts use."""
+
+    @property
+    def cluster(self) -> bool:
+        """Whether there is one copy of each shared key per slot (Redis Cluster)."""
+
+    def slot_of(self, key: str) -> Slot:
+        """Which copy of the shared keys the scripts touching `key` use."""
+
+    def shared(self, prefix: str, name: str, slot: Slot) -> str:
+        """The key `name` under `prefix`, in the copy `slot`."""
+
+
+@dataclass(frozen=True)
+class OneServer:
+    """One Redis server: each shared key exists once, and every script uses it."""
+
+    cluster = False
+
+    def slot_of(self, key: str) -> Slot:
+        """Always the one copy."""
+        return None
+
+    def shared(self, prefix: str, name: str, slot: Slot) -> str:
+        """`<prefix>:<name>`."""
+        return f"{prefix}:{name}"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Redis Cluster: each shared key exists once per slot, under that slot's tag."""
+
+    cluster = True
+
+    def __post_init__(self) -> None:
+        slot_tags()  # built at start-up rather than inside the first request
+
+    def slot_of(self, key: str) -> Slot:
+        """The cluster slot of `key`."""
+        return key_slot(key.encode())
+
+    def shared(self, prefix: str, name: str, slot: Slot) -> str:
+        """`<prefix>:{<slot tag>}:<name>`; the slot must be named."""
+        if slot is None:
+            raise ValueError(f"in Redis Cluster there is one {name} key per slot: name the slot")
+        return f"{prefix}:{{{slot_tag(slot)}}}:{name}"
+
 
 # After a team's hash key: its members hash and its locks zset.
 _MEMBERS = ":members"

@@ -1,7 +1,7 @@
 """The slots in use under Redis Cluster, and reading one index in each of them.
 
 In Redis Cluster every index of waiting work and the copy of the blocked users exist once
-per slot (groupbuy/storage/layout.py), so that a script's keys stay in its entity's slot.
+per slot (groupbuy/storage/keys.py), so that a script's keys stay in its entity's slot.
 The jobs and the write-behind then need to know which slots may hold work: the directory
 (`Keys.slot_directory`, a set of slot numbers) lists every slot that ever held an
 activity, a packet or a sender's counters. A slot joins it before the first key of such

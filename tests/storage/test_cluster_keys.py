@@ -21,8 +21,7 @@ from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.services import Services, build_scheduler
 from groupbuy.storage.events import EventRow
-from groupbuy.storage.keys import Keys
-from groupbuy.storage.layout import SLOTS, slot_tag, slot_tags
+from groupbuy.storage.keys import SLOTS, Keys, slot_tag, slot_tags
 from groupbuy.storage.scripts import script_names
 
 
