@@ -1,6 +1,6 @@
 """docs/scripts.md, rendered from the script contracts: `python -m scripts.script_docs`.
 
-The contracts live with their engines (groupbuy.locks.engine, groupbuy.redpacket.scripts)
+The contracts live with their engines (groupbuy.locks.engine, groupbuy.redpacket.specs)
 and in groupbuy.storage.calls; this command gathers them.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from groupbuy.locks import engine as team_engine
-from groupbuy.redpacket import scripts as packet_scripts
-from groupbuy.storage import calls
+from groupbuy.redpacket import specs as packet_specs
+from groupbuy.storage import calls, throttles
 from groupbuy.storage.specs import ScriptSpec, Shape, Slot
 
 REGENERATE = "python -m scripts.script_docs"
@@ -21,7 +21,12 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "scripts.md"
 
 def all_contracts() -> dict[str, ScriptSpec[Any]]:
     """Every script's spec by script name."""
-    found = [*team_engine.CONTRACTS, *packet_scripts.CONTRACTS, *calls.CONTRACTS]
+    found = [
+        *team_engine.CONTRACTS,
+        *packet_specs.CONTRACTS,
+        *calls.CONTRACTS,
+        *throttles.CONTRACTS,
+    ]
     return {contract.name: contract for contract in sorted(found, key=lambda c: c.name)}
 
 

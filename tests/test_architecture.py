@@ -295,7 +295,7 @@ def test_tests_share_helpers_through_tests_support_only() -> None:
 # key list by position (storage builds the key groups; its generic lists, such as the keys
 # of one pipelined command, are not script key groups).
 DOMAIN_LAYERS = ("groupbuy.locks", "groupbuy.redpacket", "groupbuy.ops", "groupbuy.api")
-WRAPPERS = ("groupbuy.locks.scripts", "groupbuy.redpacket.scripts")
+WRAPPERS = ("groupbuy.locks.scripts", "groupbuy.redpacket.specs")
 # The engines' size bounds: a reader takes in one module, or one class, at a sitting.
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 300

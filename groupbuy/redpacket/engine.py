@@ -15,8 +15,8 @@ from groupbuy.redpacket.grabs import GrabService
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.reads import ReadService
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.sending import SendService
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.sweeps import SweepService
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings

@@ -16,7 +16,7 @@ from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, refuse
-from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.specs import PacketScripts
 
 
 class MissingPacket(Protocol):

@@ -8,7 +8,7 @@ from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import recorded_grabs, recorded_packet
 from groupbuy.redpacket.models import PacketEpochRow
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.view import PacketView
 from groupbuy.storage.backends import Backends, UsesBackends
 

@@ -18,8 +18,8 @@ from groupbuy.redpacket.codec import grab_value
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.common import recorded_args, recorded_grabs, recorded_packet, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
-from groupbuy.redpacket.scripts import PacketScripts
 from groupbuy.redpacket.sending import SendService
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.split import split
 from groupbuy.redpacket.view import packet_version
 from groupbuy.settings import RedPacketSettings

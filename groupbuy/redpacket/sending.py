@@ -22,7 +22,7 @@ from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, recorded_args
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.split import split
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.scripts import PacketScripts
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.slots import due_in

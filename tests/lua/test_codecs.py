@@ -23,7 +23,7 @@ from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
-from groupbuy.redpacket.scripts import PacketReply, PacketScripts
+from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.timefmt import to_ms

@@ -9,7 +9,7 @@ import pytest
 
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.scripts import PacketReply, PacketScripts
+from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.scripts import (
+from groupbuy.redpacket.specs import (
     PACKET_ADMIT,
     PACKET_CREATE,
     PACKET_EXPIRE,
