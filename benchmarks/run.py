@@ -135,25 +135,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
         out.append((f"{what} (measured once each)", _shown(value, percent),
                     f">= {_shown(target, percent)}", _met(met)))  # fmt: skip
 
-    def bench(script: str, pipeline: int) -> dict[str, Any] | None:
-        return next(
-            (
-                r
-                for r in measured(rows)
-                if r["scenario"] == f"evalsha_{script}"
-                and r["level"] == "redis-benchmark"
-                and r.get("pipeline") == pipeline
-            ),
-            None,
-        )
-
     grab = _find(rows, "flash_grab", "engine", "groupbuy")
     lock = _find(rows, "lock_storm", "engine", "groupbuy")
-    once("engine flash grab / redis-benchmark EVALSHA of packet_grab.lua, -P 16", grab,
-         bench("grab", 16), 0.5)  # fmt: skip
-    for pipeline in (1, 16):
-        once(f"engine lock storm / redis-benchmark EVALSHA of team_lock.lua, -P {pipeline}",
-             lock, bench("lock", pipeline), 0.5)  # fmt: skip
     once("engine flash grab / naive multi-round-trip + SETNX mutex", grab,
          _find(rows, "flash_grab", "engine", "naive"), 1.0)  # fmt: skip
     once("engine lock storm / naive multi-round-trip + SETNX mutex", lock,

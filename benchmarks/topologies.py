@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import func, select
 
 from benchmarks.engine.background import credit_latency
-from benchmarks.engine.common import flash_requests, groupbuy_grab, run_grabs, say
+from benchmarks.engine.common import flash_requests, run_grabs, say
 from benchmarks.harness import (
     Bench,
     Row,
@@ -53,9 +53,7 @@ def write_behind_trial(services: Services, run: str) -> Callable[[int], Awaitabl
             await services.packets.sending.send(sender, SHARES * 100, SHARES, packet_id=packet_id)
             requests += [(packet_id, u) for u in flash_requests(USERS, random.Random(p))]
         random.Random(index).shuffle(requests)
-        _seconds, _latencies, answers = await run_grabs(
-            lambda p, u: groupbuy_grab(services, p, u), requests
-        )
+        _seconds, _latencies, answers = await run_grabs(services, requests)
         grabbed = sum(a["status"] == "grabbed" for _p, _u, a in answers)
         began = time.perf_counter()
         latencies, rows = [], 0

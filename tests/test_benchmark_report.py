@@ -55,7 +55,6 @@ def _trials(*rates: float) -> list[Trial]:
 ROWS = [
     _row("flash_grab", "engine", "groupbuy", 5000),
     _row("flash_grab", "engine", "naive", 1000),
-    _row("evalsha_grab", "redis-benchmark", "redis-benchmark evalsha", 40000, pipeline=16),
     _row("flash_grab", "http", "groupbuy (1 worker)", 2000),
     _row("flash_grab", "http", "bare starlette + 1 redis call (1 worker)", 4000),
     _row("grab @ half max rate", "engine", "groupbuy", 100, p99_ms=12.5),
@@ -111,9 +110,6 @@ def test_ratios_show_interleaved_medians_single_ratios_and_p99_targets() -> None
         "500%",
         ">= 100%",
     )
-    assert found[
-        "engine flash grab / redis-benchmark EVALSHA of packet_grab.lua, -P 16" + once
-    ] == ("12%", ">= 50%", "no")
     assert found["engine lock storm / naive multi-round-trip + SETNX mutex" + once][0] == "n/a"
     p99 = "p99 offered at {} the maximum rate (open loop)"
     assert found["engine grab " + p99.format("half")] == ("12.5 ms", "<= 20 ms", "yes")

@@ -24,87 +24,50 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select
 
-from benchmarks.engine.common import flash_requests, groupbuy_grab, say
+from benchmarks.engine.common import create_packets, flash_requests, groupbuy_grab, say
 from benchmarks.harness import Meter, Row, gather_limited, percentile, result_row
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
-from groupbuy.redpacket.scripts import PACKET_CREATE
 from groupbuy.services import Services, build_scheduler
-from groupbuy.storage.scripts import script_source
 from groupbuy.storage.timefmt import from_ms
 
-PIPELINE = 2000  # script calls per pipeline while creating the idle packets
 ROUND_BUDGET_S = 90.0  # stop measuring rounds after this long (the old code took minutes)
 FLASH_PACKETS, FLASH_GAP_S = 5, 0.37  # flash grabs spread over the flush interval
 CREDIT_POLL_S = 0.01
 CREDIT_TIMEOUT_S = 120.0
 
 
-async def create_idle_packets(services: Services, count: int, run: str) -> list[str]:
-    """`count` live one-share packets: SQL rows in bulk, Redis state through packet_create
-    (pipelined). Nobody grabs them."""
+async def create_idle(services: Services, packets: int, activities: int, run: str) -> None:
+    """`packets` live one-share packets (SQL rows in bulk, Redis state through packet_create,
+    pipelined) and `activities` activities (SQL rows in bulk, an open team each opened
+    through the service, which puts the activity in Redis and records the team)."""
     now = await services.clock.now_ms(services.redis)
-    expires = now + 3_600_000
-    ids = [f"idle-{run}-{i}" for i in range(count)]
-    rows = [
-        {
-            "packet_id": pid,
-            "sender_id": f"idle-{run}",
-            "amount_cents": 10,
-            "count": 1,
-            "strategy": "equal",
-            "expires_in_s": 3600,
-            "status": "active",
-            "refunded_cents": 0,
-            "records_done": False,
-            "redis_cleared": False,
-            "created_at": from_ms(now),
-            "expires_at": from_ms(expires),
-        }
-        for pid in ids
-    ]
-    async with services.database.transaction() as session:
-        for start in range(0, count, 10_000):
-            await session.execute(insert(PacketRow), rows[start : start + 10_000])
-    sha = await services.redis.script_load(script_source("packet_create"))
-
-    async def batch(start: int) -> None:
-        pipe = services.redis.pipeline(transaction=False)
-        for pid in ids[start : start + PIPELINE]:
-            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
-            args = [pid, 0, f"idle-{run}", 10, 1, "equal", now, expires, 60_000, 10]
-            pipe.evalsha(sha, len(keys), *keys, *args)
-        await pipe.execute()
-
-    await gather_limited([partial(batch, s) for s in range(0, count, PIPELINE)], limit=3)
-    return ids
-
-
-async def create_idle_activities(services: Services, count: int, run: str) -> list[str]:
-    """`count` activities (SQL rows in bulk), each with one open team opened through the
-    service (which puts the activity in Redis and records the team)."""
-    now = await services.clock.now_ms(services.redis)
-    ids = [f"idle-{run}-{i}" for i in range(count)]
-    rows = [
-        {
-            "activity_id": aid,
-            "name": None,
-            "team_size": 3,
-            "lock_ttl_s": 300,
-            "team_deadline_s": 86400,
-            "created_at": from_ms(now),
-        }
-        for aid in ids
-    ]
-    async with services.database.transaction() as session:
-        for start in range(0, count, 10_000):
-            await session.execute(insert(ActivityRow), rows[start : start + 10_000])
+    pids = [f"idle-{run}-{i}" for i in range(packets)]
+    aids = [f"idle-{run}-{i}" for i in range(activities)]
+    await _bulk(services, PacketRow, [
+        {"packet_id": pid, "sender_id": f"idle-{run}", "amount_cents": 10, "count": 1,
+         "strategy": "equal", "expires_in_s": 3600, "status": "active", "refunded_cents": 0,
+         "records_done": False, "redis_cleared": False, "created_at": from_ms(now),
+         "expires_at": from_ms(now + 3_600_000)}
+        for pid in pids
+    ])  # fmt: skip
+    await create_packets(services, pids, 1, f"idle-{run}")
+    await _bulk(services, ActivityRow, [
+        {"activity_id": aid, "name": None, "team_size": 3, "lock_ttl_s": 300,
+         "team_deadline_s": 86400, "created_at": from_ms(now)}
+        for aid in aids
+    ])  # fmt: skip
     opens: list[Callable[[], Awaitable[Any]]] = [
-        partial(services.teams.activities.open_team, aid, "leader", team_id="t0") for aid in ids
+        partial(services.teams.activities.open_team, aid, "leader", team_id="t0") for aid in aids
     ]
     await gather_limited(opens, limit=64)
-    return ids
+
+
+async def _bulk(services: Services, model: Any, rows: list[dict[str, Any]]) -> None:
+    async with services.database.transaction() as session:
+        for start in range(0, len(rows), 10_000):
+            await session.execute(insert(model), rows[start : start + 10_000])
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
@@ -304,8 +267,7 @@ async def background(
 ) -> list[Row]:
     """The idle rounds, then the credit latency, with the same idle packets and activities."""
     began = time.perf_counter()
-    await create_idle_packets(services, packets, run)
-    await create_idle_activities(services, activities, run)
+    await create_idle(services, packets, activities, run)
     say(
         f"background: {packets:,} live packets and {activities:,} activities created in "
         f"{time.perf_counter() - began:.1f} s"

@@ -1,4 +1,4 @@
-"""What every engine scenario shares: sizes, grading, the grab call, the flash requests."""
+"""What every engine scenario shares: sizes, grading, the calls, the set-up in bulk."""
 
 from __future__ import annotations
 
@@ -6,16 +6,20 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.harness import CONCURRENCY, Meter
+from benchmarks.harness import CONCURRENCY, Meter, gather_limited
 from groupbuy import errors
+from groupbuy.redpacket.specs import PACKET_CREATE
 from groupbuy.services import Services
+from groupbuy.storage.scripts import script_source
 
 TEAM_SIZE = 5
+BATCH = 2000  # script calls per pipeline when creating live packets in bulk
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,6 @@ class Sizes:
     teams: int  # T, teams of the lock storm
     storm_users: int
     storm_steps: int
-    bench_requests: int  # redis-benchmark -n
     scaling_live: tuple[int, ...]
     scaling_ops: int
     versus_rounds: int  # interleaved rounds (benchmarks/engine/versus.py), after a warm-up
@@ -40,24 +43,15 @@ class Sizes:
     join_users: int  # shoppers of the join flash, each tapping once
 
 
-FULL = Sizes(
-    1000, 5000, 200, 2000, 10, 200_000, (10**3, 10**4, 10**5), 5_000,
-    5, 1000, 3000, 250, 5000, 50_000, 1000, 5000,
-)  # fmt: skip
-QUICK = Sizes(
-    200, 1000, 50, 300, 10, 25_000, (10**3, 10**4), 3_000,
-    3, 300, 1000, 100, 2000, 20_000, 200, 1000,
-)  # fmt: skip
+FULL = Sizes(1000, 5000, 200, 2000, 10, (10**3, 10**4, 10**5), 5_000,
+             5, 1000, 3000, 250, 5000, 50_000, 1000, 5000)  # fmt: skip
+QUICK = Sizes(200, 1000, 50, 300, 10, (10**3, 10**4), 3_000,
+              3, 300, 1000, 100, 2000, 20_000, 200, 1000)  # fmt: skip
 
 
 def say(message: str) -> None:
     """One progress line."""
     harness.say(message, "engine")
-
-
-async def used_memory(redis: Any) -> int:
-    """Redis's used_memory in bytes."""
-    return int((await redis.info("memory"))["used_memory"])
 
 
 def grade_grabs(
@@ -91,14 +85,9 @@ def grade_grabs(
                 spurious += not same
             else:
                 spurious += answer["status"] != "sold_out"
-    return {
-        "winners": winners,
-        "over_capacity": max(0, winners - count),
-        "duplicates": duplicates,
-        "spurious_failures": spurious,
-        "granted_cents": total,
-        "outcomes": dict(statuses),
-    }
+    return {"winners": winners, "over_capacity": max(0, winners - count),
+            "duplicates": duplicates, "spurious_failures": spurious, "granted_cents": total,
+            "outcomes": dict(statuses)}  # fmt: skip
 
 
 def flash_requests(users: int, rng: random.Random) -> list[str]:
@@ -117,18 +106,88 @@ async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[s
         return {"status": exc.code}
 
 
-async def run_grabs(
-    grab: Callable[[str, str], Awaitable[dict[str, Any]]],
-    requests: list[tuple[str, str]],
+async def run_calls(
+    call: Callable[[str, str], Awaitable[Any]],
+    requests: Sequence[tuple[str, str]],
     concurrency: int = CONCURRENCY,
-) -> tuple[float, list[float], list[tuple[str, str, dict[str, Any]]]]:
-    """(packet, user) requests, `concurrency` at once: seconds, latencies, answers."""
+) -> tuple[float, list[float], list[tuple[str, str, Any]]]:
+    """call(a, b) for every (a, b) request, `concurrency` at once: seconds, latencies and
+    (a, b, answer) in the order the answers came."""
     meter = Meter(concurrency)
-    answers: list[tuple[str, str, dict[str, Any]]] = []
+    answers: list[tuple[str, str, Any]] = []
 
-    async def one(packet_id: str, user: str) -> None:
-        answers.append((packet_id, user, await meter.measure(lambda: grab(packet_id, user))))
+    async def one(a: str, b: str) -> None:
+        answers.append((a, b, await meter.measure(lambda: call(a, b))))
 
     began = time.perf_counter()
-    await asyncio.gather(*(one(p, u) for p, u in requests))
+    await asyncio.gather(*(one(a, b) for a, b in requests))
     return time.perf_counter() - began, meter.latencies, answers
+
+
+async def run_grabs(
+    services: Services, requests: Sequence[tuple[str, str]], concurrency: int = CONCURRENCY
+) -> tuple[float, list[float], list[tuple[str, str, Any]]]:
+    """(packet, user) grabs through the service (run_calls)."""
+    return await run_calls(partial(groupbuy_grab, services), requests, concurrency)
+
+
+class GroupbuyTeams:
+    """The team engine's seat calls answering a short outcome string."""
+
+    EXPECTED = {"team_full", "team_formed", "team_failed", "already_member"}
+
+    def __init__(self, services: Services) -> None:
+        self.seats = services.teams.seats
+
+    async def _code(self, call: Awaitable[Any], done: Callable[[Any], str]) -> str:
+        try:
+            return done(await call)
+        except errors.GroupBuyError as exc:
+            return exc.code
+
+    async def lock(self, aid: str, tid: str, user: str) -> str:
+        def named(outcome: Any) -> str:
+            if not outcome.created:
+                return "existing"
+            return "switched" if outcome.body["released_team_id"] else "locked"
+
+        return await self._code(self.seats.lock(aid, tid, user), named)
+
+    async def unlock(self, aid: str, tid: str, user: str) -> str:
+        call = self.seats.unlock(aid, tid, user)
+        return await self._code(call, lambda held: "unlocked" if held else "no_lock")
+
+    async def confirm(self, aid: str, tid: str, user: str) -> str:
+        call = self.seats.confirm(aid, tid, user, f"o-{user}")
+        return await self._code(call, lambda _o: "confirmed")
+
+
+async def open_teams(services: Services, aid: str, teams: list[str], size: int) -> None:
+    """An activity of `size` with the teams open, each led by lead-<team>."""
+    activities = services.teams.activities
+    await activities.create_activity(aid, team_size=size)
+    await gather_limited(
+        [partial(activities.open_team, aid, f"lead-{t}", team_id=t) for t in teams]
+    )
+
+
+async def create_packets(services: Services, ids: list[str], shares: int, sender: str) -> None:
+    """Live packets of `shares` 10-cent shares straight through packet_create, pipelined in
+    batches (Redis only: no SQL row, no ledger)."""
+    sha = await services.redis.script_load(script_source("packet_create"))
+    now = await services.clock.now_ms(services.redis)
+    args = [0, sender, 10 * shares, shares, "equal", now, now + 3_600_000, 60_000]
+
+    async def batch(start: int) -> None:
+        pipe = services.redis.pipeline(transaction=False)
+        for pid in ids[start : start + BATCH]:
+            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
+            pipe.evalsha(sha, len(keys), *keys, pid, *args, *[10] * shares)
+        await pipe.execute()
+
+    await gather_limited([partial(batch, s) for s in range(0, len(ids), BATCH)], limit=3)
+
+
+async def used_memory(redis: Any) -> int:
+    """Redis's used_memory in bytes."""
+    return int((await redis.info("memory"))["used_memory"])

@@ -11,16 +11,11 @@ from functools import partial
 from typing import Any
 
 from benchmarks.engine.background import background
-from benchmarks.engine.common import FULL, QUICK, Sizes, say
-from benchmarks.engine.evalsha import redis_benchmark_rows
-from benchmarks.engine.flash_grab import flash_grab_groupbuy, flash_grab_naive
-from benchmarks.engine.half_rate import _rate_of, half_rate, rate_label
-from benchmarks.engine.join_flash import join_flash_groupbuy
-from benchmarks.engine.lock_storm import lock_storm_groupbuy, lock_storm_naive
-from benchmarks.engine.scaling import scaling_grabs, scaling_locks
+from benchmarks.engine.common import FULL, QUICK, say
+from benchmarks.engine.scaling import offered, rate_label, rate_of, scaling
+from benchmarks.engine.storms import flash_grab, join_flash, lock_storm
 from benchmarks.engine.versus import versus_rows
 from benchmarks.harness import Bench, Row, close_services, open_services, standalone, warm_up
-from groupbuy.services import Services
 
 
 def run_engine(bench: Bench) -> list[Row]:
@@ -33,45 +28,36 @@ async def _run(redis_url: str, database_url: str, quick: bool) -> list[Row]:
     run = secrets.token_hex(3)  # ids unique in a reused SQLite file
     services = await open_services(redis_url, database_url)
     services_off = await open_services(redis_url, database_url, auto_pipeline=False)
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     began = time.perf_counter()
+    steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        (f"{name} {'naive' if naive else 'groupbuy'}", partial(step, services, sizes, run, naive))
+        for name, step in (("flash_grab", flash_grab), ("lock_storm", lock_storm))
+        for naive in (False, True)
+    ]
+    steps.append(("join_flash groupbuy", partial(join_flash, services, sizes, run)))
+    versus = partial(versus_rows, services, services_off, redis_url, sizes, run)
+    steps.append(("interleaved comparisons", versus))
+    steps += [
+        (f"scaling {kind} {live}", partial(scaling, services, kind, live, sizes, run))
+        for live in sizes.scaling_live
+        for kind in ("grab", "lock")
+    ]
+
+    async def open_loop(kind: str, fraction: float) -> Row:
+        # A new user's grab (lock) on one of 1,000 live packets (open teams), as the first
+        # scaling rows: not the flash grab, whose calls are mostly cheap repeats.
+        return await offered(services, kind, rate_of(rows, kind), quick, run, fraction)
+
+    steps += [
+        (f"{kind} at {rate_label(fraction)} the max rate", partial(open_loop, kind, fraction))
+        for fraction in (0.5, 0.8)
+        for kind in ("grab", "lock")
+    ]
+    # Idle live packets and activities, then flash grabs under the running scheduler.
+    idle = (10_000, 1_000, 10, 200, 300) if quick else (100_000, 10_000, 20, 1000, 1500)
+    steps.append(("background jobs", partial(background, services, run, *idle)))
     try:
-        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-            ("flash_grab groupbuy", lambda: flash_grab_groupbuy(services, sizes, run)),
-            ("flash_grab naive", lambda: flash_grab_naive(services, sizes, run)),
-            ("lock_storm groupbuy", lambda: lock_storm_groupbuy(services, sizes, run)),
-            ("lock_storm naive", lambda: lock_storm_naive(services, sizes, run)),
-            ("join_flash groupbuy", lambda: join_flash_groupbuy(services, sizes, run)),
-            ("redis-benchmark", lambda: redis_benchmark_rows(services, redis_url, sizes)),
-            (
-                "interleaved comparisons",
-                lambda: versus_rows(services, services_off, redis_url, sizes, run),
-            ),
-        ]
-        for live in sizes.scaling_live:
-            steps.append((f"scaling grab {live}", partial(scaling_grabs, services, live, sizes)))
-            steps.append(
-                (f"scaling lock {live}", partial(scaling_locks, services, live, sizes, run))
-            )
-        for fraction in (0.5, 0.8):
-            label = rate_label(fraction)
-            steps.append(
-                (
-                    f"grab at {label} the max rate",
-                    partial(_open_loop_step, services, rows, "grab", sizes, run, fraction),
-                )
-            )
-            steps.append(
-                (
-                    f"lock at {label} the max rate",
-                    partial(_open_loop_step, services, rows, "lock", sizes, run, fraction),
-                )
-            )
-        # Idle live packets and activities, then flash grabs under the running scheduler.
-        idle = (10_000, 1_000, 10, 200, 300) if quick else (100_000, 10_000, 20, 1000, 1500)
-        steps.append(
-            ("background jobs, idle and under grabs", partial(background, services, run, *idle))
-        )
         for name, step in steps:
             await services.redis.flushall()
             await warm_up(services)
@@ -84,25 +70,6 @@ async def _run(redis_url: str, database_url: str, quick: bool) -> list[Row]:
         await close_services(services)
     say(f"done in {time.perf_counter() - began:.1f} s, {len(rows)} rows")
     return rows
-
-
-async def _open_loop_step(
-    services: Services,
-    rows: list[dict[str, Any]],
-    kind: str,
-    sizes: Sizes,
-    run: str,
-    fraction: float,
-) -> dict[str, Any]:
-    """An open-loop row at `fraction` of the rate measured earlier in this run for the same
-    kind of call: a new user's grab (lock) on one of 1,000 live packets (open teams). The
-    flash grab's rate is not that: most of its calls are cheap repeats and sold-out
-    answers, while every open-loop grab takes a share."""
-    if kind == "grab":
-        max_rate = _rate_of(rows, "scaling", "grab on random packets")
-    else:
-        max_rate = _rate_of(rows, "scaling", "lock on random teams")
-    return await half_rate(services, kind, max_rate, sizes, run, fraction)
 
 
 def main() -> None:

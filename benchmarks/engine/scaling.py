@@ -1,5 +1,7 @@
-"""scaling: the grab and lock rates with 10^3..10^5 live packets / teams, and the Redis
-memory per live packet, team, grab and lock."""
+"""scaling: the grab and lock rates with 10^3..10^5 live packets / teams, and the Redis memory
+per live packet, team, grab and lock. Then the same kinds of call offered open loop at half
+and 80% of the rate measured among 1,000: p50/p95/p99 from when each call was due, and
+whether the generator (in the service's process) kept up."""
 
 from __future__ import annotations
 
@@ -7,151 +9,191 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
 
-from benchmarks.engine.common import Sizes, groupbuy_grab, run_grabs, used_memory
-from benchmarks.engine.lock_storm import GroupbuyTeams
-from benchmarks.harness import Meter, gather_limited, make_row
+from benchmarks.engine.common import (
+    GroupbuyTeams,
+    Sizes,
+    create_packets,
+    groupbuy_grab,
+    open_teams,
+    run_calls,
+    run_grabs,
+    used_memory,
+)
+from benchmarks.harness import Row, make_row, percentile
 from groupbuy.locks.scripts import TEAM_OPEN
-from groupbuy.redpacket.scripts import PACKET_CREATE
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
-SCALING_SHARES, SCALING_TEAM_SIZE, BATCH = 10, 50, 2000
+SHARES, TEAM_SIZE, BATCH = 10, 50, 2000
+KEPT_UP = 0.95  # of the rate asked, issued
 
 
-async def create_packets_pipelined(services: Services, count: int) -> list[str]:
-    """`count` small packets through packet_create, pipelined in batches."""
-    sha = await services.redis.script_load(script_source("packet_create"))
-    now = await services.clock.now_ms(services.redis)
-    shares = [10] * SCALING_SHARES  # 10 cents each
-    ids = [f"s{i}" for i in range(count)]
-
-    async def batch(start: int) -> None:
-        pipe = services.redis.pipeline(transaction=False)
-        for pid in ids[start : start + BATCH]:
-            args = [pid, 0, "bench", sum(shares), SCALING_SHARES, "equal", now]
-            args += [now + 3_600_000, 60_000, *shares]
-            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
-            pipe.evalsha(sha, len(keys), *keys, *args)
-        await pipe.execute()
-
-    await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)
-    return ids
-
-
-async def create_teams_pipelined(services: Services, aid: str, count: int) -> list[str]:
+async def create_teams(services: Services, aid: str, count: int) -> list[str]:
     """`count` open teams of one activity through team_open, pipelined in batches."""
-    keys = services.keys
-    await services.teams.activities.create_activity(aid, team_size=SCALING_TEAM_SIZE)
+    keys, ids = services.keys, [f"t{i}" for i in range(count)]
+    await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
     sha = await services.redis.script_load(script_source("team_open"))
-    ids = [f"t{i}" for i in range(count)]
-
-    async def batch(start: int) -> None:
+    for start in range(0, count, BATCH):
         pipe = services.redis.pipeline(transaction=False)
         for tid in ids[start : start + BATCH]:
             team_keys = TEAM_OPEN.key_list(
-                keys.team_keys(aid, tid),
-                keys.activity_keys(aid),
-                activity_hash=keys.activity(aid),
-                blocklist=keys.activity_blocklist(aid),
-            )
+                keys.team_keys(aid, tid), keys.activity_keys(aid),
+                activity_hash=keys.activity(aid), blocklist=keys.activity_blocklist(aid),
+            )  # fmt: skip
             args = TEAM_OPEN.arg_list(
-                {
-                    "activity_id": aid,
-                    "team_id": tid,
-                    "shift_ms": 0,
-                    "user_key_prefix": keys.user_key_prefix(aid),
-                    "leader_id": f"lead-{tid}",
-                    "leader_order_id": "",
-                    "retention_ms": 60_000,
-                }
-            )
+                {"activity_id": aid, "team_id": tid, "shift_ms": 0, "leader_id": f"lead-{tid}",
+                 "user_key_prefix": keys.user_key_prefix(aid), "leader_order_id": "",
+                 "retention_ms": 60_000}
+            )  # fmt: skip
             pipe.evalsha(sha, len(team_keys), *team_keys, *args)
         await pipe.execute()
-
-    await gather_limited([partial(batch, s) for s in range(0, count, BATCH)], limit=3)
     return ids
 
 
-async def scaling_grabs(services: Services, live: int, sizes: Sizes) -> dict[str, Any]:
-    """Grab rate on random packets among `live` live ones; bytes per packet and per grab."""
+async def scaling(services: Services, kind: str, live: int, sizes: Sizes, run: str) -> Row:
+    """The rate of `kind` (grab, lock) by new users on random ones among `live` live packets
+    (open teams); bytes per packet (team) and per grab (lock)."""
     redis = services.redis
     await redis.flushall()
-    before = await used_memory(redis)
-    began = time.perf_counter()
-    ids = await create_packets_pipelined(services, live)
-    create_s = time.perf_counter() - began
-    created = await used_memory(redis)
+    before, began = await used_memory(redis), time.perf_counter()
     rng = random.Random(live)
-    requests = [(rng.choice(ids), f"g{i}") for i in range(sizes.scaling_ops)]
-    seconds, latencies, answers = await run_grabs(
-        lambda p, u: groupbuy_grab(services, p, u), requests
-    )
-    after = await used_memory(redis)
-    statuses = Counter(a["status"] for _p, _u, a in answers)
-    grabbed = statuses["grabbed"]
-    memory = {
-        "bytes_per_live_packet": round((created - before) / live, 1),
-        "bytes_per_grab": round((after - created) / max(grabbed, 1), 1),
-    }
-    correct = {
-        "winners": grabbed,
-        "over_capacity": 0,
-        "duplicates": 0,
-        "spurious_failures": statuses.total() - grabbed - statuses["sold_out"],
-        "outcomes": dict(statuses),
-    }
-    note = (
-        f"grab on random packets among {live:,} live ({SCALING_SHARES} shares each, created "
-        f"in {create_s:.2f} s pipelined); {memory['bytes_per_live_packet']:.0f} B/packet, "
-        f"{memory['bytes_per_grab']:.0f} B/grab (incl. its outbox entry; a packet's first grab "
-        "also creates its grabs hash and first stream node, so sparse grabs cost more)"
-    )
-    return make_row(
-        "scaling", "groupbuy", seconds, latencies, correct, note,
-        operation="grab", live=live, memory=memory,
-    )  # fmt: skip
+    if kind == "grab":
+        ids = [f"s{i}" for i in range(live)]
+        await create_packets(services, ids, SHARES, "bench")
+    else:
+        aid = f"scale{live}-{run}"
+        ids = await create_teams(services, aid, live)
+    create_s, created = time.perf_counter() - began, await used_memory(redis)
+    if kind == "grab":
+        requests = [(rng.choice(ids), f"g{i}") for i in range(sizes.scaling_ops)]
+        seconds, latencies, answers = await run_grabs(services, requests)
+        statuses = Counter(str(a["status"]) for _p, _u, a in answers)
+    else:
+        requests = [(rng.choice(ids), f"l{i}") for i in range(sizes.scaling_ops)]
+        seconds, latencies, answers = await run_calls(
+            partial(GroupbuyTeams(services).lock, aid), requests
+        )
+        statuses = Counter(str(a) for _t, _u, a in answers)
+    won = statuses["grabbed" if kind == "grab" else "locked"]
+    unit = "packet" if kind == "grab" else "team"
+    grown = await used_memory(redis) - created
+    memory = {f"bytes_per_live_{unit}": round((created - before) / live, 1),
+              f"bytes_per_{kind}": round(grown / max(won, 1), 1)}  # fmt: skip
+    correct = {"winners": won, "over_capacity": 0, "duplicates": 0,
+               "spurious_failures": statuses.total() - won - statuses["sold_out"],
+               "outcomes": dict(statuses)}  # fmt: skip
+    per = f"{(created - before) / live:.0f} B/{unit}, {grown / max(won, 1):.0f} B/{kind}"
+    if kind == "grab":
+        note = (f"grab on random packets among {live:,} live ({SHARES} shares each, created in "
+                f"{create_s:.2f} s pipelined); {per} (incl. its outbox entry; a packet's first "
+                "grab also creates its grabs hash and first stream node, so sparse grabs cost "
+                "more)")  # fmt: skip
+    else:
+        note = (f"lock on random teams among {live:,} open (size {TEAM_SIZE}, created in "
+                f"{create_s:.2f} s pipelined), a new user each; {per}")  # fmt: skip
+    return make_row("scaling", "groupbuy", seconds, latencies, correct, note,
+                    operation=kind, live=live, memory=memory)  # fmt: skip
 
 
-async def scaling_locks(services: Services, live: int, sizes: Sizes, run: str) -> dict[str, Any]:
-    """Lock rate on random teams among `live` open ones; bytes per team and per lock."""
-    redis = services.redis
-    await redis.flushall()
-    aid = f"scale{live}-{run}"
-    before = await used_memory(redis)
-    began = time.perf_counter()
-    ids = await create_teams_pipelined(services, aid, live)
-    create_s = time.perf_counter() - began
-    created = await used_memory(redis)
-    engine, meter, rng = GroupbuyTeams(services), Meter(), random.Random(live)
-    calls = [(rng.choice(ids), f"l{i}") for i in range(sizes.scaling_ops)]
-    began = time.perf_counter()
-    results = await asyncio.gather(
-        *(meter.measure(partial(engine.lock, aid, t, u)) for t, u in calls)
-    )
-    seconds = time.perf_counter() - began
-    after = await used_memory(redis)
-    statuses = Counter(results)
-    locked = statuses["locked"]
-    memory = {
-        "bytes_per_live_team": round((created - before) / live, 1),
-        "bytes_per_lock": round((after - created) / max(locked, 1), 1),
-    }
-    correct = {
-        "winners": locked,
-        "over_capacity": 0,
-        "duplicates": 0,
-        "spurious_failures": statuses.total() - locked,
-        "outcomes": dict(statuses),
-    }
+# -- open loop ----------------------------------------------------------------------------
+
+
+async def open_loop(
+    call: Callable[[int], Awaitable[str]], rate: float, seconds: float
+) -> tuple[list[float], list[float], float, Counter[str]]:
+    """Issue call(i) at a fixed rate whatever the answers do; (latencies from when each call
+    was due, how late each was issued, the seconds of issuing, the outcomes)."""
+    total = max(1, int(rate * seconds))
+    latencies: list[float] = []
+    late: list[float] = []
+    outcomes: Counter[str] = Counter()
+    # Only the calls in flight are held: keeping every finished task until the end grew
+    # the heap by a task per call, and the collector's pauses with it, which the calls due
+    # meanwhile then counted as latency.
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(i: int, due: float) -> None:
+        outcomes[await call(i)] += 1
+        latencies.append(time.perf_counter() - due)
+
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        if (delay := due - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        late.append(max(0.0, time.perf_counter() - due))
+        task = asyncio.create_task(one(i, due))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    issue_seconds = max(time.perf_counter() - start, (total - 1) / rate)
+    while in_flight:
+        await asyncio.gather(*list(in_flight))
+    return latencies, late, issue_seconds, outcomes
+
+
+def rate_label(fraction: float) -> str:
+    """'half' for 0.5, else a percentage: the scenario name says which load it was."""
+    return "half" if fraction == 0.5 else f"{fraction:.0%}"
+
+
+async def offered(
+    services: Services, kind: str, max_rate: float, quick: bool, run: str, fraction: float
+) -> Row:
+    """p50/p95/p99 of grabs or locks by new users offered at `fraction` of `max_rate`."""
+    rate, seconds = max_rate * fraction, 2.0 if quick else 5.0
+    total, tag = max(1, int(rate * seconds)), f"{run}-{int(fraction * 100)}"
+    call: Callable[[int], Awaitable[str]]
+    if kind == "grab":
+        # enough packets of at most 5,000 shares (the config caps a packet at 10,000)
+        packets = [f"half-{tag}-{p}" for p in range(total // 5000 + 1)]
+        await services.packets.accounts.deposit(f"hs-{tag}", len(packets) * 10_000, f"half-{tag}")
+        for packet_id in packets:
+            await services.packets.sending.send(f"hs-{tag}", 10_000, 5000, packet_id=packet_id)
+
+        async def call(i: int) -> str:
+            answer = await groupbuy_grab(services, packets[i % len(packets)], f"h{i}")
+            return str(answer["status"])
+    else:
+        aid, teams = f"half-{tag}", [f"t{t}" for t in range(max(1, total // 40 + 1))]
+        await open_teams(services, aid, teams, TEAM_SIZE)
+        lock = GroupbuyTeams(services).lock
+
+        async def call(i: int) -> str:
+            return await lock(aid, teams[i % len(teams)], f"h{i}")
+
+    latencies, late, issue_seconds, outcomes = await open_loop(call, rate, seconds)
+    late.sort()
+    issued = len(late) / issue_seconds if issue_seconds > 0 else 0.0
+    generator = {"offered_per_s": round(rate, 1), "issued_per_s": round(issued, 1),
+                 "issue_late_p50_ms": percentile(late, 0.5),
+                 "issue_late_p99_ms": percentile(late, 0.99),
+                 "generator_kept_up": issued >= KEPT_UP * rate}  # fmt: skip
+    label, basis = rate_label(fraction), "packets" if kind == "grab" else "teams"
     note = (
-        f"lock on random teams among {live:,} open (size {SCALING_TEAM_SIZE}, created in "
-        f"{create_s:.2f} s pipelined), a new user each; "
-        f"{memory['bytes_per_live_team']:.0f} B/team, {memory['bytes_per_lock']:.0f} B/lock"
+        f"{kind}s by new users offered at {rate:,.0f}/s ({label} of the {max_rate:,.0f}/s "
+        f"of the same kind of {kind}s among 1,000 live {basis} measured above) "
+        f"for {seconds:.0f} s, open loop in the service's process; latency from when each call "
+        f"was due; issued at {issued:,.0f}/s, issue delay p99 "
+        f"{generator['issue_late_p99_ms']} ms (counted in the latency)"
     )
-    return make_row(
-        "scaling", "groupbuy", seconds, meter.latencies, correct, note,
-        operation="lock", live=live, memory=memory,
-    )  # fmt: skip
+    if not generator["generator_kept_up"]:
+        note += "; THE GENERATOR FELL BEHIND (issued < 95% of the rate asked)"
+    # Every call is a new user on a packet (team) with a share (seat) left for it.
+    won = outcomes["grabbed" if kind == "grab" else "locked"]
+    correct = {
+        "winners": won,
+        "spurious_failures": outcomes.total() - won,
+        "outcomes": dict(outcomes),
+        "generator_kept_up": issued >= KEPT_UP * rate,
+    }
+    return make_row(f"{kind} @ {label} max rate", "groupbuy", seconds, latencies, correct, note,
+                    offered_fraction=fraction, generator=generator)  # fmt: skip
+
+
+def rate_of(rows: list[Row], kind: str) -> float:
+    """The scaling row's rate of `kind` among the fewest live packets (teams)."""
+    found = [r for r in rows if r.get("scenario") == "scaling" and r.get("operation") == kind]
+    return float(found[0]["ops_per_s"]) if found else 1000.0

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
-import time
+import re
+import shutil
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -25,18 +26,19 @@ from urllib.parse import urlparse
 
 from benchmarks.engine.common import (
     TEAM_SIZE,
+    GroupbuyTeams,
     Sizes,
     flash_requests,
     grade_grabs,
-    groupbuy_grab,
+    open_teams,
+    run_calls,
     run_grabs,
     say,
 )
-from benchmarks.engine.evalsha import prepare_bench_packet, redis_benchmark, redis_benchmark_binary
-from benchmarks.engine.lock_storm import GroupbuyTeams
-from benchmarks.harness import Meter, Row, Trial, comparison, gather_limited, run_async, trials_row
+from benchmarks.harness import Row, Trial, comparison, gather_limited, run_async, trials_row
 from benchmarks.seed_peer import SeedPeer
-from groupbuy.redpacket.scripts import PACKET_GRAB
+from groupbuy.redpacket.grab import PACKET_GRAB
+from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
@@ -81,9 +83,7 @@ def grab_engine(
             sender, amount, sizes.versus_shares, packet_id=packet_id
         )
         requests = [(packet_id, u) for u in _flash(sizes, index)]
-        seconds, latencies, answers = await run_grabs(
-            lambda p, u: groupbuy_grab(services, p, u), requests, CALLERS
-        )
+        seconds, latencies, answers = await run_grabs(services, requests, CALLERS)
         correct = grade_grabs([(u, a) for _p, u, a in answers], sizes.versus_shares)
         recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
         correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
@@ -99,7 +99,7 @@ def grab_peer(peer: SeedPeer, sizes: Sizes, run: str) -> Callable[[int], Awaitab
         packet_id, amount = f"vs-{run}-{index}", sizes.versus_shares * 100
         await peer.create_packet(packet_id, [100] * sizes.versus_shares)
         requests = [(packet_id, u) for u in _flash(sizes, index)]
-        seconds, latencies, answers = await run_grabs(peer.grab, requests, CALLERS)
+        seconds, latencies, answers = await run_calls(peer.grab, requests, CALLERS)
         outcomes = [(u, a) for _p, u, a in answers]
         correct = grade_grabs(outcomes, sizes.versus_shares, repeat_amount=False)
         recorded = await peer.redis.hlen(peer.packet_keys(packet_id)[0])
@@ -145,20 +145,6 @@ def grade_locks(
     }
 
 
-async def _run_locks(
-    lock: Callable[[str, str], Awaitable[str]], requests: list[tuple[str, str]]
-) -> tuple[float, list[float], list[tuple[str, str, str]]]:
-    meter = Meter(CALLERS)
-    answers: list[tuple[str, str, str]] = []
-
-    async def one(tid: str, user: str) -> None:
-        answers.append((tid, user, await meter.measure(lambda: lock(tid, user))))
-
-    began = time.perf_counter()
-    await asyncio.gather(*(one(t, u) for t, u in requests))
-    return time.perf_counter() - began, meter.latencies, answers
-
-
 def lock_engine(
     services: Services, sizes: Sizes, run: str, label: str
 ) -> Callable[[int], Awaitable[Trial]]:
@@ -166,17 +152,10 @@ def lock_engine(
     engine = GroupbuyTeams(services)
 
     async def trial(index: int) -> Trial:
-        aid = f"vs-{run}-{label}-{index}"
-        await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
-        teams = [f"t{i}" for i in range(sizes.versus_teams)]
-        await gather_limited(
-            [
-                partial(services.teams.activities.open_team, aid, f"lead-{t}", team_id=t)
-                for t in teams
-            ]
-        )
+        aid, teams = f"vs-{run}-{label}-{index}", [f"t{i}" for i in range(sizes.versus_teams)]
+        await open_teams(services, aid, teams, TEAM_SIZE)
         requests = _lock_requests(sizes, index)
-        seconds, latencies, answers = await _run_locks(partial(engine.lock, aid), requests)
+        seconds, latencies, answers = await run_calls(partial(engine.lock, aid), requests, CALLERS)
         keys = services.keys
         pipe = services.redis.pipeline(transaction=False)
         for tid in teams:
@@ -198,8 +177,8 @@ def lock_peer(peer: SeedPeer, sizes: Sizes, run: str) -> Callable[[int], Awaitab
         aid = f"vs-{run}-{index}"
         teams = [f"t{i}" for i in range(sizes.versus_teams)]
         requests = _lock_requests(sizes, index)
-        seconds, latencies, answers = await _run_locks(
-            lambda tid, user: peer.lock(aid, tid, user, SEATS), requests
+        seconds, latencies, answers = await run_calls(
+            lambda tid, user: peer.lock(aid, tid, user, SEATS), requests, CALLERS
         )
         pipe = peer.redis.pipeline(transaction=False)
         for tid in teams:
@@ -214,6 +193,35 @@ def lock_peer(peer: SeedPeer, sizes: Sizes, run: str) -> Callable[[int], Awaitab
 # -- fresh grabs against redis-benchmark ------------------------------------------------
 
 
+def redis_benchmark_binary() -> str | None:
+    """redis-benchmark on PATH, or None."""
+    return shutil.which("redis-benchmark")
+
+
+async def redis_benchmark(binary: str, port: int, requests: int, *cmd: str) -> dict[str, Any]:
+    """redis-benchmark -q -P 1 on one command; its requests/s and p50 (ms)."""
+    args = [binary, "-h", "127.0.0.1", "-p", str(port), "-c", str(BENCH_CLIENTS)]
+    args += ["-n", str(requests), "-r", "100000000", "-P", "1", "-q", *cmd]
+    process = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    text = (await process.communicate())[0].decode(errors="replace")
+    rates = re.findall(r"([\d.]+) requests per second", text)
+    p50 = re.findall(r"p50=([\d.]+) msec", text)
+    if process.returncode != 0 or not rates:
+        raise RuntimeError(f"redis-benchmark failed: {text.strip()[-300:]}")
+    return {"rps": float(rates[-1]), "p50_ms": float(p50[-1]) if p50 else None}
+
+
+async def prepare_bench_packet(services: Services, packet_id: str, shares: int) -> None:
+    """A packet of `shares` one-cent shares, straight through packet_create."""
+    now = await services.clock.now_ms(services.redis)
+    await PacketScripts(services.scripts, services.keys, services.clock).create(
+        packet_id, [1] * shares, sender_id="bench", amount_cents=shares, count=shares,
+        strategy="equal", created_ms=now, expires_ms=now + 3_600_000, retention_ms=60_000,
+    )  # fmt: skip
+
+
 def fresh_grab_engine(services: Services, sizes: Sizes) -> Callable[[int], Awaitable[Trial]]:
     """A round: `versus_fresh` grabs by new users of one big packet, through the service."""
 
@@ -221,9 +229,7 @@ def fresh_grab_engine(services: Services, sizes: Sizes) -> Callable[[int], Await
         packet_id, count = f"vf{index}", sizes.versus_fresh
         await prepare_bench_packet(services, packet_id, count)
         requests = [(packet_id, f"f{index}-{i}") for i in range(count)]
-        seconds, latencies, answers = await run_grabs(
-            lambda p, u: groupbuy_grab(services, p, u), requests, CALLERS
-        )
+        seconds, latencies, answers = await run_grabs(services, requests, CALLERS)
         correct = grade_grabs([(u, a) for _p, u, a in answers], count)
         correct["all_grabbed"] = correct["winners"] == count
         return Trial(len(answers), seconds, correct, latencies)
@@ -242,18 +248,8 @@ def fresh_grab_bench(
         await prepare_bench_packet(services, packet_id, n + n // 5)
         packet = services.keys.packet_keys(packet_id)
         keys = PACKET_GRAB.key_list(packet)
-        cmd = [
-            "EVALSHA",
-            sha,
-            str(len(keys)),
-            *keys,
-            packet_id,
-            "0",
-            "user:__rand_int__",
-            "token",
-            "60000",
-        ]
-        result = await redis_benchmark(binary, port, n, 1, *cmd)
+        cmd = ["EVALSHA", sha, str(len(keys)), *keys, packet_id, "0", "user:__rand_int__"]
+        result = await redis_benchmark(binary, port, n, *cmd, "token", "60000")
         winners = await services.redis.hlen(packet.grabs)
         left = int(await services.redis.hget(packet.hash, "remaining_count"))
         # -r draws users at random: a few repeat (already_grabbed); a hash cannot hold a
