@@ -31,10 +31,8 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetters
 from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, check_redis
-from groupbuy.storage.guesses import GuessThrottle
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import RecordWriter
-from groupbuy.storage.ratelimit import RateLimitService
 from groupbuy.storage.reachability import Reachability
 from groupbuy.storage.redis_client import (
     auto_pipeline,
@@ -44,6 +42,7 @@ from groupbuy.storage.redis_client import (
     resend_window_ms,
 )
 from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.throttles import GuessThrottle, RateLimitService
 from groupbuy.webhooks.service import WebhookService
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ _PROBLEM = {
 }
 
 
-# The fields of a rate-limited endpoint's answers (groupbuy/api/ratelimit.py); absent
+# The fields of a rate-limited endpoint's answers (groupbuy/api/throttles.py); absent
 # when [ratelimit] is off.
 _RATE_FIELDS = {
     "RateLimit-Policy": {
@@ -61,7 +61,7 @@ _RETRY_AFTER = {
 }
 
 
-# Key guessing (SPEC §3, groupbuy/api/guessing.py): refused before the key is looked at.
+# Key guessing (SPEC §3, groupbuy/api/throttles.py): refused before the key is looked at.
 _GUESSING = (
     "too many failed authentications from the client address (`[auth] guess_limit` within "
     "`guess_window_s`): every request from it is refused, whatever its key, until "

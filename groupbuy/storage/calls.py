@@ -1,5 +1,5 @@
-"""Typed wrappers of the storage-level scripts (leases, outboxes, rate limits, failed
-authentications, write probe).
+"""Typed wrappers of the storage-level scripts (leases, outboxes, write probe); the
+throttles' scripts sit with their throttles (groupbuy/storage/throttles.py).
 
 Each spec names its script's KEYS, ARGV and reply (docs/scripts.md is rendered from
 them); each wrapper takes named keys and arguments and answers its reply read by the spec.
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from groupbuy.storage.specs import (
-    Field,
     Fixed,
-    Reply,
     ScriptCaller,
     ScriptSpec,
     Slot,
@@ -25,21 +22,9 @@ from groupbuy.storage.specs import (
 )
 
 
-class RateCode(IntEnum):
-    """What lua/ratelimit_take.lua answers first."""
-
-    TAKEN = 0
-    LIMITED = 1
-
-
 def _entries(raw: Sequence[Sequence[Any]]) -> list[tuple[str, list[Any]]]:
     """outbox_read's entries: (id, flat fields) each."""
     return [(entry_id, fields) for entry_id, fields in raw]
-
-
-def _as_sent(values: Any) -> Any:
-    """A field read as the script sent it."""
-    return values
 
 
 _STREAM = ("stream", "the outbox stream (an activity's or a packet's)")
@@ -114,37 +99,6 @@ OUTBOX_READ: ScriptSpec[Fixed] = ScriptSpec(
         ("entries", _entries),
     ),
 )
-# Per bucket, in KEYS order: remaining, reset_s, wait_us; flat, as sent (the hot path
-# formats two of them into the RateLimit header as they are).
-_STATES = Field("states", _as_sent, rest=True)
-RATELIMIT_TAKE: ScriptSpec[RateCode] = ScriptSpec(
-    "ratelimit_take",
-    "Take one request from every bucket given, or from none of them (GCRA).",
-    keys=(),
-    args=slots(("shift_ms", "clock shift in ms (0 in production)")),
-    more_keys=Slot("buckets", "the API key's bucket, then the user's; one hash tag"),
-    more_args=Slot("limits", "per bucket: quota, window_us"),
-    replies={
-        RateCode.TAKEN: shape(
-            "taken from every bucket; per bucket: remaining, reset_s, wait_us", _STATES
-        ),
-        RateCode.LIMITED: shape("limited: taken from none; states as TAKEN", _STATES),
-    },
-)
-GUESS_COUNT: ScriptSpec[Fixed] = ScriptSpec(
-    "guess_count",
-    "Count failed authentications of one client address in a fixed window, or read them.",
-    keys=slots(("counter", "the address's counter (expires when its window ends)")),
-    args=slots(
-        ("add", "failures to count (1), or 0 to read"),
-        ("window_ms", "the window, started by the address's first failure"),
-    ),
-    reply=shape(
-        "failures in the window, ms until it ends (0: no window)",
-        ("failures", int),
-        ("ms_left", int),
-    ),
-)
 WRITE_PROBE: ScriptSpec[Verdict] = ScriptSpec(
     "write_probe",
     "Change nothing; fail with OOM when Redis refuses writes now.",
@@ -158,8 +112,6 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     OUTBOX_ACK,
     OUTBOX_BURY,
     OUTBOX_READ,
-    RATELIMIT_TAKE,
-    GUESS_COUNT,
     WRITE_PROBE,
 )
 
@@ -240,25 +192,6 @@ async def outbox_read(
     )
     entries: list[tuple[str, list[Any]]] = reply.entries
     return entries
-
-
-async def ratelimit_take(
-    scripts: ScriptCaller, buckets: Sequence[str], shift_ms: int, limits: Sequence[Any]
-) -> Reply[RateCode]:
-    """Take from the buckets: TAKEN or LIMITED, and every bucket's state (`states`)."""
-    return await RATELIMIT_TAKE.run(
-        scripts, RATELIMIT_TAKE.key_list(more=buckets), {"shift_ms": shift_ms}, limits
-    )
-
-
-async def guess_count(
-    scripts: ScriptCaller, counter: str, add: int, window_ms: int
-) -> tuple[int, int]:
-    """Count `add` failures (0: only read); the failures in the window and the ms left."""
-    reply = await GUESS_COUNT.run(
-        scripts, GUESS_COUNT.key_list(counter=counter), {"add": add, "window_ms": window_ms}
-    )
-    return reply.failures, reply.ms_left
 
 
 async def write_probe(scripts: ScriptCaller, route_key: str) -> None:

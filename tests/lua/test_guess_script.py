@@ -1,4 +1,4 @@
-"""lua/guess_count.lua and the throttle over it (groupbuy/storage/guesses.py), called
+"""lua/guess_count.lua and the throttle over it (groupbuy/storage/throttles.py), called
 directly on fakeredis, a real redis-server and a Redis Cluster."""
 
 from __future__ import annotations
@@ -9,15 +9,22 @@ from typing import Any
 import pytest
 
 from groupbuy.settings import AuthSettings
-from groupbuy.storage.calls import guess_count
-from groupbuy.storage.guesses import GuessThrottle, address_subject
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.throttles import GUESS_COUNT, GuessThrottle, address_subject
 from tests.support.backends import ALL
 
 ON_EVERY_BACKEND = pytest.mark.parametrize("backend", ALL)
 
 COUNTER = Keys("t").guesses("203.0.113.7")
+
+
+async def guess_count(scripts: Scripts, counter: str, add: int, window_ms: int) -> tuple[int, int]:
+    """One guess_count call by its spec: the failures in the window and the ms left."""
+    reply = await GUESS_COUNT.run(
+        scripts, GUESS_COUNT.key_list(counter=counter), {"add": add, "window_ms": window_ms}
+    )
+    return reply.failures, reply.ms_left
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pytest
 import redis.exceptions
 
 from groupbuy.settings import RateLimitSettings
-from groupbuy.storage import ratelimit
+from groupbuy.storage import throttles as ratelimit
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.ratelimit import SKIP_AFTER_FAILURE_S, RateLimitService
+from groupbuy.storage.throttles import SKIP_AFTER_FAILURE_S, RateLimitService
 
 
 class Now:
