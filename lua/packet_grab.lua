@@ -3,7 +3,7 @@
 -- requires: _common
 -- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.specs.PACKET_GRAB); the first ones are
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.grab.PACKET_GRAB); the first ones are
 -- named in _packet_lib.
 local user_id = ARGV[3]
 local request_token = ARGV[4]

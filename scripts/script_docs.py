@@ -1,6 +1,6 @@
 """docs/scripts.md, rendered from the script contracts: `python -m scripts.script_docs`.
 
-The contracts live with their engines (groupbuy.locks.engine, groupbuy.redpacket.specs)
+The contracts live with their engines (groupbuy.locks.engine, groupbuy.redpacket.engine)
 and in groupbuy.storage.calls; this command gathers them.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from groupbuy.locks import engine as team_engine
-from groupbuy.redpacket import specs as packet_specs
+from groupbuy.redpacket import engine as packet_engine
 from groupbuy.storage import calls, throttles
 from groupbuy.storage.specs import ScriptSpec, Shape, Slot
 
@@ -23,7 +23,7 @@ def all_contracts() -> dict[str, ScriptSpec[Any]]:
     """Every script's spec by script name."""
     found = [
         *team_engine.CONTRACTS,
-        *packet_specs.CONTRACTS,
+        *packet_engine.CONTRACTS,
         *calls.CONTRACTS,
         *throttles.CONTRACTS,
     ]

@@ -172,7 +172,7 @@ def test_the_grab_path_reaches_recovery_only_through_its_hook() -> None:
     """The hot path's module imports none of the red-packet parts that bring a packet back,
     send or sweep: recovery is handed in (RedPackets.build) behind one hook."""
     others = {f"groupbuy.redpacket.{part}" for part in ("recovery", "sending", "sweeps", "engine")}
-    assert graph()["groupbuy.redpacket.grabs"] & others == set()
+    assert graph()["groupbuy.redpacket.grab"] & others == set()
 
 
 def test_only_the_api_knows_http() -> None:

@@ -44,7 +44,7 @@ async def _send(services: Services, packet_id: str, amount: int, count: int, **e
 async def _try_grab(services: Services, packet_id: str, user_id: str) -> dict[str, Any]:
     """The grab's answer, or {"status": <error code>} when it was refused."""
     try:
-        return await services.packets.grabs.grab(packet_id, user_id)
+        return dict(await services.packets.grabs.grab(packet_id, user_id))
     except errors.GroupBuyError as refused:
         return {"status": refused.code}
 

@@ -1,27 +1,18 @@
-"""Small helpers the parts of the red-packet engine share: the refusal of a grab by its
-code, a packet's SQL record and its grabs, and the packet as packet_create writes it."""
+"""Small helpers the parts of the red-packet engine share: a packet's SQL record and its
+grabs, and the packet as packet_create writes it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
-from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import to_ms
-
-# A request's token: 9 random bytes, 12 URL-safe characters stored with each grab or send.
-REQUEST_TOKEN_BYTES = 9
-
-
-def refuse(code: PacketCode, packet_id: str) -> NoReturn:
-    """Raise the API error of a grab refused with `code` (sold out, expired, not found)."""
-    raise_for(code, f"packet {packet_id!r} is {code.name.lower().replace('_', ' ')}")
 
 
 async def recorded_packet(db: Database, packet_id: str) -> PacketRow:

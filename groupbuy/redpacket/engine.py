@@ -8,19 +8,41 @@ path reaches recovery only through the hook it is handed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.grabs import GrabService
+from groupbuy.redpacket.grab import PACKET_GRAB, GrabService
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.reads import ReadService
 from groupbuy.redpacket.recovery import RecoveryService
 from groupbuy.redpacket.sending import SendService
-from groupbuy.redpacket.specs import PacketScripts
+from groupbuy.redpacket.specs import (
+    PACKET_ADMIT,
+    PACKET_CREATE,
+    PACKET_EXPIRE,
+    PACKET_READ,
+    PACKET_RESTORE,
+    PACKET_UNADMIT,
+    PacketScripts,
+)
 from groupbuy.redpacket.sweeps import SweepService
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends
+from groupbuy.storage.specs import ScriptSpec
+
+# Every script of the engine by its spec, each in its operation's module (docs/scripts.md
+# is rendered from them).
+CONTRACTS: tuple[ScriptSpec[Any], ...] = (
+    PACKET_CREATE,
+    PACKET_RESTORE,
+    PACKET_GRAB,
+    PACKET_READ,
+    PACKET_EXPIRE,
+    PACKET_ADMIT,
+    PACKET_UNADMIT,
+)
 
 
 @dataclass(frozen=True)

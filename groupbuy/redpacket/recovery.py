@@ -12,11 +12,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from groupbuy import errors
+from groupbuy import errors, wire
 from groupbuy.metrics import RESTORED
 from groupbuy.redpacket.codec import grab_value
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.common import recorded_args, recorded_grabs, recorded_packet, refuse
+from groupbuy.redpacket.common import recorded_args, recorded_grabs, recorded_packet
+from groupbuy.redpacket.grab import already_grabbed, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.sending import SendService
 from groupbuy.redpacket.specs import PacketScripts
@@ -45,7 +46,7 @@ class RecoveryService(UsesBackends):
         self._limits = limits
         self._sending = sending
 
-    async def grab_missing(self, packet_id: str, user_id: str) -> dict[str, Any] | None:
+    async def grab_missing(self, packet_id: str, user_id: str) -> wire.Grabbed | None:
         """The grab path's one hook: put the packet back in Redis and answer None (grab
         again), or answer the grab from SQL when the packet has ended."""
         row = await recorded_packet(self._db, packet_id)
@@ -136,12 +137,12 @@ class RecoveryService(UsesBackends):
         )
         return True
 
-    async def _grab_from_record(self, row: PacketRow, user_id: str) -> dict[str, Any]:
+    async def _grab_from_record(self, row: PacketRow, user_id: str) -> wire.Grabbed:
         # Redis has let the ended packet go; its SQL record answers.
         async with self._db.sessions() as session:
             grab = await session.get(GrabRow, (row.packet_id, user_id))
         if grab is not None:
-            return {"status": "already_grabbed", "amount_cents": grab.amount_cents}
+            return already_grabbed(grab.amount_cents)
         if row.status == "sold_out":
             refuse(PacketCode.SOLD_OUT, row.packet_id)
         if row.status == "expired":

@@ -19,10 +19,10 @@ from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import PacketCode, raise_for
-from groupbuy.redpacket.common import REQUEST_TOKEN_BYTES, recorded_args
+from groupbuy.redpacket.common import recorded_args
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.redpacket.specs import PacketScripts
+from groupbuy.redpacket.specs import REQUEST_TOKEN_BYTES, PacketScripts
 from groupbuy.redpacket.split import split
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends

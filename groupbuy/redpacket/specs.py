@@ -52,7 +52,9 @@ _RECORDED = slots(
 )
 
 OK, EXISTING, PACKET_NOT_FOUND = PacketCode.OK, PacketCode.EXISTING, PacketCode.PACKET_NOT_FOUND
-_GRABBED = ("amount_cents", "remaining_count", "seq", "epoch", "grabbed_at_ms")
+NO_PACKET = shape("no such packet")
+# A request's token: 9 random bytes, 12 URL-safe characters stored with each grab or send.
+REQUEST_TOKEN_BYTES = 9
 
 PACKET_CREATE = ScriptSpec(
     "packet_create",
@@ -85,30 +87,6 @@ PACKET_RESTORE = ScriptSpec(
         EXISTING: shape("Redis has it (nothing changed)"),
     },
 )
-PACKET_GRAB = ScriptSpec(
-    "packet_grab",
-    "One user takes the next share of a packet, at most once.",
-    keys=PACKET_KEYS,
-    args=(
-        *PACKET_ARGV,
-        *slots(
-            ("user_id", "the user"),
-            ("request_token", "fresh for each grab request, stored with the grab"),
-            ("resend_window_ms", "how long a resend with the same token answers the same"),
-        ),
-    ),
-    replies={
-        OK: shape(
-            "grabbed (or a resend found the grab its first run took)",
-            *((name, int) for name in _GRABBED),
-        ),
-        PacketCode.ALREADY_GRABBED: shape("grabbed before, this amount", ("amount_cents", int)),
-        PacketCode.USER_BLOCKED: shape("an admin blocked the user"),
-        PacketCode.SOLD_OUT: shape("every share is taken"),
-        PacketCode.EXPIRED: shape("its time is up (the first call after it closes it)"),
-        PACKET_NOT_FOUND: shape("no such packet"),
-    },
-)
 PACKET_READ = ScriptSpec(
     "packet_read",
     "A packet's state and grabs after the lazy expiry check.",
@@ -121,7 +99,7 @@ PACKET_READ = ScriptSpec(
             ("grabs", reply_dict),
             ("now_ms", int),
         ),
-        PACKET_NOT_FOUND: shape("no such packet"),
+        PACKET_NOT_FOUND: NO_PACKET,
     },
 )
 PACKET_EXPIRE = ScriptSpec(
@@ -133,7 +111,7 @@ PACKET_EXPIRE = ScriptSpec(
         OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
         PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
         EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
-        PACKET_NOT_FOUND: shape("no such packet"),
+        PACKET_NOT_FOUND: NO_PACKET,
     },
 )
 PACKET_ADMIT = ScriptSpec(
@@ -174,87 +152,65 @@ PACKET_UNADMIT = ScriptSpec(
     args=slots(("packet_id", "the packet")),
     replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
 )
-CONTRACTS = (
-    PACKET_CREATE,
-    PACKET_RESTORE,
-    PACKET_GRAB,
-    PACKET_READ,
-    PACKET_EXPIRE,
-    PACKET_ADMIT,
-    PACKET_UNADMIT,
-)
-
-
 PacketReply = Reply[PacketCode]
 
 
 class PacketScripts:
-    """The packet scripts of one registry, called with named keys and arguments; each answers
+    """The calling context of the packet scripts (the script caller, the key layout, the
+    clock) and typed wrappers of the scripts no operation module holds yet; each answers
     its reply read by its spec."""
 
     def __init__(self, scripts: ScriptCaller, keys: Keys, clock: RedisClock) -> None:
-        self._scripts = scripts
-        self._keys = keys
-        self._clock = clock
-        # A flash grab hits the same packets again and again: their KEYS, in the spec's
+        self.caller = scripts
+        self.keys = keys
+        self.clock = clock
+        # A flash grab hits the same packets again and again: their KEYS, in PACKET_KEYS
         # order, are worked out once per packet rather than on every grab.
-        self._grab_keys = lru_cache(maxsize=4096)(self._packet_key_list)
+        self.packet_key_list = lru_cache(maxsize=4096)(self._packet_key_list)
 
     def _packet_key_list(self, packet_id: str) -> list[str]:
-        return PACKET_GRAB.key_list(self._keys.packet_keys(packet_id))
+        """The KEYS every packet script takes (PACKET_KEYS) for one packet; no caller changes
+        the list it gets."""
+        named = self.keys.packet_keys(packet_id).named()
+        return [named[slot.name] for slot in PACKET_KEYS]
 
-    async def _packet(
+    async def run(
         self,
         spec: ScriptSpec[PacketCode],
         packet_id: str,
         more: Sequence[Any] = (),
         **args: Any,
     ) -> PacketReply:
-        keys = spec.key_list(self._keys.packet_keys(packet_id))
-        named = {"packet_id": packet_id, "shift_ms": self._clock.shift_ms, **args}
-        return await spec.run(self._scripts, keys, named, more)
+        """Run a script on one packet: PACKET_KEYS and PACKET_ARGV, then `args` by name and
+        the variable tail `more`; its reply read by `spec`."""
+        keys = spec.key_list(self.keys.packet_keys(packet_id))
+        named = {"packet_id": packet_id, "shift_ms": self.clock.shift_ms, **args}
+        return await spec.run(self.caller, keys, named, more)
 
     async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> PacketReply:
         """packet_create; `recorded`: the packet as SQL records it (sender_id ... retention_ms)."""
-        return await self._packet(PACKET_CREATE, packet_id, shares, **recorded)
+        return await self.run(PACKET_CREATE, packet_id, shares, **recorded)
 
     async def restore(
         self, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
     ) -> PacketReply:
         """packet_restore."""
-        return await self._packet(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
-
-    async def grab(
-        self, packet_id: str, user_id: str, request_token: str, resend_window_ms: int
-    ) -> PacketReply:
-        """packet_grab (the hot path: one frame; its KEYS are kept per packet, and no caller
-        changes a key list)."""
-        args = {
-            "packet_id": packet_id,
-            "shift_ms": self._clock.shift_ms,
-            "user_id": user_id,
-            "request_token": request_token,
-            "resend_window_ms": resend_window_ms,
-        }
-        keys = self._grab_keys(packet_id)
-        return PACKET_GRAB.parse(
-            await self._scripts.call(PACKET_GRAB.name, keys, PACKET_GRAB.arg_list(args))
-        )
+        return await self.run(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
 
     async def read(self, packet_id: str) -> PacketReply:
         """packet_read."""
-        return await self._packet(PACKET_READ, packet_id)
+        return await self.run(PACKET_READ, packet_id)
 
     async def expire(self, packet_id: str) -> PacketReply:
         """packet_expire."""
-        return await self._packet(PACKET_EXPIRE, packet_id)
+        return await self.run(PACKET_EXPIRE, packet_id)
 
     async def admit(self, blocklist: str, sender_day: str, **args: Any) -> PacketReply:
         """packet_admit."""
         keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
-        return await PACKET_ADMIT.run(self._scripts, keys, args)
+        return await PACKET_ADMIT.run(self.caller, keys, args)
 
     async def unadmit(self, sender_day: str, packet_id: str) -> PacketReply:
         """packet_unadmit."""
         keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
-        return await PACKET_UNADMIT.run(self._scripts, keys, {"packet_id": packet_id})
+        return await PACKET_UNADMIT.run(self.caller, keys, {"packet_id": packet_id})

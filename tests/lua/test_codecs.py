@@ -22,6 +22,7 @@ from groupbuy.locks.models import MemberRow
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.services import Services
@@ -168,7 +169,7 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
 
 async def _grab(services: Services, packet_id: str, user: str) -> PacketReply:
     packets = PacketScripts(services.scripts, services.keys, services.clock)
-    return await packets.grab(packet_id, user, f"t-{user}_{packet_id}", 30_000)
+    return await packet_grab(packets, packet_id, user, f"t-{user}_{packet_id}", 30_000)
 
 
 async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Services) -> None:

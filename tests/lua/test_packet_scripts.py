@@ -9,6 +9,7 @@ import pytest
 
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
@@ -54,7 +55,8 @@ class Harness:
     async def grab(self, user: str, token: str | None = None) -> PacketReply:
         """packet_grab as the service calls it: a fresh request token unless one is given."""
         self.tokens += 1
-        return await self.packets.grab(PID, user, token or f"tok{self.tokens}", WINDOW_MS)
+        token = token or f"tok{self.tokens}"
+        return await packet_grab(self.packets, PID, user, token, WINDOW_MS)
 
     async def create(self, shares: list[int], ttl_ms: int = 60_000) -> PacketReply:
         now = await self.now_ms()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.grab import PACKET_GRAB
 from groupbuy.redpacket.specs import (
     PACKET_ADMIT,
     PACKET_CREATE,
     PACKET_EXPIRE,
-    PACKET_GRAB,
     PACKET_READ,
     PACKET_RESTORE,
     PACKET_UNADMIT,

@@ -76,7 +76,7 @@ async def grab_until_answered(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return await services.packets.grabs.grab(packet_id, user_id), failed
+            return dict(await services.packets.grabs.grab(packet_id, user_id)), failed
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             failed += 1
             assert time.monotonic() < deadline, f"{user_id}: still failing after {timeout_s} s"
