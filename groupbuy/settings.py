@@ -412,7 +412,7 @@ RateWindowS = Annotated[int, Field(ge=1, le=86400)]
 """The window of a rate limit in seconds: its quota refills at quota / window per second."""
 
 RATE_CLASSES = ("seat", "grab", "send", "read")
-"""The route classes that have rate limits of their own (groupbuy/api/throttles.py)."""
+"""The route classes that have rate limits of their own (groupbuy/api/access.py)."""
 
 
 class RateLimitSettings(_Section):

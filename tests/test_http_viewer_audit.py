@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from groupbuy import wire
 from groupbuy.api import answers
+from groupbuy.api.access import fingerprint
 from groupbuy.api.app import ENDPOINTS, create_app
-from groupbuy.api.auth import fingerprint
 from groupbuy.api.endpoints import Endpoint
 from groupbuy.errors import DatabaseUnavailable
 from groupbuy.settings import Settings

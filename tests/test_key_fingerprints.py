@@ -10,8 +10,8 @@ import hmac
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy.api.access import fingerprint
 from groupbuy.api.app import create_app
-from groupbuy.api.auth import fingerprint
 from groupbuy.settings import Settings, SettingsError, load_settings
 from tests.support.backends import REAL
 from tests.support.console import sign_in

@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
-from groupbuy.api.auth import Authenticator, FingerprintKey
+from groupbuy.api.access import Authenticator, FingerprintKey
 from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
 from groupbuy.api.openapi import build_openapi

@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groupbuy import errors
-from groupbuy.api import auditing, throttles
-from groupbuy.api.auth import Authenticator, actor
+from groupbuy.api import access, auditing
+from groupbuy.api.access import Authenticator, actor
 from groupbuy.outcome import Outcome
 from groupbuy.settings import ApiKey, Settings
 from groupbuy.wire import ID_PATTERN
@@ -181,7 +181,7 @@ class Endpoint:
     # The problems this endpoint answers beyond the ones every endpoint of its kind does
     # (invalid_request, unauthorized, ...): each error class, and when it happens here.
     problems: Problems = field(default_factory=dict)
-    # The rate limits it counts against (groupbuy/api/throttles.py): its class, and the
+    # The rate limits it counts against (groupbuy/api/access.py): its class, and the
     # path parameter or body field naming the user it acts for. None: not limited.
     rate_class: str | None = None
     rate_user: str | None = None
@@ -328,11 +328,11 @@ def build_route(endpoint: Endpoint, auth: Authenticator, max_body_bytes: int) ->
         # A client address that failed too often is refused before its key is looked at.
         key = None
         if endpoint.role is not None:
-            key = await throttles.authenticate(request, auth, endpoint.role)
+            key = await access.authenticate(request, auth, endpoint.role)
         raw = await read_body(request, max_body_bytes)
         if key is not None and auth.must_check_signature(request, key):
             # Over the body bytes read once above, before any input is parsed or used.
-            await throttles.check_signature(request, auth, key, raw)
+            await access.check_signature(request, auth, key, raw)
         check_path_ids(request)
         kwargs: dict[str, Any] = {}
         if endpoint.query is not None:
@@ -373,9 +373,9 @@ async def _handled(
     """The endpoint's handler's answer, counted against its rate limits when it has any."""
     if endpoint.rate_class is None or key is None:
         return await endpoint.handler(request, **kwargs)
-    user_id = throttles.user_of(request, endpoint.rate_user, kwargs.get("body"))
+    user_id = access.user_of(request, endpoint.rate_user, kwargs.get("body"))
     key_id = await auth.bucket_id(key)
-    fields = await throttles.take(request, endpoint.rate_class, key_id, user_id)
+    fields = await access.take(request, endpoint.rate_class, key_id, user_id)
     response = await endpoint.handler(request, **kwargs)
     response.raw_headers.extend(fields)
     return response

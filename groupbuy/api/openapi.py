@@ -18,7 +18,7 @@ from pydantic.json_schema import models_json_schema
 
 from groupbuy import __version__, errors
 from groupbuy.api import answers
-from groupbuy.api.auth import accepted_roles
+from groupbuy.api.access import accepted_roles
 from groupbuy.api.endpoints import Endpoint
 from groupbuy.settings import ROLES
 from groupbuy.wire import ID_PATTERN
@@ -40,7 +40,7 @@ _PROBLEM = {
 }
 
 
-# The fields of a rate-limited endpoint's answers (groupbuy/api/throttles.py); absent
+# The fields of a rate-limited endpoint's answers (groupbuy/api/access.py); absent
 # when [ratelimit] is off.
 _RATE_FIELDS = {
     "RateLimit-Policy": {
@@ -61,7 +61,7 @@ _RETRY_AFTER = {
 }
 
 
-# Key guessing (SPEC §3, groupbuy/api/throttles.py): refused before the key is looked at.
+# Key guessing (SPEC §3, groupbuy/api/access.py): refused before the key is looked at.
 _GUESSING = (
     "too many failed authentications from the client address (`[auth] guess_limit` within "
     "`guess_window_s`): every request from it is refused, whatever its key, until "

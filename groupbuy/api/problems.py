@@ -11,8 +11,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from groupbuy import errors
+from groupbuy.api.access import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.api.endpoints import FastJSONResponse
-from groupbuy.api.throttles import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.metrics import BACKEND_ERRORS, note_outcome
 from groupbuy.storage.db import FAILURES as DATABASE_FAILURES
 from groupbuy.storage.db import unavailable as database_unavailable

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, Self
 
 from pydantic import Field, create_model
 from starlette.requests import Request
@@ -20,7 +20,7 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
-from groupbuy.wire import ID_PATTERN, SplitStrategy
+from groupbuy.wire import ID_PATTERN, PacketStatus, SplitStrategy
 
 
 class Deposit(StrictBody):
@@ -70,9 +70,7 @@ class PacketsQuery(LaxQuery):
     sender_id: str | None = Field(
         default=None, pattern=ID_PATTERN, description="only this sender's packets"
     )
-    status: Literal["active", "sold_out", "expired"] | None = Field(
-        default=None, description="only packets in this status"
-    )
+    status: PacketStatus | None = Field(default=None, description="only packets in this status")
     limit: int = Field(default=20, ge=1, le=100, description="packets per page")
     cursor: str | None = Field(
         default=None,

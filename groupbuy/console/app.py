@@ -17,8 +17,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from groupbuy import errors
-from groupbuy.api import throttles
-from groupbuy.api.auth import Authenticator
+from groupbuy.api import access
+from groupbuy.api.access import Authenticator
 from groupbuy.api.problems import handle_error
 from groupbuy.console import actions, live, pages
 from groupbuy.console.context import Context
@@ -169,7 +169,7 @@ async def sign_in(request: Request) -> Response:
     target = safe_next(form.get("next"))
     # Key guessing (SPEC §3): an address that failed too often is refused before its key is
     # looked at, and each failed sign-in counts against it as a 401 of the API does.
-    retry_after_s = await throttles.refused_for(ctx.services.guesses, request, "console")
+    retry_after_s = await access.refused_for(ctx.services.guesses, request, "console")
     if retry_after_s is not None:
         problem = f"Too many failed sign-ins from your address: try again in {retry_after_s} s."
         refused = page(request, "signin.html", None, 429, next=target, problem=problem)
@@ -183,7 +183,7 @@ async def sign_in(request: Request) -> Response:
     except Exception as exc:
         return await handle(request, exc)
     if isinstance(signed, str):
-        await ctx.services.guesses.failed(throttles.client_address(request))
+        await ctx.services.guesses.failed(access.client_address(request))
         return page(request, "signin.html", None, 401, next=target, problem=signed)
     return RedirectResponse(target, status_code=303)
 

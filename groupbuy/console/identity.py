@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from groupbuy.api.auth import Authenticator
+from groupbuy.api.access import Authenticator
 from groupbuy.settings import Settings
 from groupbuy.storage.keys import Keys
 

@@ -93,7 +93,7 @@ async def answer_with_fields(request: Request, exc: Exception) -> Response:
 
 
 async def test_exception_handler_request_scope_is_the_scope_the_endpoint_wrote() -> None:
-    """groupbuy/api/problems.py, handle_error (with groupbuy/api/throttles.py, take): what
+    """groupbuy/api/problems.py, handle_error (with groupbuy/api/access.py, take): what
     an endpoint writes into request.scope is in the scope of the request an exception
     handler gets, for an error of ours (ExceptionMiddleware) and for a bug (the handler of
     Exception, ServerErrorMiddleware)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pytest
 from redis.crc import key_slot
 
-from groupbuy.api.auth import fingerprint
+from groupbuy.api.access import fingerprint
 from groupbuy.storage.keys import Keys
 from tests.support.database import TestDatabases
 from tests.support.http import ADMIN, SERVICE_KEY
