@@ -58,11 +58,15 @@ Id = Annotated[str, Pattern(ID_PATTERN)]
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 Timestamp = Annotated[str, Pattern(TIMESTAMP_PATTERN)]
+"""ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
 
 SplitStrategy = Literal["double_mean", "equal"]
 """How a packet's amount is split into shares: each name is one function of
 groupbuy/redpacket/split.py (SPLITS), which a test holds to this list."""
-"""ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
+PacketStatus = Literal["active", "sold_out", "expired"]
+"""A packet's status as the API names it (SQL's `pending` is shown `active`)."""
+EntryKind = Literal["deposit", "send", "grab", "refund"]
+"""A ledger entry's kind in the API's words."""
 
 # Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
 # days, or replayed, has many); the rest are read with `attempts`.
@@ -408,7 +412,7 @@ class PacketSent(TypedDict):
     amount_cents: int
     count: int
     strategy: SplitStrategy
-    status: Literal["active", "sold_out", "expired"]
+    status: PacketStatus
     expires_at: Timestamp
 
 
@@ -460,7 +464,7 @@ class PacketsPage(TypedDict):
 class LedgerEntry(TypedDict):
     """One movement of an account's money."""
 
-    kind: Literal["deposit", "send", "grab", "refund"]
+    kind: EntryKind
     amount_cents: Annotated[int, "signed: a send is negative"]
     balance_after_cents: Annotated[int, "the balance once this entry was applied"]
     reference: Annotated[

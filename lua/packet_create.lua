@@ -3,7 +3,7 @@
 -- requires: _common
 -- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.specs.PACKET_CREATE); the first ones
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.send.PACKET_CREATE); the first ones
 -- are named in _packet_lib.
 local sender_id = ARGV[3]
 local amount_cents = ARGV[4]

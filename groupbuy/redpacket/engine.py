@@ -16,14 +16,11 @@ from groupbuy.redpacket.grab import PACKET_GRAB, GrabService
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.reads import ReadService
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.sending import SendService
+from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT, SendService
 from groupbuy.redpacket.specs import (
-    PACKET_ADMIT,
-    PACKET_CREATE,
     PACKET_EXPIRE,
     PACKET_READ,
     PACKET_RESTORE,
-    PACKET_UNADMIT,
     PacketScripts,
 )
 from groupbuy.redpacket.sweeps import SweepService

@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.models import PacketRow
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.specs import (
@@ -20,11 +21,11 @@ from groupbuy.storage.specs import (
     ScriptCaller,
     ScriptSpec,
     Slot,
-    flag,
     reply_dict,
     shape,
     slots,
 )
+from groupbuy.storage.timefmt import to_ms
 
 # The KEYS and ARGV every packet script starts with (named in lua/_packet_lib.lua).
 PACKET_KEYS = slots(
@@ -41,7 +42,7 @@ PACKET_ARGV = slots(
     ("shift_ms", "clock shift in ms (0 in production)"),
 )
 # What packet_create and packet_restore write of the packet, as SQL records it.
-_RECORDED = slots(
+RECORDED = slots(
     ("sender_id", "the sender"),
     ("amount_cents", "the packet's amount"),
     ("count", "number of shares"),
@@ -56,21 +57,28 @@ NO_PACKET = shape("no such packet")
 # A request's token: 9 random bytes, 12 URL-safe characters stored with each grab or send.
 REQUEST_TOKEN_BYTES = 9
 
-PACKET_CREATE = ScriptSpec(
-    "packet_create",
-    "Put a sent packet and its pre-drawn shares in Redis, idempotently.",
-    keys=PACKET_KEYS,
-    args=(*PACKET_ARGV, *_RECORDED),
-    more_args=Slot("shares", "the shares in grab order (count of them, summing to amount)"),
-    replies={OK: shape("created"), EXISTING: shape("already there (nothing changed)")},
-)
+
+def recorded_args(row: PacketRow, retention_s: int) -> dict[str, Any]:
+    """RECORDED by name: what packet_create and packet_restore write of the packet, as SQL
+    records it."""
+    return {
+        "sender_id": row.sender_id,
+        "amount_cents": row.amount_cents,
+        "count": row.count,
+        "strategy": row.strategy,
+        "created_ms": to_ms(row.created_at),
+        "expires_ms": to_ms(row.expires_at),
+        "retention_ms": retention_s * 1000,
+    }
+
+
 PACKET_RESTORE = ScriptSpec(
     "packet_restore",
     "Rebuild a live packet that Redis has lost, from its SQL record, once.",
     keys=PACKET_KEYS,
     args=(
         *PACKET_ARGV,
-        *_RECORDED,
+        *RECORDED,
         *slots(
             ("epoch", "SQL's epoch, already raised (records of the lost epoch are fenced out)"),
             ("seq_gap", "the highest recorded seq minus the number of recorded grabs"),
@@ -114,44 +122,6 @@ PACKET_EXPIRE = ScriptSpec(
         PACKET_NOT_FOUND: NO_PACKET,
     },
 )
-PACKET_ADMIT = ScriptSpec(
-    "packet_admit",
-    "Let a send past the sender's checks (blocklist, daily caps) before any money moves.",
-    keys=slots(
-        ("blocklist", "blocked users hash (the copy of the sender's slot in a cluster)"),
-        ("sender_day", "the sender's hash for this UTC day (Keys.sender_day)"),
-    ),
-    args=slots(
-        ("sender_id", "the sender"),
-        ("packet_id", "the packet"),
-        ("amount_cents", "the packet's amount"),
-        ("daily_count_cap", "sends per day (0: no cap)"),
-        ("daily_amount_cap", "cents per day (0: no cap)"),
-        ("day_expire_at_ms", "when the day's hash expires"),
-        ("request_token", "fresh for each send request"),
-    ),
-    replies={
-        OK: shape(
-            "let through; counted: this request counted it in the sender's day (take it "
-            "back if the send does not happen)",
-            ("counted", flag),
-        ),
-        PacketCode.USER_BLOCKED: shape("an admin blocked the sender"),
-        PacketCode.LIMIT_EXCEEDED: shape(
-            "the send would pass the cap `limit`; current: what the sender sent today",
-            ("limit", str),
-            ("current", int),
-            ("cap", int),
-        ),
-    },
-)
-PACKET_UNADMIT = ScriptSpec(
-    "packet_unadmit",
-    "Take back a send packet_admit counted when the send did not happen.",
-    keys=slots(("sender_day", "the sender's hash for that UTC day")),
-    args=slots(("packet_id", "the packet")),
-    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
-)
 PacketReply = Reply[PacketCode]
 
 
@@ -187,10 +157,6 @@ class PacketScripts:
         named = {"packet_id": packet_id, "shift_ms": self.clock.shift_ms, **args}
         return await spec.run(self.caller, keys, named, more)
 
-    async def create(self, packet_id: str, shares: Sequence[int], **recorded: Any) -> PacketReply:
-        """packet_create; `recorded`: the packet as SQL records it (sender_id ... retention_ms)."""
-        return await self.run(PACKET_CREATE, packet_id, shares, **recorded)
-
     async def restore(
         self, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
     ) -> PacketReply:
@@ -204,13 +170,3 @@ class PacketScripts:
     async def expire(self, packet_id: str) -> PacketReply:
         """packet_expire."""
         return await self.run(PACKET_EXPIRE, packet_id)
-
-    async def admit(self, blocklist: str, sender_day: str, **args: Any) -> PacketReply:
-        """packet_admit."""
-        keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
-        return await PACKET_ADMIT.run(self.caller, keys, args)
-
-    async def unadmit(self, sender_day: str, packet_id: str) -> PacketReply:
-        """packet_unadmit."""
-        keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
-        return await PACKET_UNADMIT.run(self.caller, keys, {"packet_id": packet_id})

@@ -10,6 +10,7 @@ import pytest
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import packet_grab
+from groupbuy.redpacket.send import packet_admit, packet_create, packet_unadmit
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
@@ -60,7 +61,8 @@ class Harness:
 
     async def create(self, shares: list[int], ttl_ms: int = 60_000) -> PacketReply:
         now = await self.now_ms()
-        return await self.packets.create(
+        return await packet_create(
+            self.packets,
             PID,
             shares,
             sender_id="sender",
@@ -390,7 +392,8 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
     async def admit(
         pid: str, amount: int, count_cap: int = 2, amount_cap: int = 0, token: str = "other"
     ) -> PacketReply:
-        return await h.packets.admit(
+        return await packet_admit(
+            h.packets,
             blocked,
             day,
             sender_id="snd",
@@ -423,8 +426,8 @@ async def test_admit_checks_the_block_and_counts_each_send_once(h: Harness) -> N
     }
     assert await h.redis.pexpiretime(day) == 10**13
 
-    assert await h.packets.unadmit(day, "b") == Reply(PacketCode.OK, taken_back=True)
-    assert await h.packets.unadmit(day, "b") == Reply(PacketCode.OK, taken_back=False)
+    assert await packet_unadmit(h.packets, day, "b") == Reply(PacketCode.OK, taken_back=True)
+    assert await packet_unadmit(h.packets, day, "b") == Reply(PacketCode.OK, taken_back=False)
     assert await h.redis.hgetall(day) == {"a": "5|req-1", "#count": "1", "#amount": "5"}
     assert await admit("c", 1) == Reply(PacketCode.OK, counted=True)
 

@@ -1,4 +1,8 @@
-"""SendService: send a packet, and finish the sends whose Redis step failed.
+"""The send, whole: debit the sender and make the packet live (packet_admit, packet_create).
+
+The specs and calls of its scripts (the admission and its take-back, the creation), the
+operation (`SendService`, which also finishes the sends whose Redis step failed) and its
+answer (`sent_body`).
 
 Money moves in SQL: a send debits the sender and records the packet in one SQL
 transaction, then puts the packet and its pre-drawn shares in Redis ("makes it live"). The
@@ -9,25 +13,36 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis.exceptions
 from sqlalchemy import CursorResult, delete, select, update
 
-from groupbuy import errors
+from groupbuy import errors, wire
 from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import PacketCode, raise_for
-from groupbuy.redpacket.common import recorded_args
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import apply_packet_records
-from groupbuy.redpacket.specs import REQUEST_TOKEN_BYTES, PacketScripts
+from groupbuy.redpacket.specs import (
+    EXISTING,
+    OK,
+    PACKET_ARGV,
+    PACKET_KEYS,
+    RECORDED,
+    REQUEST_TOKEN_BYTES,
+    PacketReply,
+    PacketScripts,
+    recorded_args,
+)
 from groupbuy.redpacket.split import split
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
+from groupbuy.storage.specs import ScriptSpec, Slot, flag, shape, slots
 from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -36,6 +51,81 @@ log = logging.getLogger(__name__)
 # the clock just before midnight still finds them).
 DAY_MS = 86_400_000
 DAY_KEY_SLACK_MS = 3_600_000
+
+PACKET_ADMIT = ScriptSpec(
+    "packet_admit",
+    "Let a send past the sender's checks (blocklist, daily caps) before any money moves.",
+    keys=slots(
+        ("blocklist", "blocked users hash (the copy of the sender's slot in a cluster)"),
+        ("sender_day", "the sender's hash for this UTC day (Keys.sender_day)"),
+    ),
+    args=slots(
+        ("sender_id", "the sender"),
+        ("packet_id", "the packet"),
+        ("amount_cents", "the packet's amount"),
+        ("daily_count_cap", "sends per day (0: no cap)"),
+        ("daily_amount_cap", "cents per day (0: no cap)"),
+        ("day_expire_at_ms", "when the day's hash expires"),
+        ("request_token", "fresh for each send request"),
+    ),
+    replies={
+        OK: shape(
+            "let through; counted: this request counted it in the sender's day (take it "
+            "back if the send does not happen)",
+            ("counted", flag),
+        ),
+        PacketCode.USER_BLOCKED: shape("an admin blocked the sender"),
+        PacketCode.LIMIT_EXCEEDED: shape(
+            "the send would pass the cap `limit`; current: what the sender sent today",
+            ("limit", str),
+            ("current", int),
+            ("cap", int),
+        ),
+    },
+)
+PACKET_UNADMIT = ScriptSpec(
+    "packet_unadmit",
+    "Take back a send packet_admit counted when the send did not happen.",
+    keys=slots(("sender_day", "the sender's hash for that UTC day")),
+    args=slots(("packet_id", "the packet")),
+    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
+)
+PACKET_UNADMIT = ScriptSpec(
+    "packet_unadmit",
+    "Take back a send packet_admit counted when the send did not happen.",
+    keys=slots(("sender_day", "the sender's hash for that UTC day")),
+    args=slots(("packet_id", "the packet")),
+    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
+)
+PACKET_CREATE = ScriptSpec(
+    "packet_create",
+    "Put a sent packet and its pre-drawn shares in Redis, idempotently.",
+    keys=PACKET_KEYS,
+    args=(*PACKET_ARGV, *RECORDED),
+    more_args=Slot("shares", "the shares in grab order (count of them, summing to amount)"),
+    replies={OK: shape("created"), EXISTING: shape("already there (nothing changed)")},
+)
+
+
+async def packet_admit(
+    packets: PacketScripts, blocklist: str, sender_day: str, **args: Any
+) -> PacketReply:
+    """packet_admit."""
+    keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
+    return await PACKET_ADMIT.run(packets.caller, keys, args)
+
+
+async def packet_unadmit(packets: PacketScripts, sender_day: str, packet_id: str) -> PacketReply:
+    """packet_unadmit."""
+    keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
+    return await PACKET_UNADMIT.run(packets.caller, keys, {"packet_id": packet_id})
+
+
+async def packet_create(
+    packets: PacketScripts, packet_id: str, shares: Sequence[int], **recorded: Any
+) -> PacketReply:
+    """packet_create; `recorded`: the packet as SQL records it (RECORDED, recorded_args)."""
+    return await packets.run(PACKET_CREATE, packet_id, shares, **recorded)
 
 
 class SendService(UsesBackends):
@@ -106,14 +196,15 @@ class SendService(UsesBackends):
                     if counted:
                         await self._unadmit(sender_id, packet_id, now_ms)
                 raise
-        return Outcome(sent_body(row), created)
+        return Outcome(dict(sent_body(row)), created)
 
     async def _admit(self, sender_id: str, packet_id: str, amount_cents: int, now_ms: int) -> bool:
         """The send's first step, in Redis before any money moves: a blocked sender is refused
         (403) and the sender's daily caps are checked and counted atomically (409); True when
         this call counted the send (take it back if the send then does not happen)."""
         limits, day = self._limits, now_ms // DAY_MS
-        admitted = await self._packets.admit(
+        admitted = await packet_admit(
+            self._packets,
             self._keys.blocked_users(self._keys.sender_slot(sender_id)),
             self._keys.sender_day(sender_id, day),
             sender_id=sender_id,
@@ -145,7 +236,7 @@ class SendService(UsesBackends):
     async def _unadmit(self, sender_id: str, packet_id: str, now_ms: int) -> None:
         """Take back what _admit counted for a send that did not happen."""
         key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
-        await self._packets.unadmit(key, packet_id)
+        await packet_unadmit(self._packets, key, packet_id)
 
     async def _record_send(
         self, packet_id: str, wanted: dict[str, Any], now_ms: int
@@ -217,7 +308,7 @@ class SendService(UsesBackends):
             await self._slots.join(self._keys.packet_slot(row.packet_id))
         shares = split(row.strategy, row.amount_cents, row.count)
         recorded = recorded_args(row, self._limits.retention_s)
-        await self._packets.create(row.packet_id, shares, **recorded)
+        await packet_create(self._packets, row.packet_id, shares, **recorded)
         async with self._db.transaction(urgent=True) as session:
             await session.execute(
                 update(PacketRow)
@@ -265,14 +356,14 @@ class SendService(UsesBackends):
             )
 
 
-def sent_body(row: PacketRow) -> dict[str, Any]:
+def sent_body(row: PacketRow) -> wire.PacketSent:
     """A packet as its send answers it, from its SQL row (listings add their live fields)."""
     return {
         "packet_id": row.packet_id,
         "sender_id": row.sender_id,
         "amount_cents": row.amount_cents,
         "count": row.count,
-        "strategy": row.strategy,
-        "status": "active" if row.status == "pending" else row.status,
+        "strategy": cast(wire.SplitStrategy, row.strategy),
+        "status": cast(wire.PacketStatus, "active" if row.status == "pending" else row.status),
         "expires_at": iso_ms(to_ms(row.expires_at)),
     }
