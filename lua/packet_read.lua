@@ -3,7 +3,7 @@
 -- requires: _common
 -- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.specs.PACKET_READ), named in
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.read.PACKET_READ), named in
 -- _packet_lib.
 -- Returns {OK, packet hash as flat list, grabs hash as flat list, now_ms}, or {PACKET_NOT_FOUND}.
 local now = now_ms(shift_ms)

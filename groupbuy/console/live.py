@@ -89,8 +89,8 @@ class Watched:
             fields = {name: body[name] for name in ACTIVITY_FIELDS if name in body}
             return {"page": self.page, "id": self.id, "fields": fields}
         if self.page == "packet":
-            body = await services.packets.reads.get(self.id)
-            fields = {name: body[name] for name in PACKET_FIELDS}
+            packet: dict[str, Any] = dict(await services.packets.reads.get(self.id))
+            fields = {name: packet[name] for name in PACKET_FIELDS}
             return {"page": self.page, "id": self.id, "fields": fields}
         if self.page == "activities":  # the page's SQL rows and their live counts, again
             listed = await services.teams.listings.activities(self.status, PAGE, self.cursor)

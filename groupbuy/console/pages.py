@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -121,7 +122,7 @@ async def activity(request: Request, ctx: Context, operator: Operator) -> Respon
     )
 
 
-def _timeline(team: dict[str, Any]) -> list[tuple[str, str]]:
+def _timeline(team: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The team's moments from its state: members joining, live locks, the end."""
     moments: list[tuple[str, str]] = []
     for number, member in enumerate(team.get("members") or [], start=1):
@@ -150,7 +151,7 @@ async def team(request: Request, ctx: Context, operator: Operator) -> Response:
 
 async def packet(request: Request, ctx: Context, operator: Operator) -> Response:
     pid = params.an_id(request.path_params["pid"], "packet id")
-    body = await ctx.services.packets.reads.get(pid)
+    body: dict[str, Any] = dict(await ctx.services.packets.reads.get(pid))
     grabs = body.get("grabs") or []
     taken, points = 0, [(0.0, 0.0)]
     for number, grab in enumerate(grabs, start=1):

@@ -14,12 +14,11 @@ from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.grab import PACKET_GRAB, GrabService
 from groupbuy.redpacket.listing import ListingService
-from groupbuy.redpacket.reads import ReadService
+from groupbuy.redpacket.read import PACKET_READ, ReadService
 from groupbuy.redpacket.recovery import RecoveryService
 from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT, SendService
 from groupbuy.redpacket.specs import (
     PACKET_EXPIRE,
-    PACKET_READ,
     PACKET_RESTORE,
     PacketScripts,
 )

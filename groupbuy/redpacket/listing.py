@@ -13,8 +13,8 @@ from sqlalchemy import and_, func, or_, select
 
 from groupbuy.redpacket.codec import BusinessKey, parse_business_key
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.read import packet_version
 from groupbuy.redpacket.send import sent_body
-from groupbuy.redpacket.view import packet_version
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Database
 from groupbuy.storage.paging import newest_by_id

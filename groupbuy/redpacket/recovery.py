@@ -16,13 +16,12 @@ from groupbuy import errors, wire
 from groupbuy.metrics import RESTORED
 from groupbuy.redpacket.codec import grab_value
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.common import recorded_grabs, recorded_packet
 from groupbuy.redpacket.grab import already_grabbed, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.read import packet_version, recorded_grabs, recorded_packet
 from groupbuy.redpacket.send import SendService
 from groupbuy.redpacket.specs import PacketScripts, recorded_args
 from groupbuy.redpacket.split import split
-from groupbuy.redpacket.view import packet_version
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding

@@ -21,7 +21,6 @@ from groupbuy.storage.specs import (
     ScriptCaller,
     ScriptSpec,
     Slot,
-    reply_dict,
     shape,
     slots,
 )
@@ -95,21 +94,6 @@ PACKET_RESTORE = ScriptSpec(
         EXISTING: shape("Redis has it (nothing changed)"),
     },
 )
-PACKET_READ = ScriptSpec(
-    "packet_read",
-    "A packet's state and grabs after the lazy expiry check.",
-    keys=PACKET_KEYS,
-    args=PACKET_ARGV,
-    replies={
-        OK: shape(
-            "the packet hash and its grabs hash (user -> grab value) at now_ms",
-            ("packet", reply_dict),
-            ("grabs", reply_dict),
-            ("now_ms", int),
-        ),
-        PACKET_NOT_FOUND: NO_PACKET,
-    },
-)
 PACKET_EXPIRE = ScriptSpec(
     "packet_expire",
     "Close a packet whose time is up and record its refund, exactly once.",
@@ -162,10 +146,6 @@ class PacketScripts:
     ) -> PacketReply:
         """packet_restore."""
         return await self.run(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
-
-    async def read(self, packet_id: str) -> PacketReply:
-        """packet_read."""
-        return await self.run(PACKET_READ, packet_id)
 
     async def expire(self, packet_id: str) -> PacketReply:
         """packet_expire."""

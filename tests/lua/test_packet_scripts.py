@@ -10,6 +10,7 @@ import pytest
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import packet_grab
+from groupbuy.redpacket.read import packet_read
 from groupbuy.redpacket.send import packet_admit, packet_create, packet_unadmit
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.storage.clock import RedisClock
@@ -202,10 +203,10 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
 
 
 async def test_read(h: Harness) -> None:
-    assert await h.packets.read(PID) == PACKET_NOT_FOUND
+    assert await packet_read(h.packets, PID) == PACKET_NOT_FOUND
     await h.create([2, 1])
     await h.grab("u1")
-    state = await h.packets.read(PID)
+    state = await packet_read(h.packets, PID)
     assert state.code is PacketCode.OK
     assert state.packet["remaining_count"] == "1"
     assert list(state.grabs) == ["u1"] and state.grabs["u1"].startswith("1|2|")
@@ -368,7 +369,7 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
     assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
     assert await h.redis.zscore(due, PID) == expires
     h.shift_ms += 10_000
-    assert (await h.packets.read(PID)).code is PacketCode.OK  # the lazy expiry ends it
+    assert (await packet_read(h.packets, PID)).code is PacketCode.OK  # the lazy expiry ends it
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {PID: expires})  # a stale entry goes at the next check
     assert (await h.packets.expire(PID)).code is PacketCode.EXISTING

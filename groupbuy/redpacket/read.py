@@ -1,14 +1,106 @@
-"""One shape for a packet, whichever store it is read from, and its API body."""
+"""The read of one packet, whole: the packet with its grabs, live from Redis (packet_read)
+or from SQL once Redis let it go.
+
+Its script's spec and call, the operation (`ReadService`) and its answer: `PacketView`,
+one shape for a packet whichever store it is read from, and its API body. The SQL side
+(`recorded_packet`, `recorded_grabs`, `packet_version`) serves the recovery and the
+listing too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, cast
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from groupbuy import errors, wire
 from groupbuy.redpacket.codec import parse_grab
-from groupbuy.redpacket.models import GrabRow, PacketRow
+from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.specs import (
+    NO_PACKET,
+    OK,
+    PACKET_ARGV,
+    PACKET_KEYS,
+    PACKET_NOT_FOUND,
+    PacketReply,
+    PacketScripts,
+)
+from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.storage.db import Database
+from groupbuy.storage.specs import ScriptSpec, reply_dict, shape
 from groupbuy.storage.timefmt import iso_ms, to_ms
+
+PACKET_READ = ScriptSpec(
+    "packet_read",
+    "A packet's state and grabs after the lazy expiry check.",
+    keys=PACKET_KEYS,
+    args=PACKET_ARGV,
+    replies={
+        OK: shape(
+            "the packet hash and its grabs hash (user -> grab value) at now_ms",
+            ("packet", reply_dict),
+            ("grabs", reply_dict),
+            ("now_ms", int),
+        ),
+        PACKET_NOT_FOUND: NO_PACKET,
+    },
+)
+
+
+async def packet_read(packets: PacketScripts, packet_id: str) -> PacketReply:
+    """packet_read."""
+    return await packets.run(PACKET_READ, packet_id)
+
+
+class LostPacket(Protocol):
+    """What a read does when Redis does not hold a packet SQL says is live
+    (RecoveryService does it)."""
+
+    async def bring_back(self, row: PacketRow) -> bool:
+        """Put the packet back in Redis; False when its SQL record is the answer."""
+
+
+class ReadService(UsesBackends):
+    """Reads of one packet, in one shape whichever store answers."""
+
+    def __init__(self, backends: Backends, scripts: PacketScripts, lost: LostPacket) -> None:
+        super().__init__(backends)
+        self._packets = scripts
+        self._lost = lost
+
+    async def get(self, packet_id: str) -> wire.Packet:
+        """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
+        reading = await packet_read(self._packets, packet_id)
+        if reading.code is PacketCode.PACKET_NOT_FOUND:
+            row = await recorded_packet(self._db, packet_id)
+            if await self._lost.bring_back(row):
+                reading = await packet_read(self._packets, packet_id)
+        if reading.code is PacketCode.OK:
+            return PacketView.from_redis(packet_id, reading.packet, reading.grabs).body()
+        row = await recorded_packet(self._db, packet_id)
+        async with self._db.sessions() as session:
+            rows = await recorded_grabs(session, packet_id)
+            mark = await session.get(PacketEpochRow, packet_id)
+        return PacketView.from_rows(row, rows, mark.epoch if mark else 0).body()
+
+
+async def recorded_packet(db: Database, packet_id: str) -> PacketRow:
+    """The packet's SQL row; PacketNotFound when SQL never recorded it."""
+    async with db.sessions() as session:
+        row = await session.get(PacketRow, packet_id)
+    if row is None:
+        raise errors.PacketNotFound(f"no packet {packet_id!r}")
+    return row
+
+
+async def recorded_grabs(session: AsyncSession, packet_id: str) -> Sequence[GrabRow]:
+    """A packet's grab rows in seq order."""
+    query = select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
+    return (await session.scalars(query)).all()
 
 
 def packet_version(epoch: int, count: int, grabs: int, ended: bool) -> int:
@@ -75,7 +167,7 @@ class PacketView:
             version=packet_version(epoch, packet.count, len(grabs), ended),
         )
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> wire.Packet:
         """The API's packet JSON (SPEC §3: luckiest_user_id once sold out, ties to the earlier)."""
         grabbed = sum(amount_cents for _user, amount_cents, _at in self.grabs)
         luckiest = None
@@ -87,8 +179,8 @@ class PacketView:
             "sender_id": self.sender_id,
             "amount_cents": self.amount_cents,
             "count": self.count,
-            "strategy": self.strategy,
-            "status": self.status,
+            "strategy": cast(wire.SplitStrategy, self.strategy),
+            "status": cast(wire.PacketStatus, self.status),
             "remaining_count": self.count - len(self.grabs),
             "remaining_cents": self.amount_cents - grabbed,
             "refunded_cents": self.refunded_cents,
