@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,7 +213,7 @@ def _progress(index: int, name: str, trial: Trial) -> str:
 
 
 def run_sync(
-    contenders: dict[str, Callable[[int], Trial]],
+    contenders: Mapping[str, Callable[[int], Trial]],
     rounds: int,
     between: Callable[[], Any] | None = None,
     say: Callable[[str], None] = print,
@@ -233,7 +233,7 @@ def run_sync(
 
 
 async def run_async(
-    contenders: dict[str, Callable[[int], Awaitable[Trial]]],
+    contenders: Mapping[str, Callable[[int], Awaitable[Trial]]],
     rounds: int,
     between: Callable[[], Awaitable[Any]] | None = None,
     say: Callable[[str], None] = print,

@@ -2,7 +2,7 @@
 against redis-server, and open-loop latency.
 
 wrk drives the closed-loop load through benchmarks/wrk/post.lua (grab, lock, bare) and
-benchmarks/wrk/storm.lua (storm, mixed), which count answers by status (and "grabbed"
+benchmarks/wrk/storm.lua (the lock storm), which count answers by status (and "grabbed"
 bodies, and per operation) and print latency percentiles. The servers of one worker count
 run side by side (own key prefixes and SQLite files) so that the comparisons alternate
 round by round (benchmarks/harness.py); each round starts once every server is idle, and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -62,19 +61,9 @@ EXPECTED_MAX_LOCKS_PER_S = 8_000  # enough teams that none should fill at this r
 TEAMS, TEAM_SIZE, LOCK_TTL_S = 200, 50, 2
 SEATS_USED = 40  # of a team's 49 free seats, by the seat-lock runs (round-robin over teams)
 STORM_USERS = 100  # user slots per wrk thread (a confirmed user is replaced by a fresh one)
-MIXED_ACTIVITIES, MIXED_TEAMS, MIXED_PACKETS, MIXED_SHARES = 20, 10, 50, 500
-OPS = ("lock", "unlock", "confirm", "grab")
-STORM_STEPS = (
-    "70 % POST .../teams/{t}/locks on a random team (a switch when holding elsewhere), "
-    "15 % DELETE .../teams/{held}/locks/{user}, 15 % POST .../teams/{held}/members"
-)
-SETUP_THREADS = 16
-# With several workers both servers go through groupbuy.cli.run_workers, which sets
-# TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
-NAGLE_NOTE = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
+OPS = ("lock", "unlock", "confirm")
 STATUS_NAMES = ("c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother")
 OPEN_LOOP_CONNECTIONS = 128
-OPEN_LOOP_FRACTIONS = (0.5, 0.8)
 ROUNDS_NOTE = (
     "rounds in rotating order with the other contenders, each started with every server "
     "idle; percentiles are the median of the rounds'"
@@ -87,12 +76,10 @@ class Plan:
 
     rounds: int  # interleaved rounds, after a 1 s warm-up round
     round_s: int  # wrk -d of one round
-    single_s: int  # wrk -d of a measurement taken once
     open_loop_s: int  # duration of an open-loop run
 
 
-FULL = Plan(rounds=5, round_s=3, single_s=5, open_loop_s=5)
-QUICK = Plan(rounds=2, round_s=2, single_s=2, open_loop_s=2)
+FULL, QUICK = Plan(rounds=5, round_s=3, open_loop_s=5), Plan(rounds=2, round_s=2, open_loop_s=2)
 
 
 def plan_of(bench: Bench) -> Plan:
@@ -112,15 +99,11 @@ _BEGAN = time.monotonic()
 # -- load -----------------------------------------------------------------------------
 
 
-@functools.cache
 def wrk_binary() -> str:
     """wrk on PATH, installed from Debian's packages when missing (as root)."""
     if shutil.which("wrk") is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        for args in (["install", "-y", "wrk"], ["update"], ["install", "-y", "wrk"]):
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                subprocess.run(["apt-get", *args], check=False, capture_output=True, timeout=300)
-            if shutil.which("wrk"):
-                break
+        for args in (["update"], ["install", "-y", "wrk"]):
+            subprocess.run(["apt-get", *args], check=False, capture_output=True, timeout=300)
     found = shutil.which("wrk")
     if found is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk): no HTTP load")
@@ -128,11 +111,9 @@ def wrk_binary() -> str:
 
 
 def load(url: str, seconds: int, mode: str, *params: str) -> dict[str, Any]:
-    """Drive requests for `seconds`; the counts by status (and by operation for storm and
-    mixed: op_<operation>_<status>) and latency percentiles (µs)."""
-    script = (
-        REPO / "benchmarks" / "wrk" / ("storm.lua" if mode in ("storm", "mixed") else "post.lua")
-    )
+    """Drive requests for `seconds`; the counts by status (and by operation for the storm:
+    op_<operation>_<status>) and latency percentiles (µs)."""
+    script = REPO / "benchmarks" / "wrk" / ("storm.lua" if mode == "storm" else "post.lua")
     args = [wrk_binary(), f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", str(script)]
     done = subprocess.run(
         [*args, url, "--", mode, SERVICE_KEY, *params],
@@ -178,7 +159,7 @@ def open_loop(url: str, rate: float, seconds: float, tag: str, mode: str, *param
 
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     # In parallel: with --workers > 1 each keep-alive request waits for a delayed ACK.
-    with ThreadPoolExecutor(SETUP_THREADS) as pool:
+    with ThreadPoolExecutor(16) as pool:
         return list(pool.map(call, items))
 
 
@@ -190,12 +171,11 @@ def send_packets(client: httpx.Client, tag: str, ids: list[str], cents: int, sha
         json={"amount_cents": len(ids) * cents, "reference": f"bench-{tag}"},
     ).raise_for_status()
     body = {"sender_id": sender, "amount_cents": cents, "count": shares}
-    _parallel(
-        lambda pid: client.post(
-            "/v1/redpackets", json={**body, "packet_id": pid}
-        ).raise_for_status(),
-        ids,
-    )
+
+    def send(pid: str) -> None:
+        client.post("/v1/redpackets", json={**body, "packet_id": pid}).raise_for_status()
+
+    _parallel(send, ids)
 
 
 def packet_checks(client: httpx.Client, ids: list[str]) -> dict[str, Any]:
@@ -216,12 +196,8 @@ def packet_checks(client: httpx.Client, ids: list[str]) -> dict[str, Any]:
             and all(a >= 1 for a in amounts)
             and sum(amounts) + packet["remaining_cents"] == packet["amount_cents"]
         )
-    return {
-        "grabs_recorded": grabs,
-        "packets": len(ids),
-        "packets_sold_out": sold_out,
-        "packets_inconsistent": inconsistent,
-    }
+    return {"grabs_recorded": grabs, "packets": len(ids), "packets_sold_out": sold_out,
+            "packets_inconsistent": inconsistent}  # fmt: skip
 
 
 def open_teams(
@@ -250,9 +226,7 @@ def team_checks(client: httpx.Client, activities: list[str], teams: int) -> dict
     who are members of two teams (the API allows it: a member of A may lock and join B)."""
     pairs = [(a, i) for a in activities for i in range(1, teams + 1)]
     read = _parallel(
-        lambda pair: (
-            client.get(f"/v1/activities/{pair[0]}/teams/t{pair[1]}").raise_for_status().json()
-        ),
+        lambda p: client.get(f"/v1/activities/{p[0]}/teams/t{p[1]}").raise_for_status().json(),
         pairs,
     )
     overfull = mismatched = no_leader = formed = held = members = 0
@@ -269,36 +243,20 @@ def team_checks(client: httpx.Client, activities: list[str], teams: int) -> dict
         lockers[team["activity_id"]].update(lock["user_id"] for lock in team["locks"])
         joined[team["activity_id"]].update(m["user_id"] for m in team["members"][1:])
     return {
-        "teams": len(pairs),
-        "teams_overfull": overfull,
-        "teams_seats_mismatched": mismatched,
-        "teams_without_leader": no_leader,
-        "teams_formed": formed,
+        "teams": len(pairs), "teams_overfull": overfull, "teams_seats_mismatched": mismatched,
+        "teams_without_leader": no_leader, "teams_formed": formed,
         "users_locked_in_two_teams": sum(n > 1 for c in lockers.values() for n in c.values()),
         "users_member_of_two_teams": sum(n > 1 for c in joined.values() for n in c.values()),
-        "members_joined": members,
-        "locks_held_at_end": held,
-    }
-
-
-def _by_operation(result: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """{operation: {status: answers}} from the op_<operation>_<status> counts."""
-    out: dict[str, dict[str, int]] = {}
-    for name, value in result.items():
-        if name.startswith("op_") and value:
-            _, op, status = name.split("_", 2)
-            out.setdefault(op, {})[status] = int(value)
-    return {op: out[op] for op in OPS if op in out}
+        "members_joined": members, "locks_held_at_end": held,
+    }  # fmt: skip
 
 
 def _storm_ok(result: dict[str, Any], teams: dict[str, Any]) -> bool:
     """No seat oversold, no double lock, no 5xx, no 404/other 4xx (every id exists and every
     body is valid), every answer matched to its request (X-Request-Id)."""
     return (
-        teams["teams_overfull"] == 0
-        and teams["teams_seats_mismatched"] == 0
-        and teams["teams_without_leader"] == 0
-        and teams["users_locked_in_two_teams"] == 0
+        teams["teams_overfull"] == teams["teams_seats_mismatched"] == 0
+        and teams["teams_without_leader"] == teams["users_locked_in_two_teams"] == 0
         and all(int(result.get(name, 0)) == 0 for name in ("c5xx", "c404", "c4xx", "unmatched"))
     )
 
@@ -316,27 +274,25 @@ def flash_grab(target: Groupbuy, seconds: int, tag: str) -> Measured:
     result = load(target.server.url, seconds, "grab", *ids)
     idle_after_s = target.settle()
     checks = packet_checks(target.client, ids)
-    grabs, counted = checks["grabs_recorded"], int(result["grabbed"])
+    grabs, counted, already = (
+        checks["grabs_recorded"],
+        int(result["grabbed"]),
+        int(result["already"]),
+    )
     # wrk stops with up to CONNECTIONS requests in flight: the server may have served a
     # grab whose answer wrk never counted, never the other way round.
-    correct = {
-        "seconds_to_idle_after_load": idle_after_s,
-        "grabs_recorded": grabs,
-        "grabbed_answers": counted,
-        "already_grabbed_answers": int(result["already"]),
-        "uncounted_in_flight": grabs - counted,
-        "packets": packets,
-        "packets_sold_out": checks["packets_sold_out"],
-        "answers": answers(result),
-        "ok": bool(
-            0 <= grabs - counted <= CONNECTIONS
-            and checks["packets_inconsistent"] == 0
-            and result.get("c5xx", 0) == 0
-            and counted + int(result["already"]) + int(result.get("c409", 0))
-            == int(result["requests"])
-        ),
-    }
-    return result, correct
+    ok = (
+        0 <= grabs - counted <= CONNECTIONS
+        and checks["packets_inconsistent"] == 0
+        and result.get("c5xx", 0) == 0
+        and counted + already + int(result.get("c409", 0)) == int(result["requests"])
+    )
+    return result, {
+        "seconds_to_idle_after_load": idle_after_s, "grabs_recorded": grabs,
+        "grabbed_answers": counted, "already_grabbed_answers": already,
+        "uncounted_in_flight": grabs - counted, "packets": packets,
+        "packets_sold_out": checks["packets_sold_out"], "answers": answers(result), "ok": bool(ok),
+    }  # fmt: skip
 
 
 def lock_storm(target: Groupbuy, seconds: int, tag: str) -> Measured:
@@ -346,47 +302,17 @@ def lock_storm(target: Groupbuy, seconds: int, tag: str) -> Measured:
     result = load(target.server.url, seconds, "storm", str(STORM_USERS), str(TEAMS), activity)
     idle_after_s = target.settle()
     teams = team_checks(target.client, [activity], TEAMS)
-    correct = {
-        "seconds_to_idle_after_load": idle_after_s,
-        **teams,
+    by_operation: dict[str, dict[str, int]] = {}
+    for name, value in result.items():
+        if name.startswith("op_") and value:
+            _, op, status = name.split("_", 2)
+            by_operation.setdefault(op, {})[status] = int(value)
+    return result, {
+        "seconds_to_idle_after_load": idle_after_s, **teams,
         "lock_switches": int(result.get("switched", 0)),
-        "by_operation": _by_operation(result),
-        "answers": answers(result),
-        "ok": _storm_ok(result, teams),
-    }
-    return result, correct
-
-
-def mixed(target: Groupbuy, seconds: int, tag: str) -> Measured:
-    """Grabs and storm steps at once over many activities and packets."""
-    client = target.client
-    activities = [f"mix{i}-{tag}" for i in range(MIXED_ACTIVITIES)]
-    open_teams(client, activities, MIXED_TEAMS)
-    packets = [f"mixp{i}-{tag}" for i in range(MIXED_PACKETS)]
-    send_packets(client, f"mix-{tag}", packets, MIXED_SHARES * 100, MIXED_SHARES)
-    params = [str(STORM_USERS), str(MIXED_TEAMS), *activities, "+", *packets]
-    result = load(target.server.url, seconds, "mixed", *params)
-    idle_after_s = target.settle()
-    teams = team_checks(client, activities, MIXED_TEAMS)
-    grabs = packet_checks(client, packets)
-    counted = int(result.get("grabbed", 0))
-    correct = {
-        "seconds_to_idle_after_load": idle_after_s,
-        **teams,
-        **grabs,
-        "grabbed_answers": counted,
-        "already_grabbed_answers": int(result.get("already", 0)),
-        "uncounted_in_flight": grabs["grabs_recorded"] - counted,
-        "lock_switches": int(result.get("switched", 0)),
-        "by_operation": _by_operation(result),
-        "answers": answers(result),
-        "ok": bool(
-            _storm_ok(result, teams)
-            and grabs["packets_inconsistent"] == 0
-            and 0 <= grabs["grabs_recorded"] - counted <= CONNECTIONS
-        ),
-    }
-    return result, correct
+        "by_operation": {op: by_operation[op] for op in OPS if op in by_operation},
+        "answers": answers(result), "ok": _storm_ok(result, teams),
+    }  # fmt: skip
 
 
 def seat_locks(target: Groupbuy, seconds: int, tag: str) -> Measured:
@@ -397,16 +323,13 @@ def seat_locks(target: Groupbuy, seconds: int, tag: str) -> Measured:
     result = load(target.server.url, seconds, "lock", activity, str(teams))
     idle_after_s = target.settle()
     checks = team_checks(target.client, [activity], teams)
-    correct = {
+    refused = int(result.get("c201", 0)) + int(result.get("c409", 0)) != int(result["requests"])
+    return result, {
         "seconds_to_idle_after_load": idle_after_s,
         **checks,
         "answers": answers(result),
-        "ok": bool(
-            _storm_ok(result, checks)
-            and int(result.get("c201", 0)) + int(result.get("c409", 0)) == int(result["requests"])
-        ),
+        "ok": _storm_ok(result, checks) and not refused,
     }
-    return result, correct
 
 
 # -- rounds and rows --------------------------------------------------------------------
@@ -432,9 +355,8 @@ def groupbuy_trial(scenario: Scenario, target: Groupbuy, seconds: int) -> Callab
 def _bare_trial(server: Server, seconds: int) -> Callable[[int], Trial]:
     def trial(index: int) -> Trial:
         result = load(server.url, seconds if index else 1, "bare")
-        return wrk_trial(
-            result, {"answers": answers(result), "ok": result.get("c200", 0) == result["requests"]}
-        )
+        ok = result.get("c200", 0) == result["requests"]
+        return wrk_trial(result, {"answers": answers(result), "ok": ok})
 
     return trial
 
@@ -442,39 +364,31 @@ def _bare_trial(server: Server, seconds: int) -> Callable[[int], Trial]:
 def rounds_row(scenario: str, implementation: str, trials: list[Trial], note: str) -> Row:
     """A row for the rounds of one contender: ops and seconds summed, each percentile the
     median of the rounds' (wrk reports percentiles, not its samples)."""
-    note = f"{note}; {len(trials)} {ROUNDS_NOTE}"
-    return trials_row(scenario, implementation, trials, note, level="http")
-
-
-def single_row(scenario: str, implementation: str, measured: Measured, note: str) -> Row:
-    """A row for one wrk run."""
-    trial = wrk_trial(*measured)
-    return make_row(scenario, implementation, trial.seconds, [], trial.correct, note,
-                    ops=trial.ops, level="http", percentiles_ms=trial.percentiles_ms)  # fmt: skip
+    return trials_row(scenario, implementation, trials, f"{note}; {len(trials)} {ROUNDS_NOTE}",
+                      level="http")  # fmt: skip
 
 
 def notes(workers: int, seconds: int) -> dict[str, str]:
     """What each scenario's row says it measured."""
     how = f"wrk -t{THREADS} -c{CONNECTIONS} -d{seconds}s"
-    common = f"{how}; SQLite write-behind and scheduler on; access log at INFO to a file"
-    common += NAGLE_NOTE if workers > 1 else ""
+    # With several workers both servers go through groupbuy.cli.run_workers, which sets
+    # TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
+    nagle = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
+    nagle = nagle if workers > 1 else ""
+    common = f"{how}; SQLite write-behind and scheduler on; access log at INFO to a file{nagle}"
     return {
         "flash_grab": "POST /v1/redpackets/{id}/grab, distinct users over packets of "
         f"{SHARES} shares, every 20th request a double tap; ops = all answers; {common}",
         "lock_storm": f"{TEAMS} teams of {TEAM_SIZE} in one activity, {STORM_USERS} users per "
-        f"wrk thread (a confirmed user is replaced by a fresh one): {STORM_STEPS}; "
+        "wrk thread (a confirmed user is replaced by a fresh one): 70 % POST "
+        ".../teams/{t}/locks on a random team (a switch when holding elsewhere), 15 % DELETE "
+        ".../teams/{held}/locks/{user}, 15 % POST .../teams/{held}/members; "
         f"lock_ttl_s={LOCK_TTL_S}; ops = all answers; {common}",
-        "mixed": f"{MIXED_ACTIVITIES} activities x {MIXED_TEAMS} teams of {TEAM_SIZE} and "
-        f"{MIXED_PACKETS} packets x {MIXED_SHARES} shares at once: every other request "
-        f"POST /v1/redpackets/{{id}}/grab on a random packet, the others storm steps "
-        f"({STORM_STEPS}), {STORM_USERS} users per wrk thread, each with a random home "
-        f"activity; ops = all answers; {common}",
         "seat_locks": "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
         f"round-robin over teams of {TEAM_SIZE} (at most {SEATS_USED} locks a team, lock_ttl_s="
         f"300); ops = all answers; {common}",
-        "bare": "POST /grab = one EVALSHA (HINCRBY), small JSON; same uvicorn options; "
-        f"{how}; one measurement, reported under every scenario"
-        + (NAGLE_NOTE if workers > 1 else ""),
+        "bare": f"POST /grab = one EVALSHA (HINCRBY), small JSON; same uvicorn options; {how}"
+        + nagle,
     }
 
 
@@ -488,65 +402,51 @@ def log_errors(rows: list[Row], server: Server) -> None:
 GRAB, BARE, STORM = "groupbuy flash grab", "bare", "groupbuy lock storm"
 
 
-def _against_bare(
-    stack: contextlib.ExitStack, bench: Bench, plan: Plan, workers: int
-) -> tuple[list[Row], Groupbuy, list[Server], dict[str, list[Trial]]]:
+def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
     """Interleaved rounds of groupbuy's flash grab and the bare endpoint (and, on 1 worker,
-    groupbuy's lock storm): their rows and comparisons, the groupbuy server (still
-    running) and every server's trials."""
+    groupbuy's lock storm, then the open-loop rows): their rows and comparisons."""
     n = f"{workers} worker{'s' if workers > 1 else ''}"
     said = notes(workers, plan.round_s)
-    uv = stack.enter_context(groupbuy(bench.redis_url, bench.workdir, workers, f"u{workers}"))
     args, env, port = bare_command(bench.redis_url, workers)
-    bare = stack.enter_context(serve(args, env, port, bench.workdir / f"bare-w{workers}.log"))
-    servers = [uv.server, bare]
-    contenders = {
-        GRAB: groupbuy_trial(flash_grab, uv, plan.round_s),
-        BARE: _bare_trial(bare, plan.round_s),
-    }
-    if workers == 1:
-        contenders[STORM] = groupbuy_trial(lock_storm, uv, plan.round_s)
-    say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
-    trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
-    mine = [rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], said["flash_grab"])]
-    if workers == 1:
-        mine.append(rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], said["lock_storm"]))
-    row = rounds_row(
-        "flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE], said["bare"]
-    )
-    bare_rows = [row, {**row, "scenario": "lock_storm"}, {**row, "scenario": "mixed"}]
-    log_errors(bare_rows, bare)
+    with (
+        groupbuy(bench.redis_url, bench.workdir, workers, f"u{workers}") as uv,
+        serve(args, env, port, bench.workdir / f"bare-w{workers}.log") as bare,
+    ):
+        servers = [uv.server, bare]
+        contenders = {GRAB: groupbuy_trial(flash_grab, uv, plan.round_s),
+                      BARE: _bare_trial(bare, plan.round_s)}  # fmt: skip
+        if workers == 1:
+            contenders[STORM] = groupbuy_trial(lock_storm, uv, plan.round_s)
+        say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
+        mine = [rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], said["flash_grab"])]
+        if workers == 1:
+            mine.append(
+                rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], said["lock_storm"])
+            )
+            grab_max = statistics.median(t.rate for t in trials[GRAB])
+            mine += _open_loop_rows(uv, plan, servers, grab_max)
+        base = rounds_row(
+            "flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE], said["bare"]
+        )
+        log_errors(mine, uv.server)
+        log_errors([base], bare)
     to_bare = "/ bare Starlette + one Redis call (interleaved)"
-    target = 1.0 if workers == 1 else 0.7
-    comparisons = [comparison(f"http_grab_vs_bare_{workers}", f"HTTP grab, {n} {to_bare}",
-                              trials[GRAB], trials[BARE], target)]  # fmt: skip
+    rows = [
+        *mine,
+        base,
+        comparison(
+            f"http_grab_vs_bare_{workers}",
+            f"HTTP grab, {n} {to_bare}",
+            trials[GRAB],
+            trials[BARE],
+            1.0 if workers == 1 else 0.7,
+        ),
+    ]
     if workers == 1:
-        comparisons.append(comparison("http_lock_vs_bare_1", f"HTTP lock storm, {n} {to_bare}",
-                                      trials[STORM], trials[BARE], 0.7))  # fmt: skip
-    return [*mine, *bare_rows, *comparisons], uv, servers, trials
-
-
-def _one_worker(bench: Bench, plan: Plan) -> list[Row]:
-    """Interleaved rounds on 1 worker, the mixed load, then the open-loop rows."""
-    with contextlib.ExitStack() as stack:
-        rows, uv, servers, trials = _against_bare(stack, bench, plan, 1)
-        wait_idle(servers)
-        say("1 worker: mixed")
-        measured = mixed(uv, plan.single_s, "u1")
-        mix = single_row("mixed", "groupbuy (1 worker)", measured, notes(1, plan.single_s)["mixed"])
-        grab_max = statistics.median(t.rate for t in trials[GRAB])
-        open_rows = _open_loop_rows(uv, plan, servers, grab_max)
-        log_errors([*rows[:2], mix, *open_rows], uv.server)
-        # the published order: groupbuy's rows, the bare rows, the comparisons
-        return [*rows[:2], mix, *rows[2:], *open_rows]
-
-
-def _redis_line(server: Server) -> str:
-    """What `groupbuy serve` said about its Redis at start-up."""
-    for line in server.log.read_text(errors="replace").splitlines():
-        if line.strip().startswith("redis:"):
-            return line.split(":", 1)[1].strip()
-    return "?"
+        rows.append(comparison("http_lock_vs_bare_1", f"HTTP lock storm, {n} {to_bare}",
+                               trials[STORM], trials[BARE], 0.7))  # fmt: skip
+    return rows
 
 
 def _embedded(bench: Bench, plan: Plan) -> list[Row]:
@@ -559,22 +459,21 @@ def _embedded(bench: Bench, plan: Plan) -> list[Row]:
         groupbuy("", bench.workdir, 1, "e1") as embedded,
     ):
         servers = [paired.server, embedded.server]
-        contenders = {
-            "redis-server": groupbuy_trial(flash_grab, paired, plan.round_s),
-            "embedded": groupbuy_trial(flash_grab, embedded, plan.round_s),
-        }
+        contenders = {"redis-server": groupbuy_trial(flash_grab, paired, plan.round_s),
+                      "embedded": groupbuy_trial(flash_grab, embedded, plan.round_s)}  # fmt: skip
         say(f"1 worker, embedded engine against redis-server; {plan.rounds} rounds")
         trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
-        engine = _redis_line(embedded.server)
+        started = embedded.server.log.read_text(errors="replace").splitlines()
+        engine = next(
+            (s.split(":", 1)[1].strip() for s in started if s.strip().startswith("redis:")), "?"
+        )
         mine = rounds_row("flash_grab", "groupbuy (1 worker, embedded engine)",
                           trials["embedded"], f"{note}; no Redis URL: {engine}")  # fmt: skip
         base = rounds_row(
-            "flash_grab",
-            "groupbuy (1 worker, redis-server beside the embedded engine)",
-            trials["redis-server"],
-            f"{note}; the benchmark's private {server_binary() or 'server'} on loopback TCP, "
-            "no persistence",
-        )
+            "flash_grab", "groupbuy (1 worker, redis-server beside the embedded engine)",
+            trials["redis-server"], f"{note}; the benchmark's private "
+            f"{server_binary() or 'server'} on loopback TCP, no persistence",
+        )  # fmt: skip
         log_errors([mine], embedded.server)
         log_errors([base], paired.server)
     what = ("HTTP grab, 1 worker: embedded engine (Unix socket, AOF fsync always) / "
@@ -582,22 +481,6 @@ def _embedded(bench: Bench, plan: Plan) -> list[Row]:
     compared = comparison("http_grab_embedded_vs_redis_1", what, trials["embedded"],
                           trials["redis-server"], 0.9)  # fmt: skip
     return [mine, base, compared]
-
-
-def _two_workers(bench: Bench, plan: Plan) -> list[Row]:
-    """Interleaved flash-grab rounds on 2 workers (groupbuy, bare), then the lock
-    storm and the mixed load once each."""
-    with contextlib.ExitStack() as stack:
-        rows, uv, servers, _ = _against_bare(stack, bench, plan, 2)
-        said = notes(2, plan.single_s)
-        single = []
-        for name, scenario in (("lock_storm", lock_storm), ("mixed", mixed)):
-            wait_idle(servers)
-            say(f"2 workers: {name}")
-            measured = scenario(uv, plan.single_s, "u2")
-            single.append(single_row(name, "groupbuy (2 workers)", measured, said[name]))
-        log_errors([rows[0], *single], uv.server)
-        return [rows[0], *single, *rows[1:]]
 
 
 # -- open loop ------------------------------------------------------------------------
@@ -609,12 +492,12 @@ def _open_loop_rows(
     """Grabs and seat locks offered at half and 80% of their closed-loop rates on 1 worker."""
     wait_idle(servers)
     say("1 worker: seat locks, closed loop (the maximum for the open loop)")
-    measured = seat_locks(target, plan.round_s, "u1")
-    locks = single_row(
-        "seat_locks", "groupbuy (1 worker)", measured, notes(1, plan.round_s)["seat_locks"]
-    )
+    note = notes(1, plan.round_s)["seat_locks"]
+    trial = wrk_trial(*seat_locks(target, plan.round_s, "u1"))
+    locks = make_row("seat_locks", "groupbuy (1 worker)", trial.seconds, [], trial.correct, note,
+                     ops=trial.ops, level="http", percentiles_ms=trial.percentiles_ms)  # fmt: skip
     rows = [locks]
-    for fraction in OPEN_LOOP_FRACTIONS:
+    for fraction in (0.5, 0.8):
         for kind, max_rate in (("grab", grab_max), ("lock", float(locks["ops_per_s"]))):
             wait_idle(servers)
             rows.append(_open_loop_row(target, plan, kind, max_rate, fraction))
@@ -625,63 +508,46 @@ def _open_loop_row(
     target: Groupbuy, plan: Plan, kind: str, max_rate: float, fraction: float
 ) -> Row:
     rate, seconds = max_rate * fraction, plan.open_loop_s
-    total = int(rate * seconds)
-    tag = f"{target.tag}-{kind}{int(fraction * 100)}"
+    total, tag = int(rate * seconds), f"{target.tag}-{kind}{int(fraction * 100)}"
     label = "half" if fraction == 0.5 else f"{fraction:.0%}"
     say(f"1 worker: {kind}s offered at {rate:,.0f}/s ({label} of max)")
-    client = target.client
+    client, url = target.client, target.server.url
+    correct: dict[str, Any]
     if kind == "grab":
         ids = [f"ol-{tag}-{i}" for i in range(math.ceil(total / SHARES) + 1)]
         send_packets(client, tag, ids, PACKET_CENTS, SHARES)
-        result = open_loop(target.server.url, rate, seconds, tag, "grab", *ids)
-        idle_after_s = target.settle()
-        checks = packet_checks(client, ids)
-        answered = sum(result["statuses"].values())
-        correct: dict[str, Any] = {
-            "seconds_to_idle_after_load": idle_after_s,
-            **checks,
-            "grabbed_answers": result["grabbed"],
-            "already_grabbed_answers": result["already"],
-            "ok": bool(
-                checks["grabs_recorded"] == result["grabbed"]
-                and checks["packets_inconsistent"] == 0
-                and checks["packets_sold_out"] == 0
-                and result["grabbed"] + result["already"] == answered == result["requests"]
-            ),
-        }
-        workload = "POST /v1/redpackets/{id}/grab, new users round-robin over packets, every "
-        workload += "20th request a double tap"
+        result = open_loop(url, rate, seconds, tag, "grab", *ids)
+        correct = {"seconds_to_idle_after_load": target.settle(), **packet_checks(client, ids)}
+        correct.update(grabbed_answers=result["grabbed"], already_grabbed_answers=result["already"])
+        ok = (correct["grabs_recorded"] == result["grabbed"]
+              and correct["packets_inconsistent"] == correct["packets_sold_out"] == 0
+              and result["grabbed"] + result["already"] == sum(result["statuses"].values())
+              == result["requests"])  # fmt: skip
+        workload = ("POST /v1/redpackets/{id}/grab, new users round-robin over packets, every "
+                    "20th request a double tap")  # fmt: skip
         max_from = "the 1-worker flash grab (median of its rounds)"
     else:
-        activity = f"ol-{tag}"
-        teams = math.ceil(total / SEATS_USED) + 1
+        activity, teams = f"ol-{tag}", math.ceil(total / SEATS_USED) + 1
         open_teams(client, [activity], teams, lock_ttl_s=300)
-        result = open_loop(target.server.url, rate, seconds, tag, "lock", activity, str(teams))
-        idle_after_s = target.settle()
-        checks = team_checks(client, [activity], teams)
+        result = open_loop(url, rate, seconds, tag, "lock", activity, str(teams))
+        correct = {"seconds_to_idle_after_load": target.settle(),
+                   **team_checks(client, [activity], teams)}  # fmt: skip
         locked = result["statuses"].get("201", 0)
-        correct = {
-            "seconds_to_idle_after_load": idle_after_s,
-            **checks,
-            "ok": bool(
-                locked == result["requests"]
-                and checks["locks_held_at_end"] == locked
-                and checks["teams_overfull"] == 0
-                and checks["users_locked_in_two_teams"] == 0
-            ),
-        }
-        workload = "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
-        workload += f"round-robin over {teams} teams (at most {SEATS_USED} locks a team)"
+        ok = (
+            locked == result["requests"] == correct["locks_held_at_end"]
+            and correct["teams_overfull"] == correct["users_locked_in_two_teams"] == 0
+        )
+        workload = (
+            "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
+            f"round-robin over {teams} teams (at most {SEATS_USED} locks a team)"
+        )
         max_from = "the 1-worker seat_locks row"
     generator_keys = ("offered_per_s", "issued_per_s", "issue_late_p50_ms", "issue_late_p99_ms",
                       "waited_for_connection", "generator_cpu_share", "generator_kept_up",
                       "generator_on_time", "max_ms")  # fmt: skip
-    correct.update(
-        answers=result["statuses"],
-        unanswered=result["unanswered"],
-        generator_kept_up=result["generator_kept_up"],
-        generator_on_time=result["generator_on_time"],
-    )
+    correct.update(ok=bool(ok), answers=result["statuses"], unanswered=result["unanswered"],
+                   generator_kept_up=result["generator_kept_up"],
+                   generator_on_time=result["generator_on_time"])  # fmt: skip
     note = (
         f"{workload}; offered at {rate:,.0f}/s ({label} of {max_from}, {max_rate:,.0f}/s) for "
         f"{seconds} s, open loop over {OPEN_LOOP_CONNECTIONS} keep-alive connections "
@@ -691,11 +557,11 @@ def _open_loop_row(
         f"{result['generator_cpu_share']:.0%} of a core"
     )
     if not result["generator_kept_up"]:
-        note += "; THE GENERATOR FELL BEHIND (issued under 95% of the rate): the service saw less"
-        note += " load than this row says"
+        note += ("; THE GENERATOR FELL BEHIND (issued under 95% of the rate): the service saw "
+                 "less load than this row says")  # fmt: skip
     elif not result["generator_on_time"]:
-        note += "; the generator was short of CPU (requests noticed over 5 ms late at p99): its"
-        note += " delays are part of these latencies"
+        note += ("; the generator was short of CPU (requests noticed over 5 ms late at p99): its "
+                 "delays are part of these latencies")  # fmt: skip
     return make_row(
         f"{kind} @ {label} max rate", "groupbuy (1 worker)", float(seconds),
         [ms / 1000 for ms in result["latencies_ms"]], correct, note, ops=result["answered"],
@@ -712,11 +578,15 @@ def run_http(bench: Bench) -> list[Row]:
     embedded default against redis-server (the parts of PARTS the bench asks for)."""
     plan = plan_of(bench)
     rows: list[Row] = []
+    runs: dict[str, Callable[[], list[Row]]] = {
+        "1 worker": lambda: _against_bare(bench, plan, 1),
+        "embedded": lambda: _embedded(bench, plan),
+        "2 workers": lambda: _against_bare(bench, plan, 2),
+    }
     with contextlib.closing(redis.Redis.from_url(bench.redis_url)) as flush:
-        for part, run in zip(PARTS, (_one_worker, _embedded, _two_workers), strict=True):
-            if part in (bench.parts or PARTS):
-                flush.flushall()
-                rows += run(bench, plan)
+        for part in bench.parts or PARTS:
+            flush.flushall()
+            rows += runs[part]()
     return rows
 
 

@@ -2,36 +2,27 @@
 
 wrk keeps a fixed number of requests in flight (a closed loop): when the server slows
 down, wrk sends less, and the waiting it no longer does is missing from its percentiles
-(coordinated omission). wrk2, which fixes that, is not packaged here, so this is the
-benchmark's own: request i is *due* at start + i / rate whatever the answers do, goes out
-on the first free keep-alive connection (of `connections`, opened beforehand), and its
-latency is counted from when it was due, so time queued behind slow answers counts.
+(coordinated omission). wrk2 is not packaged here, so this is the benchmark's own: request
+i is *due* at start + i / rate whatever the answers do, goes out on the first free
+keep-alive connection (of `connections`, opened beforehand), and its latency counts from
+when it was due. One process, the standard asyncio loop, raw sockets and httptools.
 
-One process, the standard asyncio loop (its timers wake the dispatcher at most every
-millisecond; requests that fell due meanwhile leave together, and that delay counts in
-their latency), raw sockets and httptools to read the answers. It measures itself: the
-rate at which it actually issued requests, how late it noticed them against their due
-time, and its CPU time. `generator_kept_up` is false when it issued under 95% of the rate
-asked (the server then saw less load than the row says); `generator_on_time` is false when
-it noticed requests more than 5 ms late at the 99th percentile (short of CPU on a busy
-machine: that delay is in the latency, so the figures are worse, never better, for it).
-The rows say both.
+It measures itself: `generator_kept_up` is false when it issued under 95% of the rate
+asked (the server saw less load than the row says); `generator_on_time` is false when it
+noticed requests more than 5 ms late at p99 (short of CPU: that delay is in the latency,
+so the figures are worse, never better, for it).
 
-Modes (what benchmarks/http_level.py drives; the bodies match benchmarks/wrk/post.lua):
-  grab KEY PACKET...      POST /v1/redpackets/<id>/grab, a new user per request, round-robin
-                          over the packets, every 20th request repeating the previous one
-  lock KEY ACTIVITY TEAMS POST /v1/activities/<a>/teams/t<k>/locks, a new user per request,
-                          round-robin over teams t1..tTEAMS
+Modes (the bodies match benchmarks/wrk/post.lua):
+  grab KEY PACKET...      a new user per request, round-robin over the packets, every
+                          20th request repeating the previous one
+  lock KEY ACTIVITY TEAMS a new user per request, round-robin over teams t1..tTEAMS
   bare KEY                POST /grab (benchmarks/bare_app.py), a new user per request
-  mixed KEY ACTIVITIES TEAMS PACKET...
-                          two grabs by new users for every seat lock by a new user (locks
-                          round-robin over activities a1..aN, then their teams t1..tTEAMS; the
-                          activity ids are the first argument with -1..-N appended), and for
-                          each lock answered 201 its confirm (POST .../members), due
-                          CONFIRM_AFTER_S after the lock's answer: the payment's time
-  In mixed mode the RATE given is the scheduled grabs and locks; the confirms come on top
-  (a quarter of all requests when every lock succeeds). The result has `by_kind`: each
-  kind's count, statuses and p50/p95/p99.
+  mixed KEY ACTIVITY N TEAMS PACKET...
+                          two grabs by new users for every seat lock by a new user (over
+                          activities ACTIVITY-1..ACTIVITY-N and their teams), and for each
+                          lock answered 201 its confirm, due CONFIRM_AFTER_S after the
+                          answer (the payment's time), on top of RATE; `by_kind` in the
+                          result gives each kind's count, statuses and percentiles.
 Usage: python -m benchmarks.openloop URL RATE SECONDS CONNECTIONS TAG MODE KEY ARG...
 prints one JSON object.
 """

@@ -1,6 +1,5 @@
--- Lock storm and mixed load for benchmarks/http_level.py.
+-- Lock storm for benchmarks/http_level.py.
 -- wrk -s storm.lua URL -- storm KEY USERS TEAMS ACTIVITY...
--- wrk -s storm.lua URL -- mixed KEY USERS TEAMS ACTIVITY... + PACKET...
 --
 -- Each thread keeps USERS user slots ("u<thread>-<n>"), each with a home activity (random
 -- among ACTIVITY...) and the team whose seat the user last locked. One storm step picks a
@@ -8,8 +7,7 @@
 --   70 % (always when the user holds nothing)  POST .../teams/t<rand>/locks {"user_id"}
 --   15 %  DELETE .../teams/<held>/locks/<user>
 --   15 %  POST .../teams/<held>/members {"user_id", "order_id"}
--- (a lock elsewhere while holding one is the service's switch). In mixed mode every other
--- request instead grabs a random PACKET for a random slot's user.
+-- (a lock elsewhere while holding one is the service's switch).
 -- wrk keeps several connections per thread and response() does not say which request it
 -- answers, so every request carries X-Request-Id "<thread>.<seq>", echoed by the service,
 -- and response() looks up what was sent. State updates: lock 200/201 -> remember the team;
@@ -27,18 +25,18 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
-local OPS = {"lock", "unlock", "confirm", "grab"}
+local OPS = {"lock", "unlock", "confirm"}
 local STATUSES = {"200", "201", "404", "409", "410", "4xx", "5xx"}
 
-local mode, n_users, n_teams
-local activities, packets = {}, {}
+local n_users, n_teams
+local activities = {}
 local slots = {}          -- slot -> {user=, activity=, team= or nil}
 local pending = {}        -- request id -> {op, slot, user, team}
 local fresh = 0           -- users created by this thread
 local seq = 0
 local headers
 
-c200, c201, c404, c409, c410, c4xx, c5xx, cother, grabbed, already = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+c200, c201, c404, c409, c410, c4xx, c5xx, cother = 0, 0, 0, 0, 0, 0, 0, 0
 unmatched, switched = 0, 0
 
 local function new_user(slot)
@@ -51,17 +49,13 @@ local function new_user(slot)
 end
 
 function init(args)
-  mode = args[1]
   headers = {
     ["Authorization"] = "Bearer " .. args[2],
     ["Content-Type"] = "application/json",
   }
   n_users = tonumber(args[3])
   n_teams = tonumber(args[4])
-  local into = activities
-  for i = 5, #args do
-    if args[i] == "+" then into = packets else table.insert(into, args[i]) end
-  end
+  for i = 5, #args do table.insert(activities, args[i]) end
   math.randomseed(os.time() * 1000 + (tid or 0))
   for slot = 1, n_users do new_user(slot) end
 end
@@ -77,24 +71,18 @@ function request()
   local slot = math.random(n_users)
   local s = slots[slot]
   local op, method, path, body, team
-  if mode == "mixed" and seq % 2 == 0 then
-    op, method = "grab", "POST"
-    path = "/v1/redpackets/" .. packets[math.random(#packets)] .. "/grab"
-    body = '{"user_id":"' .. s.user .. '"}'
+  local roll = math.random()
+  if s.team and roll >= 0.85 then
+    op, method, team = "confirm", "POST", s.team
+    path = team_path(s, team) .. "/members"
+    body = '{"user_id":"' .. s.user .. '","order_id":"o-' .. s.user .. '"}'
+  elseif s.team and roll >= 0.70 then
+    op, method, team = "unlock", "DELETE", s.team
+    path = team_path(s, team) .. "/locks/" .. s.user
   else
-    local roll = math.random()
-    if s.team and roll >= 0.85 then
-      op, method, team = "confirm", "POST", s.team
-      path = team_path(s, team) .. "/members"
-      body = '{"user_id":"' .. s.user .. '","order_id":"o-' .. s.user .. '"}'
-    elseif s.team and roll >= 0.70 then
-      op, method, team = "unlock", "DELETE", s.team
-      path = team_path(s, team) .. "/locks/" .. s.user
-    else
-      op, method, team = "lock", "POST", "t" .. math.random(n_teams)
-      path = team_path(s, team) .. "/locks"
-      body = '{"user_id":"' .. s.user .. '"}'
-    end
+    op, method, team = "lock", "POST", "t" .. math.random(n_teams)
+    path = team_path(s, team) .. "/locks"
+    body = '{"user_id":"' .. s.user .. '"}'
   end
   pending[id] = {op, slot, s.user, team}
   return wrk.format(method, path, headers, body)
@@ -132,16 +120,6 @@ function response(status, hdrs, body)
   pending[id] = nil
   local op, slot, user, team = sent[1], sent[2], sent[3], sent[4]
   count(op, status)
-  if op == "grab" then
-    if status == 200 then
-      if string.find(body, '"grabbed"', 1, true) then
-        grabbed = grabbed + 1
-      elseif string.find(body, '"already_grabbed"', 1, true) then
-        already = already + 1
-      end
-    end
-    return
-  end
   local s = slots[slot]
   if s.user ~= user then return end   -- the slot moved on to a fresh user meanwhile
   if op == "lock" then
@@ -164,7 +142,7 @@ end
 
 function done(summary, latency, requests)
   local names = {"c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother",
-                 "grabbed", "already", "unmatched", "switched"}
+                 "unmatched", "switched"}
   local ops = {}
   for _, op in ipairs(OPS) do
     for _, st in ipairs(STATUSES) do table.insert(ops, "op_" .. op .. "_" .. st) end
