@@ -14,7 +14,7 @@ from typing import Any
 from benchmarks import harness
 from benchmarks.harness import CONCURRENCY, Meter, gather_limited
 from groupbuy import errors
-from groupbuy.redpacket.specs import PACKET_CREATE
+from groupbuy.redpacket.send import PACKET_CREATE
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
 
@@ -101,7 +101,7 @@ def flash_requests(users: int, rng: random.Random) -> list[str]:
 async def groupbuy_grab(services: Services, packet_id: str, user: str) -> dict[str, Any]:
     """The service's grab, with errors turned into a status."""
     try:
-        return await services.packets.grabs.grab(packet_id, user)
+        return dict(await services.packets.grabs.grab(packet_id, user))
     except errors.GroupBuyError as exc:
         return {"status": exc.code}
 

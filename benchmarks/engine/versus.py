@@ -38,6 +38,7 @@ from benchmarks.engine.common import (
 from benchmarks.harness import Row, Trial, comparison, gather_limited, run_async, trials_row
 from benchmarks.seed_peer import SeedPeer
 from groupbuy.redpacket.grab import PACKET_GRAB
+from groupbuy.redpacket.send import packet_create
 from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.scripts import script_source
@@ -216,8 +217,9 @@ async def redis_benchmark(binary: str, port: int, requests: int, *cmd: str) -> d
 async def prepare_bench_packet(services: Services, packet_id: str, shares: int) -> None:
     """A packet of `shares` one-cent shares, straight through packet_create."""
     now = await services.clock.now_ms(services.redis)
-    await PacketScripts(services.scripts, services.keys, services.clock).create(
-        packet_id, [1] * shares, sender_id="bench", amount_cents=shares, count=shares,
+    packets = PacketScripts(services.scripts, services.keys, services.clock)
+    await packet_create(
+        packets, packet_id, [1] * shares, sender_id="bench", amount_cents=shares, count=shares,
         strategy="equal", created_ms=now, expires_ms=now + 3_600_000, retention_ms=60_000,
     )  # fmt: skip
 
