@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,5 +11,5 @@ from typing import Any
 class Outcome:
     """A create's answer: 201 when this call created it, 200 when it found the same thing."""
 
-    body: dict[str, Any]
+    body: Mapping[str, Any]
     created: bool

@@ -67,6 +67,8 @@ PacketStatus = Literal["active", "sold_out", "expired"]
 """A packet's status as the API names it (SQL's `pending` is shown `active`)."""
 EntryKind = Literal["deposit", "send", "grab", "refund"]
 """A ledger entry's kind in the API's words."""
+TeamStatus = Literal["open", "formed", "failed"]
+"""A team's status: open until its last seat is confirmed (formed) or its deadline passes."""
 
 # Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
 # days, or replayed, has many); the rest are read with `attempts`.
@@ -327,7 +329,7 @@ class Team(TypedDict):
     activity_id: Id
     team_id: Id
     leader_id: Id
-    status: Literal["open", "formed", "failed"]
+    status: TeamStatus
     size: int
     members: list[Member]
     locks: Annotated[list[SeatLock], "never an expired lock; empty once ended"]

@@ -32,6 +32,7 @@ from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.timefmt import from_ms
+from groupbuy.wire import Team, TeamsPage
 
 
 class ActivityService(UsesBackends):
@@ -186,7 +187,7 @@ class ActivityService(UsesBackends):
         team = TeamView.from_snapshot(activity_id, team_id, opened.team)
         return Outcome(team.body(), opened.code is TeamCode.OK)
 
-    async def get_team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+    async def get_team(self, activity_id: str, team_id: str) -> Team:
         """A team's current state: live from Redis, or from SQL once Redis let it go."""
         reply = await self._teams.read(activity_id, team_id)
         if reply.code is TeamCode.TEAM_NOT_FOUND and await self._recovery.bring_back(
@@ -199,7 +200,7 @@ class ActivityService(UsesBackends):
 
     async def list_open_teams(
         self, activity_id: str, limit: int, cursor: str | None = None, full: bool = False
-    ) -> dict[str, Any]:
+    ) -> TeamsPage:
         """A page of the activity's open teams with a free seat, closest to forming first (or,
         `full`, of those full of members and locks, earliest deadline first), and the cursor
         of the next page (None after the last one)."""

@@ -33,6 +33,7 @@ from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.outcome import Outcome
 from groupbuy.storage.specs import ScriptSpec, flag, shape, slots
+from groupbuy.wire import Confirmed
 
 _CONFIRMED = (("formed", flag), TEAM)
 TEAM_CONFIRM = ScriptSpec(
@@ -104,5 +105,5 @@ class SeatConfirm:
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
         team = TeamView.from_snapshot(activity_id, team_id, reply.team)
-        body = {"team": team.body(), "formed": reply.formed}
+        body: Confirmed = {"team": team.body(), "formed": reply.formed}
         return Outcome(body, reply.code is TeamCode.OK)

@@ -4,7 +4,7 @@ the hook the operations call when Redis lost a team it should hold (`MissingTeam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +15,7 @@ from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.outcome import Outcome
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.wire import Team
 
 
 class MissingTeam(Protocol):
@@ -34,7 +35,7 @@ class TeamHistory(UsesBackends):
         super().__init__(backends)
         self._activities = activities
 
-    async def team(self, activity_id: str, team_id: str) -> dict[str, Any]:
+    async def team(self, activity_id: str, team_id: str) -> Team:
         """The team's API body from SQL, or TeamNotFound (ActivityNotFound when the activity
         is unknown too)."""
         async with self._db.sessions() as session:

@@ -22,6 +22,7 @@ from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.timefmt import from_ms, to_ms
+from groupbuy.wire import TeamsPage
 
 EndedStatus = Literal["formed", "failed"]
 
@@ -77,7 +78,7 @@ class Listings(UsesBackends):
 
     async def ended_teams(
         self, activity_id: str, status: EndedStatus, limit: int, cursor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> TeamsPage:
         """A page of the activity's formed (or failed) teams as SQL recorded them, newest end
         first; ActivityNotFound when SQL does not know the activity. Three statements
         whatever the page's size: the activity, the teams, and their members."""

@@ -40,6 +40,7 @@ from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.outcome import Outcome
 from groupbuy.storage.specs import ScriptSpec, optional_int, shape, slots
 from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import LockTaken
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
@@ -169,7 +170,7 @@ class SeatLock:
 def lock_outcome(user_id: str, locked: TeamReply) -> Outcome:
     """The answer of a lock or a join: a new lock (OK), else the user's existing lock,
     unchanged (EXISTING)."""
-    body = {
+    body: LockTaken = {
         "status": "locked",
         "user_id": user_id,
         "team_id": locked.team_id,
@@ -179,5 +180,6 @@ def lock_outcome(user_id: str, locked: TeamReply) -> Outcome:
         "version": locked.version,
     }
     if locked.code is TeamCode.EXISTING:
-        return Outcome({**body, "existing": True}, False)
+        body["existing"] = True
+        return Outcome(body, False)
     return Outcome(body, True)

@@ -14,8 +14,6 @@ record (`TeamHistory`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import TeamCode, raise_for
@@ -28,6 +26,7 @@ from groupbuy.locks.unlock import SeatUnlock
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import UserLock
 
 
 class SeatService:
@@ -49,7 +48,7 @@ class SeatService:
         self.join = SeatJoin(scripts, defaults, recovery)
         self.confirm = SeatConfirm(scripts, outbox, history, recovery)
 
-    async def current_lock(self, activity_id: str, user_id: str) -> dict[str, Any]:
+    async def current_lock(self, activity_id: str, user_id: str) -> UserLock:
         """The user's unexpired lock in the activity, or NoLock (one script call)."""
         reply = await self._teams.user_lock(activity_id, user_id)
         if reply.code is TeamCode.NO_LOCK:

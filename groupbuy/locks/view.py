@@ -10,6 +10,7 @@ from groupbuy.locks.codec import parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.specs import optional_int, reply_dict
 from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.wire import Team, TeamStatus
 
 
 class TeamSnapshot(NamedTuple):
@@ -33,6 +34,10 @@ def listing(page: list[Any]) -> list[tuple[str, TeamSnapshot]]:
     return [(team_id, snapshot(rest)) for team_id, *rest in page]
 
 
+# A status read from Redis or SQL, as the wire names it (an unknown one is a bug: KeyError).
+STATUSES: dict[str, TeamStatus] = {"open": "open", "formed": "formed", "failed": "failed"}
+
+
 @dataclass(frozen=True)
 class TeamView:
     """A team as either store holds it (Redis live, SQL once ended), in one shape."""
@@ -40,7 +45,7 @@ class TeamView:
     activity_id: str
     team_id: str
     leader_id: str
-    status: str
+    status: TeamStatus
     size: int
     members: list[tuple[str, str | None, int]]  # (user, order, joined_at_ms), joining order
     locks: list[tuple[str, int]]  # (user, locked_at_ms), oldest first; unexpired only
@@ -70,7 +75,7 @@ class TeamView:
             activity_id=activity_id,
             team_id=team_id,
             leader_id=team["leader_id"],
-            status=team["status"],
+            status=STATUSES[team["status"]],
             size=int(team["size"]),
             members=[(user, m.order_id, m.joined_at_ms) for m, user in joined],
             locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
@@ -95,7 +100,7 @@ class TeamView:
             activity_id=team.activity_id,
             team_id=team.team_id,
             leader_id=team.leader_id,
-            status=team.status,
+            status=STATUSES[team.status],
             size=team.size,
             members=[(m.user_id, m.order_id, to_ms(m.joined_at)) for m in members],
             locks=[],  # locks live only in Redis
@@ -108,7 +113,7 @@ class TeamView:
             virtual_seats=team.size - len(members) if team.status == "formed" else 0,
         )
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> Team:
         """The API's team JSON (SPEC §3: members + locks + free_seats == size while open)."""
         ttl = self.lock_ttl_ms
         is_open = self.status == "open"

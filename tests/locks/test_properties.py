@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +46,7 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import Team
 from tests.support.redis import make_async_redis
 from tests.support.schema import database_with_schema
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
@@ -360,7 +361,7 @@ class _Model:
 # -- guarantees read from the service alone ----------------------------------------
 
 
-def _check_team(team: dict[str, Any], now_ms: int) -> None:
+def _check_team(team: Mapping[str, Any], now_ms: int) -> None:
     """Guarantee 1 and the §3 team shape, from one get_team answer."""
     size, members, locks = team["size"], team["members"], team["locks"]
     users = [m["user_id"] for m in members]
@@ -382,7 +383,7 @@ def _check_team(team: dict[str, Any], now_ms: int) -> None:
     assert [lk["locked_at"] for lk in locks] == sorted(lk["locked_at"] for lk in locks), team
 
 
-def _check_one_lock_per_user(teams: list[dict[str, Any]]) -> dict[str, str]:
+def _check_one_lock_per_user(teams: list[Team]) -> dict[str, str]:
     """Guarantee 2: at most one listed lock per user across the activity; user -> team."""
     holders = Counter(lock["user_id"] for team in teams for lock in team["locks"])
     doubled = {user: n for user, n in holders.items() if n > 1}

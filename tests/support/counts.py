@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from groupbuy.services import Services
@@ -22,7 +22,7 @@ def counts_of(body: dict[str, Any]) -> dict[str, int]:
     return {name: body[name] for name in COUNT_FIELDS}
 
 
-def counts_from_teams(teams: Iterable[dict[str, Any]]) -> dict[str, int]:
+def counts_from_teams(teams: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """The counts that the teams' own bodies say (SPEC §3 Activities)."""
     listed = list(teams)
     by = {status: [t for t in listed if t["status"] == status] for status in ("open", "formed")}

@@ -113,7 +113,7 @@ def sent_packet_via_services(services: Services) -> SendPacketViaServices:
             sender_id, amount_cents, count, packet_id=packet_id, expires_in_s=expires_in_s
         )
         assert sent.created, sent.body
-        return sent.body
+        return dict(sent.body)
 
     return send_packet
 
