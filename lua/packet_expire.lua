@@ -3,7 +3,7 @@
 -- requires: _common
 -- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.specs.PACKET_EXPIRE), named in
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.sweeps.PACKET_EXPIRE), named in
 -- _packet_lib.
 -- Returns {OK, refunded_cents} this call closed it, {NOT_DUE, expires_ms} still active,
 -- {EXISTING, status} it had already ended (sold_out or expired), {PACKET_NOT_FOUND}.

@@ -3,7 +3,7 @@
 -- requires: _common
 -- requires: _packet_codes
 -- requires: _packet_lib
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.specs.PACKET_RESTORE); the first ones
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.recovery.PACKET_RESTORE); the first ones
 -- are named in _packet_lib. After the named ARGV: grab_count pairs (user_id,
 -- "seq|amount|at_ms"), then the shares still to grab, in grab order (count - grab_count of
 -- them, summing to what is left).

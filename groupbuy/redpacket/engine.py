@@ -15,14 +15,10 @@ from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.grab import PACKET_GRAB, GrabService
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.read import PACKET_READ, ReadService
-from groupbuy.redpacket.recovery import RecoveryService
+from groupbuy.redpacket.recovery import PACKET_RESTORE, RecoveryService
 from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT, SendService
-from groupbuy.redpacket.specs import (
-    PACKET_EXPIRE,
-    PACKET_RESTORE,
-    PacketScripts,
-)
-from groupbuy.redpacket.sweeps import SweepService
+from groupbuy.redpacket.specs import PacketScripts
+from groupbuy.redpacket.sweeps import PACKET_EXPIRE, SweepService
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends

@@ -1,4 +1,5 @@
-"""RecoveryService: bring back a packet Redis does not hold, from its SQL record.
+"""RecoveryService: bring back a packet Redis does not hold, from its SQL record
+(packet_restore: its spec and call are here).
 
 A packet SQL records as live may be missing from Redis: a send whose Redis step has not
 happened yet (it is made live now), or an active packet Redis lost (it is rebuilt). An
@@ -8,6 +9,7 @@ ended packet Redis has let go is answered from SQL instead.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -20,14 +22,55 @@ from groupbuy.redpacket.grab import already_grabbed, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.read import packet_version, recorded_grabs, recorded_packet
 from groupbuy.redpacket.send import SendService
-from groupbuy.redpacket.specs import PacketScripts, recorded_args
+from groupbuy.redpacket.specs import (
+    EXISTING,
+    OK,
+    PACKET_ARGV,
+    PACKET_KEYS,
+    RECORDED,
+    PacketReply,
+    PacketScripts,
+    recorded_args,
+)
 from groupbuy.redpacket.split import split
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding
+from groupbuy.storage.specs import ScriptSpec, Slot, shape, slots
 from groupbuy.storage.timefmt import from_ms, to_ms
 
 log = logging.getLogger(__name__)
+
+PACKET_RESTORE = ScriptSpec(
+    "packet_restore",
+    "Rebuild a live packet that Redis has lost, from its SQL record, once.",
+    keys=PACKET_KEYS,
+    args=(
+        *PACKET_ARGV,
+        *RECORDED,
+        *slots(
+            ("epoch", "SQL's epoch, already raised (records of the lost epoch are fenced out)"),
+            ("seq_gap", "the highest recorded seq minus the number of recorded grabs"),
+            ("version", "above every version the lost state can have had"),
+            ("grab_count", "the number of recorded grabs"),
+        ),
+    ),
+    more_args=Slot(
+        "grabs",
+        "grab_count pairs (user_id, 'seq|amount|at_ms'), then the shares still to grab",
+    ),
+    replies={
+        OK: shape("rebuilt: active, or sold_out when every share was recorded", ("status", str)),
+        EXISTING: shape("Redis has it (nothing changed)"),
+    },
+)
+
+
+async def packet_restore(
+    packets: PacketScripts, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
+) -> PacketReply:
+    """packet_restore; `fields` are the named ARGV after PACKET_ARGV."""
+    return await packets.run(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
 
 
 class RecoveryService(UsesBackends):
@@ -112,7 +155,8 @@ class RecoveryService(UsesBackends):
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
             await self._slots.join(keys.packet_slot(packet_id))
-            restored = await self._packets.restore(
+            restored = await packet_restore(
+                self._packets,
                 packet_id,
                 [*recorded, *shares],
                 **recorded_args(row, self._limits.retention_s),

@@ -1,9 +1,12 @@
-"""The packet_* scripts' specs, and their wrappers.
+"""What the packet scripts share: their key groups and arguments, and their calling context.
 
-The specs below are the only place that knows these scripts' KEYS, ARGV and replies
-(docs/scripts.md is rendered from them; tests/lua/test_contracts.py checks the scripts'
-headers against them). A wrapper takes named keys and arguments and answers the reply read
-by its spec: its code and its fields by name.
+PACKET_KEYS and PACKET_ARGV start every script on one packet (named in lua/_packet_lib.lua);
+RECORDED is what packet_create and packet_restore write of a packet. Each script's own
+spec is in its operation's module (packet_grab: groupbuy.redpacket.grab; packet_create,
+packet_admit, packet_unadmit: .send; packet_read: .read; packet_restore: .recovery;
+packet_expire: .sweeps), the only place that knows its KEYS, ARGV and replies;
+groupbuy.redpacket.engine lists them all (docs/scripts.md is rendered from them, and
+tests/lua/test_contracts.py checks the scripts' headers against them).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from groupbuy.storage.specs import (
     Reply,
     ScriptCaller,
     ScriptSpec,
-    Slot,
     shape,
     slots,
 )
@@ -71,48 +73,13 @@ def recorded_args(row: PacketRow, retention_s: int) -> dict[str, Any]:
     }
 
 
-PACKET_RESTORE = ScriptSpec(
-    "packet_restore",
-    "Rebuild a live packet that Redis has lost, from its SQL record, once.",
-    keys=PACKET_KEYS,
-    args=(
-        *PACKET_ARGV,
-        *RECORDED,
-        *slots(
-            ("epoch", "SQL's epoch, already raised (records of the lost epoch are fenced out)"),
-            ("seq_gap", "the highest recorded seq minus the number of recorded grabs"),
-            ("version", "above every version the lost state can have had"),
-            ("grab_count", "the number of recorded grabs"),
-        ),
-    ),
-    more_args=Slot(
-        "grabs",
-        "grab_count pairs (user_id, 'seq|amount|at_ms'), then the shares still to grab",
-    ),
-    replies={
-        OK: shape("rebuilt: active, or sold_out when every share was recorded", ("status", str)),
-        EXISTING: shape("Redis has it (nothing changed)"),
-    },
-)
-PACKET_EXPIRE = ScriptSpec(
-    "packet_expire",
-    "Close a packet whose time is up and record its refund, exactly once.",
-    keys=PACKET_KEYS,
-    args=PACKET_ARGV,
-    replies={
-        OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
-        PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
-        EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
-        PACKET_NOT_FOUND: NO_PACKET,
-    },
-)
 PacketReply = Reply[PacketCode]
 
 
 class PacketScripts:
-    """The calling context of the packet scripts (the script caller, the key layout, the
-    clock) and typed wrappers of the scripts no operation module holds yet; each answers
-    its reply read by its spec."""
+    """The calling context of the packet scripts: the script caller, the key layout, the
+    clock. An operation calls its script with named keys and arguments and gets the reply
+    read by the script's spec: its code and its fields by name."""
 
     def __init__(self, scripts: ScriptCaller, keys: Keys, clock: RedisClock) -> None:
         self.caller = scripts
@@ -140,13 +107,3 @@ class PacketScripts:
         keys = spec.key_list(self.keys.packet_keys(packet_id))
         named = {"packet_id": packet_id, "shift_ms": self.clock.shift_ms, **args}
         return await spec.run(self.caller, keys, named, more)
-
-    async def restore(
-        self, packet_id: str, grabs_then_shares: Sequence[Any], **fields: Any
-    ) -> PacketReply:
-        """packet_restore."""
-        return await self.run(PACKET_RESTORE, packet_id, grabs_then_shares, **fields)
-
-    async def expire(self, packet_id: str) -> PacketReply:
-        """packet_expire."""
-        return await self.run(PACKET_EXPIRE, packet_id)

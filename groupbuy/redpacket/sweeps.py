@@ -1,4 +1,5 @@
-"""SweepService: what time does to packets, run by the scheduled jobs.
+"""SweepService: what time does to packets, run by the scheduled jobs (packet_expire: its
+spec and call are here).
 
 Expire the packets whose time is up (their refund recorded once), put back lost index
 entries (rebuilding packets Redis lost), and release from Redis the ended packets SQL holds
@@ -15,13 +16,41 @@ from sqlalchemy import select, update
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.recovery import RecoveryService
-from groupbuy.redpacket.specs import PacketScripts
+from groupbuy.redpacket.specs import (
+    EXISTING,
+    NO_PACKET,
+    OK,
+    PACKET_ARGV,
+    PACKET_KEYS,
+    PACKET_NOT_FOUND,
+    PacketReply,
+    PacketScripts,
+)
 from groupbuy.redpacket.writer import CALLS_AT_ONCE, PacketRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.slots import due_in
+from groupbuy.storage.specs import ScriptSpec, shape
 
 # The repair job's re-index page: SQL rows per run.
 REINDEX_PAGE = 5000
+
+PACKET_EXPIRE = ScriptSpec(
+    "packet_expire",
+    "Close a packet whose time is up and record its refund, exactly once.",
+    keys=PACKET_KEYS,
+    args=PACKET_ARGV,
+    replies={
+        OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
+        PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
+        EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
+        PACKET_NOT_FOUND: NO_PACKET,
+    },
+)
+
+
+async def packet_expire(packets: PacketScripts, packet_id: str) -> PacketReply:
+    """packet_expire."""
+    return await packets.run(PACKET_EXPIRE, packet_id)
 
 
 class SweepService(UsesBackends):
@@ -42,7 +71,7 @@ class SweepService(UsesBackends):
 
     async def expire(self, packet_id: str) -> dict[str, Any]:
         """Close the packet if its time is up; its refund is recorded exactly once."""
-        reply = await self._packets.expire(packet_id)
+        reply = await packet_expire(self._packets, packet_id)
         if reply.code is PacketCode.OK:
             await self._writer.drain(packet_id)
             return {"packet_id": packet_id, "expired": True, "refunded_cents": reply.refunded_cents}
@@ -103,7 +132,7 @@ class SweepService(UsesBackends):
         missing: list[str] = []
         for start in range(0, len(active), CALLS_AT_ONCE):
             chunk = active[start : start + CALLS_AT_ONCE]
-            replies = await asyncio.gather(*(self._packets.expire(p) for p in chunk))
+            replies = await asyncio.gather(*(packet_expire(self._packets, p) for p in chunk))
             missing += [
                 p
                 for p, reply in zip(chunk, replies, strict=True)

@@ -11,8 +11,10 @@ from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.read import packet_read
+from groupbuy.redpacket.recovery import packet_restore
 from groupbuy.redpacket.send import packet_admit, packet_create, packet_unadmit
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
+from groupbuy.redpacket.sweeps import packet_expire
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.scripts import Scripts, script_source
@@ -175,10 +177,10 @@ async def test_a_blocked_user_grabs_nothing(h: Harness) -> None:
 async def test_expiry_closes_once_and_refunds_the_rest(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=10_000)
     await h.grab("u1")
-    assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
+    assert (await packet_expire(h.packets, PID)).code is PacketCode.NOT_DUE
     h.shift_ms += 10_000
-    assert await h.packets.expire(PID) == Reply(PacketCode.OK, refunded_cents=5)
-    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="expired")
+    assert await packet_expire(h.packets, PID) == Reply(PacketCode.OK, refunded_cents=5)
+    assert await packet_expire(h.packets, PID) == Reply(PacketCode.EXISTING, status="expired")
     assert await h.grab("u2") == EXPIRED
     assert await h.grab("u1") == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     refunds = [r for r in await h.records() if r["type"] == "packet.refunded"]
@@ -190,7 +192,7 @@ async def test_a_grab_after_the_deadline_closes_the_packet_itself(h: Harness) ->
     await h.create([4, 4], ttl_ms=1_000)
     h.shift_ms += 1_000
     assert await h.grab("u1") == EXPIRED
-    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="expired")
+    assert await packet_expire(h.packets, PID) == Reply(PacketCode.EXISTING, status="expired")
     assert [r["type"] for r in await h.records()] == ["packet.refunded"]
 
 
@@ -198,7 +200,7 @@ async def test_sold_out_packets_never_refund(h: Harness) -> None:
     await h.create([1], ttl_ms=1_000)
     await h.grab("u1")
     h.shift_ms += 5_000
-    assert await h.packets.expire(PID) == Reply(PacketCode.EXISTING, status="sold_out")
+    assert await packet_expire(h.packets, PID) == Reply(PacketCode.EXISTING, status="sold_out")
     assert "packet.refunded" not in [r["type"] for r in await h.records()]
 
 
@@ -235,7 +237,8 @@ async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) 
     now = await h.now_ms()
     flat = [part for grab in grabs for part in grab]
     gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
-    return await h.packets.restore(
+    return await packet_restore(
+        h.packets,
         PID,
         [*flat, *shares],
         sender_id="sender",
@@ -366,16 +369,16 @@ async def test_the_due_index_lists_a_packet_while_it_is_active(h: Harness) -> No
     expires = int((await h.redis.hgetall(h.keys.hash))["expires_ms"])
     assert await h.redis.zscore(due, PID) == expires
     await h.redis.zrem(due, PID)  # lost: a check before the expiry puts it back
-    assert (await h.packets.expire(PID)).code is PacketCode.NOT_DUE
+    assert (await packet_expire(h.packets, PID)).code is PacketCode.NOT_DUE
     assert await h.redis.zscore(due, PID) == expires
     h.shift_ms += 10_000
     assert (await packet_read(h.packets, PID)).code is PacketCode.OK  # the lazy expiry ends it
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {PID: expires})  # a stale entry goes at the next check
-    assert (await h.packets.expire(PID)).code is PacketCode.EXISTING
+    assert (await packet_expire(h.packets, PID)).code is PacketCode.EXISTING
     assert await h.redis.zscore(due, PID) is None
     await h.redis.zadd(due, {"gone": 1})  # so does one of a packet Redis no longer has
-    assert await h.packets.expire("gone") == PACKET_NOT_FOUND
+    assert await packet_expire(h.packets, "gone") == PACKET_NOT_FOUND
     assert await h.redis.zscore(due, "gone") is None
 
 
@@ -480,7 +483,7 @@ async def _expire(h: Harness) -> None:
     await h.create([5, 3, 2], ttl_ms=10_000)
     await h.grab("u1")
     h.shift_ms += 10_000
-    await h.packets.expire(PID)
+    await packet_expire(h.packets, PID)
 
 
 async def _grab_after_the_deadline(h: Harness) -> None:

@@ -8,8 +8,9 @@ import pytest
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import PACKET_GRAB
 from groupbuy.redpacket.read import PACKET_READ
+from groupbuy.redpacket.recovery import PACKET_RESTORE
 from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT
-from groupbuy.redpacket.specs import PACKET_EXPIRE, PACKET_RESTORE
+from groupbuy.redpacket.sweeps import PACKET_EXPIRE
 from groupbuy.storage.specs import Reply, ReplyError
 
 
