@@ -12,24 +12,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable, Mapping
-from typing import Literal, NamedTuple, TypedDict
-
-from groupbuy.storage.typedrecords import parse_record
+from collections.abc import Iterable
+from typing import NamedTuple
 
 FIELD = "|"  # between the fields of a Redis value
 ITEM = ","  # between the members of a member list
-KEY = ":"  # between the parts of an event key
-
-# Event types of the team engine, and how many parts follow "<type>:<aid>:<tid>".
-_EVENT_EXTRA_PARTS = {
-    "team.opened": 0,
-    "team.member_joined": 1,  # user_id
-    "team.formed": 0,
-    "team.failed": 0,
-    "lock.expired": 2,  # user_id, locked_at_ms
-}
-EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
 
 
 def _fields(value: str, count: int, what: str) -> list[str]:
@@ -39,7 +26,8 @@ def _fields(value: str, count: int, what: str) -> list[str]:
     return parts
 
 
-def _int(text: str, what: str, value: str) -> int:
+def int_field(text: str, what: str, value: str) -> int:
+    """A non-negative integer field of `value` (a `what`), or ValueError."""
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"{what} {value!r} has a non-integer field {text!r}")
     return int(text)
@@ -62,7 +50,9 @@ def parse_member(value: str) -> Member:
     """A members-hash value as the scripts wrote it."""
     what = "member value"
     seq, joined_at_ms, order_id = _fields(value, 3, what)
-    return Member(_int(seq, what, value), _int(joined_at_ms, what, value), order_id or None)
+    return Member(
+        int_field(seq, what, value), int_field(joined_at_ms, what, value), order_id or None
+    )
 
 
 class CurrentLock(NamedTuple):
@@ -95,9 +85,9 @@ def parse_current_lock(value: str) -> CurrentLock:
         raise ValueError(f"current lock {value!r} names no team")
     return CurrentLock(
         team_id,
-        _int(locked_at_ms, what, value),
-        _int(expires_at_ms, what, value),
-        _int(deadline_ms, what, value),
+        int_field(locked_at_ms, what, value),
+        int_field(expires_at_ms, what, value),
+        int_field(deadline_ms, what, value),
     )
 
 
@@ -163,128 +153,3 @@ def parse_member_list(encoded: str) -> list[ListedMember]:
             raise ValueError(f"member list {encoded!r} has an item without a user")
         members.append(ListedMember(user_id, order_id or None))
     return members
-
-
-class TeamEventKey(NamedTuple):
-    """The identity of a team event: ``<type>:<aid>:<tid>[:<user>[:<locked_at_ms>]]``."""
-
-    type: str
-    activity_id: str
-    team_id: str
-    user_id: str | None = None  # team.member_joined, lock.expired
-    locked_at_ms: int | None = None  # lock.expired
-
-
-def team_event_key(
-    event_type: str,
-    activity_id: str,
-    team_id: str,
-    user_id: str | None = None,
-    locked_at_ms: int | None = None,
-) -> str:
-    """The dedup key an event of the team engine is recorded under (one per fact)."""
-    extra = _EVENT_EXTRA_PARTS.get(event_type)
-    if extra is None:
-        raise ValueError(f"{event_type!r} is not an event of the team engine")
-    tail = [user_id, None if locked_at_ms is None else str(locked_at_ms)]
-    if None in tail[:extra] or any(part is not None for part in tail[extra:]):
-        raise ValueError(f"a {event_type} key has {extra} part(s) after the team id")
-    return KEY.join([event_type, activity_id, team_id, *(str(p) for p in tail[:extra])])
-
-
-def parse_event_key(key: str) -> TeamEventKey | None:
-    """A team event's dedup key, or None for an event of another engine."""
-    parts = key.split(KEY)
-    extra = _EVENT_EXTRA_PARTS.get(parts[0])
-    if extra is None:
-        return None
-    if len(parts) != 3 + extra or not all(parts):
-        raise ValueError(f"event key {key!r} does not have {3 + extra} ':'-separated parts")
-    event_type, activity_id, team_id, *tail = parts
-    user_id = tail[0] if extra >= 1 else None
-    locked_at_ms = _int(tail[1], "event key", key) if extra == 2 else None
-    return TeamEventKey(event_type, activity_id, team_id, user_id, locked_at_ms)
-
-
-# -- outbox records: the fields each `emit({...})` of the team scripts writes -------------
-
-
-class _Versioned(TypedDict, total=False):
-    version: str  # the team's version after the change (records from before versions: none)
-
-
-class TeamOpened(_Versioned):
-    """lua/team_open.lua: a team and its leader, the first member."""
-
-    type: Literal["team.opened"]
-    at_ms: str
-    activity_id: str
-    team_id: str
-    leader_id: str
-    order_id: str  # '' when the leader has no order
-    size: str
-    deadline_ms: str
-
-
-class MemberJoined(_Versioned):
-    """lua/team_confirm.lua: a member whose seat lock was confirmed."""
-
-    type: Literal["team.member_joined"]
-    at_ms: str
-    activity_id: str
-    team_id: str
-    user_id: str
-    order_id: str  # '' when the member has no order
-    seq: str
-
-
-class _Formed(_Versioned, total=False):
-    virtual_seats: str  # seats filled virtually at the deadline (a confirm's record: none)
-
-
-class TeamFormed(_Formed):
-    """lua/team_confirm.lua (the last seat) or lua/_team_lib.lua (the deadline): a full team."""
-
-    type: Literal["team.formed"]
-    at_ms: str
-    activity_id: str
-    team_id: str
-    members: str  # a member list (`member_list`)
-
-
-class TeamFailed(_Versioned):
-    """lua/_team_lib.lua: a team whose deadline passed before it was full."""
-
-    type: Literal["team.failed"]
-    at_ms: str
-    activity_id: str
-    team_id: str
-    members: str  # a member list (`member_list`)
-
-
-class LockExpired(_Versioned):
-    """lua/_team_lib.lua, lua/team_lock.lua: a seat lock whose time ran out."""
-
-    type: Literal["lock.expired"]
-    at_ms: str
-    activity_id: str
-    team_id: str
-    user_id: str
-    locked_at_ms: str
-
-
-TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired
-TEAM_RECORDS: dict[str, type[TeamRecord]] = {
-    "team.opened": TeamOpened,
-    "team.member_joined": MemberJoined,
-    "team.formed": TeamFormed,
-    "team.failed": TeamFailed,
-    "lock.expired": LockExpired,
-}
-"""Every team record type by its `type` field."""
-
-
-def parse_team_record(fields: Mapping[str, str]) -> TeamRecord:
-    """An outbox entry's fields as the team record its `type` names: ValueError for an
-    unknown type, KeyError for a missing field."""
-    return parse_record("team", TEAM_RECORDS, fields)

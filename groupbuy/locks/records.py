@@ -1,18 +1,163 @@
-"""How the team scripts' outbox entries become SQL rows and events (idempotently)."""
+"""The team scripts' outbox records: each type's fields, its event's dedup key, and how a
+batch of them becomes SQL rows and events (idempotently).
+
+To add an event type: the script that changes state emits it (`emit({...})` in lua/), and
+this module gains its record TypedDict (in TEAM_RECORDS), its key parts
+(_EVENT_EXTRA_PARTS) and its branch in `_event`.
+"""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple, TypedDict, cast
 
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
-from groupbuy.locks.codec import MemberJoined, TeamFailed, TeamFormed, TeamOpened, TeamRecord
+from groupbuy.locks.codec import int_field
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event
 from groupbuy.storage.timefmt import from_ms, iso_ms
+from groupbuy.storage.typedrecords import parse_record
+
+KEY = ":"  # between the parts of an event key
+
+# Event types of the team engine, and how many parts follow "<type>:<aid>:<tid>".
+_EVENT_EXTRA_PARTS = {
+    "team.opened": 0,
+    "team.member_joined": 1,  # user_id
+    "team.formed": 0,
+    "team.failed": 0,
+    "lock.expired": 2,  # user_id, locked_at_ms
+}
+EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
+
+
+class TeamEventKey(NamedTuple):
+    """The identity of a team event: ``<type>:<aid>:<tid>[:<user>[:<locked_at_ms>]]``."""
+
+    type: str
+    activity_id: str
+    team_id: str
+    user_id: str | None = None  # team.member_joined, lock.expired
+    locked_at_ms: int | None = None  # lock.expired
+
+
+def team_event_key(
+    event_type: str,
+    activity_id: str,
+    team_id: str,
+    user_id: str | None = None,
+    locked_at_ms: int | None = None,
+) -> str:
+    """The dedup key an event of the team engine is recorded under (one per fact)."""
+    extra = _EVENT_EXTRA_PARTS.get(event_type)
+    if extra is None:
+        raise ValueError(f"{event_type!r} is not an event of the team engine")
+    tail = [user_id, None if locked_at_ms is None else str(locked_at_ms)]
+    if None in tail[:extra] or any(part is not None for part in tail[extra:]):
+        raise ValueError(f"a {event_type} key has {extra} part(s) after the team id")
+    return KEY.join([event_type, activity_id, team_id, *(str(p) for p in tail[:extra])])
+
+
+def parse_event_key(key: str) -> TeamEventKey | None:
+    """A team event's dedup key, or None for an event of another engine."""
+    parts = key.split(KEY)
+    extra = _EVENT_EXTRA_PARTS.get(parts[0])
+    if extra is None:
+        return None
+    if len(parts) != 3 + extra or not all(parts):
+        raise ValueError(f"event key {key!r} does not have {3 + extra} ':'-separated parts")
+    event_type, activity_id, team_id, *tail = parts
+    user_id = tail[0] if extra >= 1 else None
+    locked_at_ms = int_field(tail[1], "event key", key) if extra == 2 else None
+    return TeamEventKey(event_type, activity_id, team_id, user_id, locked_at_ms)
+
+
+# -- outbox records: the fields each `emit({...})` of the team scripts writes -------------
+
+
+class _Versioned(TypedDict, total=False):
+    version: str  # the team's version after the change (records from before versions: none)
+
+
+class TeamOpened(_Versioned):
+    """lua/team_open.lua: a team and its leader, the first member."""
+
+    type: Literal["team.opened"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    leader_id: str
+    order_id: str  # '' when the leader has no order
+    size: str
+    deadline_ms: str
+
+
+class MemberJoined(_Versioned):
+    """lua/team_confirm.lua: a member whose seat lock was confirmed."""
+
+    type: Literal["team.member_joined"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    order_id: str  # '' when the member has no order
+    seq: str
+
+
+class _Formed(_Versioned, total=False):
+    virtual_seats: str  # seats filled virtually at the deadline (a confirm's record: none)
+
+
+class TeamFormed(_Formed):
+    """lua/team_confirm.lua (the last seat) or lua/_team_lib.lua (the deadline): a full team."""
+
+    type: Literal["team.formed"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    members: str  # a member list (`member_list`)
+
+
+class TeamFailed(_Versioned):
+    """lua/_team_lib.lua: a team whose deadline passed before it was full."""
+
+    type: Literal["team.failed"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    members: str  # a member list (`member_list`)
+
+
+class LockExpired(_Versioned):
+    """lua/_team_lib.lua, lua/team_lock.lua: a seat lock whose time ran out."""
+
+    type: Literal["lock.expired"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    locked_at_ms: str
+
+
+TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired
+TEAM_RECORDS: dict[str, type[TeamRecord]] = {
+    "team.opened": TeamOpened,
+    "team.member_joined": MemberJoined,
+    "team.formed": TeamFormed,
+    "team.failed": TeamFailed,
+    "lock.expired": LockExpired,
+}
+"""Every team record type by its `type` field."""
+
+
+def parse_team_record(fields: Mapping[str, str]) -> TeamRecord:
+    """An outbox entry's fields as the team record its `type` names: ValueError for an
+    unknown type, KeyError for a missing field."""
+    return parse_record("team", TEAM_RECORDS, fields)
 
 
 def _members(encoded: str) -> list[dict[str, Any]]:
@@ -123,11 +268,11 @@ def _project(
         )
         members.append(_member_row(f, f["leader_id"], 1))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
-        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), data)
+        return Event(kind, at_ms, team_event_key(kind, aid, tid), data)
     if f["type"] == "team.member_joined":
         members.append(_member_row(f, f["user_id"], int(f["seq"])))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
-        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid, f["user_id"]), data)
+        return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
     if f["type"] == "team.formed" or f["type"] == "team.failed":
         members_data: dict[str, Any] = {**base, "members": _members(f["members"])}
         if f["type"] == "team.formed":
@@ -135,7 +280,7 @@ def _project(
             members_data["virtual_seats"] = int(f.get("virtual_seats", 0))
         else:
             endings.append((f, "failed", "failed_at"))
-        return Event(kind, at_ms, codec.team_event_key(kind, aid, tid), members_data)
+        return Event(kind, at_ms, team_event_key(kind, aid, tid), members_data)
     if f["type"] == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
         data = {
@@ -144,6 +289,6 @@ def _project(
             "locked_at": iso_ms(locked_at_ms),
             "expired_at": iso_ms(at_ms),
         }
-        key = codec.team_event_key(kind, aid, tid, f["user_id"], locked_at_ms)
+        key = team_event_key(kind, aid, tid, f["user_id"], locked_at_ms)
         return Event(kind, at_ms, key, data)
     raise ValueError(f"unknown team record type {kind!r}")

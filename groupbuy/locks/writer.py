@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.locks.codec import parse_team_record
-from groupbuy.locks.records import project_team_records
+from groupbuy.locks.records import parse_team_record, project_team_records
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, Entries, apply_isolating, is_poison

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from groupbuy.locks.codec import TeamRecord
 from groupbuy.locks.models import MemberRow
+from groupbuy.locks.records import TeamRecord
 from groupbuy.services import Services
 
 ACTIVITIES = 5

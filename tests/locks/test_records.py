@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from groupbuy import errors
-from groupbuy.locks.codec import TeamRecord
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.locks.records import TeamRecord
 from groupbuy.services import Services
 from groupbuy.storage.db import DatabaseUnreachable
 from groupbuy.storage.events import EventRow

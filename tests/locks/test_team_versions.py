@@ -15,9 +15,13 @@ from typing import Any
 from sqlalchemy import event, select
 
 from groupbuy import errors
-from groupbuy.locks.codec import TeamRecord, parse_event_key, parse_team_record
 from groupbuy.locks.models import TeamRow
-from groupbuy.locks.records import project_team_records
+from groupbuy.locks.records import (
+    TeamRecord,
+    parse_event_key,
+    parse_team_record,
+    project_team_records,
+)
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 

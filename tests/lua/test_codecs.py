@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import String, create_engine, literal, select
 
 from groupbuy.locks import codec as team_codec
+from groupbuy.locks import records as team_records
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.confirm import team_confirm
 from groupbuy.locks.lock import team_lock
@@ -132,10 +133,10 @@ async def test_team_values_written_by_the_scripts_parse_and_rebuild(services: Se
         user: tuple(m) for user, m in members.items()
     }
     expected = {
-        team_codec.team_event_key("team.opened", AID, TID),
-        team_codec.team_event_key("team.member_joined", AID, TID, "user_2"),
-        team_codec.team_event_key("team.member_joined", AID, TID, "user-3"),
-        team_codec.team_event_key("team.formed", AID, TID),
+        team_records.team_event_key("team.opened", AID, TID),
+        team_records.team_event_key("team.member_joined", AID, TID, "user_2"),
+        team_records.team_event_key("team.member_joined", AID, TID, "user-3"),
+        team_records.team_event_key("team.formed", AID, TID),
     }
     assert await _event_keys(services) == expected
 
@@ -157,13 +158,13 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
     await services.team_writer.drain_all()
     found = await _event_keys(services)
     assert found == {
-        team_codec.team_event_key("team.opened", AID, TID),
-        team_codec.team_event_key("lock.expired", AID, TID, "user_9", locked.locked_at_ms),
-        team_codec.team_event_key("team.failed", AID, TID),
+        team_records.team_event_key("team.opened", AID, TID),
+        team_records.team_event_key("lock.expired", AID, TID, "user_9", locked.locked_at_ms),
+        team_records.team_event_key("team.failed", AID, TID),
     }
     for key in found:
-        parsed = team_codec.parse_event_key(key)
-        assert parsed is not None and team_codec.team_event_key(*parsed) == key
+        parsed = team_records.parse_event_key(key)
+        assert parsed is not None and team_records.team_event_key(*parsed) == key
         assert packet_codec.parse_event_key(key) is None  # not the packet engine's
 
 
@@ -229,7 +230,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
     for key in await _event_keys(services):
         parsed = packet_codec.parse_event_key(key)
         assert parsed is not None and packet_codec.packet_event_key(*parsed) == key
-        assert team_codec.parse_event_key(key) is None  # not the team engine's
+        assert team_records.parse_event_key(key) is None  # not the team engine's
 
 
 async def test_sql_built_keys_equal_the_python_built_ones(services: Services) -> None:
@@ -298,11 +299,11 @@ def test_member_list_round_trips(members: list[tuple[str, str | None]]) -> None:
 @given(kind=TEAM_EVENTS, aid=ids, tid=ids, user=ids, at=ms)
 def test_team_event_keys_round_trip(kind: str, aid: str, tid: str, user: str, at: int) -> None:
     for key in (
-        team_codec.TeamEventKey(kind, aid, tid),
-        team_codec.TeamEventKey("team.member_joined", aid, tid, user),
-        team_codec.TeamEventKey("lock.expired", aid, tid, user, at),
+        team_records.TeamEventKey(kind, aid, tid),
+        team_records.TeamEventKey("team.member_joined", aid, tid, user),
+        team_records.TeamEventKey("lock.expired", aid, tid, user, at),
     ):
-        assert team_codec.parse_event_key(team_codec.team_event_key(*key)) == key
+        assert team_records.parse_event_key(team_records.team_event_key(*key)) == key
 
 
 @given(seq=st.integers(1, 10_000), amount=ms, at=ms, token=st.one_of(st.just(""), ids))
@@ -364,8 +365,8 @@ def test_sql_expressions_build_the_python_keys(packet_id: str, user_id: str) -> 
         (team_codec.parse_current_lock, "|1|2|3"),
         (team_codec.parse_current_lock, "t|1|2"),
         (team_codec.parse_member_list, "u1"),
-        (team_codec.parse_event_key, "team.member_joined:a:t"),
-        (team_codec.parse_event_key, "lock.expired:a:t:u:soon"),
+        (team_records.parse_event_key, "team.member_joined:a:t"),
+        (team_records.parse_event_key, "lock.expired:a:t:u:soon"),
         (packet_codec.parse_grab, "1|2|3|t|5"),
         (packet_codec.parse_grab, "1|2"),
         (packet_codec.parse_grab, "1|-2|3"),
@@ -380,5 +381,5 @@ def test_malformed_values_and_keys_raise(parse: Callable[[str], object], value: 
 
 
 def test_each_codec_leaves_the_other_engines_event_keys_alone() -> None:
-    assert team_codec.parse_event_key("packet.sent:p1") is None
+    assert team_records.parse_event_key("packet.sent:p1") is None
     assert packet_codec.parse_event_key("team.opened:a:t") is None

@@ -16,9 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy import select
 
 from groupbuy import migrations
-from groupbuy.locks.codec import parse_team_record
 from groupbuy.locks.models import TeamRow
-from groupbuy.locks.records import project_team_records
+from groupbuy.locks.records import parse_team_record, project_team_records
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import record_events
 from tests.support.database import throwaway_postgres

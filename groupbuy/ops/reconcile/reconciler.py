@@ -32,7 +32,7 @@ from sqlalchemy import (
     union_all,
 )
 
-from groupbuy.locks import codec as team_codec
+from groupbuy.locks import records as team_records
 from groupbuy.locks.models import TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.acks import unrecorded_acks
@@ -86,7 +86,7 @@ def _touch_by_event(key: str, touched: _Touched) -> None:
     """Add the packet or team an event's dedup key names (each engine's codec reads its own)."""
     try:
         packet = packet_codec.parse_event_key(key)
-        team = None if packet else team_codec.parse_event_key(key)
+        team = None if packet else team_records.parse_event_key(key)
     except ValueError:  # malformed: it names nothing that can be checked
         return
     if packet is not None:
