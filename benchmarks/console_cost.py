@@ -130,6 +130,12 @@ def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
     ]
 
 
+def _session(url: str) -> httpx.Cookies:
+    """The cookies of a console session of its own."""
+    with contextlib.closing(signed_in(url)) as client:
+        return client.cookies
+
+
 def signed_in(url: str) -> httpx.Client:
     """A client holding an admin's console session and sending the admin key to the API."""
     client = httpx.Client(
@@ -214,11 +220,15 @@ def counts_in_redis(url: str, keys: tuple[str, ...]) -> int:
 
 
 class Consoles:
-    """`n` open console pages in a thread of their own: each loads its page, holds its live
-    stream and reloads the page every POLL_S; `ready` once every stream has pushed once."""
+    """Open console pages in a thread of their own, each signed in on its own: each loads
+    its page, holds its live stream and reloads the page every POLL_S; `ready` once every
+    stream has pushed once."""
 
-    def __init__(self, url: str, cookies: httpx.Cookies, watched: list[tuple[str, str]]) -> None:
-        self.url, self.cookies, self.watched = url, cookies, watched
+    def __init__(self, url: str, watched: list[tuple[str, str]]) -> None:
+        self.url, self.watched = url, watched
+        # One session each, as operators at their own screens: the product caps the live
+        # streams one session may hold ([console] live_connections_per_session).
+        self.cookies = [_session(url) for _ in watched]
         self.updates = 0
         self.failures = 0
         self._ready = threading.Event()
@@ -226,45 +236,42 @@ class Consoles:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
-    async def _console(self, client: httpx.AsyncClient, page: str, live: str, first: Any) -> None:
+    async def _console(self, cookies: httpx.Cookies, page: str, live: str, first: Any) -> None:
         assert self._stop is not None
-        (await client.get(page)).raise_for_status()
-        async with client.stream("GET", live) as stream:
-            stream.raise_for_status()
-            last_load = time.monotonic()
-            async for line in stream.aiter_lines():
-                if line.startswith('data: {"'):
-                    self.updates += 1
-                    first.set()
-                if time.monotonic() - last_load >= POLL_S:
-                    (await client.get(page)).raise_for_status()
-                    last_load = time.monotonic()
-                if self._stop.is_set():
-                    return
+        timeout = httpx.Timeout(30, read=None)
+        async with httpx.AsyncClient(base_url=self.url, cookies=cookies, timeout=timeout) as client:
+            (await client.get(page)).raise_for_status()
+            async with client.stream("GET", live) as stream:
+                stream.raise_for_status()
+                last_load = time.monotonic()
+                async for line in stream.aiter_lines():
+                    if line.startswith('data: {"'):
+                        self.updates += 1
+                        first.set()
+                    if time.monotonic() - last_load >= POLL_S:
+                        (await client.get(page)).raise_for_status()
+                        last_load = time.monotonic()
+                    if self._stop.is_set():
+                        return
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        limits = httpx.Limits(max_connections=2 * len(self.watched) + 4)
-        timeout = httpx.Timeout(30, read=None)
-        async with httpx.AsyncClient(
-            base_url=self.url, cookies=self.cookies, limits=limits, timeout=timeout
-        ) as client:
-            firsts = [asyncio.Event() for _ in self.watched]
-            tasks = [
-                asyncio.create_task(self._console(client, page, live, first))
-                for (page, live), first in zip(self.watched, firsts, strict=True)
-            ]
-            waiting = asyncio.gather(*(f.wait() for f in firsts))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiting, 30)
-            self._ready.set()
-            await self._stop.wait()
-            for task in tasks:
-                task.cancel()
-            for result in await asyncio.gather(*tasks, return_exceptions=True):
-                if isinstance(result, Exception):
-                    self.failures += 1
+        firsts = [asyncio.Event() for _ in self.watched]
+        tasks = [
+            asyncio.create_task(self._console(cookies, page, live, first))
+            for (page, live), cookies, first in zip(self.watched, self.cookies, firsts, strict=True)
+        ]
+        waiting = asyncio.gather(*(f.wait() for f in firsts))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiting, 30)
+        self._ready.set()
+        await self._stop.wait()
+        for task in tasks:
+            task.cancel()
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                self.failures += 1
 
     def __enter__(self) -> Consoles:
         self._thread.start()
@@ -288,7 +295,7 @@ def watched_pages(seeded: Seeded) -> list[tuple[str, str]]:
     return [overview] * half + [activity] * quarter + [packet] * (CONSOLES - half - quarter)
 
 
-def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: Plan) -> Any:
+def grab_rounds(target: Groupbuy, seeded: Seeded, plan: Plan) -> Any:
     """The flash grab with no console and with CONSOLES open, alternated round by round."""
     loads: list[float] = []
     opened: list[int] = []
@@ -298,7 +305,7 @@ def grab_rounds(target: Groupbuy, seeded: Seeded, cookies: httpx.Cookies, plan: 
         loads.append(round(os.getloadavg()[0], 2))
         if not watching:
             return wrk_trial(*flash_grab(target, seconds, f"n{index}"))
-        with Consoles(target.server.url, cookies, watched_pages(seeded)) as consoles:
+        with Consoles(target.server.url, watched_pages(seeded)) as consoles:
             measured = wrk_trial(*flash_grab(target, seconds, f"c{index}"))
         opened.append(consoles.updates)
         if consoles.failures:
@@ -370,7 +377,7 @@ def run_console_cost(bench: Bench, command: str) -> dict[str, Any]:
         print(f"  live counts in Redis: {counted_before} before the pages, {counted_after} after")
         calls = {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n)}
         target = Groupbuy(server, client, "console")
-        grab = grab_rounds(target, seeded, client.cookies, plan)
+        grab = grab_rounds(target, seeded, plan)
         errors = server.log_errors()
     s = plan.scale
     return {
