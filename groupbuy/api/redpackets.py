@@ -109,7 +109,7 @@ async def get_account(request: Request) -> Response:
 async def list_entries(request: Request, query: EntriesQuery) -> Response:
     user_id = request.path_params["user_id"]
     return json_response(
-        await _packets(request).listing.entries(user_id, query.limit, query.cursor)
+        await _packets(request).accounts.entries(user_id, query.limit, query.cursor)
     )
 
 

@@ -1,4 +1,4 @@
-"""ListingService: pages of packets, newest first, and pages of an account's ledger entries.
+"""ListingService: pages of packets, newest first (GET /v1/redpackets).
 
 Each page is one SQL statement over an index (keyset cursors, never OFFSET), then the live
 fields of the page's packets from Redis in one pipelined batch (never SCAN or KEYS).
@@ -11,25 +11,15 @@ from typing import Any
 
 from sqlalchemy import and_, func, or_, select
 
-from groupbuy.redpacket.codec import BusinessKey, parse_business_key
-from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.read import packet_version
 from groupbuy.redpacket.send import sent_body
 from groupbuy.storage.backends import UsesBackends
-from groupbuy.storage.db import Database
-from groupbuy.storage.paging import newest_by_id
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.storage.timefmt import from_ms, to_ms
 
 # A packet's status as the API names it -> the SQL statuses it covers (a `pending` packet
 # is sent and being put in Redis: the API already shows it active).
 SQL_STATUSES = {"active": ("pending", "active"), "sold_out": ("sold_out",), "expired": ("expired",)}
-# The ledger's kinds -> the words of the API (SPEC §3, accounts).
-ENTRY_KINDS = {
-    "deposit": "deposit",
-    "packet_debit": "send",
-    "grab_credit": "grab",
-    "refund_credit": "refund",
-}
 # What a page reads of each packet's Redis hash.
 _LIVE_FIELDS = ("status", "remaining_count", "remaining_cents", "refunded", "version")
 
@@ -40,7 +30,7 @@ def packet_cursor(row: PacketRow) -> str:
 
 
 class ListingService(UsesBackends):
-    """Pages of packets and of ledger entries, each bounded by its limit."""
+    """Pages of packets, each bounded by its limit."""
 
     async def packets(
         self,
@@ -157,35 +147,3 @@ class ListingService(UsesBackends):
                 "version": packet_version(epochs.get(packet_id, 0), row.count, grabs, ended),
             }
         return found
-
-    async def entries(self, user_id: str, limit: int, cursor: str | None = None) -> dict[str, Any]:
-        """A user's ledger entries newest first (entries_page)."""
-        return await entries_page(self._db, user_id, limit, cursor)
-
-
-async def entries_page(
-    database: Database, user_id: str, limit: int, cursor: str | None = None
-) -> dict[str, Any]:
-    """A user's ledger entries newest first (by id), after `cursor` (the id of the last entry
-    of the previous page): one statement over the (user_id, id) index."""
-    query = select(LedgerEntryRow).where(LedgerEntryRow.user_id == user_id)
-    rows, next_cursor = await newest_by_id(database, query, LedgerEntryRow.id, limit, cursor)
-    return {"entries": [entry_body(row) for row in rows], "next_cursor": next_cursor}
-
-
-def entry_body(row: LedgerEntryRow) -> dict[str, Any]:
-    """A ledger entry as the API shows it: its kind in SPEC's words, what it names."""
-    try:
-        key = parse_business_key(row.business_key)
-    except ValueError:  # not written by this service's code: shown as it is
-        key = BusinessKey(row.kind)
-    body: dict[str, Any] = {
-        "kind": ENTRY_KINDS.get(row.kind, row.kind),
-        "amount_cents": row.amount_cents,
-        "balance_after_cents": row.balance_after_cents,
-        "reference": key.reference if key.reference is not None else row.business_key,
-        "at": iso_ms(to_ms(row.created_at)),
-    }
-    if key.packet_id is not None:
-        body["packet_id"] = key.packet_id
-    return body

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import select
 
 from groupbuy import migrations
+from groupbuy.redpacket.accounts import entries_page
 from groupbuy.redpacket.ledger import post_entry
-from groupbuy.redpacket.listing import entries_page
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
 from groupbuy.storage.db import Database
 from tests.support.database import throwaway_postgres
