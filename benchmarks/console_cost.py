@@ -1,6 +1,8 @@
 """What the console and the listings cost: every page's latency on a big database, the HTTP
 flash grab with 20 consoles open against none, and the Redis commands pages send.
 
+Guards the console's bound: every page within 200 ms at 10,000 activities.
+
 Seeds (benchmarks/console_seed.py) 10,000 activities and 100,000 packets into the SQLite
 file of one `groupbuy serve` worker, then asks every console page and listing route N times
 (p50 and p99 against SPEC §3's 200 ms; console pages this version does not serve are

@@ -47,7 +47,7 @@ ADMIN_KEY, SERVICE_KEY = "bench-admin-key-0123456789", "bench-service-key-012345
 IDLE_WINDOW_S, IDLE_CPU_SHARE, IDLE_TIMEOUT_S = 0.5, 0.1, 15.0
 # The storms' synthetic users act hundreds of times a second each, a pace no shopper has:
 # the per-user rate limits would refuse most of it. The per-key limits stay at their
-# defaults; benchmarks/http_ratelimit.py measures the cost of both at the defaults.
+# defaults.
 BENCHMARK_USERS = {
     f"GROUPBUY_RATELIMIT_{route_class.upper()}_USER_QUOTA": "1000000"
     for route_class in ("seat", "grab", "send", "read")

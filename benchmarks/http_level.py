@@ -1,9 +1,11 @@
 """HTTP level: `groupbuy serve` against bare Starlette + 1 Redis call, the embedded default
 against redis-server, and open-loop latency.
 
-wrk drives the closed-loop load through benchmarks/wrk/post.lua (grab, lock, bare) and
-benchmarks/wrk/storm.lua (the lock storm), which count answers by status (and "grabbed"
-bodies, and per operation) and print latency percentiles. The servers of one worker count
+Guards the grab and the seat lock over HTTP: ratios to bare, embedded engine, p99 targets.
+
+wrk drives the closed-loop load through benchmarks/wrk/load.lua (grab, lock, bare, the
+lock storm), which counts answers by status (and "grabbed" bodies, and per operation) and
+prints latency percentiles. The servers of one worker count
 run side by side (own key prefixes and SQLite files) so that the comparisons alternate
 round by round (benchmarks/harness.py); each round starts once every server is idle, and
 the checks after a load run once its server is idle (`seconds_to_idle_after_load`).
@@ -113,7 +115,7 @@ def wrk_binary() -> str:
 def load(url: str, seconds: int, mode: str, *params: str) -> dict[str, Any]:
     """Drive requests for `seconds`; the counts by status (and by operation for the storm:
     op_<operation>_<status>) and latency percentiles (µs)."""
-    script = REPO / "benchmarks" / "wrk" / ("storm.lua" if mode == "storm" else "post.lua")
+    script = REPO / "benchmarks" / "wrk" / "load.lua"
     args = [wrk_binary(), f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", str(script)]
     done = subprocess.run(
         [*args, url, "--", mode, SERVICE_KEY, *params],

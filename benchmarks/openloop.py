@@ -12,7 +12,7 @@ asked (the server saw less load than the row says); `generator_on_time` is false
 noticed requests more than 5 ms late at p99 (short of CPU: that delay is in the latency,
 so the figures are worse, never better, for it).
 
-Modes (the bodies match benchmarks/wrk/post.lua):
+Modes (the bodies match benchmarks/wrk/load.lua):
   grab KEY PACKET...      a new user per request, round-robin over the packets, every
                           20th request repeating the previous one
   lock KEY ACTIVITY TEAMS a new user per request, round-robin over teams t1..tTEAMS

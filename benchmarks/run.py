@@ -1,13 +1,11 @@
 """The benchmark: engine level, HTTP level and the baselines, side by side in one run.
 
 Starts a private redis-server on a free loopback port (and, for the HTTP level, the
-service and a bare Starlette app; for the cost of `wait_replicas`, a primary with a
-replica: benchmarks/replica_wait.py; for the write-behind on PostgreSQL, a PostgreSQL:
-benchmarks/topologies.py; for the typed client, benchmarks/client_speed.py;
-for confirms among grabs and locks, a redis-server with AOF and a PostgreSQL of their own:
-benchmarks/confirm_mix.py), runs every scenario, stops everything, and writes
-docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to each baseline) and
-docs/benchmarks-latency.png. Usage:
+service and a bare Starlette app; for the write-behind on PostgreSQL, a PostgreSQL:
+benchmarks/topologies.py; for confirms among grabs and locks, a redis-server with AOF and
+a PostgreSQL of their own: benchmarks/confirm_mix.py), runs every scenario, stops
+everything, and writes docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to
+each baseline) and docs/benchmarks-latency.png. Usage:
 
     .venv/bin/python -m benchmarks.run            # the full run (the recorded one: 22 min)
     .venv/bin/python -m benchmarks.run --quick    # a smoke run, small loads
@@ -25,17 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.client_speed import run_client_speed
 from benchmarks.confirm_mix import TARGET_CONFIRM_OVER_GRAB, TARGET_CONFIRM_P99_MS, run_confirm_mix
 from benchmarks.console_cost import run_console_cost, section
 from benchmarks.engine import run_engine
 from benchmarks.harness import Bench, Row
 from benchmarks.http_level import run_http
-from benchmarks.http_ratelimit import run_ratelimit_http
-from benchmarks.replica_wait import run_replica_wait
 from benchmarks.topologies import run_topologies
 from benchmarks.webhooks import run_webhooks
-from benchmarks.webhooks_serving import run_serving
 from tests.support.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -61,12 +55,6 @@ def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if "comparison" not in r]
 
 
-def _ratio(row: dict[str, Any] | None, base: dict[str, Any] | None) -> float | None:
-    if not row or not base or not base.get("ops_per_s"):
-        return None
-    return float(row["ops_per_s"]) / float(base["ops_per_s"])
-
-
 def _shown(value: float | None, percent: bool) -> str:
     if value is None:
         return "n/a"
@@ -85,20 +73,13 @@ INTERLEAVED = (
     "engine_grab_pipeline",
     "engine_lock_pipeline",
     "engine_lock_off_vs_seed",
-    "engine_grab_vs_redis_benchmark",
-    "engine_grab_wait_replicas",
-    "engine_lock_wait_replicas",
     "http_grab_vs_bare_1",
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
     "http_grab_embedded_vs_redis_1",
     "write_behind_postgresql_vs_sqlite",
-    "http_grab_ratelimit_on_vs_off",
-    "http_grab_ratelimit_cpu_on_vs_off",
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
-    "client_grab_vs_aiohttp_32",
-    "client_grab_vs_aiohttp_256",
 )
 P99_TARGETS_MS = {"half": 20.0, "80%": 50.0}
 
@@ -107,7 +88,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(what, figure, target, met) for every comparison the issue asks for.
 
     Interleaved comparisons show the median of the per-round ratios with the lowest and
-    highest round; the others compare two rows measured once each, minutes apart.
+    highest round; the p99 targets read the open-loop rows.
     """
     out = []
     by_key = {r["comparison"]: r for r in rows if "comparison" in r}
@@ -123,24 +104,6 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
         shown_target = f">= {_shown(target, percent)}" if target is not None else "–"
         out.append((c["what"], figure, shown_target, _met(c["met"])))
 
-    def once(
-        what: str,
-        row: dict[str, Any] | None,
-        base: dict[str, Any] | None,
-        target: float,
-        percent: bool = True,
-    ) -> None:
-        value = _ratio(row, base)
-        met = None if value is None else value >= target
-        out.append((f"{what} (measured once each)", _shown(value, percent),
-                    f">= {_shown(target, percent)}", _met(met)))  # fmt: skip
-
-    grab = _find(rows, "flash_grab", "engine", "groupbuy")
-    lock = _find(rows, "lock_storm", "engine", "groupbuy")
-    once("engine flash grab / naive multi-round-trip + SETNX mutex", grab,
-         _find(rows, "flash_grab", "engine", "naive"), 1.0)  # fmt: skip
-    once("engine lock storm / naive multi-round-trip + SETNX mutex", lock,
-         _find(rows, "lock_storm", "engine", "naive"), 1.0)  # fmt: skip
     for level in ("engine", "http"):
         for kind in ("grab", "lock"):
             for label, limit in P99_TARGETS_MS.items():
@@ -288,14 +251,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 
 SCENARIOS: list[tuple[str, Callable[[Bench], list[Row]]]] = [
     ("engine level", run_engine),
-    ("engine level on a primary + replica: what wait_replicas = 1 costs", run_replica_wait),
     ("the write-behind on PostgreSQL beside SQLite", run_topologies),
     ("HTTP level", run_http),
-    ("HTTP grab with rate limits on and off", run_ratelimit_http),
     ("confirms among grabs and locks, open loop, on SQLite and PostgreSQL", run_confirm_mix),
-    ("webhooks: delivery throughput, commit-to-delivery lag", run_webhooks),
-    ("webhooks while serving: delivery rate, grab and lock rates with endpoints", run_serving),
-    ("the typed client against a plain aiohttp session, 32 and 256 callers", run_client_speed),
+    ("webhooks: lag, delivery while serving, grab and lock rates with endpoints", run_webhooks),
 ]
 
 

@@ -1,5 +1,7 @@
 """topologies: the write-behind on PostgreSQL beside SQLite (same redis-server, same run).
 
+Guards the write-behind drain: PostgreSQL against SQLite, quoted in docs/deploy.md.
+
 Each round a flash grab (PACKETS packets, every share taken, 60% double taps) while the
 writer waits, then the write-behind drains the backlog as `flush_records` does; rows/s is
 grab rows (each with its ledger credit) per second of draining. Rounds alternate the two

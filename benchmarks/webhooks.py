@@ -1,8 +1,12 @@
-"""Webhooks: how fast one process delivers, and the lag from an event's commit to its
-delivery at a steady rate, on SQLite and on PostgreSQL.
+"""Webhooks: the delivery hot path. It guards the targets of docs/benchmarks-findings.md:
+lag p99 within 1 s at 200 events/s (SQLite, PostgreSQL), delivery of at least 1,000
+events/s while `groupbuy serve` answers an open-loop grab, and the grab and seat-lock rates
+with three endpoints subscribed at least 0.9x those without.
 
-The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own;
-the deliverer runs in this one, on its own database. Usage, alone:
+The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own.
+The lag is measured with the deliverer in this process, on its own database; delivery
+while serving in a `groupbuy serve` process, the events committed to its SQLite file from
+this process, as its own write-behind would. Usage, alone:
 
     .venv/bin/python -m benchmarks.webhooks [--quick]
 """
@@ -11,14 +15,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 
-from benchmarks.harness import Bench, Row, percentile, result_row, standalone
+from benchmarks.harness import (
+    Bench,
+    Groupbuy,
+    Row,
+    Trial,
+    comparison,
+    groupbuy,
+    percentile,
+    result_row,
+    run_sync,
+    standalone,
+    wait_idle,
+)
+from benchmarks.http_level import (
+    flash_grab,
+    groupbuy_trial,
+    load,
+    open_loop,
+    plan_of,
+    seat_locks,
+    send_packets,
+)
 from groupbuy.migrations import upgrade
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
@@ -102,29 +131,6 @@ async def _until_received(http: httpx.AsyncClient, base: str, count: int, timeou
         await asyncio.sleep(0.1)
 
 
-async def throughput(http: httpx.AsyncClient, url: str, base: str, events: int) -> Row:
-    """`events` committed first, then one process delivers them all to the fast receiver."""
-    async with _deliverer(url, base) as (database, hooks):
-        for first in range(0, events, 1000):
-            async with database.transaction() as session:
-                await record_events(session, bench_events(first, min(1000, events - first)))
-        began = time.perf_counter()
-        hooks.start_delivering()
-        await _until_received(http, base, events, timeout_s=300)
-        seconds = time.perf_counter() - began
-    seen = (await http.get(f"{base}/lags")).json()["seen"]
-    return result_row(
-        "webhook_throughput",
-        LEVEL,
-        f"groupbuy http1 client, SQLite, max_in_flight {SETTINGS.max_in_flight}",
-        events,
-        seconds,
-        (None, None, None),
-        {"delivered": len(set(seen)), "attempts": len(seen)},
-        "events committed first, then delivered by one process to a bare uvicorn receiver",
-    )
-
-
 async def steady_lag(
     http: httpx.AsyncClient, url: str, base: str, rate: int, seconds: float, scenario: str
 ) -> Row:
@@ -158,25 +164,195 @@ async def steady_lag(
     )
 
 
+# Loopback receivers over plain HTTP, as in the benchmark's own receiver.
+WEBHOOK_ENV = {
+    "GROUPBUY_WEBHOOKS_ALLOW_HTTP": "true",
+    "GROUPBUY_WEBHOOKS_ALLOW_PRIVATE_NETWORKS": "true",
+}
+SUBSCRIBED = 3  # endpoints subscribed to everything, for the rows with webhooks
+TARGET_RATIO = 0.9  # issue 22: within 10 % of the rows without webhooks
+# The open-loop grab rate while delivering: this share of the closed loop's rate.
+OPEN_LOOP_SHARE = 0.5
+
+
+@contextlib.contextmanager
+def _server(bench: Bench, tag: str, base: str, endpoints: int) -> Iterator[Groupbuy]:
+    """A server that may deliver to the loopback receiver, with `endpoints` subscribed."""
+    with groupbuy(bench.redis_url, bench.workdir, 1, tag, **WEBHOOK_ENV) as target:
+        for n in range(endpoints):
+            target.client.post(
+                "/v1/admin/webhooks",
+                json={"endpoint_id": f"hook{n}", "url": f"{base}/fast", "event_types": ["*"]},
+            ).raise_for_status()
+        yield target
+
+
+def _seen(base: str) -> int:
+    return int(httpx.get(f"{base}/count", timeout=30).json()["seen"])
+
+
+async def _commit(url: str, events: int) -> None:
+    database = Database(url)
+    try:
+        for first in range(0, events, 1000):
+            async with database.transaction() as session:
+                await record_events(session, bench_events(first, min(1000, events - first)))
+    finally:
+        await database.dispose()
+
+
+def delivery_while_serving(
+    bench: Bench, base: str, events: int, seconds: int, rate: float | None, tag: str
+) -> Trial:
+    """`events` committed 1 s into `seconds` of flash grabs at the same server, closed loop
+    (wrk, `rate` None) or open loop at `rate` grabs/s: its deliveries per second until all
+    arrived or the load ended, and its grabs per second."""
+    httpx.delete(f"{base}/lags", timeout=30)
+    load_average = os.getloadavg()[0]
+    with _server(bench, tag, base, 1) as target:
+        packets = [f"pk-{tag}-{i}" for i in range(seconds * 2 + 1)]
+        send_packets(target.client, tag, packets, 1_000_000, 10_000)
+        driven: dict[str, Any] = {}
+
+        def drive() -> None:
+            url = target.server.url
+            if rate is None:
+                driven.update(load(url, seconds, "grab", *packets))
+            else:
+                driven.update(open_loop(url, rate, seconds, tag, "grab", *packets))
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        time.sleep(1.0)  # the load is running
+        began = time.perf_counter()
+        asyncio.run(_commit(bench.sqlite(f"bench-{tag}"), events))
+        seen = 0
+        while driver.is_alive() and seen < events:
+            time.sleep(0.1)
+            seen = _seen(base)
+        elapsed = time.perf_counter() - began
+        driver.join()
+        errors = target.server.log_errors()
+    extra: dict[str, Any] = {}
+    if rate is None:
+        grabs_per_s = driven["requests"] / (driven["duration_us"] / 1e6)
+        grab_5xx = int(driven.get("c5xx", 0))
+    else:
+        # Answers per second of the load's span (the run's own seconds include the wait
+        # for the last answers, which the unanswered count says).
+        grabs_per_s = driven["answered"] / seconds
+        grab_5xx = sum(n for code, n in driven["statuses"].items() if str(code).startswith("5"))
+        extra = {
+            "grabs_offered_per_s": driven["offered_per_s"],
+            "grabs_unanswered": driven["unanswered"],
+            "grab_p99_ms": driven["p99_ms"],
+            "generator_kept_up": driven["generator_kept_up"],
+        }
+    correct = {
+        "committed": events,
+        "delivered_while_loaded": seen,
+        "grabs_per_s": round(grabs_per_s, 1),
+        "grab_5xx": grab_5xx,
+        "server_log_errors": errors,
+        "load_average": load_average,
+        **extra,
+    }
+    return Trial(seen, elapsed, correct)
+
+
+def serving_rounds(bench: Bench, base: str, events: int, seconds: int, rounds: int) -> list[Row]:
+    """Delivery while serving, the deliverer on the request loop: under the closed-loop
+    flash grab at saturation, then under an open-loop one at OPEN_LOOP_SHARE of the closed
+    loop's median rate."""
+    closed = [
+        delivery_while_serving(bench, base, events, seconds, None, f"ws{n}c") for n in range(rounds)
+    ]
+    rate = round(statistics.median(t.correct["grabs_per_s"] for t in closed) * OPEN_LOOP_SHARE, 1)
+    opened = [
+        delivery_while_serving(bench, base, events, seconds, rate, f"ws{n}o") for n in range(rounds)
+    ]
+    return [
+        _serving_row("closed loop, request loop", closed, events, seconds),
+        _serving_row("open loop, request loop", opened, events, seconds),
+    ]
+
+
+def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row:
+    """A load's rounds as one row: the median round's deliveries/s, every round's
+    deliveries/s, grabs/s and load average beside it."""
+    middle = sorted(runs, key=lambda t: t.rate)[len(runs) // 2]
+    correct = {
+        **middle.correct,
+        "events_per_s_rounds": [round(t.rate, 1) for t in runs],
+        "grabs_per_s_rounds": [t.correct["grabs_per_s"] for t in runs],
+        "load_average_rounds": [t.correct["load_average"] for t in runs],
+    }
+    return result_row(
+        "webhook_throughput_serving",
+        LEVEL,
+        f"groupbuy serve (1 worker), SQLite, max_in_flight 8, {name}",
+        middle.ops,
+        middle.seconds,
+        (None, None, None),
+        correct,
+        f"{events} events committed 1 s into a {seconds} s flash grab on the same server "
+        f"({name}); ops/s: the median round's deliveries per second until all arrived or "
+        "the load ended",
+    )
+
+
+def subscribed_vs_not(bench: Bench, base: str) -> list[Row]:
+    """The flash grab and seat-lock rates on a server with SUBSCRIBED endpoints and on one
+    without, in alternated rounds: per round the ratio with/without."""
+    plan = plan_of(bench)
+    httpx.delete(f"{base}/lags", timeout=30)
+    with _server(bench, "hk", base, SUBSCRIBED) as hooked, _server(bench, "pl", base, 0) as plain:
+        servers = [hooked.server, plain.server]
+        contenders = {
+            "grab, webhooks": groupbuy_trial(flash_grab, hooked, plan.round_s),
+            "grab, none": groupbuy_trial(flash_grab, plain, plan.round_s),
+            "locks, webhooks": groupbuy_trial(seat_locks, hooked, plan.round_s),
+            "locks, none": groupbuy_trial(seat_locks, plain, plan.round_s),
+        }
+        trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers))
+        delivered = _seen(base)
+    return [
+        {
+            **comparison(
+                f"http_{scenario}_webhooks_vs_none",
+                f"http {scenario} ops/s, {SUBSCRIBED} endpoints subscribed to everything / none",
+                trials[f"{scenario}, webhooks"],
+                trials[f"{scenario}, none"],
+                TARGET_RATIO,
+            ),
+            "deliveries_during_rounds": delivered,
+        }
+        for scenario in ("grab", "locks")
+    ]
+
+
 def run_webhooks(bench: Bench) -> list[Row]:
-    """Every webhook row, each on a database of its own."""
+    """Every row of this module, against one receiver."""
     process, base = start_receiver()
     postgres = start_postgres()
     try:
-        return asyncio.run(_measure(bench, base, postgres.create_database("lag")))
+        seconds = 3.0 if bench.quick else 10.0
+        rows = asyncio.run(_lags(bench, base, postgres.create_database("lag"), seconds))
+        events, load_s = (3000, 6) if bench.quick else (10_000, 15)
+        rounds = bench.rounds or (2 if bench.quick else 3)
+        rows += serving_rounds(bench, base, events, load_s, rounds)
+        return rows + subscribed_vs_not(bench, base)
     finally:
         postgres.stop()
         process.terminate()
         process.wait(timeout=30)
 
 
-async def _measure(bench: Bench, base: str, postgres_url: str) -> list[Row]:
-    events, seconds = (1000, 3.0) if bench.quick else (5000, 10.0)
+async def _lags(bench: Bench, base: str, postgres_url: str, seconds: float) -> list[Row]:
     # One client for the questions to the receiver: a new httpx client builds an SSL
     # context (slow, and the deliverer's loop stalls meanwhile).
     async with httpx.AsyncClient(verify=False) as http:
         return [
-            await throughput(http, bench.sqlite("throughput"), base, events),
             await steady_lag(http, bench.sqlite("lag"), base, 200, seconds, "webhook_lag"),
             await steady_lag(http, postgres_url, base, 200, seconds, "webhook_lag_postgresql"),
         ]

@@ -1,6 +1,8 @@
 """background: what the scheduled jobs cost while nearly everything is idle, and how soon a
 grab's credit reaches SQL while they run at their configured intervals.
 
+Guards the write-behind: a credit in SQL within 2 s (SPEC), idle rounds under a ms.
+
 (a) Idle rounds. `packets` live packets (a SQL row and the Redis state each, no grab) and
 `activities` activities (an open team each) are created in bulk; then each round runs
 `flush_records` (team and packet write-behind, the backlog gauges) and, separately, the

@@ -37,16 +37,14 @@ class Sizes:
     versus_shares: int  # shares of each round's flash packet
     versus_users: int  # users of each round's flash grab (+60% double taps)
     versus_teams: int  # teams of each round's seat locks (twice as many users as seats)
-    versus_fresh: int  # grabs by new users per round, against redis-benchmark
-    versus_bench_requests: int  # redis-benchmark -n per round
     join_teams: int  # open teams of 3 of the join flash (two free seats each)
     join_users: int  # shoppers of the join flash, each tapping once
 
 
 FULL = Sizes(1000, 5000, 200, 2000, 10, (10**3, 10**4, 10**5), 5_000,
-             5, 1000, 3000, 250, 5000, 50_000, 1000, 5000)  # fmt: skip
+             5, 1000, 3000, 250, 1000, 5000)  # fmt: skip
 QUICK = Sizes(200, 1000, 50, 300, 10, (10**3, 10**4), 3_000,
-              3, 300, 1000, 100, 2000, 20_000, 200, 1000)  # fmt: skip
+              3, 300, 1000, 100, 200, 1000)  # fmt: skip
 
 
 def say(message: str) -> None:

@@ -31,11 +31,10 @@ async def _run(redis_url: str, database_url: str, quick: bool) -> list[Row]:
     rows: list[Row] = []
     began = time.perf_counter()
     steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-        (f"{name} {'naive' if naive else 'groupbuy'}", partial(step, services, sizes, run, naive))
-        for name, step in (("flash_grab", flash_grab), ("lock_storm", lock_storm))
-        for naive in (False, True)
-    ]
-    steps.append(("join_flash groupbuy", partial(join_flash, services, sizes, run)))
+        (name, partial(step, services, sizes, run))
+        for name, step in (("flash_grab", flash_grab), ("lock_storm", lock_storm),
+                           ("join_flash", join_flash))
+    ]  # fmt: skip
     versus = partial(versus_rows, services, services_off, redis_url, sizes, run)
     steps.append(("interleaved comparisons", versus))
     steps += [

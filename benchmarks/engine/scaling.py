@@ -1,7 +1,10 @@
 """scaling: the grab and lock rates with 10^3..10^5 live packets / teams, and the Redis memory
 per live packet, team, grab and lock. Then the same kinds of call offered open loop at half
 and 80% of the rate measured among 1,000: p50/p95/p99 from when each call was due, and
-whether the generator (in the service's process) kept up."""
+whether the generator (in the service's process) kept up.
+
+Guards the engine's p99 targets (open loop) and the memory figures of docs/deploy.md.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The closed-loop storms, 256 calls in flight: groupbuy against the naive SETNX-mutex baseline
-(benchmarks/naive.py) where the seed articles have one.
+"""The closed-loop storms, 256 calls in flight; they guard the grab, the seat lock, the
+confirm and the join against overselling and spurious refusals under concurrency.
 
 - flash_grab: one red packet, thousands of users (60% tap twice);
 - lock_storm: users lock, switch, unlock and confirm seats in one activity's teams while
@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from benchmarks.engine.common import (
     TEAM_SIZE,
@@ -26,11 +26,9 @@ from benchmarks.engine.common import (
     flash_requests,
     grade_grabs,
     open_teams,
-    run_calls,
     run_grabs,
 )
 from benchmarks.harness import CONCURRENCY, Meter, Row, make_row
-from benchmarks.naive import NaivePackets, NaiveTeams
 from groupbuy import errors
 from groupbuy.services import Services
 from tests.support.joins import Tap, grade_joins
@@ -44,53 +42,23 @@ JOIN_TEAM_SIZE = 3
 # -- flash grab ---------------------------------------------------------------------------
 
 
-async def flash_grab(services: Services, sizes: Sizes, run: str, naive: bool) -> Row:
-    """One packet of K shares, U users plus double taps, through RedPacketService.grab or
-    the naive baseline."""
+async def flash_grab(services: Services, sizes: Sizes, run: str) -> Row:
+    """One packet of K shares, U users plus double taps, through RedPacketService.grab."""
     packet_id, amount = f"flash-{run}", sizes.shares * 100
     requests = [(packet_id, u) for u in flash_requests(sizes.users, random.Random(1))]
-    if naive:
-        baseline = NaivePackets(services.redis)
-        await baseline.create(packet_id, [amount // sizes.shares] * sizes.shares)
-        seconds, latencies, answers = await run_calls(baseline.grab, requests)
-    else:
-        await services.packets.accounts.deposit(f"sender-{run}", amount, f"flash-{run}")
-        await services.packets.sending.send(
-            f"sender-{run}", amount, sizes.shares, packet_id=packet_id
-        )
-        seconds, latencies, answers = await run_grabs(services, requests)
+    await services.packets.accounts.deposit(f"sender-{run}", amount, f"flash-{run}")
+    await services.packets.sending.send(f"sender-{run}", amount, sizes.shares, packet_id=packet_id)
+    seconds, latencies, answers = await run_grabs(services, requests)
     correct = grade_grabs([(u, a) for _p, u, a in answers], sizes.shares)
-    if naive:
-        left = await baseline.left(packet_id)
-        correct["sum_ok"] = correct["granted_cents"] + sum(left) == amount
-        correct["shares_left"] = len(left)
-        correct["too_many_people"] = correct["outcomes"].get("too_many_people", 0)
-        note = (
-            "naive: SET NX PX 100 mutex per packet, up to 10 tries 1 ms apart, then HEXISTS, "
-            "LLEN, LPOP, HSET, DEL (6+ round trips); 'too many people' counted as spurious"
-        )
-    else:
-        recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
-        correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
-        note = (f"1 packet x {sizes.shares} shares, {sizes.users} users + 60% double taps, "
-                f"{CONCURRENCY} concurrent; RedPacketService.grab (one EVALSHA)")  # fmt: skip
+    recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
+    correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
     correct["winners_ok"] = correct["winners"] == sizes.shares
-    return make_row(
-        "flash_grab", "naive" if naive else "groupbuy", seconds, latencies, correct, note
-    )
+    note = (f"1 packet x {sizes.shares} shares, {sizes.users} users + 60% double taps, "
+            f"{CONCURRENCY} concurrent; RedPacketService.grab (one EVALSHA)")  # fmt: skip
+    return make_row("flash_grab", "groupbuy", seconds, latencies, correct, note)
 
 
 # -- lock storm ---------------------------------------------------------------------------
-
-
-class Seats(Protocol):
-    """A seat engine answering outcome strings (GroupbuyTeams, NaiveTeams)."""
-
-    EXPECTED: set[str]
-
-    async def lock(self, aid: str, tid: str, user: str) -> str: ...
-    async def unlock(self, aid: str, tid: str, user: str) -> str: ...
-    async def confirm(self, aid: str, tid: str, user: str) -> str: ...
 
 
 async def groupbuy_snapshot(services: Services, teams: list[tuple[str, str]]) -> tuple[int, int]:
@@ -135,7 +103,7 @@ async def sample(
 
 
 async def storm(
-    engine: Seats, aid: str, teams: list[str], sizes: Sizes
+    engine: GroupbuyTeams, aid: str, teams: list[str], sizes: Sizes
 ) -> tuple[Meter, Counter[str]]:
     """Every storm user's steps: lock 70%, unlock 15%, confirm 15% (of a held lock); a user
     holding nothing locks; a confirmed user is done."""
@@ -163,19 +131,12 @@ async def storm(
     return meter, outcomes
 
 
-async def lock_storm(services: Services, sizes: Sizes, run: str, naive: bool) -> Row:
+async def lock_storm(services: Services, sizes: Sizes, run: str) -> Row:
     """T teams of one activity, storm users locking, switching, unlocking, confirming."""
     aid, teams = f"storm-{run}", [f"t{i}" for i in range(sizes.teams)]
-    pairs = [(aid, t) for t in teams]
-    engine: Seats
-    if naive:
-        baseline = NaiveTeams(services.redis, TEAM_SIZE)
-        for tid in teams:
-            await baseline.open_team(aid, tid)
-        engine, snapshot = baseline, partial(baseline.snapshot, pairs)
-    else:
-        await open_teams(services, aid, teams, TEAM_SIZE)
-        engine, snapshot = GroupbuyTeams(services), partial(groupbuy_snapshot, services, pairs)
+    await open_teams(services, aid, teams, TEAM_SIZE)
+    engine = GroupbuyTeams(services)
+    snapshot = partial(groupbuy_snapshot, services, [(aid, t) for t in teams])
     began = time.perf_counter()
     checks, (meter, outcomes) = await sample(snapshot, storm(engine, aid, teams, sizes))
     seconds = time.perf_counter() - began
@@ -184,19 +145,13 @@ async def lock_storm(services: Services, sizes: Sizes, run: str, naive: bool) ->
                "double_locks": checks["double_locks"], "duplicates": checks["double_locks"],
                "spurious_failures": spurious, "snapshots": checks["snapshots"],
                "outcomes": dict(outcomes)}  # fmt: skip
-    if naive:
-        correct["too_many_people"] = outcomes["too_many_people"]
-        note = ("naive: SET NX PX 100 mutex per team (10 tries, 1 ms apart), GET members, GET "
-                "locked, INCR, SADD, SET user, DEL; a switch releases the old team afterwards; "
-                "violations summed over all MULTI snapshots")  # fmt: skip
-    else:
-        note = (f"{sizes.teams} teams of {TEAM_SIZE}, {sizes.storm_users} users x "
-                f"{sizes.storm_steps} ops (lock 70/unlock 15/confirm 15), {CONCURRENCY} "
-                "concurrent; TeamService (confirm also flushes the outbox to SQLite and reads "
-                "the team); over_capacity and double_locks are violations summed over all "
-                "snapshots (one script each)")  # fmt: skip
-    return make_row("lock_storm", "naive" if naive else "groupbuy", seconds, meter.latencies,
-                    correct, note, by_operation=meter.breakdown())  # fmt: skip
+    note = (f"{sizes.teams} teams of {TEAM_SIZE}, {sizes.storm_users} users x "
+            f"{sizes.storm_steps} ops (lock 70/unlock 15/confirm 15), {CONCURRENCY} "
+            "concurrent; TeamService (confirm also flushes the outbox to SQLite and reads "
+            "the team); over_capacity and double_locks are violations summed over all "
+            "snapshots (one script each)")  # fmt: skip
+    return make_row("lock_storm", "groupbuy", seconds, meter.latencies, correct, note,
+                    by_operation=meter.breakdown())  # fmt: skip
 
 
 # -- join flash ---------------------------------------------------------------------------

@@ -1,28 +1,24 @@
-"""Interleaved engine comparisons at 64 concurrent callers (benchmarks/harness.py).
+"""Interleaved engine comparisons at 64 concurrent callers (benchmarks/harness.py); they
+guard the grab and the seat lock against the seed-style peer (target 2x) and the coalesced
+round trips (auto_pipeline on / off, quoted in docs/architecture.md).
 
 - flash grab: the engine (RedPacketService.grab, auto_pipeline on), the same engine with
   auto_pipeline off, and the seed-style Lua peer (benchmarks/seed_peer.py), each round a
   fresh packet and the same requests for all three;
 - seat locks: SeatService.lock (on and off) and the peer's lock script, each round fresh
-  teams and the same (user, team) requests for all three;
-- fresh grabs: the engine against redis-benchmark running EVALSHA of lua/packet_grab.lua
-  (-c 50 -P 1), a new user every call for both.
+  teams and the same (user, team) requests for all three.
 
 Every trial is graded: winners, over capacity, duplicates, spurious failures.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import random
-import re
-import shutil
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
-from urllib.parse import urlparse
 
 from benchmarks.engine.common import (
     TEAM_SIZE,
@@ -37,18 +33,13 @@ from benchmarks.engine.common import (
 )
 from benchmarks.harness import Row, Trial, comparison, gather_limited, run_async, trials_row
 from benchmarks.seed_peer import SeedPeer
-from groupbuy.redpacket.grab import PACKET_GRAB
-from groupbuy.redpacket.send import packet_create
-from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.services import Services
-from groupbuy.storage.scripts import script_source
 
 CALLERS = 64  # concurrent callers, like a small service's request handlers
 SEATS = TEAM_SIZE - 1  # a team of 5 opens with its leader: 4 seats to lock
 ON = f"groupbuy ({CALLERS} callers)"
 OFF = f"groupbuy, auto_pipeline off ({CALLERS} callers)"
 PEER = f"seed-style lua ({CALLERS} callers)"
-BENCH_CLIENTS = 50
 
 
 async def idle() -> None:
@@ -191,81 +182,6 @@ def lock_peer(peer: SeedPeer, sizes: Sizes, run: str) -> Callable[[int], Awaitab
     return trial
 
 
-# -- fresh grabs against redis-benchmark ------------------------------------------------
-
-
-def redis_benchmark_binary() -> str | None:
-    """redis-benchmark on PATH, or None."""
-    return shutil.which("redis-benchmark")
-
-
-async def redis_benchmark(binary: str, port: int, requests: int, *cmd: str) -> dict[str, Any]:
-    """redis-benchmark -q -P 1 on one command; its requests/s and p50 (ms)."""
-    args = [binary, "-h", "127.0.0.1", "-p", str(port), "-c", str(BENCH_CLIENTS)]
-    args += ["-n", str(requests), "-r", "100000000", "-P", "1", "-q", *cmd]
-    process = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    text = (await process.communicate())[0].decode(errors="replace")
-    rates = re.findall(r"([\d.]+) requests per second", text)
-    p50 = re.findall(r"p50=([\d.]+) msec", text)
-    if process.returncode != 0 or not rates:
-        raise RuntimeError(f"redis-benchmark failed: {text.strip()[-300:]}")
-    return {"rps": float(rates[-1]), "p50_ms": float(p50[-1]) if p50 else None}
-
-
-async def prepare_bench_packet(services: Services, packet_id: str, shares: int) -> None:
-    """A packet of `shares` one-cent shares, straight through packet_create."""
-    now = await services.clock.now_ms(services.redis)
-    packets = PacketScripts(services.scripts, services.keys, services.clock)
-    await packet_create(
-        packets, packet_id, [1] * shares, sender_id="bench", amount_cents=shares, count=shares,
-        strategy="equal", created_ms=now, expires_ms=now + 3_600_000, retention_ms=60_000,
-    )  # fmt: skip
-
-
-def fresh_grab_engine(services: Services, sizes: Sizes) -> Callable[[int], Awaitable[Trial]]:
-    """A round: `versus_fresh` grabs by new users of one big packet, through the service."""
-
-    async def trial(index: int) -> Trial:
-        packet_id, count = f"vf{index}", sizes.versus_fresh
-        await prepare_bench_packet(services, packet_id, count)
-        requests = [(packet_id, f"f{index}-{i}") for i in range(count)]
-        seconds, latencies, answers = await run_grabs(services, requests, CALLERS)
-        correct = grade_grabs([(u, a) for _p, u, a in answers], count)
-        correct["all_grabbed"] = correct["winners"] == count
-        return Trial(len(answers), seconds, correct, latencies)
-
-    return trial
-
-
-def fresh_grab_bench(
-    services: Services, sizes: Sizes, binary: str, port: int
-) -> Callable[[int], Awaitable[Trial]]:
-    """A round: redis-benchmark -c 50 -P 1, EVALSHA of packet_grab, a new user each call."""
-
-    async def trial(index: int) -> Trial:
-        packet_id, n = f"vb{index}", sizes.versus_bench_requests
-        sha = await services.redis.script_load(script_source("packet_grab"))
-        await prepare_bench_packet(services, packet_id, n + n // 5)
-        packet = services.keys.packet_keys(packet_id)
-        keys = PACKET_GRAB.key_list(packet)
-        cmd = ["EVALSHA", sha, str(len(keys)), *keys, packet_id, "0", "user:__rand_int__"]
-        result = await redis_benchmark(binary, port, n, *cmd, "token", "60000")
-        winners = await services.redis.hlen(packet.grabs)
-        left = int(await services.redis.hget(packet.hash, "remaining_count"))
-        # -r draws users at random: a few repeat (already_grabbed); a hash cannot hold a
-        # user twice, so the check is that shares taken and grabs recorded agree.
-        correct = {
-            "winners": winners,
-            "over_capacity": max(0, winners - (n + n // 5)),
-            "shares_match_grabs": winners + left == n + n // 5,
-        }
-        return Trial(n, n / result["rps"], correct, percentiles_ms=(result["p50_ms"], None, None))
-
-    return trial
-
-
 # -- the comparisons ----------------------------------------------------------------------
 
 
@@ -328,47 +244,4 @@ async def versus_rows(
          "peer (interleaved)", locks[OFF], locks[PEER], None),
     ):  # fmt: skip
         rows.append(comparison(key, what, mine, base, target))
-    rows += await _versus_redis_benchmark(services, redis_url, sizes)
     return rows
-
-
-async def _versus_redis_benchmark(services: Services, redis_url: str, sizes: Sizes) -> list[Row]:
-    binary = redis_benchmark_binary()
-    if binary is None:
-        say("redis-benchmark not found: engine grab / redis-benchmark skipped")
-        return []
-    rounds, bench = sizes.versus_rounds, "redis-benchmark evalsha"
-    port = urlparse(redis_url).port or 6379
-    trials = await alternate(
-        {ON: fresh_grab_engine(services, sizes),
-         bench: fresh_grab_bench(services, sizes, binary, port)},
-        rounds, "fresh grabs",
-    )  # fmt: skip
-    how = f"{rounds} rounds, in rotating order with the other"
-    engine = trials_row(
-        "evalsha_grab",
-        ON,
-        trials[ON],
-        f"RedPacketService.grab, {sizes.versus_fresh} new users per round on a packet with a "
-        f"share for each, {CALLERS} concurrent callers; {how}",
-    )
-    bench_trials = trials[bench]
-    base = trials_row(
-        "evalsha_grab", bench, bench_trials,
-        f"redis-benchmark -c {BENCH_CLIENTS} -n {sizes.versus_bench_requests} -P 1 per "
-        f"round: EVALSHA of lua/packet_grab.lua, a new user each call (p50: median of the "
-        f"rounds); {how}", level="redis-benchmark", pipeline=1,
-    )  # fmt: skip
-    return [
-        engine,
-        base,
-        comparison(
-            "engine_grab_vs_redis_benchmark",
-            f"engine grab ({CALLERS} callers) / redis-benchmark EVALSHA of packet_grab.lua, "
-            f"-c {BENCH_CLIENTS} -P 1 (fresh users, interleaved)",
-            trials[ON],
-            bench_trials,
-            0.5,
-            percent=True,
-        ),
-    ]
