@@ -31,7 +31,7 @@ from benchmarks.harness import (
     Row,
     create_schema,
     groupbuy,
-    result_row,
+    make_row,
     standalone,
     wait_idle,
 )
@@ -181,16 +181,16 @@ def rows(kind: str, runs: list[dict[str, Any]], rate: float, seconds: float) -> 
             f"p99 of each run: {p99s} ms; load average {middle['correct']['load_average']}"
         )
         out.append(
-            result_row(
+            make_row(
                 f"confirm mix @ {rate:,.0f}/s: {k}",
-                "http",
                 f"groupbuy (1 worker, {NAMES[kind]})",
-                figures["count"],
                 float(seconds),
-                (figures["p50_ms"], figures["p95_ms"], figures["p99_ms"]),
+                [ms / 1000 for ms in figures["latencies_ms"]],
                 correct,
                 note,
-                latencies_ms=figures["latencies_ms"],
+                ops=figures["count"],
+                level="http",
+                percentiles_ms=(figures["p50_ms"], figures["p95_ms"], figures["p99_ms"]),
             )
         )
     return out

@@ -31,7 +31,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,13 @@ from benchmarks.harness import (
     REPO,
     Bench,
     Groupbuy,
+    Plan,
     Server,
     Trial,
     comparison,
     groupbuy_command,
     percentile,
+    plan_of,
     run_sync,
     serve,
     wait_idle,
@@ -57,6 +58,7 @@ from benchmarks.harness import (
 from benchmarks.http_level import flash_grab, wrk_trial
 from groupbuy.services import build_services, running
 from groupbuy.settings import load_settings
+from tests.support.console import csrf_of
 from tests.support.servers import start_redis
 
 DOCS = REPO / "docs"
@@ -65,20 +67,9 @@ POLL_S = 10.0  # a console page that polls reloads every 10 s (docs/console.md)
 DEEP_PAGES = 20  # pages followed (of 100 rows) before a deep cursor page is timed
 TARGET = 0.95
 SCANS = ("keys", "scan", "hscan", "sscan", "zscan")
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
-@dataclass(frozen=True)
-class Plan:
-    """How much to seed and measure."""
-
-    scale: Scale
-    requests: int  # of each page
-    rounds: int  # alternated grab rounds, after a 1 s warm-up round
-    round_s: int
-
-
-PLANS = {"full": Plan(FULL, 100, 8, 3), "quick": Plan(QUICK, 20, 2, 2)}
+GRAB_FULL, GRAB_QUICK = Plan(rounds=8, round_s=3), Plan(rounds=2, round_s=2)
 
 
 def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
@@ -143,13 +134,10 @@ def signed_in(url: str) -> httpx.Client:
     client = httpx.Client(
         base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
     )
-    form = client.get("/console/signin")
-    found = _CSRF.search(form.text)
-    if found is None:
-        raise RuntimeError(f"no sign-in form at /console/signin: {form.status_code}")
+    form = client.get("/console/signin").raise_for_status()
     answer = client.post(
         "/console/signin",
-        data={"key": ADMIN_KEY, "csrf": found.group(1), "next": "/console"},
+        data={"key": ADMIN_KEY, "csrf": csrf_of(form.text), "next": "/console"},
         follow_redirects=False,
     )
     if answer.status_code != 303:
@@ -160,15 +148,13 @@ def signed_in(url: str) -> httpx.Client:
 def _deep(client: httpx.Client, path: str, key: str) -> str | None:
     """`path` at the cursor reached after DEEP_PAGES pages, or None when the listing ends
     sooner."""
-    cursor: str | None = None
+    at = path
     for _ in range(DEEP_PAGES):
-        sep = "&" if "?" in path else "?"
-        at = f"{path}{sep}cursor={cursor}" if cursor else path
         cursor = client.get(at).raise_for_status().json().get(key)
         if cursor is None:
             return None
-    sep = "&" if "?" in path else "?"
-    return f"{path}{sep}cursor={cursor}"
+        at = f"{path}{'&' if '?' in path else '?'}cursor={cursor}"
+    return at
 
 
 def time_pages(client: httpx.Client, seeded: Seeded, requests: int) -> list[dict[str, Any]]:
@@ -359,10 +345,10 @@ def seeded_server(redis_url: str, workdir: Path, scale: Scale) -> Iterator[tuple
 
 def run_console_cost(bench: Bench, command: str) -> dict[str, Any]:
     """Seed, serve, time the pages, count the Redis commands, run the grab rounds."""
-    plan = PLANS["quick" if bench.quick else "full"]
-    redis_url = bench.redis_url
+    plan, scale = plan_of(bench, GRAB_FULL, GRAB_QUICK), QUICK if bench.quick else FULL
+    requests, redis_url = 20 if bench.quick else 100, bench.redis_url
     with (
-        seeded_server(redis_url, bench.workdir, plan.scale) as (server, seeded),
+        seeded_server(redis_url, bench.workdir, scale) as (server, seeded),
         contextlib.closing(signed_in(server.url)) as client,
     ):
         wait_idle([server])
@@ -373,7 +359,7 @@ def run_console_cost(bench: Bench, command: str) -> dict[str, Any]:
                 "counts in Redis: the pages would be timed putting them back from SQL"
             )
         before = command_counts(redis_url)
-        page_rows = time_pages(client, seeded, plan.requests)
+        page_rows = time_pages(client, seeded, requests)
         after = command_counts(redis_url)
         counted_after = counts_in_redis(redis_url, seeded.counts_keys)
         print(f"  live counts in Redis: {counted_before} before the pages, {counted_after} after")
@@ -381,17 +367,16 @@ def run_console_cost(bench: Bench, command: str) -> dict[str, Any]:
         target = Groupbuy(server, client, "console")
         grab = grab_rounds(target, seeded, plan)
         errors = server.log_errors()
-    s = plan.scale
     return {
         "meta": {
             "command": command,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.system()} {platform.machine()}, "
             f"Python {platform.python_version()}, {os.cpu_count()} cores",
-            "seeded": f"{s.activities:,} activities ({s.live_activities} with open teams in "
-            f"Redis), {s.packets:,} packets ({s.active_packets} active), {s.senders} senders, "
-            f"{s.events:,} events, {s.audit:,} audit rows",
-            "requests": plan.requests,
+            "seeded": f"{scale.activities:,} activities ({scale.live_activities} with open "
+            f"teams in Redis), {scale.packets:,} packets ({scale.active_packets} active), "
+            f"{scale.senders} senders, {scale.events:,} events, {scale.audit:,} audit rows",
+            "requests": requests,
             "counts_in_redis": f"{counted_before:,} of {len(seeded.counts_keys):,} activities' "
             f"live counts in Redis before the pages, {counted_after:,} after",
             "server_log_errors": errors,

@@ -49,7 +49,6 @@ class Scale:
 
 FULL = Scale(10_000, 100_000, 1_000, 200, 1_000, 100_000, 2_000)
 QUICK = Scale(10_000, 100_000, 1_000, 50, 200, 20_000, 500)
-SMALL = Scale(30, 120, 6, 3, 8, 300, 60)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -73,6 +74,21 @@ class Bench:
         return f"sqlite+aiosqlite:///{self.workdir / name}.db"
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How long a scenario's alternated rounds run (full run or quick run)."""
+
+    rounds: int  # interleaved rounds, after a 1 s warm-up round
+    round_s: int  # seconds of one round
+    open_loop_s: int = 0  # seconds of an open-loop run, where there is one
+
+
+def plan_of(bench: Bench, full: Plan, quick: Plan) -> Plan:
+    """The full or quick plan, with the rounds the command line asked for."""
+    plan = quick if bench.quick else full
+    return dataclasses.replace(plan, rounds=bench.rounds) if bench.rounds else plan
+
+
 def say(message: str, level: str = "bench") -> None:
     """One progress line."""
     print(f"[{level}] {message}", flush=True)
@@ -124,37 +140,6 @@ async def gather_limited(calls: list[Callable[[], Awaitable[Any]]], limit: int =
     return await asyncio.gather(*(meter.measure(c) for c in calls))
 
 
-def result_row(
-    scenario: str,
-    level: str,
-    implementation: str,
-    ops: int,
-    seconds: float,
-    percentiles_ms: tuple[float | None, float | None, float | None],
-    correct: dict[str, Any],
-    note: str,
-    latencies_ms: list[float] | None = None,
-    **extra: Any,
-) -> Row:
-    """One result row in the shape benchmarks/run.py expects (extra keys allowed)."""
-    p50, p95, p99 = percentiles_ms
-    return {
-        "scenario": scenario,
-        "level": level,
-        "implementation": implementation,
-        "ops": ops,
-        "seconds": round(seconds, 4),
-        "ops_per_s": round(ops / seconds, 1) if seconds > 0 else 0.0,
-        "p50_ms": p50,
-        "p95_ms": p95,
-        "p99_ms": p99,
-        "correct": correct,
-        "latencies_ms": latencies_ms or [],
-        "note": note,
-        **extra,
-    }
-
-
 def make_row(
     scenario: str,
     implementation: str,
@@ -167,16 +152,30 @@ def make_row(
     percentiles_ms: tuple[float | None, float | None, float | None] | None = None,
     **extra: Any,
 ) -> Row:
-    """A row from measured latencies (seconds; a sample kept for the plot), announced;
-    `percentiles_ms` when the load generator reported only those."""
+    """One result row in the shape benchmarks/run.py expects (extra keys allowed), from
+    measured latencies (seconds; a sample kept for the plot), announced; `percentiles_ms`
+    when the load generator reported only those."""
     ordered = sorted(latencies)
     sample = ordered if len(ordered) <= LATENCY_SAMPLE else random.sample(ordered, LATENCY_SAMPLE)
     if percentiles_ms is None:
         p = [percentile(ordered, f) for f in (0.5, 0.95, 0.99)]
         percentiles_ms = (p[0], p[1], p[2])
     ops = len(latencies) if ops is None else ops
-    row = result_row(scenario, level, implementation, ops, seconds, percentiles_ms, correct,
-                     note, [round(s * 1000, 3) for s in sample], **extra)  # fmt: skip
+    row = {
+        "scenario": scenario,
+        "level": level,
+        "implementation": implementation,
+        "ops": ops,
+        "seconds": round(seconds, 4),
+        "ops_per_s": round(ops / seconds, 1) if seconds > 0 else 0.0,
+        "p50_ms": percentiles_ms[0],
+        "p95_ms": percentiles_ms[1],
+        "p99_ms": percentiles_ms[2],
+        "correct": correct,
+        "latencies_ms": [round(s * 1000, 3) for s in sample],
+        "note": note,
+        **extra,
+    }
     say(f"{scenario:<14} {implementation:<34} {row['ops_per_s']:>10,.0f} ops/s  "
         f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms", level)  # fmt: skip
     return row
@@ -207,7 +206,17 @@ def rotation(names: Sequence[str], round_index: int) -> list[str]:
     return [*names[shift:], *names[:shift]]
 
 
-def _progress(index: int, name: str, trial: Trial) -> str:
+def _schedule(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, contender) of every trial: round 0 a warm-up, each round in rotating order."""
+    for index in range(rounds + 1):
+        for name in rotation(names, index):
+            yield index, name
+
+
+def _keep(trials: dict[str, list[Trial]], index: int, name: str, trial: Trial) -> str:
+    """Keep a trial unless it is the warm-up; its progress line."""
+    if index:
+        trials[name].append(trial)
     what = "warm-up" if index == 0 else f"round {index}"
     return f"  {what:<8} {name:<34} {trial.rate:>10,.0f} ops/s"
 
@@ -221,14 +230,10 @@ def run_sync(
     """Every contender once per round (round 0 a dropped warm-up), in rotating order;
     `between` runs before each trial (e.g. waits for the servers to be idle)."""
     trials: dict[str, list[Trial]] = {name: [] for name in contenders}
-    for index in range(rounds + 1):
-        for name in rotation(list(contenders), index):
-            if between is not None:
-                between()
-            trial = contenders[name](index)
-            if index:
-                trials[name].append(trial)
-            say(_progress(index, name, trial))
+    for index, name in _schedule(list(contenders), rounds):
+        if between is not None:
+            between()
+        say(_keep(trials, index, name, contenders[name](index)))
     return trials
 
 
@@ -240,14 +245,10 @@ async def run_async(
 ) -> dict[str, list[Trial]]:
     """run_sync for coroutine trials."""
     trials: dict[str, list[Trial]] = {name: [] for name in contenders}
-    for index in range(rounds + 1):
-        for name in rotation(list(contenders), index):
-            if between is not None:
-                await between()
-            trial = await contenders[name](index)
-            if index:
-                trials[name].append(trial)
-            say(_progress(index, name, trial))
+    for index, name in _schedule(list(contenders), rounds):
+        if between is not None:
+            await between()
+        say(_keep(trials, index, name, await contenders[name](index)))
     return trials
 
 
@@ -466,11 +467,6 @@ def _cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(server: Server) -> float:
-    """CPU time (user + system) the server's processes have used so far."""
-    return _cpu_seconds(_tree(server.process.pid))
 
 
 def wait_idle(servers: list[Server]) -> float:

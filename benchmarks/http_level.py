@@ -18,7 +18,6 @@ Usage: .venv/bin/python -m benchmarks.http_level [--quick] [--part embedded ...]
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -30,7 +29,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -41,6 +39,7 @@ from benchmarks.harness import (
     SERVICE_KEY,
     Bench,
     Groupbuy,
+    Plan,
     Row,
     Server,
     Trial,
@@ -48,6 +47,7 @@ from benchmarks.harness import (
     comparison,
     groupbuy,
     make_row,
+    plan_of,
     run_sync,
     serve,
     standalone,
@@ -72,22 +72,7 @@ ROUNDS_NOTE = (
 )
 
 
-@dataclass(frozen=True)
-class Plan:
-    """How long each HTTP measurement runs (full run or quick run)."""
-
-    rounds: int  # interleaved rounds, after a 1 s warm-up round
-    round_s: int  # wrk -d of one round
-    open_loop_s: int  # duration of an open-loop run
-
-
 FULL, QUICK = Plan(rounds=5, round_s=3, open_loop_s=5), Plan(rounds=2, round_s=2, open_loop_s=2)
-
-
-def plan_of(bench: Bench) -> Plan:
-    """The full or quick plan, with the rounds the command line asked for."""
-    plan = QUICK if bench.quick else FULL
-    return dataclasses.replace(plan, rounds=bench.rounds) if bench.rounds else plan
 
 
 def say(message: str) -> None:
@@ -578,7 +563,7 @@ PARTS = ("1 worker", "embedded", "2 workers")
 def run_http(bench: Bench) -> list[Row]:
     """Rows (and comparison rows) for groupbuy serve and the bare baseline, and for the
     embedded default against redis-server (the parts of PARTS the bench asks for)."""
-    plan = plan_of(bench)
+    plan = plan_of(bench, FULL, QUICK)
     rows: list[Row] = []
     runs: dict[str, Callable[[], list[Row]]] = {
         "1 worker": lambda: _against_bare(bench, plan, 1),

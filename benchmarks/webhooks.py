@@ -33,18 +33,19 @@ from benchmarks.harness import (
     Trial,
     comparison,
     groupbuy,
-    percentile,
-    result_row,
+    make_row,
+    plan_of,
     run_sync,
     standalone,
     wait_idle,
 )
 from benchmarks.http_level import (
+    FULL,
+    QUICK,
     flash_grab,
     groupbuy_trial,
     load,
     open_loop,
-    plan_of,
     seat_locks,
     send_packets,
 )
@@ -151,16 +152,14 @@ async def steady_lag(
         await _until_received(http, base, sent, timeout_s=30)
     got = (await http.get(f"{base}/lags")).json()
     lags = sorted(v / 1000 for v in got["lags_ms"])
-    return result_row(
+    return make_row(
         scenario,
-        LEVEL,
         f"{rate} events/s, 0 dead endpoints, {url.split('+')[0]}",
-        len(lags),
         seconds,
-        (percentile(lags, 0.5), percentile(lags, 0.95), percentile(lags, 0.99)),
+        lags,
         {"committed": sent, "delivered": len(set(got["seen"]))},
         "p50/p95/p99: commit to arrival at the receiver (ms); ops/s: the rate offered",
-        latencies_ms=[v * 1000 for v in lags],
+        level=LEVEL,
     )
 
 
@@ -287,24 +286,25 @@ def _serving_row(name: str, runs: list[Trial], events: int, seconds: int) -> Row
         "grabs_per_s_rounds": [t.correct["grabs_per_s"] for t in runs],
         "load_average_rounds": [t.correct["load_average"] for t in runs],
     }
-    return result_row(
+    return make_row(
         "webhook_throughput_serving",
-        LEVEL,
         f"groupbuy serve (1 worker), SQLite, max_in_flight 8, {name}",
-        middle.ops,
         middle.seconds,
-        (None, None, None),
+        [],
         correct,
         f"{events} events committed 1 s into a {seconds} s flash grab on the same server "
         f"({name}); ops/s: the median round's deliveries per second until all arrived or "
         "the load ended",
+        ops=middle.ops,
+        level=LEVEL,
+        percentiles_ms=(None, None, None),
     )
 
 
 def subscribed_vs_not(bench: Bench, base: str) -> list[Row]:
     """The flash grab and seat-lock rates on a server with SUBSCRIBED endpoints and on one
     without, in alternated rounds: per round the ratio with/without."""
-    plan = plan_of(bench)
+    plan = plan_of(bench, FULL, QUICK)
     httpx.delete(f"{base}/lags", timeout=30)
     with _server(bench, "hk", base, SUBSCRIBED) as hooked, _server(bench, "pl", base, 0) as plain:
         servers = [hooked.server, plain.server]

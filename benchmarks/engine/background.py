@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 
 from benchmarks.engine.common import create_packets, flash_requests, groupbuy_grab, say
-from benchmarks.harness import Meter, Row, gather_limited, percentile, result_row
+from benchmarks.harness import Meter, Row, gather_limited, make_row, percentile
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
@@ -83,7 +83,6 @@ def round_row(
     name: str, what: str, cpu: list[float], wall: list[float], packets: int, activities: int
 ) -> Row:
     """One row of idle rounds: wall-time percentiles in the latency columns, CPU as extras."""
-    ordered = sorted(wall)
     cpu_ms: dict[str, Any] = {
         "cpu_ms_median": round(statistics.median(cpu) * 1000, 3),
         "cpu_ms_max": round(max(cpu) * 1000, 3),
@@ -96,17 +95,13 @@ def round_row(
         f"max {cpu_ms['cpu_ms_max']} ms; wall median {cpu_ms['wall_ms_median']} ms, "
         f"max {cpu_ms['wall_ms_max']} ms"
     )
-    say(f"idle {name:<14} {note}")
-    return result_row(
+    return make_row(
         "idle_rounds",
-        "engine",
         f"groupbuy {name}",
-        len(wall),
         sum(wall),
-        (percentile(ordered, 0.5), percentile(ordered, 0.95), percentile(ordered, 0.99)),
+        wall,
         {"rounds": len(wall)},
         note,
-        latencies_ms=[round(s * 1000, 3) for s in ordered],
         live_packets=packets,
         activities=activities,
         **cpu_ms,
@@ -224,26 +219,21 @@ async def credit_latency(
     seconds = time.perf_counter() - began
     delays = sorted(watch.seen[key] - at for key, at in answered.items() if key in watch.seen)
     missing = len(answered) - len(delays)
-    p50, p99 = percentile(delays, 0.5), percentile(delays, 0.99)
     note = (
         f"{FLASH_PACKETS} packets x {shares} shares, {users} users + 60% double taps each, "
         f"{FLASH_GAP_S} s apart, every job on its configured interval, with {packets:,} idle "
         f"live packets and {activities:,} idle activities: delay from a grab's answer to its "
-        f"credit in SQL p50 {p50} ms, p99 {p99} ms, max {percentile(delays, 1.0)} ms; "
+        f"credit in SQL, max {percentile(delays, 1.0)} ms; "
         f"{len(delays)} of {len(answered)} credits seen within {CREDIT_TIMEOUT_S:.0f} s "
         f"(grab latency p99 {percentile(sorted(meter.latencies), 0.99)} ms)"
     )
-    say(f"credit latency {note}")
-    return result_row(
+    return make_row(
         "credit_latency",
-        "engine",
         "groupbuy write-behind",
-        len(delays),
         seconds,
-        (p50, percentile(delays, 0.95), p99),
+        delays,
         {"grabbed": len(answered), "credited": len(delays), "missing": missing},
         note,
-        latencies_ms=[round(s * 1000, 3) for s in delays],
         live_packets=packets,
         activities=activities,
     )
