@@ -62,6 +62,8 @@ index_deadline(team_id, deadline)
 index_seats(team)
 tally('teams_open', 1)
 tally('members', 1)
+-- A live team: its activity's counts stay until activity_release (activity_counts_put).
+redis.call('PERSIST', A.counts)
 redis.call('PEXPIREAT', team_hash, expire_at)
 redis.call('PEXPIREAT', team_members, expire_at)
 emit({'type', 'team.opened', 'at_ms', int(now), 'activity_id', activity_id, 'team_id', team_id,

@@ -38,5 +38,7 @@ if members > 0 then
 end
 index_deadline(team_id, deadline)
 index_seats(named_team())
+-- A live team: its activity's counts stay until activity_release (activity_counts_put).
+redis.call('PERSIST', A.counts)
 redis.call('PEXPIREAT', team_hash, expire_at)
 return {OK}

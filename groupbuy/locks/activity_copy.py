@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from groupbuy import errors
-from groupbuy.locks.counts import ActivityCounts
+from groupbuy.locks.counts import ACTIVITY_COPY_TTL_MS, ActivityCounts
 from groupbuy.locks.models import ActivityRow
 from groupbuy.storage.backends import Backends, UsesBackends
-
-# How long Redis keeps its copy of an activity after it was last put there. The repair
-# job drops it sooner once the activity's last live team has ended.
-ACTIVITY_COPY_TTL_MS = 86_400_000
 
 
 class ActivityCopy(UsesBackends):
@@ -53,7 +49,12 @@ class ActivityCopy(UsesBackends):
                 # (a recovery racing a close) then never reopens the activity.
                 pipe.hset(key, "status", "closed")
             pipe.pexpire(key, ACTIVITY_COPY_TTL_MS)
-            pipe.hexists(self._keys.activity_counts(row.activity_id), "counted")
+            # Counts that expire (no team lived since they were put) last as long as the
+            # copy: a team opened after they went would count from nothing. Counts a live
+            # team keeps have no expiry, and get none (XX).
+            counts = self._keys.activity_counts(row.activity_id)
+            pipe.pexpire(counts, ACTIVITY_COPY_TTL_MS, xx=True)
+            pipe.hexists(counts, "counted")
             counted = (await pipe.execute())[-1]
         if not counted:
             # A new activity, or the first put after a loss: before any team is put back.

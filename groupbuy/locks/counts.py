@@ -19,6 +19,11 @@ from groupbuy.storage.backends import Backends, UsesBackends
 # teams, leaders included).
 Counts = dict[str, int]
 
+# How long Redis keeps its copy of an activity after it was last put there. The repair
+# job drops it sooner once the activity's last live team has ended. Counts put while no
+# team of the activity lives in Redis expire with the copy (activity_counts_put).
+ACTIVITY_COPY_TTL_MS = 86_400_000
+
 
 async def recorded_counts(session: AsyncSession, activity_id: str) -> dict[str, int]:
     """The activity's counts as SQL records them (no live lock: none outlives Redis)."""
@@ -104,7 +109,12 @@ class ActivityCounts(UsesBackends):
         """
         async with self._db.sessions() as session:
             counts = await recorded_counts(session, activity_id)
-        await self._teams.put_counts(activity_id, counts)
+        await self._put(activity_id, counts)
+
+    async def _put(self, activity_id: str, counts: Counts) -> None:
+        """SQL's counts into Redis unless it has some; they expire with the activity's copy
+        until a team of it lives in Redis (nothing else would delete them)."""
+        await self._teams.put_counts(activity_id, {**counts, "ttl_ms": ACTIVITY_COPY_TTL_MS})
 
     async def read_many(self, activity_ids: Sequence[str]) -> list[Counts]:
         """The counts of many activities (a listing's page): one script call each, sent
@@ -120,7 +130,7 @@ class ActivityCounts(UsesBackends):
         if missing:
             async with self._db.sessions() as session:
                 recorded = await recorded_counts_of(session, missing)
-            await asyncio.gather(*(self._teams.put_counts(aid, recorded[aid]) for aid in missing))
+            await asyncio.gather(*(self._put(aid, recorded[aid]) for aid in missing))
         return list(
             await asyncio.gather(
                 *(

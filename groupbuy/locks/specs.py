@@ -260,7 +260,10 @@ ACTIVITY_COUNTS_PUT = ScriptSpec(
     "activity_counts_put",
     "Set an activity's counts from SQL's, once: only while Redis has none.",
     keys=slots(("activity_counts", "hash of the activity's live counts")),
-    args=slots(*((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS)),
+    args=slots(
+        *((name, f"{name.replace('_', ' ')} as SQL counts them") for name in _COUNTS),
+        ("ttl_ms", "how long the counts live while no team of the activity does (ms)"),
+    ),
     replies={OK: shape("set"), EXISTING: shape("Redis has counts (nothing changed)")},
 )
 CONTRACTS: tuple[ScriptSpec[Any], ...] = (

@@ -102,6 +102,44 @@ async def test_counts_come_back_from_sql_after_redis_lost_everything(services: S
     await check_counts(services, "lost", teams)
 
 
+async def test_counts_put_back_after_the_release_leave_with_the_copy(services: Services) -> None:
+    """SPEC §4.9. The repair releases an activity once its last team ended and SQL has every
+    record; a lock of that team arriving late puts the copy back from SQL, and the counts
+    with it. Those expire with the copy (a copy put again keeps them as long), until a team
+    opens: then they stay until the next release, and count on exactly."""
+    activities, seats, clock = services.teams.activities, services.teams.seats, services.clock
+    await activities.create_activity("late", team_size=3, team_deadline_s=60)
+    await activities.open_team("late", "L1", team_id="t1")
+    clock.advance(61)
+    assert (await services.teams.sweeps.expire_due(100))["teams_failed"] == 1
+    await services.team_writer.drain_all()
+    released = await services.teams.sweeps.release_ended()
+    assert released == {"teams_released": 1, "activities_released": 1}
+    copy, counts = services.keys.activity("late"), services.keys.activity_counts("late")
+    assert not await services.redis.exists(copy, counts)
+
+    with pytest.raises(errors.TeamFailed):
+        await seats.lock("late", "t1", "u1")
+    expiry = services.redis.pexpiretime  # ms since the epoch; -1: none
+    assert 0 < await expiry(copy) <= await expiry(counts)
+    await services.redis.pexpire(counts, 1000)  # put long ago: about to expire
+    await activities.create_activity("late", team_size=3, team_deadline_s=60)  # put again
+    assert await services.redis.pttl(counts) > 1000
+    assert await expiry(counts) >= await expiry(copy)
+
+    await activities.open_team("late", "L2", team_id="t2")
+    assert await services.redis.pttl(counts) == -1
+    assert counts_of(await activities.get_activity("late")) == {
+        "teams_open": 1,
+        "teams_formed": 0,
+        "teams_failed": 1,
+        "members": 1,
+        "live_locks": 0,
+        "virtual_completions": 0,
+    }
+    await check_counts(services, "late", ["t1", "t2"])
+
+
 async def _locker(services: Services, aid: str, user: str, pay: bool) -> None:
     """Lock a seat somewhere (join any team), then pay for it or give it back."""
     seats = services.teams.seats

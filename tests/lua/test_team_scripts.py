@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from groupbuy.locks import codec as team_codec
+from groupbuy.locks import records as team_records
 from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
@@ -646,6 +646,56 @@ async def test_release_takes_the_activity_out_of_the_due_indexes(h: Harness) -> 
     assert not await h.redis.exists(*gone)
 
 
+async def put_counts(h: Harness, ttl_ms: int, **counts: int) -> TeamReply:
+    """activity_counts_put with SQL's counts (0 unless given), as the activity's copy puts
+    them when Redis has none."""
+    put = contracts.ACTIVITY_COUNTS_PUT
+    args = {name: ttl_ms if name == "ttl_ms" else counts.get(name, 0) for name in put.arg_names}
+    keys = put.key_list(activity_counts=h.keys.activity_counts(AID))
+    return await put.run(h.scripts, keys, args)
+
+
+async def test_counts_put_back_after_the_release_expire_until_a_team_lives(h: Harness) -> None:
+    """SPEC §4.9. The activity's last team ended, SQL has every record, the repair released
+    it; then a call arrives late (a lock of that team) and puts its copy back from SQL, and
+    its counts with it. Nothing would release it again: those counts expire as the copy
+    does, until a team opens (or is rebuilt); then they stay until the next release."""
+    counts = h.keys.activity_counts(AID)
+    await h.open("t1")
+    h.shift_ms += DEADLINE_MS
+    assert (await h.sweep("t1")).status == "failed"
+    await h.redis.delete(h.keys.outbox(AID))  # SQL has every record
+    assert await h.teams.release(AID) is True
+    assert not await h.redis.exists(counts)
+    put = await put_counts(h, 60_000, teams_failed=1)
+    assert put == Reply(TeamCode.OK)
+    assert 0 < await h.redis.pttl(counts) <= 60_000
+    assert await put_counts(h, 60_000) == Reply(TeamCode.EXISTING)
+    await h.activity()
+    assert (await h.open("t2")).code is TeamCode.OK
+    assert await h.redis.pttl(counts) == -1
+    assert await h.redis.hgetall(counts) == {
+        "counted": "1",
+        "teams_open": "1",
+        "teams_formed": "0",
+        "teams_failed": "1",
+        "members": "1",
+        "virtual_completions": "0",
+    }
+    # A team rebuilt from SQL lives as well.
+    await h.redis.pexpire(counts, 60_000)
+    await restore(h, "t3", int((await h.redis.time())[0]) * 1000, "L3")
+    assert await h.redis.pttl(counts) == -1
+
+
+async def test_counts_a_team_script_made_first_do_not_expire(h: Harness) -> None:
+    """Counts SQL's put finds half made (a team opened before the copy's put ended: its
+    counts came first) belong to a live team: they get no expiry."""
+    await h.open("t1")
+    assert await put_counts(h, 60_000, teams_open=1, members=1) == Reply(TeamCode.OK)
+    assert await h.redis.pttl(h.keys.activity_counts(AID)) == -1
+
+
 # -- team_join and team_list: scripts that pick a team -------------------------------
 
 
@@ -905,11 +955,11 @@ async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Har
     assert await emitted() == ["team.failed", "team.formed virtual"]
 
     for fields in await h.records():
-        record = team_codec.parse_team_record(fields)
-        required, optional = record_keys(team_codec.TEAM_RECORDS[fields["type"]])
+        record = team_records.parse_team_record(fields)
+        required, optional = record_keys(team_records.TEAM_RECORDS[fields["type"]])
         assert set(fields) == set(record), fields  # no field the type does not have
         # Every field of the type, but a confirm's team.formed has no virtual seats.
         unused = {"virtual_seats"} if fields["type"] == "team.formed" else set()
         assert (required | optional) - set(fields) <= unused, fields
     types = {fields["type"] for fields in await h.records()}
-    assert types == set(team_codec.TEAM_RECORDS)
+    assert types == set(team_records.TEAM_RECORDS)
