@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert
-
+from benchmarks.harness import bulk_insert
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.ops.audit import AuditRow
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 
-CHUNK = 2000  # rows per INSERT
 RESTORE_AT_ONCE = 32
 COUNTS_AT_ONCE = 500  # activities whose counts are put back in one go
 TEAM_SIZE = 5
@@ -78,13 +76,6 @@ def _sender(i: int, scale: Scale) -> str:
     return WHALE if i % 10 == 0 else f"s{i % (scale.senders - 1):05d}"
 
 
-async def _bulk(services: Services, model: Any, rows: list[dict[str, Any]]) -> None:
-    # The table's Core INSERT, many rows a call: the ORM's bulk path costs ten times more.
-    for start in range(0, len(rows), CHUNK):
-        async with services.database.transaction() as session:
-            await session.execute(insert(model.__table__), rows[start : start + CHUNK])
-
-
 async def _teams(services: Services, scale: Scale, now: datetime) -> None:
     """Activities (one in ten closed), each with a formed and a failed team; the newest
     `live_activities` also with two open teams."""
@@ -118,9 +109,9 @@ async def _teams(services: Services, scale: Scale, now: datetime) -> None:
                  "order_id": f"o{i}-{n}-{seq}", "seq": seq, "joined_at": created}
                 for seq in range(1, joined + 1)
             ]  # fmt: skip
-    await _bulk(services, ActivityRow, activities)
-    await _bulk(services, TeamRow, teams)
-    await _bulk(services, MemberRow, members)
+    await bulk_insert(services, ActivityRow, activities)
+    await bulk_insert(services, TeamRow, teams)
+    await bulk_insert(services, MemberRow, members)
 
 
 async def _packets(services: Services, scale: Scale, now: datetime) -> None:
@@ -160,11 +151,11 @@ async def _packets(services: Services, scale: Scale, now: datetime) -> None:
                  "amount_cents": cents, "created_at": created,
                  "balance_after_cents": balances[user]}
             )  # fmt: skip
-    await _bulk(services, PacketRow, packets)
-    await _bulk(services, GrabRow, grabs)
-    await _bulk(services, LedgerEntryRow, entries)
+    await bulk_insert(services, PacketRow, packets)
+    await bulk_insert(services, GrabRow, grabs)
+    await bulk_insert(services, LedgerEntryRow, entries)
     accounts = [{"user_id": u, "balance_cents": b} for u, b in balances.items()]
-    await _bulk(services, AccountRow, accounts)
+    await bulk_insert(services, AccountRow, accounts)
 
 
 async def _feed_and_audit(services: Services, scale: Scale, now: datetime) -> None:
@@ -175,13 +166,13 @@ async def _feed_and_audit(services: Services, scale: Scale, now: datetime) -> No
                              "activity_id": _activity_id(i % scale.activities)})}
         for i in range(scale.events)
     ]  # fmt: skip
-    await _bulk(services, EventRow, events)
+    await bulk_insert(services, EventRow, events)
     audit = [
         {"at": now, "actor": "admin:seed", "action": "job.run", "target": "reconcile",
          "reason": f"seeded {i}", "detail": {"n": i}}
         for i in range(scale.audit)
     ]  # fmt: skip
-    await _bulk(services, AuditRow, audit)
+    await bulk_insert(services, AuditRow, audit)
 
 
 async def _counts(services: Services, scale: Scale) -> list[str]:

@@ -1,17 +1,8 @@
 """background: what the scheduled jobs cost while nearly everything is idle, and how soon a
-grab's credit reaches SQL while they run at their configured intervals.
+grab's credit reaches SQL while they run at their configured intervals
+(docs/benchmarking.md says how).
 
 Guards the write-behind: a credit in SQL within 2 s (SPEC), idle rounds under a ms.
-
-(a) Idle rounds. `packets` live packets (a SQL row and the Redis state each, no grab) and
-`activities` activities (an open team each) are created in bulk; then each round runs
-`flush_records` (team and packet write-behind, the backlog gauges) and, separately, the
-sweeps (`sweep_locks`, `expire_teams`, `expire_packets`), measuring the process's CPU time
-(time.process_time, the SQLite thread included) and the wall time; median and max.
-(b) Credit latency. With those idle packets and activities still live, the scheduler runs
-every job at its configured interval while flash grabs hit a few fresh packets; for each
-grab answered `grabbed`, the delay from its answer until its ledger credit is visible in
-SQL (polled every few ms); p50/p99. SPEC: a credit appears within 2 s.
 """
 
 from __future__ import annotations
@@ -24,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, select
 
 from benchmarks.engine.common import create_packets, flash_requests, groupbuy_grab, say
-from benchmarks.harness import Meter, Row, gather_limited, make_row, percentile
+from benchmarks.harness import Meter, Row, bulk_insert, gather_limited, make_row, percentile
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
@@ -47,7 +38,7 @@ async def create_idle(services: Services, packets: int, activities: int, run: st
     now = await services.clock.now_ms(services.redis)
     pids = [f"idle-{run}-{i}" for i in range(packets)]
     aids = [f"idle-{run}-{i}" for i in range(activities)]
-    await _bulk(services, PacketRow, [
+    await bulk_insert(services, PacketRow, [
         {"packet_id": pid, "sender_id": f"idle-{run}", "amount_cents": 10, "count": 1,
          "strategy": "equal", "expires_in_s": 3600, "status": "active", "refunded_cents": 0,
          "records_done": False, "redis_cleared": False, "created_at": from_ms(now),
@@ -55,7 +46,7 @@ async def create_idle(services: Services, packets: int, activities: int, run: st
         for pid in pids
     ])  # fmt: skip
     await create_packets(services, pids, 1, f"idle-{run}")
-    await _bulk(services, ActivityRow, [
+    await bulk_insert(services, ActivityRow, [
         {"activity_id": aid, "name": None, "team_size": 3, "lock_ttl_s": 300,
          "team_deadline_s": 86400, "created_at": from_ms(now)}
         for aid in aids
@@ -64,12 +55,6 @@ async def create_idle(services: Services, packets: int, activities: int, run: st
         partial(services.teams.activities.open_team, aid, "leader", team_id="t0") for aid in aids
     ]
     await gather_limited(opens, limit=64)
-
-
-async def _bulk(services: Services, model: Any, rows: list[dict[str, Any]]) -> None:
-    async with services.database.transaction() as session:
-        for start in range(0, len(rows), 10_000):
-            await session.execute(insert(model), rows[start : start + 10_000])
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:

@@ -169,21 +169,30 @@ async def open_teams(services: Services, aid: str, teams: list[str], size: int) 
     )
 
 
-async def create_packets(services: Services, ids: list[str], shares: int, sender: str) -> None:
-    """Live packets of `shares` 10-cent shares straight through packet_create, pipelined in
-    batches (Redis only: no SQL row, no ledger)."""
-    sha = await services.redis.script_load(script_source("packet_create"))
-    now = await services.clock.now_ms(services.redis)
-    args = [0, sender, 10 * shares, shares, "equal", now, now + 3_600_000, 60_000]
+async def pipelined(
+    services: Services, script: str, calls: list[tuple[list[str], list[Any]]]
+) -> None:
+    """One script over many (keys, args), pipelined in batches (Redis only: no SQL row)."""
+    sha = await services.redis.script_load(script_source(script))
 
     async def batch(start: int) -> None:
         pipe = services.redis.pipeline(transaction=False)
-        for pid in ids[start : start + BATCH]:
-            keys = PACKET_CREATE.key_list(services.keys.packet_keys(pid))
-            pipe.evalsha(sha, len(keys), *keys, pid, *args, *[10] * shares)
+        for keys, args in calls[start : start + BATCH]:
+            pipe.evalsha(sha, len(keys), *keys, *args)
         await pipe.execute()
 
-    await gather_limited([partial(batch, s) for s in range(0, len(ids), BATCH)], limit=3)
+    await gather_limited([partial(batch, s) for s in range(0, len(calls), BATCH)], limit=3)
+
+
+async def create_packets(services: Services, ids: list[str], shares: int, sender: str) -> None:
+    """Live packets of `shares` 10-cent shares straight through packet_create (pipelined)."""
+    now = await services.clock.now_ms(services.redis)
+    args = [0, sender, 10 * shares, shares, "equal", now, now + 3_600_000, 60_000]
+    calls = [
+        (PACKET_CREATE.key_list(services.keys.packet_keys(pid)), [pid, *args, *[10] * shares])
+        for pid in ids
+    ]
+    await pipelined(services, "packet_create", calls)
 
 
 async def used_memory(redis: Any) -> int:

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 from benchmarks.engine.common import (
     GroupbuyTeams,
@@ -21,6 +22,7 @@ from benchmarks.engine.common import (
     create_packets,
     groupbuy_grab,
     open_teams,
+    pipelined,
     run_calls,
     run_grabs,
     used_memory,
@@ -28,31 +30,29 @@ from benchmarks.engine.common import (
 from benchmarks.harness import Row, make_row, percentile
 from groupbuy.locks.scripts import TEAM_OPEN
 from groupbuy.services import Services
-from groupbuy.storage.scripts import script_source
 
-SHARES, TEAM_SIZE, BATCH = 10, 50, 2000
+SHARES, TEAM_SIZE = 10, 50
 KEPT_UP = 0.95  # of the rate asked, issued
 
 
 async def create_teams(services: Services, aid: str, count: int) -> list[str]:
-    """`count` open teams of one activity through team_open, pipelined in batches."""
+    """`count` open teams of one activity through team_open (pipelined)."""
     keys, ids = services.keys, [f"t{i}" for i in range(count)]
     await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
-    sha = await services.redis.script_load(script_source("team_open"))
-    for start in range(0, count, BATCH):
-        pipe = services.redis.pipeline(transaction=False)
-        for tid in ids[start : start + BATCH]:
-            team_keys = TEAM_OPEN.key_list(
-                keys.team_keys(aid, tid), keys.activity_keys(aid),
-                activity_hash=keys.activity(aid), blocklist=keys.activity_blocklist(aid),
-            )  # fmt: skip
-            args = TEAM_OPEN.arg_list(
-                {"activity_id": aid, "team_id": tid, "shift_ms": 0, "leader_id": f"lead-{tid}",
-                 "user_key_prefix": keys.user_key_prefix(aid), "leader_order_id": "",
-                 "retention_ms": 60_000}
-            )  # fmt: skip
-            pipe.evalsha(sha, len(team_keys), *team_keys, *args)
-        await pipe.execute()
+
+    def team_open(tid: str) -> tuple[list[str], list[Any]]:
+        team_keys = TEAM_OPEN.key_list(
+            keys.team_keys(aid, tid), keys.activity_keys(aid),
+            activity_hash=keys.activity(aid), blocklist=keys.activity_blocklist(aid),
+        )  # fmt: skip
+        args = TEAM_OPEN.arg_list(
+            {"activity_id": aid, "team_id": tid, "shift_ms": 0, "leader_id": f"lead-{tid}",
+             "user_key_prefix": keys.user_key_prefix(aid), "leader_order_id": "",
+             "retention_ms": 60_000}
+        )  # fmt: skip
+        return team_keys, args
+
+    await pipelined(services, "team_open", [team_open(tid) for tid in ids])
     return ids
 
 
