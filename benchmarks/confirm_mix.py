@@ -1,16 +1,7 @@
-"""Confirms among grabs and seat locks, open loop, on SQLite and on PostgreSQL (issue 24).
+"""Confirms among grabs and seat locks, open loop, on SQLite and on PostgreSQL (issue 24;
+docs/benchmarking.md says how).
 
 Guards the confirm: p99 within 30 ms and twice the grab's (issue 24's target).
-
-One `groupbuy serve` worker on a redis-server with an append-only file (fsync every
-second), its database SQLite or a throwaway PostgreSQL cluster. The open-loop generator
-(benchmarks/openloop.py, mode `mixed`) offers grabs by new users and seat locks by new
-users two to one, and confirms each lock answered 201 30 ms after its answer (the
-payment's time): at 2,400 requests/s that is 1,200 grabs, 600 locks and 600 confirms a
-second. Latency counts from when each request was due. A confirm answers once its member
-is in SQL, and SQL also takes the grabs' write-behind in bulk: the confirm rows show
-whether confirms queue behind those bulk transactions. Afterwards every team and packet is
-read back: nobody over a team's size, every lock confirmed, every grab recorded.
 
     .venv/bin/python -m benchmarks.confirm_mix                   # both databases, 2,400/s
     .venv/bin/python -m benchmarks.confirm_mix --part sqlite --rounds 3

@@ -1,17 +1,8 @@
 """What the console and the listings cost: every page's latency on a big database, the HTTP
-flash grab with 20 consoles open against none, and the Redis commands pages send.
+flash grab with 20 consoles open against none, and the Redis commands pages send
+(docs/benchmarking.md says how).
 
 Guards the console's bound: every page within 200 ms at 10,000 activities.
-
-Seeds (benchmarks/console_seed.py) 10,000 activities and 100,000 packets into the SQLite
-file of one `groupbuy serve` worker, then asks every console page and listing route N times
-(p50 and p99 against SPEC §3's 200 ms; console pages this version does not serve are
-skipped), counts the Redis commands around the page loads (no scan may be among them),
-checks that every activity's live counts are in Redis before and after (the pages are timed
-reading them there), and runs the flash grab (wrk, benchmarks/http_level.py) with no console
-open and with 20 (10 on the overview, 5 on an activity, 5 on a packet; each holds its live
-stream and reloads its page every 10 s), alternated rounds. Its section of
-docs/benchmarks.md sits between two markers, so it can be rewritten alone:
 
     .venv/bin/python -m benchmarks.console_cost --quick    # about three minutes
     .venv/bin/python -m benchmarks.console_cost --write    # full, into docs/benchmarks.md

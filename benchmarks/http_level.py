@@ -1,16 +1,7 @@
 """HTTP level: `groupbuy serve` against bare Starlette + 1 Redis call, the embedded default
-against redis-server, and open-loop latency.
+against redis-server, and open-loop latency (docs/benchmarking.md says how).
 
 Guards the grab and the seat lock over HTTP: ratios to bare, embedded engine, p99 targets.
-
-wrk drives the closed-loop load through benchmarks/wrk/load.lua (grab, lock, bare, the
-lock storm), which counts answers by status (and "grabbed" bodies, and per operation) and
-prints latency percentiles. The servers of one worker count
-run side by side (own key prefixes and SQLite files) so that the comparisons alternate
-round by round (benchmarks/harness.py); each round starts once every server is idle, and
-the checks after a load run once its server is idle (`seconds_to_idle_after_load`).
-Then, on the 1-worker server, grabs and seat locks are offered open-loop
-(benchmarks/openloop.py) at half and 80% of the closed-loop rate.
 
 Usage: .venv/bin/python -m benchmarks.http_level [--quick] [--part embedded ...]
 """
@@ -25,7 +16,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +24,7 @@ from typing import Any
 import httpx
 import redis
 
+from benchmarks import harness
 from benchmarks.harness import (
     REPO,
     SERVICE_KEY,
@@ -66,6 +57,9 @@ STORM_USERS = 100  # user slots per wrk thread (a confirmed user is replaced by 
 OPS = ("lock", "unlock", "confirm")
 STATUS_NAMES = ("c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother")
 OPEN_LOOP_CONNECTIONS = 128
+GENERATOR = ("offered_per_s", "issued_per_s", "issue_late_p50_ms", "issue_late_p99_ms",
+             "waited_for_connection", "generator_cpu_share", "generator_kept_up",
+             "generator_on_time", "max_ms")  # fmt: skip
 ROUNDS_NOTE = (
     "rounds in rotating order with the other contenders, each started with every server "
     "idle; percentiles are the median of the rounds'"
@@ -76,11 +70,8 @@ FULL, QUICK = Plan(rounds=5, round_s=3, open_loop_s=5), Plan(rounds=2, round_s=2
 
 
 def say(message: str) -> None:
-    """One progress line, with the time since the process began."""
-    print(f"[http] {message} ({time.monotonic() - _BEGAN:.0f} s so far)", flush=True)
-
-
-_BEGAN = time.monotonic()
+    """One progress line."""
+    harness.say(message, "http")
 
 
 # -- load -----------------------------------------------------------------------------
@@ -510,9 +501,7 @@ def _open_loop_row(
               and correct["packets_inconsistent"] == correct["packets_sold_out"] == 0
               and result["grabbed"] + result["already"] == sum(result["statuses"].values())
               == result["requests"])  # fmt: skip
-        workload = ("POST /v1/redpackets/{id}/grab, new users round-robin over packets, every "
-                    "20th request a double tap")  # fmt: skip
-        max_from = "the 1-worker flash grab (median of its rounds)"
+        workload = "grabs by new users round-robin over packets, every 20th a double tap"
     else:
         activity, teams = f"ol-{tag}", math.ceil(total / SEATS_USED) + 1
         open_teams(client, [activity], teams, lock_ttl_s=300)
@@ -524,36 +513,20 @@ def _open_loop_row(
             locked == result["requests"] == correct["locks_held_at_end"]
             and correct["teams_overfull"] == correct["users_locked_in_two_teams"] == 0
         )
-        workload = (
-            "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
-            f"round-robin over {teams} teams (at most {SEATS_USED} locks a team)"
-        )
-        max_from = "the 1-worker seat_locks row"
-    generator_keys = ("offered_per_s", "issued_per_s", "issue_late_p50_ms", "issue_late_p99_ms",
-                      "waited_for_connection", "generator_cpu_share", "generator_kept_up",
-                      "generator_on_time", "max_ms")  # fmt: skip
+        workload = f"seat locks by new users round-robin over {teams} teams"
+    generator = {k: v for k, v in result.items() if k in GENERATOR}
     correct.update(ok=bool(ok), answers=result["statuses"], unanswered=result["unanswered"],
                    generator_kept_up=result["generator_kept_up"],
                    generator_on_time=result["generator_on_time"])  # fmt: skip
     note = (
-        f"{workload}; offered at {rate:,.0f}/s ({label} of {max_from}, {max_rate:,.0f}/s) for "
-        f"{seconds} s, open loop over {OPEN_LOOP_CONNECTIONS} keep-alive connections "
-        "(benchmarks/openloop.py, one process); latency from when each request was due; "
-        f"the generator issued {result['issued_per_s']:,.0f}/s, noticed requests "
-        f"{result['issue_late_p99_ms']} ms late at p99 (counted in the latency), used "
-        f"{result['generator_cpu_share']:.0%} of a core"
+        f"{workload}; offered at {rate:,.0f}/s ({label} of {max_rate:,.0f}/s, the closed "
+        f"loop's) for {seconds} s over {OPEN_LOOP_CONNECTIONS} connections (benchmarks/openloop.py)"
     )
-    if not result["generator_kept_up"]:
-        note += ("; THE GENERATOR FELL BEHIND (issued under 95% of the rate): the service saw "
-                 "less load than this row says")  # fmt: skip
-    elif not result["generator_on_time"]:
-        note += ("; the generator was short of CPU (requests noticed over 5 ms late at p99): its "
-                 "delays are part of these latencies")  # fmt: skip
     return make_row(
         f"{kind} @ {label} max rate", "groupbuy (1 worker)", float(seconds),
         [ms / 1000 for ms in result["latencies_ms"]], correct, note, ops=result["answered"],
         level="http", percentiles_ms=(result["p50_ms"], result["p95_ms"], result["p99_ms"]),
-        offered_fraction=fraction, generator={k: result[k] for k in generator_keys},
+        offered_fraction=fraction, generator=generator,
     )  # fmt: skip
 
 

@@ -1,16 +1,5 @@
-"""An open-loop HTTP load generator: requests at a fixed rate, latency from when each was due.
-
-wrk keeps a fixed number of requests in flight (a closed loop): when the server slows
-down, wrk sends less, and the waiting it no longer does is missing from its percentiles
-(coordinated omission). wrk2 is not packaged here, so this is the benchmark's own: request
-i is *due* at start + i / rate whatever the answers do, goes out on the first free
-keep-alive connection (of `connections`, opened beforehand), and its latency counts from
-when it was due. One process, the standard asyncio loop, raw sockets and httptools.
-
-It measures itself: `generator_kept_up` is false when it issued under 95% of the rate
-asked (the server saw less load than the row says); `generator_on_time` is false when it
-noticed requests more than 5 ms late at p99 (short of CPU: that delay is in the latency,
-so the figures are worse, never better, for it).
+"""An open-loop HTTP load generator: requests at a fixed rate, latency from when each was due
+(docs/benchmarking.md says why and how it measures itself).
 
 Modes (the bodies match benchmarks/wrk/load.lua):
   grab KEY PACKET...      a new user per request, round-robin over the packets, every
@@ -18,10 +7,8 @@ Modes (the bodies match benchmarks/wrk/load.lua):
   lock KEY ACTIVITY TEAMS a new user per request, round-robin over teams t1..tTEAMS
   bare KEY                POST /grab (benchmarks/bare_app.py), a new user per request
   mixed KEY ACTIVITY N TEAMS PACKET...
-                          two grabs by new users for every seat lock by a new user (over
-                          activities ACTIVITY-1..ACTIVITY-N and their teams), and for each
-                          lock answered 201 its confirm, due CONFIRM_AFTER_S after the
-                          answer (the payment's time), on top of RATE; `by_kind` in the
+                          two grabs for every seat lock, and each lock answered 201
+                          confirmed CONFIRM_AFTER_S after its answer; `by_kind` in the
                           result gives each kind's count, statuses and percentiles.
 Usage: python -m benchmarks.openloop URL RATE SECONDS CONNECTIONS TAG MODE KEY ARG...
 prints one JSON object.
@@ -53,16 +40,19 @@ DRAIN_TIMEOUT_S = 30.0
 CONFIRM_AFTER_S = 0.030  # from a lock's answer to its confirm (mixed mode)
 
 
+def post(key: str, path: str, body: str) -> bytes:
+    """One POST of a JSON body as bytes (HTTP/1.1, keep-alive)."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+
+
 def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callable[[int], bytes]:
     """Request i of a run as bytes (HTTP/1.1, keep-alive)."""
-    head = (
-        "POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer " + key + "\r\n"
-        "Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    )
 
     def build(path: str, user: str) -> bytes:
-        body = f'{{"user_id":"{user}"}}'
-        return (head.format(path=path, length=len(body)) + body).encode()
+        return post(key, path, f'{{"user_id":"{user}"}}')
 
     if mode == "grab":
         packets = params
@@ -100,13 +90,6 @@ def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int
     """Mixed mode: request i is a grab unless i % 3 == 2, a seat lock; a lock answered 201
     is confirmed CONFIRM_AFTER_S later (order id = the user's)."""
     activity, activities, teams, packets = params[0], int(params[1]), int(params[2]), params[3:]
-    head = (
-        "POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer " + key + "\r\n"
-        "Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    )
-
-    def post(path: str, body: str) -> bytes:
-        return (head.format(path=path, length=len(body)) + body).encode()
 
     def team_path(i: int) -> tuple[str, str]:
         n = i // 3  # the n-th lock
@@ -116,17 +99,18 @@ def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int
     def build(i: int) -> bytes:
         if i % 3 != 2:
             g = i // 3 * 2 + i % 3  # the g-th grab: a new user, round-robin over the packets
-            return post(
-                f"/v1/redpackets/{packets[g % len(packets)]}/grab", f'{{"user_id":"g{tag}-{g}"}}'
-            )
+            packet = packets[g % len(packets)]
+            return post(key, f"/v1/redpackets/{packet}/grab", f'{{"user_id":"g{tag}-{g}"}}')
         path, user = team_path(i)
-        return post(f"{path}/locks", f'{{"user_id":"{user}"}}')
+        return post(key, f"{path}/locks", f'{{"user_id":"{user}"}}')
 
     def follow(i: int, status: int) -> tuple[str, bytes] | None:
         if i % 3 != 2 or status != 201:
             return None
         path, user = team_path(i)
-        return "confirm", post(f"{path}/members", f'{{"user_id":"{user}","order_id":"{user}"}}')
+        return "confirm", post(
+            key, f"{path}/members", f'{{"user_id":"{user}","order_id":"{user}"}}'
+        )
 
     return build, Mix(lambda i: "lock" if i % 3 == 2 else "grab", follow, CONFIRM_AFTER_S)
 
@@ -266,12 +250,10 @@ async def run(
     for conn in conns:
         if conn.transport is not None:
             conn.transport.close()
-    latencies.sort()
     late.sort()
     issued_per_s = total / issue_seconds if issue_seconds > 0 else 0.0
     late_p99 = percentile(late, 0.99) or 0.0
     kept_up = issued_per_s >= KEPT_UP_RATE * rate
-    sample = latencies if len(latencies) <= SAMPLE else random.sample(latencies, SAMPLE)
     result: dict[str, Any] = {
         "requests": expected,
         "answered": answered,
@@ -280,29 +262,24 @@ async def run(
         "offered_per_s": round(rate, 1),
         "issued_per_s": round(issued_per_s, 1),
         "seconds": round(elapsed, 3),
-        "p50_ms": percentile(latencies, 0.50),
-        "p95_ms": percentile(latencies, 0.95),
-        "p99_ms": percentile(latencies, 0.99),
-        "max_ms": round(latencies[-1] * 1000, 3) if latencies else None,
+        **_summary(sorted(latencies), statuses),
         "issue_late_p50_ms": percentile(late, 0.50),
         "issue_late_p99_ms": late_p99,
         "waited_for_connection": waited,
         "generator_cpu_share": round(cpu / elapsed, 3) if elapsed > 0 else None,
         "generator_kept_up": kept_up,
         "generator_on_time": late_p99 <= ON_TIME_LATE_MS,
-        "statuses": dict(statuses),
         "grabbed": bodies["grabbed"],
         "already": bodies["already"],
-        "latencies_ms": sorted(round(s * 1000, 3) for s in sample),
     }
     if mix is not None:
-        result["by_kind"] = {kind: _kind_summary(sorted(values), kind_statuses[kind])
+        result["by_kind"] = {kind: _summary(sorted(values), kind_statuses[kind])
                              for kind, values in sorted(by_kind.items())}  # fmt: skip
     return result
 
 
-def _kind_summary(ordered: list[float], statuses: Counter[str]) -> dict[str, Any]:
-    """Count, statuses, percentiles and a latency sample of one kind of request."""
+def _summary(ordered: list[float], statuses: Counter[str]) -> dict[str, Any]:
+    """Count, statuses, percentiles and a (sorted) latency sample of requests."""
     sample = ordered if len(ordered) <= SAMPLE else sorted(random.sample(ordered, SAMPLE))
     return {
         "count": len(ordered),

@@ -1,16 +1,9 @@
-"""topologies: the write-behind on PostgreSQL beside SQLite (same redis-server, same run).
+"""topologies: the write-behind on PostgreSQL beside SQLite (same redis-server, same run;
+docs/benchmarking.md says how).
 
 Guards the write-behind drain: PostgreSQL against SQLite, quoted in docs/deploy.md.
 
-Each round a flash grab (PACKETS packets, every share taken, 60% double taps) while the
-writer waits, then the write-behind drains the backlog as `flush_records` does; rows/s is
-grab rows (each with its ledger credit) per second of draining. Rounds alternate the two
-databases; the ratio is taken per round. Then, once per database, the lag under a flash
-grab with the scheduler running every job at its interval (benchmarks/engine/background.py
-credit_latency): from a grab's answer to its credit in SQL (SPEC: within 2 s).
-
-`python -m benchmarks.topologies [--quick]` runs it alone; benchmarks/run.py runs it in
-the full run. Both start a PostgreSQL of its own.
+`python -m benchmarks.topologies [--quick]` runs it alone, on a PostgreSQL of its own.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `POST /fast` answers 204 at once and notes each delivery's lag (now minus the
 `sent_at_ms` the benchmark put into the event's data); `GET /lags` returns the
 lags in ms and the webhook-ids seen, `GET /count` how many distinct ones, `DELETE /lags`
-forgets them.
+forgets them; `GET /healthz` answers 200 once it runs.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
             lags_ms.append(arrived_ms - float(sent))
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         seen.append(headers.get("webhook-id", ""))
+    elif path == "/healthz":
+        status = 200
     elif path == "/count":
         answer, status = json.dumps({"seen": len(set(seen))}).encode(), 200
     elif path == "/lags" and method == "GET":

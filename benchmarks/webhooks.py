@@ -1,14 +1,11 @@
-"""Webhooks: the delivery hot path. It guards the targets of docs/benchmarks-findings.md:
-lag p99 within 1 s at 200 events/s (SQLite, PostgreSQL), delivery of at least 1,000
-events/s while `groupbuy serve` answers an open-loop grab, and the grab and seat-lock rates
-with three endpoints subscribed at least 0.9x those without.
+"""Webhooks: the delivery hot path (docs/benchmarking.md says how).
 
-The receiver (benchmarks/webhook_receiver.py) runs under uvicorn in a process of its own.
-The lag is measured with the deliverer in this process, on its own database; delivery
-while serving in a `groupbuy serve` process, the events committed to its SQLite file from
-this process, as its own write-behind would. Usage, alone:
+Guards the targets of docs/benchmarks-findings.md: lag p99 within 1 s at 200 events/s
+(SQLite, PostgreSQL), delivery of at least 1,000 events/s while `groupbuy serve` answers an
+open-loop grab, and the grab and seat-lock rates with three endpoints subscribed at least
+0.9x those without.
 
-    .venv/bin/python -m benchmarks.webhooks [--quick]
+Usage, alone: .venv/bin/python -m benchmarks.webhooks [--quick]
 """
 
 from __future__ import annotations
@@ -17,11 +14,11 @@ import asyncio
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,12 +27,14 @@ from benchmarks.harness import (
     Bench,
     Groupbuy,
     Row,
+    Server,
     Trial,
     comparison,
     groupbuy,
     make_row,
     plan_of,
     run_sync,
+    serve,
     standalone,
     wait_idle,
 )
@@ -62,36 +61,13 @@ LEVEL = "webhooks"
 SETTINGS = WebhookSettings(allow_http=True, allow_private_networks=True)
 
 
-def start_receiver() -> tuple[subprocess.Popen[bytes], str]:
-    """The receiver on a free loopback port, once it answers."""
+def receiver(workdir: Path) -> contextlib.AbstractContextManager[Server]:
+    """The receiver under uvicorn on a free loopback port, once it answers."""
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "benchmarks.webhook_receiver:app",
-            "--port",
-            str(port),
-            "--log-level",
-            "critical",
-            "--no-access-log",
-            "--timeout-graceful-shutdown",
-            "1",
-        ],
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(f"{base}/lags", timeout=1).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError("the webhook receiver did not start")
-        time.sleep(0.05)
+    args = [sys.executable, "-m", "uvicorn", "benchmarks.webhook_receiver:app", "--port",
+            str(port), "--log-level", "critical", "--no-access-log",
+            "--timeout-graceful-shutdown", "1"]  # fmt: skip
+    return serve(args, dict(os.environ), port, workdir / "receiver.log")
 
 
 def bench_events(first: int, count: int) -> list[Event]:
@@ -333,19 +309,18 @@ def subscribed_vs_not(bench: Bench, base: str) -> list[Row]:
 
 def run_webhooks(bench: Bench) -> list[Row]:
     """Every row of this module, against one receiver."""
-    process, base = start_receiver()
     postgres = start_postgres()
     try:
-        seconds = 3.0 if bench.quick else 10.0
-        rows = asyncio.run(_lags(bench, base, postgres.create_database("lag"), seconds))
-        events, load_s = (3000, 6) if bench.quick else (10_000, 15)
-        rounds = bench.rounds or (2 if bench.quick else 3)
-        rows += serving_rounds(bench, base, events, load_s, rounds)
-        return rows + subscribed_vs_not(bench, base)
+        with receiver(bench.workdir) as running:
+            base = running.url
+            seconds = 3.0 if bench.quick else 10.0
+            rows = asyncio.run(_lags(bench, base, postgres.create_database("lag"), seconds))
+            events, load_s = (3000, 6) if bench.quick else (10_000, 15)
+            rounds = bench.rounds or (2 if bench.quick else 3)
+            rows += serving_rounds(bench, base, events, load_s, rounds)
+            return rows + subscribed_vs_not(bench, base)
     finally:
         postgres.stop()
-        process.terminate()
-        process.wait(timeout=30)
 
 
 async def _lags(bench: Bench, base: str, postgres_url: str, seconds: float) -> list[Row]:

@@ -1,14 +1,6 @@
-"""Interleaved engine comparisons at 64 concurrent callers (benchmarks/harness.py); they
-guard the grab and the seat lock against the seed-style peer (target 2x) and the coalesced
-round trips (auto_pipeline on / off, quoted in docs/architecture.md).
-
-- flash grab: the engine (RedPacketService.grab, auto_pipeline on), the same engine with
-  auto_pipeline off, and the seed-style Lua peer (benchmarks/seed_peer.py), each round a
-  fresh packet and the same requests for all three;
-- seat locks: SeatService.lock (on and off) and the peer's lock script, each round fresh
-  teams and the same (user, team) requests for all three.
-
-Every trial is graded: winners, over capacity, duplicates, spurious failures.
+"""Interleaved engine comparisons at 64 concurrent callers (docs/benchmarking.md says how);
+they guard the grab and the seat lock against the seed-style peer (target 2x) and the
+coalesced round trips (auto_pipeline on / off, quoted in docs/architecture.md).
 """
 
 from __future__ import annotations
