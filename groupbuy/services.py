@@ -41,7 +41,7 @@ from groupbuy.storage.redis_client import (
     replica_wait,
     resend_window_ms,
 )
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.specs import Scripts
 from groupbuy.storage.throttles import GuessThrottle, RateLimitService
 from groupbuy.webhooks.service import WebhookService
 

@@ -1,4 +1,4 @@
--- _common: helpers for every script; groupbuy/storage/scripts.py prepends this file to each
+-- _common: helpers for every script; groupbuy/storage/specs.py prepends this file to each
 -- script whose header says "-- requires: _common" (before any other library).
 
 -- Redis's own clock in ms; the shift exists only so tests can move time forward.

@@ -1,4 +1,4 @@
--- _team_lib: helpers shared by the team_* scripts; groupbuy/storage/scripts.py prepends this
+-- _team_lib: helpers shared by the team_* scripts; groupbuy/storage/specs.py prepends this
 -- file to every script whose header says "-- requires: _team_lib", after _common,
 -- _team_codes and the file that names the script's KEYS and ARGV: _team_keys (scripts that
 -- name a team) or _pick_keys (scripts that pick teams). Both name the activity's keys

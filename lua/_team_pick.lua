@@ -1,5 +1,5 @@
 -- _team_pick: helpers of the scripts that choose among an activity's teams instead of being
--- named one (team_join, team_list); groupbuy/storage/scripts.py prepends it after _team_lib.
+-- named one (team_join, team_list); groupbuy/storage/specs.py prepends it after _team_lib.
 -- Such a script cannot know before it runs which teams it will read, so it builds their keys
 -- here, from team_key_prefix, members_suffix and locks_suffix (_pick_keys).
 -- Every key built so carries the activity's hash tag {a:<activity_id>}, as every key in KEYS

@@ -16,7 +16,7 @@ from benchmarks.harness import CONCURRENCY, Meter, gather_limited
 from groupbuy import errors
 from groupbuy.redpacket.send import PACKET_CREATE
 from groupbuy.services import Services
-from groupbuy.storage.scripts import script_source
+from groupbuy.storage.specs import script_source
 
 TEAM_SIZE = 5
 BATCH = 2000  # script calls per pipeline when creating live packets in bulk

@@ -26,7 +26,7 @@ from groupbuy.settings import SchedulerSettings
 from groupbuy.storage.calls import lease_hold, lease_release
 from groupbuy.storage.db import unavailable
 from groupbuy.storage.reachability import Reachability
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.specs import Scripts
 
 log = logging.getLogger(__name__)
 # APScheduler logs two INFO lines per job run ("Running job", "executed successfully"),

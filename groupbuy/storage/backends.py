@@ -8,8 +8,8 @@ from typing import Any
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.scripts import Scripts
 from groupbuy.storage.slots import SlotDirectory
+from groupbuy.storage.specs import Scripts
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,8 @@ from groupbuy import metrics
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import outbox_read
 from groupbuy.storage.deadletters import DeadLetters, StreamKind
-from groupbuy.storage.scripts import Scripts
 from groupbuy.storage.slots import each_slot, oldest_first, oldest_scored
-from groupbuy.storage.specs import reply_dict
+from groupbuy.storage.specs import Scripts, reply_dict
 
 # Most streams one drain_all round visits; the rest wait for the next round.
 ROUND_STREAMS = 5000

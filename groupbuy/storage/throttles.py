@@ -44,8 +44,7 @@ from groupbuy.settings import RATE_CLASSES, AuthSettings, RateLimitSettings
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.reachability import UNREACHABLE, unreachable
-from groupbuy.storage.scripts import Scripts
-from groupbuy.storage.specs import Field, Fixed, ScriptSpec, Slot, shape, slots
+from groupbuy.storage.specs import Field, Fixed, Scripts, ScriptSpec, Slot, shape, slots
 
 log = logging.getLogger(__name__)
 # What lets a request through unthrottled: Redis unreachable or stalled, or over maxmemory.

@@ -476,7 +476,7 @@ async def test_nodes_manager_initialize_reads_the_slot_map_again_and_closes_no_c
 async def test_execute_command_to_every_primary_folds_script_exists_over_the_primaries(
     cluster: RedisCluster,
 ) -> None:
-    """groupbuy/storage/scripts.py, Scripts._exist / _load / reload_missing (and
+    """groupbuy/storage/specs.py, Scripts._exist / _load / reload_missing (and
     ClusterAutoPipeline._resend): SCRIPT LOAD sent with target_nodes=RedisCluster.PRIMARIES
     reaches every primary, and SCRIPT EXISTS sent so answers one flag per sha, true only
     when every primary holds the script."""

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from groupbuy.storage.scripts import script_names, script_source
-from groupbuy.storage.specs import ScriptSpec
+from groupbuy.storage.specs import ScriptSpec, script_names, script_source
 from scripts.script_docs import DOC, REGENERATE, all_contracts, render
 
 _NAMED = re.compile(r"^local (\w+) = (KEYS|ARGV)\[(\d+)\]$", re.MULTILINE)

@@ -10,7 +10,7 @@ import pytest
 
 from groupbuy.settings import AuthSettings
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.specs import Scripts
 from groupbuy.storage.throttles import GUESS_COUNT, GuessThrottle, address_subject
 from tests.support.backends import ALL
 

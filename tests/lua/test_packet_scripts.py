@@ -17,8 +17,7 @@ from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.redpacket.sweeps import packet_expire
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.scripts import Scripts, script_source
-from groupbuy.storage.specs import Reply
+from groupbuy.storage.specs import Reply, Scripts, script_source
 from groupbuy.storage.typedrecords import record_keys
 
 PID = "pk1"

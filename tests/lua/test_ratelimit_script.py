@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.specs import Scripts
 
 KEY, USER = Keys("t").rate_buckets("k1", "grab", "u1")
 SECOND_US = 1_000_000

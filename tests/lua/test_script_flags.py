@@ -11,7 +11,7 @@ import pytest
 import redis.exceptions
 
 from groupbuy.storage.pipelining import AutoPipeline
-from groupbuy.storage.scripts import (
+from groupbuy.storage.specs import (
     SHEBANG,
     Scripts,
     lua_dir,

@@ -20,8 +20,7 @@ from groupbuy.locks.unlock import team_unlock
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.scripts import Scripts, script_names, script_source
-from groupbuy.storage.specs import Reply
+from groupbuy.storage.specs import Reply, Scripts, script_names, script_source
 from groupbuy.storage.typedrecords import record_keys
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 

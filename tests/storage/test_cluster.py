@@ -23,7 +23,7 @@ from groupbuy.storage.durability import RedisNotDurable, RedisTopologyMismatch, 
 from groupbuy.storage.pipelining import AutoPipeline, ClusterAutoPipeline
 from groupbuy.storage.reachability import unreachable
 from groupbuy.storage.redis_client import auto_pipeline, connect_redis, primaries
-from groupbuy.storage.scripts import Scripts, script_names
+from groupbuy.storage.specs import Scripts, script_names
 from tests.support.backends import CLUSTER
 from tests.support.database import sqlite_with_schema
 from tests.support.redis_cluster import SLOTS, RedisCluster, slot_ranges, start_cluster

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from groupbuy.storage.reachability import unreachable
 from groupbuy.storage.redis_client import auto_pipeline, connect_redis
-from groupbuy.storage.scripts import Scripts
+from groupbuy.storage.specs import Scripts
 from tests.support.backends import CLUSTER
 from tests.support.database import sqlite_with_schema
 from tests.support.redis_cluster import RedisCluster, start_cluster

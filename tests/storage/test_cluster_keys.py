@@ -22,7 +22,7 @@ from groupbuy.redpacket.models import GrabRow, PacketRow
 from groupbuy.services import Services, build_scheduler
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.keys import SLOTS, Keys, slot_tag, slot_tags
-from groupbuy.storage.scripts import script_names
+from groupbuy.storage.specs import script_names
 
 
 def slot(key: str) -> int:

@@ -24,7 +24,7 @@ from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services, build_services, running
 from groupbuy.settings import Settings
 from groupbuy.storage.pipelining import AutoPipeline, ReplicaWait
-from groupbuy.storage.scripts import UNREPLICATED, script_names, waits_for_replicas
+from groupbuy.storage.specs import UNREPLICATED, script_names, waits_for_replicas
 from tests.support.http import ADMIN, SERVICE
 from tests.support.servers import RedisProcess, server_binary, start_redis
 from tests.support.settings import settings_for
