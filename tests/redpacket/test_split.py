@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from groupbuy.redpacket.split import STRATEGIES, RandomBelow, double_mean, equal, split
+from groupbuy.redpacket.split import SPLITS, STRATEGIES, RandomBelow, double_mean, equal, split
 from groupbuy.wire import SplitStrategy
 
 Splitter = Callable[[int, int, RandomBelow], list[int]]
@@ -221,7 +221,7 @@ def test_default_draws_from_the_system_generator(
     [(10, 0), (10, -1), (0, 0), (4, 5), (0, 1), (-5, 1), (9_999, MAX_COUNT)],
 )
 def test_impossible_splits_raise_value_error(strategy: str, amount: int, count: int) -> None:
-    function = {"double_mean": double_mean, "equal": equal}[strategy]
+    function = SPLITS[strategy]
     with pytest.raises(ValueError, match="cannot split"):
         function(amount, count, _never)
     with pytest.raises(ValueError, match="cannot split"):
@@ -319,7 +319,7 @@ SMALL_CASES = [(1, 1), (5, 1), (2, 2), (3, 2), (9, 2), (7, 3), (10, 3), (12, 4),
 def test_every_position_expects_amount_over_count_exactly(
     strategy: str, amount: int, count: int
 ) -> None:
-    splitter = {"double_mean": double_mean, "equal": equal}[strategy]
+    splitter = SPLITS[strategy]
     assert _exact_position_means(splitter, amount, count) == [Fraction(amount, count)] * count
 
 
@@ -417,14 +417,14 @@ FAIRNESS_CASES = [
 def test_every_grab_position_is_fair_on_average(
     strategy: str, amount: int, count: int, samples: int
 ) -> None:
-    splitter = {"double_mean": double_mean, "equal": equal}[strategy]
+    splitter = SPLITS[strategy]
     seed = amount * 100_003 + count
     assert unfair_positions(splitter, amount, count, samples, seeded(seed)) == []
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_grab_position_is_fair_with_secrets(strategy: str) -> None:
-    splitter = {"double_mean": double_mean, "equal": equal}[strategy]
+    splitter = SPLITS[strategy]
     assert unfair_positions(splitter, 100, 5, 10_000, secrets.randbelow) == []
 
 
