@@ -1,5 +1,5 @@
 -- _packet_lib: the KEYS and ARGV every packet script starts with (the contract PACKET_KEYS /
--- PACKET_ARGV in groupbuy/redpacket/scripts.py; docs/scripts.md), all under the hash tag
+-- PACKET_ARGV in groupbuy/redpacket/specs.py; docs/scripts.md), all under the hash tag
 -- {p:<packet_id>}, and helpers shared by those scripts (after _common and _packet_codes).
 -- Packet hash fields: sender_id, amount, count, strategy, status (active|sold_out|expired),
 -- remaining_count, remaining_cents, created_ms, expires_ms, sold_out_ms, expired_ms, refunded,
