@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 import redis
 
-from benchmarks.console_seed import FULL, QUICK, Scale, Seeded, seed
 from benchmarks.harness import (
     ADMIN_KEY,
     REPO,
@@ -50,6 +49,7 @@ from benchmarks.http_level import flash_grab, wrk_trial
 from groupbuy.services import build_services, running
 from groupbuy.settings import load_settings
 from tests.support.console import csrf_of
+from tests.support.console_seed import FULL, QUICK, Scale, Seeded, pages, seed
 from tests.support.servers import start_redis
 
 DOCS = REPO / "docs"
@@ -61,57 +61,6 @@ SCANS = ("keys", "scan", "hscan", "sscan", "zscan")
 
 
 GRAB_FULL, GRAB_QUICK = Plan(rounds=8, round_s=3), Plan(rounds=2, round_s=2)
-
-
-def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
-    """(path, the key of a cursor to follow DEEP_PAGES times first, or None) of every
-    listing and console page."""
-    aid, (tid_aid, tid), (fid_aid, fid) = seeded.live_activity, seeded.open_team, seeded.formed_team
-    return [
-        ("/v1/activities?limit=100", None),
-        ("/v1/activities?limit=100", "next_cursor"),
-        ("/v1/activities?status=open&limit=100", None),
-        ("/v1/activities?status=closed&limit=100", None),
-        ("/v1/activities?status=closed&limit=100", "next_cursor"),
-        (f"/v1/activities/{aid}", None),
-        (f"/v1/activities/{aid}/teams?limit=100", None),
-        (f"/v1/activities/{aid}/teams?has_free_seats=false&limit=100", None),
-        (f"/v1/activities/{fid_aid}/teams?status=formed&limit=100", None),
-        (f"/v1/activities/{fid_aid}/teams?status=failed&limit=100", None),
-        ("/v1/redpackets?limit=100", None),
-        ("/v1/redpackets?limit=100", "next_cursor"),
-        ("/v1/redpackets?status=active&limit=100", None),
-        ("/v1/redpackets?status=sold_out&limit=100", None),
-        ("/v1/redpackets?status=expired&limit=100", "next_cursor"),
-        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", None),
-        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", "next_cursor"),
-        (f"/v1/accounts/{seeded.whale}/entries?limit=100", None),
-        (f"/v1/accounts/{seeded.whale}/entries?limit=100", "next_cursor"),
-        ("/v1/admin/audit?limit=100", None),
-        ("/v1/admin/audit?limit=100", "next_cursor"),
-        ("/console", None),
-        ("/console/events", None),
-        ("/console/events?type=team.formed", None),
-        ("/console/events?after=1000", None),
-        ("/console/activities", None),
-        ("/console/activities?status=closed", None),
-        ("/console/redpackets", None),
-        ("/console/redpackets?status=active", None),
-        (f"/console/activities/{aid}", None),
-        (f"/console/activities/{seeded.closed_activity}", None),
-        (f"/console/activities/{tid_aid}/teams/{tid}", None),
-        (f"/console/activities/{fid_aid}/teams/{fid}", None),
-        (f"/console/redpackets/{seeded.active_packet}", None),
-        (f"/console/redpackets/{seeded.sold_out_packet}", None),
-        ("/console/integrity", None),
-        ("/console/webhooks", None),
-        ("/console/audit", None),
-        ("/console/blocked-users", None),
-        ("/console/live.json?page=overview", None),
-        (f"/console/live.json?page=activity&id={aid}", None),
-        (f"/console/live.json?page=packet&id={seeded.active_packet}", None),
-        ("/console/live.json?page=events&after=1000", None),
-    ]
 
 
 def _session(url: str) -> httpx.Cookies:

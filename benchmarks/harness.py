@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import insert
 
 from groupbuy import migrations
 from groupbuy.services import Services, build_services, settle_heap
@@ -500,14 +499,6 @@ async def open_services(
     settle_heap()  # as the service does at the end of its start-up
     await warm_up(services)
     return services
-
-
-async def bulk_insert(services: Services, model: Any, rows: list[dict[str, Any]]) -> None:
-    """Rows into a table by its Core INSERT, 2,000 rows a transaction: the ORM's bulk path
-    costs ten times more."""
-    for start in range(0, len(rows), 2000):
-        async with services.database.transaction() as session:
-            await session.execute(insert(model.__table__), rows[start : start + 2000])
 
 
 async def warm_up(services: Services) -> None:

@@ -18,12 +18,13 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from benchmarks.engine.common import create_packets, flash_requests, groupbuy_grab, say
-from benchmarks.harness import Meter, Row, bulk_insert, gather_limited, make_row, percentile
+from benchmarks.harness import Meter, Row, gather_limited, make_row, percentile
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services, build_scheduler
 from groupbuy.storage.timefmt import from_ms
+from tests.support.console_seed import bulk_insert
 
 ROUND_BUDGET_S = 90.0  # stop measuring rounds after this long (the old code took minutes)
 FLASH_PACKETS, FLASH_GAP_S = 5, 0.37  # flash grabs spread over the flush interval

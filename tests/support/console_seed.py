@@ -1,4 +1,4 @@
-"""A big database for the console's cost: activities with teams in every status, packets
+"""A big database for the console: activities with teams in every status, packets
 active, sold out and expired from many senders, ledger entries, events and audit rows.
 
 The rows go into SQL in bulk (one INSERT of many rows at a time); the live Redis state of
@@ -8,6 +8,9 @@ data, so Redis holds what the service would hold. The ended ones stay in SQL onl
 after the repair job released them. Every activity's live counts (`{a:<aid>}:counts`)
 are put in Redis from SQL's, as a listing puts back those Redis has none of: the pages
 then read counts in place, as they do once an activity has been listed.
+
+tests/console/test_seeded_pages.py reads every page of `pages` on a small one;
+benchmarks/console_cost.py times them on 10,000 activities.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from benchmarks.harness import bulk_insert
+from sqlalchemy import insert
+
 from groupbuy.locks.models import ActivityRow, MemberRow, TeamRow
 from groupbuy.ops.audit import AuditRow
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
@@ -74,6 +78,14 @@ def _packet_id(i: int) -> str:
 def _sender(i: int, scale: Scale) -> str:
     # One packet in ten is the whale's; the rest spread over the other senders.
     return WHALE if i % 10 == 0 else f"s{i % (scale.senders - 1):05d}"
+
+
+async def bulk_insert(services: Services, model: Any, rows: list[dict[str, Any]]) -> None:
+    """Rows into a table by its Core INSERT, 2,000 rows a transaction: the ORM's bulk path
+    costs ten times more."""
+    for start in range(0, len(rows), 2000):
+        async with services.database.transaction() as session:
+            await session.execute(insert(model.__table__), rows[start : start + 2000])
 
 
 async def _teams(services: Services, scale: Scale, now: datetime) -> None:
@@ -221,3 +233,53 @@ async def seed(services: Services, scale: Scale) -> Seeded:
         whale=WHALE,
         counts_keys=tuple(counts_keys),
     )
+
+
+def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
+    """(path, the key of a cursor to follow, or None) of every listing and console page."""
+    aid, (tid_aid, tid), (fid_aid, fid) = seeded.live_activity, seeded.open_team, seeded.formed_team
+    return [
+        ("/v1/activities?limit=100", None),
+        ("/v1/activities?limit=100", "next_cursor"),
+        ("/v1/activities?status=open&limit=100", None),
+        ("/v1/activities?status=closed&limit=100", None),
+        ("/v1/activities?status=closed&limit=100", "next_cursor"),
+        (f"/v1/activities/{aid}", None),
+        (f"/v1/activities/{aid}/teams?limit=100", None),
+        (f"/v1/activities/{aid}/teams?has_free_seats=false&limit=100", None),
+        (f"/v1/activities/{fid_aid}/teams?status=formed&limit=100", None),
+        (f"/v1/activities/{fid_aid}/teams?status=failed&limit=100", None),
+        ("/v1/redpackets?limit=100", None),
+        ("/v1/redpackets?limit=100", "next_cursor"),
+        ("/v1/redpackets?status=active&limit=100", None),
+        ("/v1/redpackets?status=sold_out&limit=100", None),
+        ("/v1/redpackets?status=expired&limit=100", "next_cursor"),
+        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", None),
+        (f"/v1/redpackets?sender_id={seeded.whale}&limit=100", "next_cursor"),
+        (f"/v1/accounts/{seeded.whale}/entries?limit=100", None),
+        (f"/v1/accounts/{seeded.whale}/entries?limit=100", "next_cursor"),
+        ("/v1/admin/audit?limit=100", None),
+        ("/v1/admin/audit?limit=100", "next_cursor"),
+        ("/console", None),
+        ("/console/events", None),
+        ("/console/events?type=team.formed", None),
+        ("/console/events?after=1000", None),
+        ("/console/activities", None),
+        ("/console/activities?status=closed", None),
+        ("/console/redpackets", None),
+        ("/console/redpackets?status=active", None),
+        (f"/console/activities/{aid}", None),
+        (f"/console/activities/{seeded.closed_activity}", None),
+        (f"/console/activities/{tid_aid}/teams/{tid}", None),
+        (f"/console/activities/{fid_aid}/teams/{fid}", None),
+        (f"/console/redpackets/{seeded.active_packet}", None),
+        (f"/console/redpackets/{seeded.sold_out_packet}", None),
+        ("/console/integrity", None),
+        ("/console/webhooks", None),
+        ("/console/audit", None),
+        ("/console/blocked-users", None),
+        ("/console/live.json?page=overview", None),
+        (f"/console/live.json?page=activity&id={aid}", None),
+        (f"/console/live.json?page=packet&id={seeded.active_packet}", None),
+        ("/console/live.json?page=events&after=1000", None),
+    ]
