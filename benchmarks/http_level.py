@@ -60,10 +60,6 @@ OPEN_LOOP_CONNECTIONS = 128
 GENERATOR = ("offered_per_s", "issued_per_s", "issue_late_p50_ms", "issue_late_p99_ms",
              "waited_for_connection", "generator_cpu_share", "generator_kept_up",
              "generator_on_time", "max_ms")  # fmt: skip
-ROUNDS_NOTE = (
-    "rounds in rotating order with the other contenders, each started with every server "
-    "idle; percentiles are the median of the rounds'"
-)
 
 
 FULL, QUICK = Plan(rounds=5, round_s=3, open_loop_s=5), Plan(rounds=2, round_s=2, open_loop_s=2)
@@ -342,32 +338,13 @@ def _bare_trial(server: Server, seconds: int) -> Callable[[int], Trial]:
 def rounds_row(scenario: str, implementation: str, trials: list[Trial], note: str) -> Row:
     """A row for the rounds of one contender: ops and seconds summed, each percentile the
     median of the rounds' (wrk reports percentiles, not its samples)."""
-    return trials_row(scenario, implementation, trials, f"{note}; {len(trials)} {ROUNDS_NOTE}",
+    return trials_row(scenario, implementation, trials, f"{note}; {len(trials)} rounds",
                       level="http")  # fmt: skip
 
 
-def notes(workers: int, seconds: int) -> dict[str, str]:
-    """What each scenario's row says it measured."""
-    how = f"wrk -t{THREADS} -c{CONNECTIONS} -d{seconds}s"
-    # With several workers both servers go through groupbuy.cli.run_workers, which sets
-    # TCP_NODELAY on the shared socket (plain uvicorn.run leaves Nagle on there).
-    nagle = "; workers share one socket with TCP_NODELAY (groupbuy.cli.run_workers)"
-    nagle = nagle if workers > 1 else ""
-    common = f"{how}; SQLite write-behind and scheduler on; access log at INFO to a file{nagle}"
-    return {
-        "flash_grab": "POST /v1/redpackets/{id}/grab, distinct users over packets of "
-        f"{SHARES} shares, every 20th request a double tap; ops = all answers; {common}",
-        "lock_storm": f"{TEAMS} teams of {TEAM_SIZE} in one activity, {STORM_USERS} users per "
-        "wrk thread (a confirmed user is replaced by a fresh one): 70 % POST "
-        ".../teams/{t}/locks on a random team (a switch when holding elsewhere), 15 % DELETE "
-        ".../teams/{held}/locks/{user}, 15 % POST .../teams/{held}/members; "
-        f"lock_ttl_s={LOCK_TTL_S}; ops = all answers; {common}",
-        "seat_locks": "POST /v1/activities/{a}/teams/{t}/locks, a new user each request, "
-        f"round-robin over teams of {TEAM_SIZE} (at most {SEATS_USED} locks a team, lock_ttl_s="
-        f"300); ops = all answers; {common}",
-        "bare": f"POST /grab = one EVALSHA (HINCRBY), small JSON; same uvicorn options; {how}"
-        + nagle,
-    }
+def wrk_note(seconds: int) -> str:
+    """How wrk drove a row's load (each scenario's workload: docs/benchmarking.md)."""
+    return f"wrk -t{THREADS} -c{CONNECTIONS} -d{seconds}s"
 
 
 def log_errors(rows: list[Row], server: Server) -> None:
@@ -384,7 +361,7 @@ def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
     """Interleaved rounds of groupbuy's flash grab and the bare endpoint (and, on 1 worker,
     groupbuy's lock storm, then the open-loop rows): their rows and comparisons."""
     n = f"{workers} worker{'s' if workers > 1 else ''}"
-    said = notes(workers, plan.round_s)
+    how = wrk_note(plan.round_s)
     args, env, port = bare_command(bench.redis_url, workers)
     with (
         groupbuy(bench.redis_url, bench.workdir, workers, f"u{workers}") as uv,
@@ -397,16 +374,12 @@ def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
             contenders[STORM] = groupbuy_trial(lock_storm, uv, plan.round_s)
         say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
         trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
-        mine = [rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], said["flash_grab"])]
+        mine = [rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], how)]
         if workers == 1:
-            mine.append(
-                rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], said["lock_storm"])
-            )
+            mine.append(rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], how))
             grab_max = statistics.median(t.rate for t in trials[GRAB])
             mine += _open_loop_rows(uv, plan, servers, grab_max)
-        base = rounds_row(
-            "flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE], said["bare"]
-        )
+        base = rounds_row("flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE], how)
         log_errors(mine, uv.server)
         log_errors([base], bare)
     to_bare = "/ bare Starlette + one Redis call (interleaved)"
@@ -431,7 +404,7 @@ def _embedded(bench: Bench, plan: Plan) -> list[Row]:
     """The flash grab on the embedded default (`groupbuy serve` with no Redis URL: its own
     engine on a Unix socket, append-only file fsynced before every answer) against the same
     service on the private redis-server (TCP, no persistence), alternated round by round."""
-    note = notes(1, plan.round_s)["flash_grab"]
+    note = wrk_note(plan.round_s)
     with (
         groupbuy(bench.redis_url, bench.workdir, 1, "r1") as paired,
         groupbuy("", bench.workdir, 1, "e1") as embedded,
@@ -449,8 +422,7 @@ def _embedded(bench: Bench, plan: Plan) -> list[Row]:
                           trials["embedded"], f"{note}; no Redis URL: {engine}")  # fmt: skip
         base = rounds_row(
             "flash_grab", "groupbuy (1 worker, redis-server beside the embedded engine)",
-            trials["redis-server"], f"{note}; the benchmark's private "
-            f"{server_binary() or 'server'} on loopback TCP, no persistence",
+            trials["redis-server"], f"{note}; {server_binary() or 'server'}",
         )  # fmt: skip
         log_errors([mine], embedded.server)
         log_errors([base], paired.server)
@@ -470,7 +442,7 @@ def _open_loop_rows(
     """Grabs and seat locks offered at half and 80% of their closed-loop rates on 1 worker."""
     wait_idle(servers)
     say("1 worker: seat locks, closed loop (the maximum for the open loop)")
-    note = notes(1, plan.round_s)["seat_locks"]
+    note = wrk_note(plan.round_s)
     trial = wrk_trial(*seat_locks(target, plan.round_s, "u1"))
     locks = make_row("seat_locks", "groupbuy (1 worker)", trial.seconds, [], trial.correct, note,
                      ops=trial.ops, level="http", percentiles_ms=trial.percentiles_ms)  # fmt: skip
@@ -501,7 +473,6 @@ def _open_loop_row(
               and correct["packets_inconsistent"] == correct["packets_sold_out"] == 0
               and result["grabbed"] + result["already"] == sum(result["statuses"].values())
               == result["requests"])  # fmt: skip
-        workload = "grabs by new users round-robin over packets, every 20th a double tap"
     else:
         activity, teams = f"ol-{tag}", math.ceil(total / SEATS_USED) + 1
         open_teams(client, [activity], teams, lock_ttl_s=300)
@@ -513,15 +484,11 @@ def _open_loop_row(
             locked == result["requests"] == correct["locks_held_at_end"]
             and correct["teams_overfull"] == correct["users_locked_in_two_teams"] == 0
         )
-        workload = f"seat locks by new users round-robin over {teams} teams"
     generator = {k: v for k, v in result.items() if k in GENERATOR}
     correct.update(ok=bool(ok), answers=result["statuses"], unanswered=result["unanswered"],
                    generator_kept_up=result["generator_kept_up"],
                    generator_on_time=result["generator_on_time"])  # fmt: skip
-    note = (
-        f"{workload}; offered at {rate:,.0f}/s ({label} of {max_rate:,.0f}/s, the closed "
-        f"loop's) for {seconds} s over {OPEN_LOOP_CONNECTIONS} connections (benchmarks/openloop.py)"
-    )
+    note = f"offered at {rate:,.0f}/s ({label} of {max_rate:,.0f}/s) for {seconds} s"
     return make_row(
         f"{kind} @ {label} max rate", "groupbuy (1 worker)", float(seconds),
         [ms / 1000 for ms in result["latencies_ms"]], correct, note, ops=result["answered"],

@@ -1,11 +1,5 @@
-"""The benchmark: engine level, HTTP level and the baselines, side by side in one run.
-
-Starts a private redis-server on a free loopback port (and, for the HTTP level, the
-service and a bare Starlette app; for the write-behind on PostgreSQL, a PostgreSQL:
-benchmarks/topologies.py; for confirms among grabs and locks, a redis-server with AOF and
-a PostgreSQL of their own: benchmarks/confirm_mix.py), runs every scenario, stops
-everything, and writes docs/benchmarks.json, docs/benchmarks.md (tables with the ratios to
-each baseline) and docs/benchmarks-latency.png. Usage:
+"""The benchmark: engine level, HTTP level and the baselines, side by side in one run
+(docs/benchmarking.md says what it starts and what it writes). Usage:
 
     .venv/bin/python -m benchmarks.run            # the full run (the recorded one: 22 min)
     .venv/bin/python -m benchmarks.run --quick    # a smoke run, small loads
@@ -158,12 +152,8 @@ def markdown(
         "# Benchmarks",
         "",
         f"One run of `.venv/bin/python -m benchmarks.run{' --quick' if meta['quick'] else ''}` "
-        f"on {meta['machine']}, {meta['date']}; every figure below comes from the same run, "
-        "against the same private redis-server (no persistence), but for the rows of the "
-        "embedded default, whose engine `groupbuy serve` starts itself (append-only file, "
-        "fsync always). Figures on this machine vary "
-        "by ±40% between runs. What was tried, what helped and where the time goes: "
-        "[benchmarks-findings.md](benchmarks-findings.md).",
+        f"on {meta['machine']}, {meta['date']}. How it measures and what the figures mean: "
+        "[benchmarking.md](benchmarking.md).",
         "",
         "## Throughput and latency",
         "",
@@ -179,10 +169,6 @@ def markdown(
     lines += [
         "",
         "## Ratios",
-        "",
-        "Interleaved comparisons measure both sides in alternation, round after round, and "
-        "show the median of the per-round ratios (lowest–highest round); a target is met "
-        "when the median meets it.",
         "",
         "| comparison | figure | target | met |",
         "| --- | ---: | --- | --- |",

@@ -65,9 +65,7 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def round_row(
-    name: str, what: str, cpu: list[float], wall: list[float], packets: int, activities: int
-) -> Row:
+def round_row(name: str, cpu: list[float], wall: list[float], packets: int, activities: int) -> Row:
     """One row of idle rounds: wall-time percentiles in the latency columns, CPU as extras."""
     cpu_ms: dict[str, Any] = {
         "cpu_ms_median": round(statistics.median(cpu) * 1000, 3),
@@ -76,10 +74,9 @@ def round_row(
         "wall_ms_max": round(max(wall) * 1000, 3),
     }
     note = (
-        f"{what}, idle, with {packets:,} live packets and {activities:,} activities "
-        f"(an open team each); {len(wall)} rounds: CPU median {cpu_ms['cpu_ms_median']} ms, "
-        f"max {cpu_ms['cpu_ms_max']} ms; wall median {cpu_ms['wall_ms_median']} ms, "
-        f"max {cpu_ms['wall_ms_max']} ms"
+        f"{packets:,} live packets, {activities:,} activities; {len(wall)} rounds: CPU median "
+        f"{cpu_ms['cpu_ms_median']} ms, max {cpu_ms['cpu_ms_max']} ms; wall median "
+        f"{cpu_ms['wall_ms_median']} ms, max {cpu_ms['wall_ms_max']} ms"
     )
     return make_row(
         "idle_rounds",
@@ -116,7 +113,7 @@ async def idle_rounds(services: Services, packets: int, activities: int, rounds:
             spent, took = await timed(call)
             cpu.append(spent)
             wall.append(took)
-        rows.append(round_row(name, name, cpu, wall, packets, activities))
+        rows.append(round_row(name, cpu, wall, packets, activities))
     return rows
 
 
@@ -206,11 +203,8 @@ async def credit_latency(
     delays = sorted(watch.seen[key] - at for key, at in answered.items() if key in watch.seen)
     missing = len(answered) - len(delays)
     note = (
-        f"{FLASH_PACKETS} packets x {shares} shares, {users} users + 60% double taps each, "
-        f"{FLASH_GAP_S} s apart, every job on its configured interval, with {packets:,} idle "
-        f"live packets and {activities:,} idle activities: delay from a grab's answer to its "
-        f"credit in SQL, max {percentile(delays, 1.0)} ms; "
-        f"{len(delays)} of {len(answered)} credits seen within {CREDIT_TIMEOUT_S:.0f} s "
+        f"{shares} shares, {users} users; {packets:,} live packets, {activities:,} activities; "
+        f"max {percentile(delays, 1.0)} ms; {len(delays)} of {len(answered)} credits seen "
         f"(grab latency p99 {percentile(sorted(meter.latencies), 0.99)} ms)"
     )
     return make_row(

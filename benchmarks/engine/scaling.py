@@ -89,14 +89,7 @@ async def scaling(services: Services, kind: str, live: int, sizes: Sizes, run: s
                "spurious_failures": statuses.total() - won - statuses["sold_out"],
                "outcomes": dict(statuses)}  # fmt: skip
     per = f"{(created - before) / live:.0f} B/{unit}, {grown / max(won, 1):.0f} B/{kind}"
-    if kind == "grab":
-        note = (f"grab on random packets among {live:,} live ({SHARES} shares each, created in "
-                f"{create_s:.2f} s pipelined); {per} (incl. its outbox entry; a packet's first "
-                "grab also creates its grabs hash and first stream node, so sparse grabs cost "
-                "more)")  # fmt: skip
-    else:
-        note = (f"lock on random teams among {live:,} open (size {TEAM_SIZE}, created in "
-                f"{create_s:.2f} s pipelined), a new user each; {per}")  # fmt: skip
+    note = f"among {live:,} live {unit}s, created in {create_s:.2f} s; {per}"
     return make_row("scaling", "groupbuy", seconds, latencies, correct, note,
                     operation=kind, live=live, memory=memory)  # fmt: skip
 
@@ -174,16 +167,13 @@ async def offered(
                  "issue_late_p50_ms": percentile(late, 0.5),
                  "issue_late_p99_ms": percentile(late, 0.99),
                  "generator_kept_up": issued >= KEPT_UP * rate}  # fmt: skip
-    label, basis = rate_label(fraction), "packets" if kind == "grab" else "teams"
+    label = rate_label(fraction)
     note = (
-        f"{kind}s by new users offered at {rate:,.0f}/s ({label} of the {max_rate:,.0f}/s "
-        f"of the same kind of {kind}s among 1,000 live {basis} measured above) "
-        f"for {seconds:.0f} s, open loop in the service's process; latency from when each call "
-        f"was due; issued at {issued:,.0f}/s, issue delay p99 "
-        f"{generator['issue_late_p99_ms']} ms (counted in the latency)"
+        f"offered at {rate:,.0f}/s ({label} of {max_rate:,.0f}/s) for {seconds:.0f} s; issued "
+        f"at {issued:,.0f}/s, issue delay p99 {generator['issue_late_p99_ms']} ms"
     )
     if not generator["generator_kept_up"]:
-        note += "; THE GENERATOR FELL BEHIND (issued < 95% of the rate asked)"
+        note += "; THE GENERATOR FELL BEHIND"
     # Every call is a new user on a packet (team) with a share (seat) left for it.
     won = outcomes["grabbed" if kind == "grab" else "locked"]
     correct = {

@@ -1,12 +1,6 @@
-"""The closed-loop storms, 256 calls in flight; they guard the grab, the seat lock, the
-confirm and the join against overselling and spurious refusals under concurrency.
-
-- flash_grab: one red packet, thousands of users (60% tap twice);
-- lock_storm: users lock, switch, unlock and confirm seats in one activity's teams while
-  snapshots (one script each) check that no team is over-filled and nobody holds two locks;
-- join_flash: T open teams of 3 (the leader alone in each), U shoppers tapping "join any
-  team" at once: every free seat granted exactly once, no no_team_available while a seat
-  was free.
+"""The closed-loop storms: flash grab, lock storm, join flash (docs/benchmarking.md says
+how); they guard the grab, the seat lock, the confirm and the join against overselling and
+spurious refusals under concurrency.
 """
 
 from __future__ import annotations
@@ -53,8 +47,7 @@ async def flash_grab(services: Services, sizes: Sizes, run: str) -> Row:
     recorded = await services.redis.hlen(services.keys.packet_keys(packet_id).grabs)
     correct["sum_ok"] = correct["granted_cents"] == amount and recorded == correct["winners"]
     correct["winners_ok"] = correct["winners"] == sizes.shares
-    note = (f"1 packet x {sizes.shares} shares, {sizes.users} users + 60% double taps, "
-            f"{CONCURRENCY} concurrent; RedPacketService.grab (one EVALSHA)")  # fmt: skip
+    note = f"{sizes.shares} shares, {sizes.users} users"
     return make_row("flash_grab", "groupbuy", seconds, latencies, correct, note)
 
 
@@ -145,11 +138,7 @@ async def lock_storm(services: Services, sizes: Sizes, run: str) -> Row:
                "double_locks": checks["double_locks"], "duplicates": checks["double_locks"],
                "spurious_failures": spurious, "snapshots": checks["snapshots"],
                "outcomes": dict(outcomes)}  # fmt: skip
-    note = (f"{sizes.teams} teams of {TEAM_SIZE}, {sizes.storm_users} users x "
-            f"{sizes.storm_steps} ops (lock 70/unlock 15/confirm 15), {CONCURRENCY} "
-            "concurrent; TeamService (confirm also flushes the outbox to SQLite and reads "
-            "the team); over_capacity and double_locks are violations summed over all "
-            "snapshots (one script each)")  # fmt: skip
+    note = f"{sizes.teams} teams, {sizes.storm_users} users x {sizes.storm_steps} ops"
     return make_row("lock_storm", "groupbuy", seconds, meter.latencies, correct, note,
                     by_operation=meter.breakdown())  # fmt: skip
 
@@ -188,11 +177,5 @@ async def join_flash(services: Services, sizes: Sizes, run: str) -> Row:
     correct["over_capacity"] += over  # what Redis holds at the end, checked atomically
     correct["double_locks"] = doubled
     correct["winners_ok"] = correct["winners"] == min(free, sizes.join_users)
-    note = (
-        f"1 activity, {sizes.join_teams} open teams of {JOIN_TEAM_SIZE} (leader only) = {free} "
-        f"free seats, {sizes.join_users} shoppers each tapping join once, {CONCURRENCY} "
-        "concurrent; TeamService.join (one EVALSHA of team_join.lua each); a no_team_available "
-        "is wrong if a join that began after it ended still got a seat; over_capacity from "
-        "the answers and one MULTI snapshot at the end"
-    )
+    note = f"{sizes.join_teams} teams ({free} free seats), {sizes.join_users} shoppers"
     return make_row("join_flash", "groupbuy", seconds, meter.latencies, correct, note)

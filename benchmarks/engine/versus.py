@@ -198,31 +198,12 @@ async def versus_rows(
         )  # fmt: skip
     finally:
         await peer.aclose()
-    how = f"{CALLERS} concurrent callers; {rounds} rounds, contenders in rotating order"
-    flash = (
-        f"each round 1 packet x {sizes.versus_shares} shares, {sizes.versus_users} users + 60% "
-        f"double taps; {how}"
-    )
-    seats = (
-        f"each round {sizes.versus_teams} fresh teams of {SEATS} free seats, "
-        f"{2 * SEATS * sizes.versus_teams} distinct users each locking a random team; {how}"
-    )
-    grab_notes = {
-        ON: "RedPacketService.grab (packet_grab.lua, outbox entry), calls coalesced",
-        OFF: "RedPacketService.grab with [redis] auto_pipeline = false: one EVALSHA per call",
-        PEER: "one EVALSHA per grab through register_script (HEXISTS, RPOP, HSET, LPUSH), "
-        "default pool; a repeat answers without its amount",
-    }
-    lock_notes = {
-        ON: "TeamService.lock (team_lock.lua), calls coalesced",
-        OFF: "TeamService.lock with [redis] auto_pipeline = false",
-        PEER: "one EVALSHA per lock through register_script (ZREMRANGEBYSCORE, ZCARD, ZADD), "
-        "time from the caller's clock, no user-lock key",
-    }
+    flash = f"{sizes.versus_shares} shares, {sizes.versus_users} users; {rounds} rounds"
+    seats = f"{sizes.versus_teams} teams, {2 * SEATS * sizes.versus_teams} users; {rounds} rounds"
     for name in (ON, OFF, PEER):
-        rows.append(trials_row("flash_grab", name, grabs[name], f"{grab_notes[name]}; {flash}"))
+        rows.append(trials_row("flash_grab", name, grabs[name], flash))
     for name in (ON, OFF, PEER):
-        rows.append(trials_row("seat_locks", name, locks[name], f"{lock_notes[name]}; {seats}"))
+        rows.append(trials_row("seat_locks", name, locks[name], seats))
     for key, what, mine, base, target in (
         ("engine_grab_vs_seed", f"engine grab / seed-style Lua peer (flash grab, {CALLERS} "
          "callers, interleaved)", grabs[ON], grabs[PEER], 2.0),
