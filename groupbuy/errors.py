@@ -71,6 +71,10 @@ class TeamNotFound(NotFound):
     code, title = "team_not_found", "Team not found"
 
 
+class NotAMember(NotFound):
+    code, title = "not_a_member", "The user is not a member of this team"
+
+
 class NoLock(NotFound):
     code, title = "no_lock", "The user holds no seat lock in this activity"
 
@@ -113,6 +117,22 @@ class TeamFailed(Conflict):
 
 class ActivityClosed(Conflict):
     code, title = "activity_closed", "The activity is closed: it takes no new team or lock"
+
+
+class ActivityNotStarted(Conflict):
+    code, title = "activity_not_started", "The activity's sale has not started yet"
+
+
+class ActivityEnded(Conflict):
+    code, title = "activity_ended", "The activity's sale has ended: it takes no new team or lock"
+
+
+class ActivitySoldOut(Conflict):
+    code, title = "activity_sold_out", "Every unit of the activity's stock is held"
+
+
+class OrderMismatch(Conflict):
+    code, title = "order_mismatch", "The member joined with another order"
 
 
 class NoTeamAvailable(Conflict):

@@ -30,6 +30,11 @@ class TeamCode(IntEnum):
     USER_LIMIT_REACHED = 14
     USER_BLOCKED = 15
     ACTIVITY_CLOSED = 16
+    ACTIVITY_NOT_STARTED = 17
+    ACTIVITY_ENDED = 18
+    ACTIVITY_SOLD_OUT = 19
+    NOT_A_MEMBER = 20
+    ORDER_MISMATCH = 21
 
 
 # A lock's (or a join's, or a confirm's) new outcome, and the same again.

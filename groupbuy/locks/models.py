@@ -75,6 +75,13 @@ class ActivityRulesRow(Base):
     teams_per_user: Mapped[int | None] = mapped_column(Integer)
     # how many open teams one leader may lead at once
     open_teams_per_leader: Mapped[int | None] = mapped_column(Integer)
+    # the sale (SPEC §3 Activities): opening and ending times, units it may sell, the
+    # longest a lock may be held, whether a confirm after its lock expired may still join
+    starts_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stock: Mapped[int | None] = mapped_column(Integer)
+    max_hold_s: Mapped[int | None] = mapped_column(Integer)
+    late_confirm: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class TeamRow(Base):
@@ -103,6 +110,9 @@ class TeamRow(Base):
     # The highest team version the applied records carry (SPEC §3 `version`): what an
     # ended team's body shows, and where a rebuild in Redis counts on from.
     version: Mapped[int] = mapped_column(Integer, server_default="0")
+    # why a failed team failed: deadline | dissolved | abandoned (null: open, formed, or
+    # failed before reasons were kept, at its deadline)
+    failed_reason: Mapped[str | None] = mapped_column(String(16))
 
 
 class MemberRow(Base):
@@ -117,3 +127,8 @@ class MemberRow(Base):
     order_id: Mapped[str | None] = mapped_column(String(64))
     seq: Mapped[int] = mapped_column(Integer)
     joined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # a member who left an open team (its seat freed) or was refunded from a formed one
+    # (still listed): when, and the shop's reason
+    left_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    leave_reason: Mapped[str | None] = mapped_column(String(200))
