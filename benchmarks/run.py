@@ -22,7 +22,6 @@ from benchmarks.console_cost import run_console_cost, section
 from benchmarks.engine import run_engine
 from benchmarks.harness import Bench, Row
 from benchmarks.http_level import run_http
-from benchmarks.topologies import run_topologies
 from benchmarks.webhooks import run_webhooks
 from tests.support.servers import server_binary, start_redis
 
@@ -237,7 +236,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 
 SCENARIOS: list[tuple[str, Callable[[Bench], list[Row]]]] = [
     ("engine level", run_engine),
-    ("the write-behind on PostgreSQL beside SQLite", run_topologies),
     ("HTTP level", run_http),
     ("confirms among grabs and locks, open loop, on SQLite and PostgreSQL", run_confirm_mix),
     ("webhooks: lag, delivery while serving, grab and lock rates with endpoints", run_webhooks),
