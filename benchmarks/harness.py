@@ -1,15 +1,5 @@
-"""What every benchmark scenario shares, so that a scenario is only what it measures.
-
-- **Rows.** One shape for every measured row (scenario, level, implementation, ops, ops/s,
-  p50/p95/p99, correctness counts, note), which benchmarks/run.py reports and plots.
-- **Alternated trials.** This machine's speed drifts between runs and within one
-  (docs/benchmarks-findings.md), so contenders run one short trial each per round, in an
-  order that rotates round by round, after a dropped warm-up round; a comparison is the
-  median of the same-round ratios, with the lowest and highest round.
-- **Servers.** `groupbuy serve` and the bare app in process groups of their own on free
-  loopback ports, each groupbuy with its own key prefix and SQLite file; a round starts
-  once every server is idle. The engine level's in-process services.
-- **Alone.** `standalone(run)`: a scenario's command line, on a private redis-server.
+"""What every benchmark scenario shares, so that a scenario is only what it measures: rows,
+alternated trials, servers, running alone (docs/benchmarking.md, "The harness").
 """
 
 from __future__ import annotations

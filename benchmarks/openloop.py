@@ -1,15 +1,6 @@
 """An open-loop HTTP load generator: requests at a fixed rate, latency from when each was due
-(docs/benchmarking.md says why and how it measures itself).
+(docs/benchmarking.md says why, how it measures itself, and its modes).
 
-Modes (the bodies match benchmarks/wrk/load.lua):
-  grab KEY PACKET...      a new user per request, round-robin over the packets, every
-                          20th request repeating the previous one
-  lock KEY ACTIVITY TEAMS a new user per request, round-robin over teams t1..tTEAMS
-  bare KEY                POST /grab (benchmarks/bare_app.py), a new user per request
-  mixed KEY ACTIVITY N TEAMS PACKET...
-                          two grabs for every seat lock, and each lock answered 201
-                          confirmed CONFIRM_AFTER_S after its answer; `by_kind` in the
-                          result gives each kind's count, statuses and percentiles.
 Usage: python -m benchmarks.openloop URL RATE SECONDS CONNECTIONS TAG MODE KEY ARG...
 prints one JSON object.
 """
@@ -70,8 +61,6 @@ def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callabl
             return build(path, f"o{tag}-{i}")
 
         return lock
-    if mode == "bare":
-        return lambda i: build("/grab", f"o{tag}-{i}")
     raise ValueError(f"unknown mode {mode!r}")
 
 

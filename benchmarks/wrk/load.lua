@@ -1,17 +1,6 @@
 -- The closed-loop load of benchmarks/http_level.py: wrk -s load.lua URL -- MODE KEY ARG...
---   grab  KEY PACKET_ID...   POST /v1/redpackets/<id>/grab, distinct users round-robin over
---                            the packets; every 20th request repeats the previous one
---   lock  KEY ACTIVITY TEAMS POST /v1/activities/<a>/teams/t<k>/locks, a new user per request,
---                            round-robin over teams t1..tTEAMS (no repeats)
---   bare  KEY                POST /grab {"user_id": ...} (benchmarks/bare_app.py)
---   storm KEY USERS TEAMS ACTIVITY
---       each thread keeps USERS user slots, each with the team whose seat it last locked;
---       a step picks a random slot and sends 70 % (always when holding nothing) a lock on a
---       random team (a switch when holding elsewhere), 15 % an unlock, 15 % a confirm of
---       the held seat. Every request carries X-Request-Id "<thread>.<seq>", echoed by the
---       service, so response() knows what it answers: lock 200/201 -> remember the team;
---       lock 409, unlock, confirm 409 -> forget it; confirm 200/201 -> a fresh user.
--- done() prints "wrk_result", "wrk_status" and (storm) "wrk_ops op_<op>_<status>" lines.
+-- (the modes: docs/benchmarking.md). done() prints "wrk_result", "wrk_status" and (storm)
+-- "wrk_ops op_<op>_<status>" lines.
 
 local threads = {}
 local next_id = 0
