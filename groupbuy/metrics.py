@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from groupbuy import errors
-from groupbuy.outcome import Outcome
+from groupbuy.wire import Outcome
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -2,8 +2,9 @@
 
 The services build their answers to these shapes, the typed client (groupbuy.client)
 returns them, and the OpenAPI document describes them (groupbuy.api.answers derives its
-models from them). This module imports only the standard library, so the client can
-depend on it alone.
+models from them). How a time is written on the wire (`iso_ms`) and what a create
+answers (`Outcome`: the body, and whether this call created it) sit here too. This module
+imports only the standard library, so the client can depend on it alone.
 
 A field's documentation and constraints ride in `Annotated`: a plain string is its
 description, `Ge` a number's lower bound, `Pattern` a string's regular expression. A
@@ -13,8 +14,11 @@ here and to the function that builds the answer.
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired[...] from the
 # evaluated annotations on Python 3.11.
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, overload
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,50 @@ Id = Annotated[str, Pattern(ID_PATTERN)]
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 Timestamp = Annotated[str, Pattern(TIMESTAMP_PATTERN)]
 """ISO-8601 UTC with milliseconds, e.g. 2026-11-21T17:42:51.123Z."""
+
+
+# -- times: epoch ms (Redis's clock), ISO-8601 text (the wire), aware datetimes (SQL) ------
+
+
+@overload
+def iso_ms(ms: int) -> str: ...
+@overload
+def iso_ms(ms: None) -> None: ...
+@overload
+def iso_ms(ms: int | None) -> str | None: ...
+def iso_ms(ms: int | None) -> str | None:
+    """`1763746971123` -> `2025-11-21T17:42:51.123Z`; None stays None."""
+    if ms is None:
+        return None
+    seconds, millis = divmod(ms, 1000)
+    return f"{_iso_second(seconds)}{millis:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _iso_second(seconds: int) -> str:
+    # Answers given in the same second share this part; strftime was a hot spot under load.
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+
+
+def to_ms(moment: datetime) -> int:
+    """A datetime (naive means UTC, as SQLite returns it) to epoch milliseconds."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    """Epoch milliseconds to an aware UTC datetime for SQL columns."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A create's answer: 201 when this call created it, 200 when it found the same thing."""
+
+    body: Mapping[str, Any]
+    created: bool
+
 
 SplitStrategy = Literal["double_mean", "equal"]
 """How a packet's amount is split into shares: each name is one function of

@@ -20,7 +20,7 @@ from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
 from groupbuy.api.endpoints import FastJSONResponse
 from groupbuy.api.logformat import JsonFormatter, configure_logging, flush_logs
-from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import iso_ms
 
 
 def _logger(handler: logging.Handler, name: str) -> logging.Logger:

@@ -33,7 +33,6 @@ LAYERS: list[tuple[str, int]] = [
     ("groupbuy.settings", 0),
     ("groupbuy.errors", 0),
     ("groupbuy.metrics", 0),
-    ("groupbuy.outcome", 0),
     ("groupbuy", 0),
 ]
 # The two engines are independent of each other.

@@ -34,7 +34,7 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
-from groupbuy.storage.timefmt import to_ms
+from groupbuy.wire import to_ms
 from tests.support.database import start_postgres_or_skip
 from tests.support.http import ADMIN, ms
 from tests.support.money import assert_money_conserved

@@ -23,7 +23,7 @@ from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services, build_scheduler
-from groupbuy.storage.timefmt import from_ms
+from groupbuy.wire import from_ms
 from tests.support.console_seed import bulk_insert
 
 ROUND_BUDGET_S = 90.0  # stop measuring rounds after this long (the old code took minutes)

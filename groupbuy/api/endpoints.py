@@ -24,9 +24,8 @@ from starlette.routing import Route
 from groupbuy import errors
 from groupbuy.api import access, auditing
 from groupbuy.api.access import Authenticator, actor
-from groupbuy.outcome import Outcome
 from groupbuy.settings import ApiKey, Settings
-from groupbuy.wire import ID_PATTERN
+from groupbuy.wire import ID_PATTERN, Outcome
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

@@ -18,7 +18,7 @@ import orjson
 
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
-from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import iso_ms
 
 # No Starlette here: `groupbuy worker` configures logging without importing the API.
 

@@ -26,13 +26,11 @@ from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
-from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
-from groupbuy.storage.timefmt import from_ms
-from groupbuy.wire import Team, TeamsPage
+from groupbuy.wire import Outcome, Team, TeamsPage, from_ms
 
 
 class ActivityService(UsesBackends):

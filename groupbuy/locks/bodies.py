@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from groupbuy.locks.models import ActivityRow
-from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.wire import iso_ms, to_ms
 
 
 def activity_body(row: ActivityRow) -> dict[str, Any]:

@@ -31,9 +31,8 @@ from groupbuy.locks.specs import (
 )
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
-from groupbuy.outcome import Outcome
 from groupbuy.storage.specs import ScriptSpec, flag, shape, slots
-from groupbuy.wire import Confirmed
+from groupbuy.wire import Confirmed, Outcome
 
 _CONFIRMED = (("formed", flag), TEAM)
 TEAM_CONFIRM = ScriptSpec(

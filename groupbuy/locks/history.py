@@ -13,9 +13,8 @@ from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
-from groupbuy.outcome import Outcome
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.wire import Team
+from groupbuy.wire import Outcome, Team
 
 
 class MissingTeam(Protocol):

@@ -36,10 +36,9 @@ from groupbuy.locks.specs import (
 )
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
-from groupbuy.outcome import Outcome
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.specs import ScriptSpec, Slot, optional_int, shape, slots
-from groupbuy.storage.timefmt import iso_ms
+from groupbuy.wire import Outcome, iso_ms
 
 _JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
 TEAM_JOIN = ScriptSpec(

@@ -21,8 +21,7 @@ from groupbuy.locks.history import members_of_teams
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.storage.timefmt import from_ms, to_ms
-from groupbuy.wire import TeamsPage
+from groupbuy.wire import TeamsPage, from_ms, to_ms
 
 EndedStatus = Literal["formed", "failed"]
 

@@ -19,8 +19,8 @@ from groupbuy.locks.codec import int_field
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event
-from groupbuy.storage.timefmt import from_ms, iso_ms
 from groupbuy.storage.typedrecords import parse_record
+from groupbuy.wire import from_ms, iso_ms
 
 KEY = ":"  # between the parts of an event key
 

@@ -22,7 +22,7 @@ from groupbuy.metrics import RESTORED
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding
-from groupbuy.storage.timefmt import to_ms
+from groupbuy.wire import to_ms
 
 log = logging.getLogger(__name__)
 

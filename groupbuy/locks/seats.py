@@ -25,8 +25,7 @@ from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.unlock import SeatUnlock
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
-from groupbuy.storage.timefmt import iso_ms
-from groupbuy.wire import UserLock
+from groupbuy.wire import UserLock, iso_ms
 
 
 class SeatService:

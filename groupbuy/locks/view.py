@@ -9,8 +9,7 @@ from typing import Any, NamedTuple
 from groupbuy.locks.codec import parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.specs import optional_int, reply_dict
-from groupbuy.storage.timefmt import iso_ms, to_ms
-from groupbuy.wire import Team, TeamStatus
+from groupbuy.wire import Team, TeamStatus, iso_ms, to_ms
 
 
 class TeamSnapshot(NamedTuple):

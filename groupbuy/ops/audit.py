@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from groupbuy import wire
 from groupbuy.storage.db import Base, Database
 from groupbuy.storage.paging import newest_by_id
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The longest reason kept: an operator's sentence, not a document.
 REASON_CHARS = 500

@@ -26,7 +26,7 @@ from groupbuy.ops.audit import AuditRow, jsonable
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
 from groupbuy.storage.slots import COPY_VALUE, each_slot
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 REASON_MAX = 500  # characters of an admin's note on a block

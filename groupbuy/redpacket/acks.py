@@ -16,7 +16,7 @@ import logging
 
 from groupbuy.redpacket.models import AcknowledgedGrabRow
 from groupbuy.storage.db import Database, dialect_insert
-from groupbuy.storage.timefmt import from_ms
+from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
 

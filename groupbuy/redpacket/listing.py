@@ -15,7 +15,7 @@ from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.read import packet_version
 from groupbuy.redpacket.send import sent_body
 from groupbuy.storage.backends import UsesBackends
-from groupbuy.storage.timefmt import from_ms, to_ms
+from groupbuy.wire import from_ms, to_ms
 
 # A packet's status as the API names it -> the SQL statuses it covers (a `pending` packet
 # is sent and being put in Redis: the API already shows it active).

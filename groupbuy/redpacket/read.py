@@ -32,7 +32,7 @@ from groupbuy.redpacket.specs import (
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import Database
 from groupbuy.storage.specs import ScriptSpec, reply_dict, shape
-from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.wire import iso_ms, to_ms
 
 PACKET_READ = ScriptSpec(
     "packet_read",

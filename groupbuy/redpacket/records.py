@@ -21,7 +21,7 @@ from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow, PacketRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event, record_event
-from groupbuy.storage.timefmt import from_ms
+from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
 

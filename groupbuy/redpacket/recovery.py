@@ -37,7 +37,7 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.specs import ScriptSpec, Slot, shape, slots
-from groupbuy.storage.timefmt import from_ms, to_ms
+from groupbuy.wire import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import redis.exceptions
 from sqlalchemy import CursorResult, delete, select, update
 
 from groupbuy import errors, wire
-from groupbuy.outcome import Outcome
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
 from groupbuy.redpacket.codes import PacketCode, raise_for
@@ -43,7 +42,7 @@ from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
 from groupbuy.storage.specs import ScriptSpec, Slot, flag, shape, slots
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import Outcome, from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 

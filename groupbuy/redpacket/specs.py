@@ -26,7 +26,7 @@ from groupbuy.storage.specs import (
     shape,
     slots,
 )
-from groupbuy.storage.timefmt import to_ms
+from groupbuy.wire import to_ms
 
 # The KEYS and ARGV every packet script starts with (named in lua/_packet_lib.lua).
 PACKET_KEYS = slots(

@@ -37,7 +37,7 @@ from groupbuy import errors, metrics
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import outbox_bury
 from groupbuy.storage.db import Base, causes, dialect_insert, sqlstate, unavailable
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 

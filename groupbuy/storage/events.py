@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, aliased, mapped_column
 
 from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore, mark_committing
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The on_commit topic of transactions that recorded events (the webhook deliverer listens).
 FEED_COMMITTED = "feed"

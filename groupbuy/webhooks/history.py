@@ -12,11 +12,10 @@ from sqlalchemy.orm import aliased
 from groupbuy import errors, wire
 from groupbuy.storage.db import Database, dialect_insert
 from groupbuy.storage.events import EventRow
-from groupbuy.storage.timefmt import iso_ms, to_ms
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.queue import delivery_row, webhook_id
 from groupbuy.webhooks.store import subscribes
-from groupbuy.wire import ATTEMPTS_SHOWN
+from groupbuy.wire import ATTEMPTS_SHOWN, iso_ms, to_ms
 
 # Events one replay transaction queues.
 REPLAY_BATCH = 2000

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import orjson
 
-from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.wire import iso_ms, to_ms
 
 # How the envelope's rendering ends: the inner "data" (the last key of both objects) is
 # null, then the two objects close.

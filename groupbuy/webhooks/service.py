@@ -8,11 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from groupbuy import errors
-from groupbuy.outcome import Outcome
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import FEED_COMMITTED
-from groupbuy.storage.timefmt import iso_ms
 from groupbuy.webhooks import history, queue
 from groupbuy.webhooks.addresses import host_problem, url_problem
 from groupbuy.webhooks.deliverer import Deliverer, wall_clock_ms
@@ -20,6 +18,7 @@ from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.signing import headers
 from groupbuy.webhooks.store import EndpointSpec, EndpointStore, secrets_in_use
 from groupbuy.webhooks.thread import DelivererThread
+from groupbuy.wire import Outcome, iso_ms
 
 TEST_EVENT = "webhook.test"
 

@@ -12,12 +12,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
-from groupbuy.outcome import Outcome
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, assign_positions
-from groupbuy.storage.timefmt import iso_ms
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.signing import new_secret
+from groupbuy.wire import Outcome, iso_ms
 
 ORDERINGS = ("feed", "entity")
 ALL_TYPES = "*"

@@ -45,8 +45,7 @@ from groupbuy import errors
 from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
-from groupbuy.storage.timefmt import iso_ms
-from groupbuy.wire import Team
+from groupbuy.wire import Team, iso_ms
 from tests.support.redis import make_async_redis
 from tests.support.schema import database_with_schema
 from tests.support.seats import indexed_open_seats, recomputed_open_seats

@@ -28,7 +28,7 @@ from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
-from groupbuy.storage.timefmt import to_ms
+from groupbuy.wire import to_ms
 
 AID = "act_1-x"
 TID = "team-A_1"

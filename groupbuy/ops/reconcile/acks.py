@@ -19,7 +19,7 @@ from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochR
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetterRow
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.timefmt import iso_ms, to_ms
+from groupbuy.wire import iso_ms, to_ms
 
 _Ack = AcknowledgedGrabRow
 

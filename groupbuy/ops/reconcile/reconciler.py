@@ -45,7 +45,7 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, assign_positions
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.timefmt import from_ms, iso_ms, to_ms
+from groupbuy.wire import from_ms, iso_ms, to_ms
 
 S = TypeVar("S", bound=Hashable)
 
