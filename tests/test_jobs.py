@@ -9,9 +9,8 @@ import pytest
 import redis.exceptions
 from sqlalchemy import select
 
-from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
-from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.records import PacketRecord, apply_packet_records
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.reachability import unreachable

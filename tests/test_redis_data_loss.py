@@ -16,9 +16,8 @@ from starlette.testclient import TestClient
 
 from groupbuy import errors
 from groupbuy.api.app import create_app
-from groupbuy.redpacket.codec import parse_packet_record
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
-from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
 from groupbuy.services import Services
 from groupbuy.settings import Settings
 from tests.support.http import (

@@ -8,12 +8,9 @@ Ids match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §2): neither '|' nor ':' occurs insid
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, NamedTuple, TypedDict
+from typing import NamedTuple
 
 from sqlalchemy import SQLColumnExpression, String, literal
-
-from groupbuy.storage.typedrecords import parse_record
 
 FIELD = "|"  # between the fields of a Redis value
 KEY = ":"  # between the parts of a business key or an event key
@@ -29,8 +26,6 @@ _KEY_PARTS = {
     PACKET_DEBIT: ("packet_id",),
     DEPOSIT: ("reference",),
 }
-
-EVENT_TYPES = ("packet.sent", "packet.sold_out", "packet.refunded")  # <type>:<packet_id>
 
 
 def _int(text: str, value: str) -> int:
@@ -139,88 +134,3 @@ def parse_business_key(key: str) -> BusinessKey:
     if names is None or len(parts) != len(names) or not all(parts):
         raise ValueError(f"{key!r} is not a ledger business key")
     return BusinessKey(kind, **dict(zip(names, parts, strict=True)))
-
-
-# -- event dedup keys -----------------------------------------------------------------
-
-
-class PacketEventKey(NamedTuple):
-    """The identity of a packet event: ``<type>:<packet_id>``."""
-
-    type: str
-    packet_id: str
-
-
-def packet_event_key(event_type: str, packet_id: str) -> str:
-    """The dedup key an event of the packet engine is recorded under (one per packet)."""
-    if event_type not in EVENT_TYPES:
-        raise ValueError(f"{event_type!r} is not an event of the packet engine")
-    return KEY.join((event_type, packet_id))
-
-
-def parse_event_key(key: str) -> PacketEventKey | None:
-    """A packet event's dedup key, or None for an event of another engine."""
-    event_type, *parts = key.split(KEY)
-    if event_type not in EVENT_TYPES:
-        return None
-    if len(parts) != 1 or not parts[0]:
-        raise ValueError(f"event key {key!r} is not '<type>:<packet_id>'")
-    return PacketEventKey(event_type, parts[0])
-
-
-# -- outbox records: the fields each `emit({...})` of the packet scripts writes -----------
-
-
-class _Fenced(TypedDict, total=False):
-    epoch: str  # the epoch of the Redis state that wrote it (records from before epochs: 0)
-
-
-class GrabRecord(_Fenced):
-    """lua/packet_grab.lua: one grabbed share."""
-
-    type: Literal["grab"]
-    at_ms: str
-    packet_id: str
-    user_id: str
-    amount_cents: str
-    seq: str
-
-
-class _Ending(_Fenced, total=False):
-    version: str  # the packet's version after the change (records from before versions: none)
-
-
-class PacketSoldOut(_Ending):
-    """lua/packet_grab.lua (the last share) or lua/packet_restore.lua: nothing left."""
-
-    type: Literal["packet.sold_out"]
-    at_ms: str
-    packet_id: str
-    sender_id: str
-
-
-class PacketRefunded(_Ending):
-    """lua/_packet_lib.lua (an expiry), or a packet that expired before it was sent: the
-    rest goes back to the sender."""
-
-    type: Literal["packet.refunded"]
-    at_ms: str
-    packet_id: str
-    sender_id: str
-    refunded_cents: str
-    remaining_count: str
-
-
-PacketRecord = GrabRecord | PacketSoldOut | PacketRefunded
-PACKET_RECORDS: dict[str, type[PacketRecord]] = {
-    "grab": GrabRecord,
-    "packet.sold_out": PacketSoldOut,
-    "packet.refunded": PacketRefunded,
-}
-"""Every packet record type by its `type` field."""
-
-
-def parse_packet_record(fields: Mapping[str, str]) -> PacketRecord:
-    """An outbox entry's fields as the packet record its `type` names: ValueError for an
-    unknown type, KeyError for a missing field."""
-    return parse_record("packet", PACKET_RECORDS, fields)

@@ -1,29 +1,116 @@
-"""How a packet's outbox records become SQL rows, ledger entries and events (idempotently)."""
+"""The packet scripts' outbox records: each type's fields, its event's dedup key, and how a
+batch of them becomes SQL rows, ledger entries and events (idempotently).
+
+To add an event type: the script that changes state emits it (`emit({...})` in lua/), and
+this module gains its record TypedDict (in PACKET_RECORDS), its name in EVENT_TYPES and
+its branch in `apply_packet_records`.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import cast
+from collections.abc import Mapping
+from typing import Literal, NamedTuple, TypedDict, cast
 
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.redpacket.codec import (
-    GrabRecord,
-    PacketRecord,
-    PacketRefunded,
-    PacketSoldOut,
-    grab_credit_key,
-    packet_event_key,
-    refund_key,
-)
+from groupbuy.redpacket.codec import KEY, grab_credit_key, refund_key
 from groupbuy.redpacket.ledger import post_entries, post_entry
 from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow, PacketRow
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event, record_event
+from groupbuy.storage.typedrecords import parse_record
 from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
+
+EVENT_TYPES = ("packet.sent", "packet.sold_out", "packet.refunded")  # <type>:<packet_id>
+
+
+# -- event dedup keys -----------------------------------------------------------------
+
+
+class PacketEventKey(NamedTuple):
+    """The identity of a packet event: ``<type>:<packet_id>``."""
+
+    type: str
+    packet_id: str
+
+
+def packet_event_key(event_type: str, packet_id: str) -> str:
+    """The dedup key an event of the packet engine is recorded under (one per packet)."""
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"{event_type!r} is not an event of the packet engine")
+    return KEY.join((event_type, packet_id))
+
+
+def parse_event_key(key: str) -> PacketEventKey | None:
+    """A packet event's dedup key, or None for an event of another engine."""
+    event_type, *parts = key.split(KEY)
+    if event_type not in EVENT_TYPES:
+        return None
+    if len(parts) != 1 or not parts[0]:
+        raise ValueError(f"event key {key!r} is not '<type>:<packet_id>'")
+    return PacketEventKey(event_type, parts[0])
+
+
+# -- outbox records: the fields each `emit({...})` of the packet scripts writes -----------
+
+
+class _Fenced(TypedDict, total=False):
+    epoch: str  # the epoch of the Redis state that wrote it (records from before epochs: 0)
+
+
+class GrabRecord(_Fenced):
+    """lua/packet_grab.lua: one grabbed share."""
+
+    type: Literal["grab"]
+    at_ms: str
+    packet_id: str
+    user_id: str
+    amount_cents: str
+    seq: str
+
+
+class _Ending(_Fenced, total=False):
+    version: str  # the packet's version after the change (records from before versions: none)
+
+
+class PacketSoldOut(_Ending):
+    """lua/packet_grab.lua (the last share) or lua/packet_restore.lua: nothing left."""
+
+    type: Literal["packet.sold_out"]
+    at_ms: str
+    packet_id: str
+    sender_id: str
+
+
+class PacketRefunded(_Ending):
+    """lua/_packet_lib.lua (an expiry), or a packet that expired before it was sent: the
+    rest goes back to the sender."""
+
+    type: Literal["packet.refunded"]
+    at_ms: str
+    packet_id: str
+    sender_id: str
+    refunded_cents: str
+    remaining_count: str
+
+
+PacketRecord = GrabRecord | PacketSoldOut | PacketRefunded
+PACKET_RECORDS: dict[str, type[PacketRecord]] = {
+    "grab": GrabRecord,
+    "packet.sold_out": PacketSoldOut,
+    "packet.refunded": PacketRefunded,
+}
+"""Every packet record type by its `type` field."""
+
+
+def parse_packet_record(fields: Mapping[str, str]) -> PacketRecord:
+    """An outbox entry's fields as the packet record its `type` names: ValueError for an
+    unknown type, KeyError for a missing field."""
+    return parse_record("packet", PACKET_RECORDS, fields)
 
 
 async def apply_packet_records(session: AsyncSession, records: list[PacketRecord]) -> None:

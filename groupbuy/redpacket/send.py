@@ -21,10 +21,10 @@ from sqlalchemy import CursorResult, delete, select, update
 
 from groupbuy import errors, wire
 from groupbuy.redpacket import ledger
-from groupbuy.redpacket.codec import PacketRefunded, packet_debit_key, packet_event_key
+from groupbuy.redpacket.codec import packet_debit_key
 from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.models import PacketRow
-from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.records import PacketRefunded, apply_packet_records, packet_event_key
 from groupbuy.redpacket.specs import (
     EXISTING,
     OK,

@@ -43,9 +43,8 @@ import redis.exceptions
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.redpacket.codec import parse_packet_record
 from groupbuy.redpacket.models import PacketRow
-from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating

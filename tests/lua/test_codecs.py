@@ -22,6 +22,7 @@ from groupbuy.locks.lock import team_lock
 from groupbuy.locks.models import MemberRow
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.redpacket import codec as packet_codec
+from groupbuy.redpacket import records as packet_records
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
@@ -165,7 +166,7 @@ async def test_lock_expired_and_failed_team_keys_match_sql(services: Services) -
     for key in found:
         parsed = team_records.parse_event_key(key)
         assert parsed is not None and team_records.team_event_key(*parsed) == key
-        assert packet_codec.parse_event_key(key) is None  # not the packet engine's
+        assert packet_records.parse_event_key(key) is None  # not the packet engine's
 
 
 async def _grab(services: Services, packet_id: str, user: str) -> PacketReply:
@@ -219,7 +220,7 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
         packet_codec.refund_key("pk-1_a"): ("send-er_1", "refund_credit", refunded),
     }
     assert await _event_keys(services) == {
-        packet_codec.packet_event_key(kind, pid)
+        packet_records.packet_event_key(kind, pid)
         for kind, pid in (
             ("packet.sent", "pk-1_a"),
             ("packet.sent", "pk-2_b"),
@@ -228,8 +229,8 @@ async def test_packet_values_and_keys_match_the_scripts_and_sql(services: Servic
         )
     }
     for key in await _event_keys(services):
-        parsed = packet_codec.parse_event_key(key)
-        assert parsed is not None and packet_codec.packet_event_key(*parsed) == key
+        parsed = packet_records.parse_event_key(key)
+        assert parsed is not None and packet_records.packet_event_key(*parsed) == key
         assert team_records.parse_event_key(key) is None  # not the team engine's
 
 
@@ -329,10 +330,10 @@ def test_business_keys_round_trip(packet_id: str, user_id: str, reference: str) 
     assert parse(packet_codec.deposit_key(reference)) == BusinessKey("deposit", reference=reference)
 
 
-@given(kind=st.sampled_from(packet_codec.EVENT_TYPES), packet_id=ids)
+@given(kind=st.sampled_from(packet_records.EVENT_TYPES), packet_id=ids)
 def test_packet_event_keys_round_trip(kind: str, packet_id: str) -> None:
-    key = packet_codec.packet_event_key(kind, packet_id)
-    assert packet_codec.parse_event_key(key) == (kind, packet_id)
+    key = packet_records.packet_event_key(kind, packet_id)
+    assert packet_records.parse_event_key(key) == (kind, packet_id)
 
 
 _SQLITE = create_engine("sqlite://")
@@ -372,7 +373,7 @@ def test_sql_expressions_build_the_python_keys(packet_id: str, user_id: str) -> 
         (packet_codec.parse_grab, "1|-2|3"),
         (packet_codec.parse_business_key, "grab:p1"),
         (packet_codec.parse_business_key, "bonus:p1"),
-        (packet_codec.parse_event_key, "packet.sent:p1:extra"),
+        (packet_records.parse_event_key, "packet.sent:p1:extra"),
     ],
 )
 def test_malformed_values_and_keys_raise(parse: Callable[[str], object], value: str) -> None:
@@ -382,4 +383,4 @@ def test_malformed_values_and_keys_raise(parse: Callable[[str], object], value: 
 
 def test_each_codec_leaves_the_other_engines_event_keys_alone() -> None:
     assert team_records.parse_event_key("packet.sent:p1") is None
-    assert packet_codec.parse_event_key("team.opened:a:t") is None
+    assert packet_records.parse_event_key("team.opened:a:t") is None

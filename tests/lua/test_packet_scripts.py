@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from groupbuy.redpacket import codec as packet_codec
+from groupbuy.redpacket import records as packet_records
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.read import packet_read
@@ -505,7 +505,7 @@ EMITTING = {
 
 def test_the_emitting_scripts_cover_every_record_type() -> None:
     types = {kind for _run, kinds in EMITTING.values() for kind in kinds}
-    assert types == set(packet_codec.PACKET_RECORDS)
+    assert types == set(packet_records.PACKET_RECORDS)
 
 
 @pytest.mark.parametrize("site", sorted(EMITTING))
@@ -519,6 +519,6 @@ async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(
     records = await h.records()
     assert [fields["type"] for fields in records] == kinds
     for fields in records:
-        record = packet_codec.parse_packet_record(fields)
-        required, optional = record_keys(packet_codec.PACKET_RECORDS[fields["type"]])
+        record = packet_records.parse_packet_record(fields)
+        required, optional = record_keys(packet_records.PACKET_RECORDS[fields["type"]])
         assert set(fields) == set(record) == required | optional, fields

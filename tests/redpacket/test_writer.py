@@ -14,14 +14,13 @@ from sqlalchemy import select
 
 from groupbuy import errors
 from groupbuy.redpacket import acks as acks_module
-from groupbuy.redpacket.codec import PacketRecord
 from groupbuy.redpacket.models import (
     AcknowledgedGrabRow,
     GrabRow,
     LedgerEntryRow,
     PacketRow,
 )
-from groupbuy.redpacket.records import apply_packet_records
+from groupbuy.redpacket.records import PacketRecord, apply_packet_records
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
 from groupbuy.storage.backends import Backends

@@ -19,8 +19,8 @@ from sqlalchemy import select
 
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.redpacket.codec import GrabRecord
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
+from groupbuy.redpacket.records import GrabRecord
 from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
 from groupbuy.storage.deadletters import DeadLetterRow, Poison, apply_isolating, is_poison

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import func, select, text
 
 from groupbuy import migrations
-from groupbuy.redpacket.codec import packet_event_key
 from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.records import packet_event_key
 from groupbuy.services import build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database

@@ -40,6 +40,7 @@ from groupbuy.ops.reconcile.checks import CheckPass, PacketChecks, TeamChecks, c
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
 from groupbuy.ops.reconcile.table import ReconcileReportRow
 from groupbuy.redpacket import codec as packet_codec
+from groupbuy.redpacket import records as packet_records
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
@@ -85,7 +86,7 @@ def _identity(m: Mismatch) -> tuple[Any, ...]:
 def _touch_by_event(key: str, touched: _Touched) -> None:
     """Add the packet or team an event's dedup key names (each engine's codec reads its own)."""
     try:
-        packet = packet_codec.parse_event_key(key)
+        packet = packet_records.parse_event_key(key)
         team = None if packet else team_records.parse_event_key(key)
     except ValueError:  # malformed: it names nothing that can be checked
         return
