@@ -89,13 +89,6 @@ PACKET_UNADMIT = ScriptSpec(
     args=slots(("packet_id", "the packet")),
     replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
 )
-PACKET_UNADMIT = ScriptSpec(
-    "packet_unadmit",
-    "Take back a send packet_admit counted when the send did not happen.",
-    keys=slots(("sender_day", "the sender's hash for that UTC day")),
-    args=slots(("packet_id", "the packet")),
-    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
-)
 PACKET_CREATE = ScriptSpec(
     "packet_create",
     "Put a sent packet and its pre-drawn shares in Redis, idempotently.",
