@@ -117,6 +117,8 @@ EntryKind = Literal["deposit", "send", "grab", "refund"]
 """A ledger entry's kind in the API's words."""
 TeamStatus = Literal["open", "formed", "failed"]
 """A team's status: open until its last seat is confirmed (formed) or its deadline passes."""
+SaleStatus = Literal["scheduled", "open", "ended", "closed"]
+"""An activity's status: its sale as judged on Redis's clock, or closed by an admin."""
 
 # Attempts a delivery shows in the page of deliveries: its newest (a delivery retried for
 # days, or replayed, has many); the rest are read with `attempts`.
@@ -334,9 +336,29 @@ class Activity(TypedDict):
     ]
     created_at: Timestamp
     status: Annotated[
-        Literal["open", "closed"],
-        "`closed`: an admin ended the sale early; no team opens, no seat is "
-        "locked or joined (409 activity_closed), teams already open run to their deadline",
+        SaleStatus,
+        "judged on Redis's clock. `closed`: an admin ended the sale early; no team opens, no "
+        "seat is locked or joined (409 activity_closed), teams already open run to their "
+        "deadline. Else `ended` from `ends_at` on (409 activity_ended), `scheduled` before "
+        "`starts_at` (409 activity_not_started), otherwise `open`",
+    ]
+    starts_at: NotRequired[Annotated[Timestamp, "when the sale opens; absent: at creation"]]
+    ends_at: NotRequired[Annotated[Timestamp, "when the sale ends; absent: until closed"]]
+    stock: NotRequired[Annotated[int, Ge(1), "the units the activity may sell; absent: no cap"]]
+    stock_left: NotRequired[
+        Annotated[
+            int,
+            Ge(0),
+            "units neither held by a member of an open or formed team nor by a live lock; "
+            "only with `stock`",
+        ]
+    ]
+    stock_held_by_locks: NotRequired[
+        Annotated[int, Ge(0), "units held by live seat locks now; only with `stock`"]
+    ]
+    max_hold_s: Annotated[int, Ge(1), "the longest a seat lock may be held (lock_ttl_s unless set)"]
+    late_confirm: Annotated[
+        bool, "a confirm after its lock expired still joins while a seat and a unit are free"
     ]
     teams_open: Annotated[int, Ge(0), "teams open now (a team past its deadline is not)"]
     teams_formed: Annotated[int, Ge(0), "teams formed, virtual completions included"]

@@ -11,7 +11,8 @@
 -- requires: _team_lib
 -- requires: _team_pick
 -- Returns {OK, teams_open, teams_formed, teams_failed, members, live_locks,
--- virtual_completions}, {LOOK_FURTHER} more was due than one call applies (call again: each
+-- virtual_completions, now_ms} (now_ms: Redis's clock, which the activity's status is
+-- judged on), {LOOK_FURTHER} more was due than one call applies (call again: each
 -- call goes further), {ACTIVITY_NOT_FOUND} Redis has no counts (put them back from SQL).
 local now = now_ms(shift_ms)
 if apply_time(now, tonumber(candidates)) then
@@ -24,4 +25,4 @@ if not c[1] then
 end
 local live = redis.call('ZCOUNT', A.lock_expiries, '(' .. int(now), '+inf')
 return {OK, tonumber(c[2] or '0'), tonumber(c[3] or '0'), tonumber(c[4] or '0'),
-        tonumber(c[5] or '0'), live, tonumber(c[6] or '0')}
+        tonumber(c[5] or '0'), live, tonumber(c[6] or '0'), int(now)}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import datetime
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, AwareDatetime, Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -21,7 +22,21 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.locks.codec import parse_page_cursor
 from groupbuy.locks.engine import TeamEngine
+from groupbuy.locks.sale import MAX_HOLD_S, MAX_STOCK, Sale
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
+from groupbuy.wire import SaleStatus, from_ms, to_ms
+
+
+def _on_the_ms(moment: datetime) -> datetime:
+    """A sale's time: aware, within Redis's and SQL's range, kept to the millisecond."""
+    if not 0 <= to_ms(moment) <= _MAX_CURSOR_MS:
+        raise ValueError("a time from 1970 to 9999")
+    return from_ms(to_ms(moment))
+
+
+SaleTime = Annotated[AwareDatetime, AfterValidator(_on_the_ms)]
+Stock = Annotated[int, Field(ge=1, le=MAX_STOCK)]
+MaxHoldS = Annotated[int, Field(ge=1, le=MAX_HOLD_S)]
 
 
 class VirtualCompletion(StrictBody):
@@ -53,6 +68,27 @@ class ActivityCreate(StrictBody):
     team_deadline_s: TeamDeadlineS | None = None
     virtual_completion: VirtualCompletion | None = None
     limits: ActivityLimits | None = None
+    starts_at: SaleTime | None = Field(
+        default=None, description="when the sale opens (ISO-8601 with its offset, e.g. Z)"
+    )
+    ends_at: SaleTime | None = Field(
+        default=None, description="when the sale ends; after `starts_at`"
+    )
+    stock: Stock | None = Field(default=None, description="the units the activity may sell")
+    max_hold_s: MaxHoldS | None = Field(
+        default=None,
+        description="the longest a seat lock may be held (lock_ttl_s..86400; default lock_ttl_s)",
+    )
+    late_confirm: bool = Field(
+        default=False,
+        description="a confirm whose lock expired still joins while a seat and a unit are free",
+    )
+
+    @model_validator(mode="after")
+    def _ends_after_it_starts(self) -> ActivityCreate:
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
 
 
 class TeamOpen(StrictBody):
@@ -140,8 +176,9 @@ class ActivityUpdate(StrictBody):
 class ActivitiesQuery(LaxQuery):
     """Query of GET /v1/activities: a page of activities, newest first."""
 
-    status: Literal["open", "closed"] | None = Field(
-        default=None, description="only activities of this status; absent: all"
+    status: SaleStatus | None = Field(
+        default=None,
+        description="only activities of this status (judged on Redis's clock); absent: all",
     )
     limit: int = Field(default=20, ge=1, le=100, description="activities per page")
     cursor: str | None = Field(
@@ -165,11 +202,13 @@ def _teams(request: Request) -> TeamEngine:
 
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
     virtual, limits = body.virtual_completion, body.limits or ActivityLimits()
-    fields = body.model_dump(exclude={"virtual_completion", "limits"})
+    sale_fields = {"starts_at", "ends_at", "stock", "max_hold_s", "late_confirm"}
+    fields = body.model_dump(exclude={"virtual_completion", "limits", *sale_fields})
     outcome = await _teams(request).activities.create_activity(
         **fields,
         virtual_min_members=virtual.min_members if virtual else None,
         **limits.model_dump(),
+        sale=Sale(**body.model_dump(include=sale_fields)),
     )
     return created_response(outcome)
 

@@ -23,6 +23,7 @@ from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
+from groupbuy.locks.sale import Sale
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
@@ -64,8 +65,10 @@ class ActivityService(UsesBackends):
         virtual_min_members: int | None = None,
         teams_per_user: int | None = None,
         open_teams_per_leader: int | None = None,
+        sale: Sale | None = None,
     ) -> Outcome:
         """Create an activity; the same id and parameters again returns the original."""
+        sale = sale or Sale()
         wanted: dict[str, Any] = {
             "activity_id": activity_id,
             "name": name,
@@ -77,6 +80,7 @@ class ActivityService(UsesBackends):
             raise errors.InvalidRequest(
                 f"virtual_completion.min_members may be at most team_size ({wanted['team_size']})"
             )
+        sale.check(wanted["lock_ttl_s"])
         # Over maxmemory Redis would refuse the activity's copy after the SQL row: ask first.
         await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis)
@@ -85,13 +89,14 @@ class ActivityService(UsesBackends):
                 session, ActivityRow.__table__, {**wanted, "created_at": from_ms(now_ms)}
             )
             rules = (virtual_min_members, teams_per_user, open_teams_per_leader)
-            if created and any(rule is not None for rule in rules):
+            if created and (any(rule is not None for rule in rules) or sale.sets_any):
                 session.add(
                     ActivityRulesRow(
                         activity_id=activity_id,
                         virtual_min_members=virtual_min_members,
                         teams_per_user=teams_per_user,
                         open_teams_per_leader=open_teams_per_leader,
+                        **sale.columns(),
                     )
                 )
                 await session.flush()
@@ -100,7 +105,8 @@ class ActivityService(UsesBackends):
         body = await self._body(row)
         wanted["virtual_completion"] = virtual_body(virtual_min_members)
         wanted["limits"] = limits_body(teams_per_user, open_teams_per_leader)
-        if not created and any(body[k] != v for k, v in wanted.items()):
+        wanted.update(sale.shown(wanted["lock_ttl_s"]))
+        if not created and any(body.get(k) != v for k, v in wanted.items()):
             raise errors.Conflict(
                 f"activity {activity_id!r} exists with other parameters", activity=body
             )
@@ -152,8 +158,7 @@ class ActivityService(UsesBackends):
         return await self._body(await self._activities.row(activity_id))
 
     async def _body(self, row: ActivityRow) -> dict[str, Any]:
-        counts = await self._activities.counts.read(row.activity_id)
-        return {**activity_body(row), **counts}
+        return activity_body(row, await self._activities.counts.read(row.activity_id))
 
     async def open_team(
         self,

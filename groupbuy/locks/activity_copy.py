@@ -6,6 +6,7 @@ from groupbuy import errors
 from groupbuy.locks.counts import ACTIVITY_COPY_TTL_MS, ActivityCounts
 from groupbuy.locks.models import ActivityRow
 from groupbuy.storage.backends import Backends, UsesBackends
+from groupbuy.wire import to_ms
 
 
 class ActivityCopy(UsesBackends):
@@ -33,17 +34,7 @@ class ActivityCopy(UsesBackends):
         await self._slots.join(self._keys.activity_slot(row.activity_id))
         key = self._keys.activity(row.activity_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(
-                key,
-                mapping={
-                    "team_size": row.team_size,
-                    "lock_ttl_ms": row.lock_ttl_s * 1000,
-                    "team_deadline_ms": row.team_deadline_s * 1000,
-                    "virtual_min": row.virtual_min_members or 0,
-                    "teams_per_user": row.teams_per_user or 0,
-                    "open_per_leader": row.open_teams_per_leader or 0,
-                },
-            )
+            pipe.hset(key, mapping=copy_fields(row))
             if row.status == "closed":
                 # Only ever written as closed: a copy put from an older read of an open row
                 # (a recovery racing a close) then never reopens the activity.
@@ -59,3 +50,27 @@ class ActivityCopy(UsesBackends):
         if not counted:
             # A new activity, or the first put after a loss: before any team is put back.
             await self.counts.put_from_sql(row.activity_id)
+
+
+def copy_fields(row: ActivityRow) -> dict[str, int | str]:
+    """The fields of the activity's Redis copy (written in one HSET: a script never sees a
+    copy without its sale). The sale's are absent when not set: `starts_ms`, `ends_ms`
+    (no schedule), `stock` (no cap), `late_confirm` ('1' when set); `max_hold_ms` always."""
+    fields: dict[str, int | str] = {
+        "team_size": row.team_size,
+        "lock_ttl_ms": row.lock_ttl_s * 1000,
+        "team_deadline_ms": row.team_deadline_s * 1000,
+        "virtual_min": row.virtual_min_members or 0,
+        "teams_per_user": row.teams_per_user or 0,
+        "open_per_leader": row.open_teams_per_leader or 0,
+        "max_hold_ms": row.max_hold_s * 1000,
+    }
+    if row.starts_at is not None:
+        fields["starts_ms"] = to_ms(row.starts_at)
+    if row.ends_at is not None:
+        fields["ends_ms"] = to_ms(row.ends_at)
+    if row.stock is not None:
+        fields["stock"] = row.stock
+    if row.late_confirm:
+        fields["late_confirm"] = "1"
+    return fields

@@ -3,15 +3,17 @@ in its module: a lock's in groupbuy.locks.lock)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from groupbuy.locks.models import ActivityRow
-from groupbuy.wire import iso_ms, to_ms
+from groupbuy.wire import SaleStatus, iso_ms, to_ms
 
 
-def activity_body(row: ActivityRow) -> dict[str, Any]:
-    """An activity as the API shows it."""
-    return {
+def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]:
+    """An activity as the API shows it, with its live `counts` (activity_counts' fields and
+    `now_ms`, Redis's clock when they were read: the status is judged on it)."""
+    body: dict[str, Any] = {
         "activity_id": row.activity_id,
         "name": row.name,
         "team_size": row.team_size,
@@ -20,8 +22,33 @@ def activity_body(row: ActivityRow) -> dict[str, Any]:
         "virtual_completion": virtual_body(row.virtual_min_members),
         "limits": limits_body(row.teams_per_user, row.open_teams_per_leader),
         "created_at": iso_ms(to_ms(row.created_at)),
-        "status": row.status,
+        "status": sale_status(row, counts["now_ms"]),
+        "max_hold_s": row.max_hold_s,
+        "late_confirm": row.late_confirm,
+        **{name: value for name, value in counts.items() if name != "now_ms"},
     }
+    if row.starts_at is not None:
+        body["starts_at"] = iso_ms(to_ms(row.starts_at))
+    if row.ends_at is not None:
+        body["ends_at"] = iso_ms(to_ms(row.ends_at))
+    if row.stock is not None:
+        held = counts["members"] + counts["live_locks"]
+        body["stock"] = row.stock
+        body["stock_left"] = max(0, row.stock - held)
+        body["stock_held_by_locks"] = counts["live_locks"]
+    return body
+
+
+def sale_status(row: ActivityRow, now_ms: int) -> SaleStatus:
+    """closed (an admin closed it) wins; then ended (at or after ends_at), scheduled (before
+    starts_at), else open."""
+    if row.status == "closed":
+        return "closed"
+    if row.ends_at is not None and now_ms >= to_ms(row.ends_at):
+        return "ended"
+    if row.starts_at is not None and now_ms < to_ms(row.starts_at):
+        return "scheduled"
+    return "open"
 
 
 def virtual_body(min_members: int | None) -> dict[str, int] | None:

@@ -16,7 +16,8 @@ from groupbuy.locks.specs import COUNTS
 from groupbuy.storage.backends import Backends, UsesBackends
 
 # An activity's live counts as its API body carries them (members: of open and formed
-# teams, leaders included).
+# teams, leaders included), and `now_ms`: Redis's clock when they were read (the
+# activity's status is judged on it; groupbuy.locks.bodies.activity_body).
 Counts = dict[str, int]
 
 # How long Redis keeps its copy of an activity after it was last put there. The repair
@@ -61,13 +62,16 @@ async def recorded_counts_of(
                 .where(
                     TeamRow.activity_id.in_(activity_ids),
                     TeamRow.status.in_(("open", "formed")),
+                    # who left or was refunded holds no unit (as the scripts' tally)
+                    MemberRow.left_at.is_(None),
+                    MemberRow.refunded_at.is_(None),
                 )
                 .group_by(TeamRow.activity_id)
             )
         ).all()
     )
     # A team formed with fewer members than seats was formed by virtual completion.
-    seated = select(func.count()).where(joined).scalar_subquery()
+    seated = select(func.count()).where(joined, MemberRow.left_at.is_(None)).scalar_subquery()
     virtual = dict(
         (
             await session.execute(
@@ -157,8 +161,8 @@ class ActivityCounts(UsesBackends):
 
 
 def _counts(reply: TeamReply) -> Counts:
-    """activity_counts' OK: the counts as the activity's API body carries them."""
-    return {name: int(reply.fields[name]) for name in COUNTS}
+    """activity_counts' OK: the counts as the activity's API body carries them, and now_ms."""
+    return {name: int(reply.fields[name]) for name in (*COUNTS, "now_ms")}
 
 
 async def _done(counts: Counts) -> Counts:

@@ -18,7 +18,7 @@ from groupbuy.locks.bodies import activity_body
 from groupbuy.locks.codec import page_cursor, parse_page_cursor
 from groupbuy.locks.counts import ActivityCounts
 from groupbuy.locks.history import members_of_teams
-from groupbuy.locks.models import ActivityRow, TeamRow
+from groupbuy.locks.models import ActivityRow, ActivityRulesRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.wire import TeamsPage, from_ms, to_ms
@@ -61,8 +61,10 @@ class Listings(UsesBackends):
     ) -> dict[str, Any]:
         """A page of activities (of one status, or all), newest first, and the next cursor."""
         query = select(ActivityRow)
-        if status is not None:
+        if status == "closed":
             query = query.where(ActivityRow.status == status)
+        elif status is not None:
+            query = await self._of_sale_status(query, status)
         query = _newest_first(query, ActivityRow.created_at, ActivityRow.activity_id, cursor, limit)
         async with self._db.sessions() as session:
             rows = (await session.scalars(query)).all()
@@ -70,10 +72,29 @@ class Listings(UsesBackends):
         counts = await self._counts.read_many([row.activity_id for row in rows[:limit]])
         return {
             "activities": [
-                {**activity_body(row), **c} for row, c in zip(rows[:limit], counts, strict=True)
+                activity_body(row, c) for row, c in zip(rows[:limit], counts, strict=True)
             ],
             "next_cursor": _next_cursor(rows, limit, "created_at", "activity_id"),
         }
+
+    async def _of_sale_status(self, query: Select[Any], status: str) -> Select[Any]:
+        """`query` narrowed to the activities not closed whose sale is `status` (scheduled,
+        open or ended) on Redis's clock now, as their bodies judge it."""
+        now = from_ms(await self._clock.now_ms(self._redis))
+        starts, ends = ActivityRulesRow.starts_at, ActivityRulesRow.ends_at
+        not_ended = or_(ends.is_(None), ends > now)
+        sale = {
+            "ended": ends <= now,
+            "scheduled": and_(starts > now, not_ended),
+            "open": and_(or_(starts.is_(None), starts <= now), not_ended),
+        }[status]
+        return (
+            query.outerjoin(
+                ActivityRulesRow, ActivityRulesRow.activity_id == ActivityRow.activity_id
+            )
+            .where(ActivityRow.status == "open")
+            .where(sale)
+        )
 
     async def ended_teams(
         self, activity_id: str, status: EndedStatus, limit: int, cursor: str | None = None

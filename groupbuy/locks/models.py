@@ -56,6 +56,32 @@ class ActivityRow(Base):
         """How many open teams a leader may lead at once, or None for no limit."""
         return self.rules.open_teams_per_leader if self.rules else None
 
+    @property
+    def starts_at(self) -> datetime | None:
+        """When the sale opens (None: it is open from its creation)."""
+        return self.rules.starts_at if self.rules else None
+
+    @property
+    def ends_at(self) -> datetime | None:
+        """When the sale ends (None: it runs until closed)."""
+        return self.rules.ends_at if self.rules else None
+
+    @property
+    def stock(self) -> int | None:
+        """The units the activity may sell, or None for no cap."""
+        return self.rules.stock if self.rules else None
+
+    @property
+    def max_hold_s(self) -> int:
+        """The longest a seat lock may be held, in seconds (lock_ttl_s unless set)."""
+        held = self.rules.max_hold_s if self.rules else None
+        return held or self.lock_ttl_s
+
+    @property
+    def late_confirm(self) -> bool:
+        """Whether a confirm after its lock expired may still join (SPEC §3 Teams)."""
+        return bool(self.rules.late_confirm) if self.rules else False
+
 
 class ActivityRulesRow(Base):
     """The optional rules of an activity (a row only when it sets one).

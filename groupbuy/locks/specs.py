@@ -251,7 +251,11 @@ ACTIVITY_COUNTS = ScriptSpec(
     keys=PICK_KEYS,
     args=PICK_ARGV,
     replies={
-        OK: shape("the counts", *((name, int) for name in COUNTS)),
+        OK: shape(
+            "the counts, and Redis's clock (the activity's status is judged on it)",
+            *((name, int) for name in COUNTS),
+            ("now_ms", int),
+        ),
         LOOK_FURTHER: shape("more was due than one call applies: call again"),
         ACTIVITY_NOT_FOUND: shape("Redis has no counts (put them back from SQL)"),
     },

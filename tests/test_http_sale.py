@@ -1,0 +1,148 @@
+"""HTTP tests of an activity's sale (SPEC §3 Activities): its schedule, its stock, the
+longest hold and late confirm as a create sets them and a read shows them, on fakeredis and
+a real redis-server, SQLite and PostgreSQL (the `client` fixture)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from tests.support.http import (
+    ADMIN,
+    SERVICE,
+    app_services,
+    assert_ok,
+    assert_problem,
+    make_activity,
+    portal,
+)
+
+
+def at(seconds: float) -> str:
+    """The time `seconds` from now (the machine's clock, Redis's too), as a client sends it."""
+    moment = datetime.now(UTC) + timedelta(seconds=seconds)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def read(client: TestClient, aid: str) -> Any:
+    return assert_ok(client.get(f"/v1/activities/{aid}", headers=SERVICE), 200)
+
+
+def listed(client: TestClient, status: str) -> list[str]:
+    page = assert_ok(client.get(f"/v1/activities?status={status}", headers=SERVICE), 200)
+    return [a["activity_id"] for a in page["activities"]]
+
+
+def test_create_shows_the_sale_and_the_status_follows_redis_clock(client: TestClient) -> None:
+    starts, ends = at(60), at(120)
+    made = make_activity(
+        client, "s", starts_at=starts, ends_at=ends, stock=10, max_hold_s=600, late_confirm=True
+    )
+    assert made["starts_at"] == starts and made["ends_at"] == ends
+    assert (made["stock"], made["stock_left"], made["stock_held_by_locks"]) == (10, 10, 0)
+    assert (made["max_hold_s"], made["late_confirm"], made["status"]) == (600, True, "scheduled")
+    plain = make_activity(client, "plain", lock_ttl_s=30)
+    assert (plain["max_hold_s"], plain["late_confirm"], plain["status"]) == (30, False, "open")
+    assert not {"starts_at", "ends_at", "stock", "stock_left", "stock_held_by_locks"} & set(plain)
+    assert listed(client, "scheduled") == ["s"] and listed(client, "open") == ["plain"]
+
+    app_services(client).clock.advance(60)
+    assert read(client, "s")["status"] == "open"
+    assert listed(client, "open") == ["plain", "s"] and listed(client, "scheduled") == []
+    app_services(client).clock.advance(60)
+    assert read(client, "s")["status"] == "ended"
+    assert listed(client, "ended") == ["s"]
+    assert_ok(client.patch("/v1/activities/s", json={"status": "closed"}, headers=ADMIN), 200)
+    assert read(client, "s")["status"] == "closed"  # closed wins
+    assert listed(client, "closed") == ["s"] and listed(client, "ended") == []
+
+
+def test_the_redis_copy_carries_the_sale_also_after_a_loss(client: TestClient) -> None:
+    starts, ends = at(60), at(120)
+    make_activity(client, "c", starts_at=starts, ends_at=ends, stock=7, late_confirm=True)
+    make_activity(client, "d", lock_ttl_s=20)
+    services = app_services(client)
+
+    def copy(aid: str) -> dict[str, str]:
+        async def get() -> dict[str, str]:
+            fields: dict[str, str] = await services.redis.hgetall(services.keys.activity(aid))
+            return fields
+
+        return portal(client).call(get)
+
+    def ms_of(stamp: str) -> str:
+        return str(round(datetime.fromisoformat(stamp).timestamp() * 1000))
+
+    sale = {"starts_ms", "ends_ms", "stock", "max_hold_ms", "late_confirm"}
+    wanted = {
+        "starts_ms": ms_of(starts),
+        "ends_ms": ms_of(ends),
+        "stock": "7",
+        "max_hold_ms": "300000",
+        "late_confirm": "1",
+    }
+    assert {k: v for k, v in copy("c").items() if k in sale} == wanted
+    assert {k: v for k, v in copy("d").items() if k in sale} == {"max_hold_ms": "20000"}
+    portal(client).call(services.redis.flushall)
+    assert read(client, "c")["stock_left"] == 7
+    open_reply = client.post("/v1/activities/c/teams", json={"leader_id": "L"}, headers=SERVICE)
+    assert open_reply.status_code in (201, 409)  # the copy is put back from SQL first
+    assert {k: v for k, v in copy("c").items() if k in sale} == wanted
+
+
+def test_create_refuses_a_bad_sale_and_changes_nothing(client: TestClient) -> None:
+    starts = at(60)
+    for bad in (
+        {"starts_at": starts, "ends_at": starts},
+        {"starts_at": starts, "ends_at": at(30)},
+        {"starts_at": "2030-01-01T00:00:00"},  # no offset: not UTC
+        {"starts_at": "tomorrow"},
+        {"starts_at": 1893456000},
+        {"ends_at": "1969-12-31T23:59:59Z"},
+        {"stock": 0},
+        {"stock": 10_000_001},
+        {"stock": "5"},
+        {"stock": 5.0},
+        {"max_hold_s": 86_401},
+        {"max_hold_s": 299},  # below the default lock_ttl_s
+        {"lock_ttl_s": 60, "max_hold_s": 59},
+        {"late_confirm": "yes"},
+        {"late_confirm": 1},
+        {"sale": True},
+    ):
+        response = client.post("/v1/activities", json={"activity_id": "x", **bad}, headers=ADMIN)
+        assert_problem(response, 422, "invalid_request")
+    assert_problem(client.get("/v1/activities/x", headers=SERVICE), 404, "activity_not_found")
+    assert_problem(client.get("/v1/activities?status=started", headers=SERVICE), 422)
+    made = make_activity(client, "y", lock_ttl_s=60, max_hold_s=60, stock=1)
+    assert made["max_hold_s"] == 60
+
+
+def test_create_again_compares_the_sale(client: TestClient) -> None:
+    sale = {"starts_at": at(60), "ends_at": at(120), "stock": 5, "max_hold_s": 900}
+    made = make_activity(client, "i", **sale, late_confirm=True)
+    again = client.post(
+        "/v1/activities",
+        json={"activity_id": "i", **sale, "late_confirm": True},
+        headers=ADMIN,
+    )
+    assert assert_ok(again, 200) == made
+    for other in (
+        {**sale, "late_confirm": False},
+        {**sale, "stock": 6},
+        {**sale, "max_hold_s": 901},
+        {**sale, "ends_at": at(121)},
+        {k: v for k, v in sale.items() if k != "starts_at"},
+    ):
+        response = client.post("/v1/activities", json={"activity_id": "i", **other}, headers=ADMIN)
+        assert assert_problem(response, 409, "conflict")["activity"] == made
+    # Without a sale, the defaults: max_hold_s = lock_ttl_s, late_confirm false.
+    plain = make_activity(client, "p")
+    again = client.post(
+        "/v1/activities",
+        json={"activity_id": "p", "max_hold_s": 300, "late_confirm": False},
+        headers=ADMIN,
+    )
+    assert assert_ok(again, 200) == plain
