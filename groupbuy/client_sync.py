@@ -283,6 +283,12 @@ class GroupBuySyncClient:
         path = f"{self._team(activity_id, team_id)}/locks/{_segment(user_id)}"
         return cast(Released, self._json("DELETE", path))
 
+    def extend(self, activity_id: str, team_id: str, user_id: str, hold_s: int) -> LockTaken:
+        """PATCH .../teams/{team_id}/locks/{user_id}: the payment is taking longer; the lock
+        expires `hold_s` after it was taken (at the team's deadline at the latest)."""
+        path = f"{self._team(activity_id, team_id)}/locks/{_segment(user_id)}"
+        return cast(LockTaken, self._json("PATCH", path, {"hold_s": hold_s}))
+
     def confirm(self, activity_id: str, team_id: str, user_id: str, order_id: str) -> Confirmed:
         """POST .../teams/{team_id}/members: the payment succeeded, the lock becomes a seat."""
         path = f"{self._team(activity_id, team_id)}/members"

@@ -20,6 +20,16 @@ local A = {outbox = activity_outbox, lock_index = activity_lock_index,
            open_seats = activity_open_seats, counts = activity_counts,
            lock_expiries = activity_lock_expiries}
 
+-- Extended locks (team_extend). A lock's score in the team's locks zset is its expiry minus
+-- the team's lock_ttl_ms: locked_at for a lock never extended, later for one extended. So
+-- every `score + lock_ttl_ms` (purge_expired, reindex, the lock index and its due index,
+-- next_unlock_at, a switch, the answers) is the lock's true expiry, and ZRANGE lists the
+-- locks by expiry. The true locked_at of an extended lock is the team hash field
+-- locked_at:<user> (held_since reads it), deleted with the lock (drop_held); the field
+-- `extended` ('1' once a lock of the team was extended) lets a team that never had one pay
+-- nothing for this. The activity's lock-expiry zset and the user's current-lock key carry
+-- the new expiry too.
+
 -- The activity's live counts, kept here in the call that changes them (docs/scripts.md,
 -- activity_counts): `by` added to one counter of the counts hash.
 local function tally(field, by)
@@ -29,6 +39,23 @@ end
 -- A lock's entry in the activity's lock-expiry zset (score: expiry ms).
 local function expiry_entry(team_id, user)
   return team_id .. '|' .. user
+end
+
+-- The true locked_at of `user`'s lock scored `score` in a loaded team's locks zset.
+local function held_since(team, user, score)
+  if team.extended then
+    return tonumber(redis.call('HGET', team.hash, 'locked_at:' .. user) or score)
+  end
+  return score
+end
+
+-- Forget the locked_at of the extended locks of `users` (a list) once they are gone.
+local function drop_held(team, users)
+  if team.extended and #users > 0 then
+    local fields = {}
+    for i, user in ipairs(users) do fields[i] = 'locked_at:' .. user end
+    redis.call('HDEL', team.hash, unpack(fields))
+  end
 end
 
 -- Append one record for SQL to the activity's outbox; fields is a flat list. The pending
@@ -134,9 +161,11 @@ end
 -- A team that stops taking seats leaves every index and drops its locks (and their entries
 -- in the activity's lock-expiry zset: at most `size` of them).
 local function close_team(team, status, at_field, at)
-  for _, user in ipairs(redis.call('ZRANGE', team.locks, 0, -1)) do
+  local users = redis.call('ZRANGE', team.locks, 0, -1)
+  for _, user in ipairs(users) do
     redis.call('ZREM', A.lock_expiries, expiry_entry(team.id, user))
   end
+  drop_held(team, users)
   redis.call('DEL', team.locks)
   forget_team(team.id)
   redis.call('HSET', team.hash, 'status', status, at_field, int(at))
@@ -147,14 +176,17 @@ end
 local function purge_expired(team, at)
   local cutoff = at - team.lock_ttl_ms
   local expired = redis.call('ZRANGEBYSCORE', team.locks, '-inf', cutoff, 'WITHSCORES')
+  local users = {}
   for i = 1, #expired, 2 do
-    local locked_at = tonumber(expired[i + 1])
-    emit({'type', 'lock.expired', 'at_ms', int(locked_at + team.lock_ttl_ms),
+    local score = tonumber(expired[i + 1])
+    emit({'type', 'lock.expired', 'at_ms', int(score + team.lock_ttl_ms),
           'activity_id', activity_id, 'team_id', team.id, 'user_id', expired[i],
-          'locked_at_ms', int(locked_at), 'version', bump(team.hash)})
+          'locked_at_ms', int(held_since(team, expired[i], score)), 'version', bump(team.hash)})
     redis.call('ZREM', A.lock_expiries, expiry_entry(team.id, expired[i]))
+    users[#users + 1] = expired[i]
   end
   if #expired > 0 then
+    drop_held(team, users)
     redis.call('ZREMRANGEBYSCORE', team.locks, '-inf', cutoff)
     reindex(team.id, team.locks, team.lock_ttl_ms)
     index_seats(team)
@@ -211,7 +243,7 @@ end
 local function load_team(now, team)
   local f = redis.call('HMGET', team.hash, 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
                        'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
-                       'led_limit')
+                       'led_limit', 'extended')
   if not f[1] then
     return nil
   end
@@ -219,6 +251,7 @@ local function load_team(now, team)
   team.deadline_ms, team.member_count = tonumber(f[4]), tonumber(f[5])
   team.expire_at_ms, team.virtual_min = tonumber(f[6]), tonumber(f[7] or '0')
   team.teams_limit, team.led_limit = tonumber(f[8] or '0'), tonumber(f[9] or '0')
+  team.extended = f[10] == '1'
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
@@ -249,9 +282,14 @@ local function take_seat(team, user, now, lock_count, user_key)
   redis.call('ZADD', A.lock_expiries, int(expires), expiry_entry(team.id, user))
   if lock_count == 0 then
     -- The first lock: it is the earliest (the index learns its expiry) and it creates the
-    -- zset (which ends with the team). A later lock is never the earliest: `now` only grows.
+    -- zset (which ends with the team). A later lock is never the earliest (`now` only
+    -- grows) unless a lock was extended.
     index_lock(team.id, expires)
     redis.call('PEXPIREAT', team.locks, team.expire_at_ms)
+  elseif team.extended then
+    -- An extended lock may expire after this one: the index takes the earlier expiry.
+    redis.call('ZADD', A.lock_index, 'LT', int(expires), team.id)
+    redis.call('ZADD', A.due_locks, 'LT', int(expires), activity_id)
   end
   index_seats(team)
   redis.call('SET', user_key, team.id .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..

@@ -48,6 +48,7 @@ end
 
 redis.call('ZREM', team_locks, user)
 redis.call('ZREM', A.lock_expiries, expiry_entry(team_id, user))
+drop_held(team, {user})
 tally('members', 1)
 reindex(team_id, team_locks, team.lock_ttl_ms)
 local seq = redis.call('HINCRBY', team_hash, 'member_count', 1)

@@ -44,7 +44,7 @@ if current then
   local at = held and held.status == 'open' and redis.call('ZSCORE', held.locks, user)
   if at then
     at = tonumber(at)
-    return {EXISTING, held.id, int(at), int(at + held.lock_ttl_ms),
+    return {EXISTING, held.id, int(held_since(held, user, at)), int(at + held.lock_ttl_ms),
             tonumber(redis.call('HGET', held.hash, 'version'))}
   end
 end

@@ -48,7 +48,7 @@ end
 local held = redis.call('ZSCORE', team_locks, user)
 if held then
   held = tonumber(held)
-  return {EXISTING, int(held), int(held + team.lock_ttl_ms),
+  return {EXISTING, int(held_since(team, user, held)), int(held + team.lock_ttl_ms),
           tonumber(redis.call('HGET', team_hash, 'version'))}
 end
 
@@ -64,8 +64,10 @@ local lock_count = redis.call('ZCARD', team_locks)
 if team.member_count + lock_count >= team.size then
   local first = redis.call('ZRANGE', team_locks, 0, 0, 'WITHSCORES')
   if first[2] then
+    -- The lock that expires first (its score: expiry - lock_ttl_ms), and when it began.
     local earliest = tonumber(first[2])
-    return {TEAM_FULL, int(earliest), int(earliest + team.lock_ttl_ms)}
+    return {TEAM_FULL, int(held_since(team, first[1], earliest)),
+            int(earliest + team.lock_ttl_ms)}
   end
   return {TEAM_FULL, '', ''}
 end
@@ -84,10 +86,14 @@ if current then
     local other_score = redis.call('ZSCORE', other_locks, user)
     if other_score then
       -- Only an open team keeps locks; one past its deadline has failed in effect.
-      local o = redis.call('HMGET', other_hash, 'lock_ttl_ms', 'deadline_ms')
-      local locked_at = tonumber(other_score)
-      local expiry = locked_at + tonumber(o[1])
+      local o = redis.call('HMGET', other_hash, 'lock_ttl_ms', 'deadline_ms',
+                           'locked_at:' .. user)
+      local expiry = tonumber(other_score) + tonumber(o[1])
+      local locked_at = tonumber(o[3] or other_score)  -- an extended lock's true locked_at
       local deadline = tonumber(o[2])
+      if o[3] then
+        redis.call('HDEL', other_hash, 'locked_at:' .. user)
+      end
       redis.call('ZREM', other_locks, user)
       redis.call('ZREM', A.lock_expiries, expiry_entry(other, user))
       reindex(other, other_locks, tonumber(o[1]))

@@ -17,6 +17,7 @@ end
 local released = redis.call('ZREM', team_locks, user_id)
 if released == 1 then
   redis.call('ZREM', A.lock_expiries, expiry_entry(team_id, user_id))
+  drop_held(team, {user_id})
   reindex(team_id, team_locks, team.lock_ttl_ms)
   bump(team_hash)
   index_seats(team)

@@ -138,6 +138,8 @@ async def test_activities_teams_and_locks(clients: Clients) -> None:
     current = await gb.current_lock("a1", "u1")
     assert current == {k: locked[k] for k in ("team_id", "locked_at", "expires_at")}
     await raises("no_lock", 404, gb.current_lock("a1", "nobody"))
+    assert await gb.extend("a1", "t1", "u1", 300) == locked  # max_hold_s: lock_ttl_s
+    await raises("invalid_request", 422, gb.extend("a1", "t1", "u1", 301))
 
     page = await gb.list_teams("a1", limit=10)
     assert [t["team_id"] for t in page["teams"]] == ["t1", named["team_id"]]

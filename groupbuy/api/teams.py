@@ -105,6 +105,17 @@ class LockRequest(StrictBody):
     user_id: Id
 
 
+class LockExtend(StrictBody):
+    """Body of PATCH .../locks/{user_id}: the payment is taking longer."""
+
+    hold_s: int = Field(
+        ge=1,
+        le=86400,
+        description="the lock expires this long after it was taken (never after the team's "
+        "deadline); the activity's lock_ttl_s <= hold_s <= its max_hold_s",
+    )
+
+
 class MemberConfirm(StrictBody):
     """Body of POST .../members: the payment of `order_id` succeeded."""
 
@@ -275,6 +286,14 @@ async def unlock_seat(request: Request) -> Response:
     p = request.path_params
     released = await _teams(request).seats.unlock(p["activity_id"], p["team_id"], p["user_id"])
     return json_response({"released": released})
+
+
+async def extend_lock(request: Request, body: LockExtend) -> Response:
+    p = request.path_params
+    extended = await _teams(request).seats.extend(
+        p["activity_id"], p["team_id"], p["user_id"], body.hold_s
+    )
+    return json_response(extended)
 
 
 async def confirm_member(request: Request, body: MemberConfirm) -> Response:
@@ -479,6 +498,30 @@ ENDPOINTS = [
         responses={200: "Done, released or not (idempotent)"},
         answer=wire.Released,
         problems=_NO_TEAM,
+    ),
+    Endpoint(
+        "PATCH",
+        f"{_TEAM}/locks/{{user_id}}",
+        extend_lock,
+        "Extend a user's seat lock: the payment is taking longer",
+        rate_class="seat",
+        rate_user="user_id",
+        body=LockExtend,
+        tag="teams",
+        responses={
+            200: "The lock, expiring `hold_s` after `locked_at` (at the team's deadline at "
+            "the latest), with the team's `version`; a hold that would shorten it, or a "
+            "repeat, leaves it as it was (the same body)"
+        },
+        answer=wire.LockTaken,
+        problems={
+            errors.InvalidRequest: "a path id or the body is malformed, unknown, missing or "
+            "out of range (`errors` lists each `field` and `message`), or `hold_s` is below "
+            "the activity's `lock_ttl_s` or above its `max_hold_s` (the answer's `min_hold_s` "
+            "and `max_hold_s`); nothing changed",
+            errors.LockRequired: "the user holds no unexpired lock on this team",
+            **_NO_TEAM,
+        },
     ),
     Endpoint(
         "POST",

@@ -35,6 +35,7 @@ class TeamCode(IntEnum):
     ACTIVITY_SOLD_OUT = 19
     NOT_A_MEMBER = 20
     ORDER_MISMATCH = 21
+    INVALID_REQUEST = 23  # team_extend: a hold outside the activity's bounds (422)
 
 
 # A lock's (or a join's, or a confirm's) new outcome, and the same again.

@@ -9,6 +9,7 @@ from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.confirm import TEAM_CONFIRM
 from groupbuy.locks.counts import ActivityCounts
+from groupbuy.locks.extend import TEAM_EXTEND
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.join import TEAM_JOIN
 from groupbuy.locks.listings import Listings
@@ -32,6 +33,7 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_UNLOCK,
     TEAM_JOIN,
     TEAM_CONFIRM,
+    TEAM_EXTEND,
 )
 
 

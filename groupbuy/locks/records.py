@@ -31,6 +31,7 @@ _EVENT_EXTRA_PARTS = {
     "team.formed": 0,
     "team.failed": 0,
     "lock.expired": 2,  # user_id, locked_at_ms
+    "lock.extended": 2,  # user_id, the team's version after it (one key per extension)
 }
 EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
 
@@ -42,7 +43,7 @@ class TeamEventKey(NamedTuple):
     activity_id: str
     team_id: str
     user_id: str | None = None  # team.member_joined, lock.expired
-    locked_at_ms: int | None = None  # lock.expired
+    locked_at_ms: int | None = None  # lock.expired (lock.extended: the version after it)
 
 
 def team_event_key(
@@ -143,13 +144,26 @@ class LockExpired(_Versioned):
     locked_at_ms: str
 
 
-TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired
+class LockExtended(_Versioned):
+    """lua/team_extend.lua: a seat lock that now expires later."""
+
+    type: Literal["lock.extended"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    locked_at_ms: str
+    expires_at_ms: str
+
+
+TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired | LockExtended
 TEAM_RECORDS: dict[str, type[TeamRecord]] = {
     "team.opened": TeamOpened,
     "team.member_joined": MemberJoined,
     "team.formed": TeamFormed,
     "team.failed": TeamFailed,
     "lock.expired": LockExpired,
+    "lock.extended": LockExtended,
 }
 """Every team record type by its `type` field."""
 
@@ -290,5 +304,14 @@ def _project(
             "expired_at": iso_ms(at_ms),
         }
         key = team_event_key(kind, aid, tid, f["user_id"], locked_at_ms)
+        return Event(kind, at_ms, key, data)
+    if f["type"] == "lock.extended":
+        data = {
+            **base,
+            "user_id": f["user_id"],
+            "locked_at": iso_ms(int(f["locked_at_ms"])),
+            "expires_at": iso_ms(int(f["expires_at_ms"])),
+        }
+        key = team_event_key(kind, aid, tid, f["user_id"], int(f["version"]))
         return Event(kind, at_ms, key, data)
     raise ValueError(f"unknown team record type {kind!r}")

@@ -18,6 +18,7 @@ from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.confirm import SeatConfirm
+from groupbuy.locks.extend import SeatExtend
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.join import SeatJoin
 from groupbuy.locks.lock import SeatLock
@@ -46,6 +47,7 @@ class SeatService:
         self.unlock = SeatUnlock(scripts, history)
         self.join = SeatJoin(scripts, defaults, recovery)
         self.confirm = SeatConfirm(scripts, outbox, history, recovery)
+        self.extend = SeatExtend(scripts, history, recovery)
 
     async def current_lock(self, activity_id: str, user_id: str) -> UserLock:
         """The user's unexpired lock in the activity, or NoLock (one script call)."""

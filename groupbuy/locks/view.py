@@ -47,7 +47,8 @@ class TeamView:
     status: TeamStatus
     size: int
     members: list[tuple[str, str | None, int]]  # (user, order, joined_at_ms), joining order
-    locks: list[tuple[str, int]]  # (user, locked_at_ms), oldest first; unexpired only
+    # (user, locked_at_ms, expires_at_ms), the first to expire first; unexpired only
+    locks: list[tuple[str, int, int]]
     lock_ttl_ms: int
     deadline_ms: int
     formed_ms: int | None
@@ -77,7 +78,7 @@ class TeamView:
             status=STATUSES[team["status"]],
             size=int(team["size"]),
             members=[(user, m.order_id, m.joined_at_ms) for m, user in joined],
-            locks=[(u, int(float(at))) for u, at in zip(locks[0::2], locks[1::2], strict=True)],
+            locks=_locks(team, locks),
             lock_ttl_ms=int(team["lock_ttl_ms"]),
             deadline_ms=int(team["deadline_ms"]),
             formed_ms=optional_int(team.get("formed_ms")),
@@ -114,7 +115,6 @@ class TeamView:
 
     def body(self) -> Team:
         """The API's team JSON (SPEC §3: members + locks + free_seats == size while open)."""
-        ttl = self.lock_ttl_ms
         is_open = self.status == "open"
         return {
             "activity_id": self.activity_id,
@@ -127,14 +127,27 @@ class TeamView:
                 for user, order, at in self.members
             ],
             "locks": [
-                {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(at + ttl)}
-                for user, at in self.locks
+                {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(expires)}
+                for user, at, expires in self.locks
             ],
             "free_seats": self.size - len(self.members) - len(self.locks) if is_open else 0,
-            "next_unlock_at": iso_ms(self.locks[0][1] + ttl) if self.locks else None,
+            "next_unlock_at": iso_ms(self.locks[0][2]) if self.locks else None,
             "deadline_at": iso_ms(self.deadline_ms),
             "formed_at": iso_ms(self.formed_ms),
             "failed_at": iso_ms(self.failed_ms),
             "virtual_seats": self.virtual_seats,
             "version": self.version,
         }
+
+
+def _locks(team: dict[str, str], flat: list[Any]) -> list[tuple[str, int, int]]:
+    """(user, locked_at_ms, expires_at_ms) of a team_read's locks: each scored by its expiry
+    minus the team's lock_ttl_ms, an extended one's locked_at in the team hash
+    ("Extended locks" in lua/_team_lib.lua)."""
+    ttl = int(team["lock_ttl_ms"])
+    locks = []
+    for user, score in zip(flat[0::2], flat[1::2], strict=True):
+        start = int(float(score))
+        locked_at = int(team.get(f"locked_at:{user}", start))
+        locks.append((user, locked_at, start + ttl))
+    return locks

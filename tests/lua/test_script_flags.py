@@ -32,6 +32,7 @@ REFUSED_OVER_MAXMEMORY = {
     "packet_restore",
     "ratelimit_take",
     "team_confirm",
+    "team_extend",
     "team_join",
     "team_lock",
     "team_open",

@@ -13,6 +13,7 @@ from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.confirm import team_confirm
+from groupbuy.locks.extend import team_extend
 from groupbuy.locks.join import team_join
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
@@ -928,6 +929,9 @@ async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Har
     await h.open("t1", "L", "oL")
     assert await emitted() == ["team.opened"]  # team_open
     await h.lock("t1", "u1")
+    await h.redis.hset(h.keys.activity(AID), "max_hold_ms", 2 * TTL_MS)
+    await team_extend(h.teams, AID, "t1", "u1", 2 * TTL_MS)
+    assert await emitted() == ["lock.extended"]  # team_extend
     await h.lock("t1", "u2")
     await h.confirm("t1", "u1", "o1")
     await h.confirm("t1", "u2", "o2")  # the last seat
