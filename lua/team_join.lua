@@ -11,6 +11,7 @@
 -- requires: _pick_keys
 -- requires: _team_lib
 -- requires: _team_pick
+-- requires: _sale_lib
 local user_lock = KEYS[11]
 local blocklist = KEYS[12]
 local user_id = ARGV[10]
@@ -26,8 +27,11 @@ local user_id = ARGV[10]
 -- {USER_LIMIT_REACHED, limit, current, limit name} the user may not take a seat (as team_lock),
 -- {ACTIVITY_NOT_FOUND} Redis has no copy of the activity,
 -- {USER_BLOCKED} an admin blocked the user (a live lock is still answered EXISTING),
--- {ACTIVITY_CLOSED} an admin closed the activity (before any other answer).
-local activity = redis.call('HMGET', activity_hash, 'team_size', 'status')
+-- {ACTIVITY_CLOSED} an admin closed the activity (before any other answer),
+-- {ACTIVITY_NOT_STARTED, starts_ms}, {ACTIVITY_ENDED}, {ACTIVITY_SOLD_OUT, next_unlock_ms or
+-- ''}: as team_lock answers them (a live lock of the user's is not counted: it is the answer).
+local activity = redis.call('HMGET', activity_hash, 'team_size', 'status', 'starts_ms',
+                            'ends_ms', 'stock')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
 end
@@ -37,6 +41,11 @@ end
 local now = now_ms(shift_ms)
 local looks = tonumber(candidates)
 local user = user_id
+local outside = schedule_refusal(now, activity[3], activity[4])
+  or (activity[5] and stock_refusal(now, activity[5], own_lock(now, user_lock, user)))
+if outside then
+  return outside
+end
 
 local current = redis.call('GET', user_lock)
 if current then

@@ -6,6 +6,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _sale_lib
 local user_lock = KEYS[13]
 local blocklist = KEYS[14]
 local activity_hash = KEYS[15]
@@ -22,10 +23,15 @@ local other_team_id = ARGV[6]
 -- {USER_LIMIT_REACHED, limit, current, limit name}: a seat the user may not take,
 -- {USER_BLOCKED}: an admin blocked the user (an unexpired lock is still answered EXISTING),
 -- {ACTIVITY_NOT_FOUND}: Redis has no copy of the activity (put it back from SQL, call again),
--- {ACTIVITY_CLOSED}: an admin closed the activity (before any other answer).
+-- {ACTIVITY_CLOSED}: an admin closed the activity (before any other answer),
+-- {ACTIVITY_NOT_STARTED, starts_ms}, {ACTIVITY_ENDED}: outside the sale's schedule (right
+-- after ACTIVITY_CLOSED), {ACTIVITY_SOLD_OUT, next_unlock_ms or ''}: no unit of the stock
+-- left (the user's own live lock in the activity not counted: a re-lock or a switch gives it
+-- back); all three before any write.
 -- The activity's copy is read first, in this call: a close that answered before this call
 -- ran is seen, and no lock is taken after it.
-local activity = redis.call('HMGET', activity_hash, 'team_size', 'status')
+local activity = redis.call('HMGET', activity_hash, 'team_size', 'status', 'starts_ms',
+                            'ends_ms', 'stock')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
 end
@@ -34,6 +40,11 @@ if activity[2] == 'closed' then
 end
 local now = now_ms(shift_ms)
 local user = user_id
+local outside = schedule_refusal(now, activity[3], activity[4])
+  or (activity[5] and stock_refusal(now, activity[5], own_lock(now, user_lock, user)))
+if outside then
+  return outside
+end
 local team = load_team(now, named_team())
 if not team then
   return {TEAM_NOT_FOUND}

@@ -6,6 +6,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _sale_lib
 local activity_hash = KEYS[13]
 local blocklist = KEYS[14]
 local leader_id = ARGV[5]
@@ -17,15 +18,24 @@ local retention_ms = ARGV[7]
 -- {USER_LIMIT_REACHED, limit, current, limit name} the leader is at a per-user limit,
 -- {USER_BLOCKED} an admin blocked the leader (who would be member 1),
 -- {ACTIVITY_CLOSED} an admin closed the activity (before any other answer: no team opens,
--- not even a repeat).
+-- not even a repeat),
+-- {ACTIVITY_NOT_STARTED, starts_ms}, {ACTIVITY_ENDED} outside the sale's schedule (right
+-- after ACTIVITY_CLOSED, as it, even for a repeat),
+-- {ACTIVITY_SOLD_OUT, next_unlock_ms or ''} no unit of the stock left for the leader (a
+-- repeat still answers EXISTING: its leader holds a unit already).
 local now = now_ms(shift_ms)
 local activity = redis.call('HMGET', activity_hash, 'team_size', 'lock_ttl_ms', 'team_deadline_ms',
-                            'virtual_min', 'teams_per_user', 'open_per_leader', 'status')
+                            'virtual_min', 'teams_per_user', 'open_per_leader', 'status',
+                            'starts_ms', 'ends_ms', 'stock')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
 end
 if activity[7] == 'closed' then
   return {ACTIVITY_CLOSED}
+end
+local outside = schedule_refusal(now, activity[8], activity[9])
+if outside then
+  return outside
 end
 local existing = redis.call('HMGET', team_hash, 'leader_id', 'leader_order_id')
 if existing[1] then
@@ -34,6 +44,10 @@ if existing[1] then
     return {EXISTING, snapshot(named_team())}
   end
   return {CONFLICT}
+end
+local sold_out = activity[10] and stock_refusal(now, activity[10], 0)
+if sold_out then
+  return sold_out
 end
 if redis.call('HEXISTS', blocklist, leader_id) == 1 then
   return {USER_BLOCKED}

@@ -15,7 +15,9 @@ from tests.support.http import (
     app_services,
     assert_ok,
     assert_problem,
+    lock,
     make_activity,
+    open_team,
     portal,
 )
 
@@ -146,3 +148,61 @@ def test_create_again_compares_the_sale(client: TestClient) -> None:
         headers=ADMIN,
     )
     assert assert_ok(again, 200) == plain
+
+
+# -- the refusals: schedule and stock --------------------------------------------------
+
+
+def join(client: TestClient, aid: str, uid: str) -> Any:
+    return client.post(f"/v1/activities/{aid}/locks", json={"user_id": uid}, headers=SERVICE)
+
+
+def test_outside_the_schedule_opening_locking_and_joining_are_refused(client: TestClient) -> None:
+    starts = at(60)
+    make_activity(client, "early", starts_at=starts, ends_at=at(120))
+    opened = client.post("/v1/activities/early/teams", json={"leader_id": "L"}, headers=SERVICE)
+    assert assert_problem(opened, 409, "activity_not_started")["starts_at"] == starts
+    problem = assert_problem(join(client, "early", "u1"), 409, "activity_not_started")
+    assert problem["starts_at"] == starts
+    locked = lock(client, "early", "t1", "u1")
+    assert assert_problem(locked, 409, "activity_not_started")["starts_at"] == starts
+    assert read(client, "early")["teams_open"] == 0
+
+    app_services(client).clock.advance(60)
+    open_team(client, "early", "t1", "L")
+    assert_ok(lock(client, "early", "t1", "u1"), 201)
+    app_services(client).clock.advance(60)
+    for refused in (
+        client.post("/v1/activities/early/teams", json={"leader_id": "M"}, headers=SERVICE),
+        lock(client, "early", "t1", "u2"),
+        join(client, "early", "u2"),
+    ):
+        assert_problem(refused, 409, "activity_ended")
+    # The live lock is still paid for: the team runs to its deadline.
+    confirmed = client.post(
+        "/v1/activities/early/teams/t1/members",
+        json={"user_id": "u1", "order_id": "o1"},
+        headers=SERVICE,
+    )
+    assert assert_ok(confirmed, 201)["team"]["members"][1]["user_id"] == "u1"
+
+
+def test_no_unit_left_is_sold_out_with_the_next_unlock(client: TestClient) -> None:
+    make_activity(client, "few", stock=2, team_size=3)
+    open_team(client, "few", "t1", "L")
+    held = assert_ok(lock(client, "few", "t1", "u1"), 201)
+    body = read(client, "few")
+    assert (body["stock_left"], body["stock_held_by_locks"]) == (0, 1)
+    for refused in (
+        lock(client, "few", "t1", "u2"),
+        join(client, "few", "u2"),
+        client.post("/v1/activities/few/teams", json={"leader_id": "M"}, headers=SERVICE),
+    ):
+        problem = assert_problem(refused, 409, "activity_sold_out")
+        assert problem["next_unlock_at"] == held["expires_at"]
+    assert read(client, "few") == body  # nothing changed
+    # The lock's own unit: a repeat answers it unchanged.
+    assert assert_ok(lock(client, "few", "t1", "u1"), 200)["existing"] is True
+    assert_ok(client.delete("/v1/activities/few/teams/t1/locks/u1", headers=SERVICE), 200)
+    assert read(client, "few")["stock_left"] == 1
+    assert_ok(join(client, "few", "u2"), 201)

@@ -74,6 +74,8 @@ ACTIVITY_KEYS = {
     "limits",
     "created_at",
     "status",
+    "max_hold_s",
+    "late_confirm",
     "teams_open",
     "teams_formed",
     "teams_failed",

@@ -321,6 +321,13 @@ _CLOSED: Problems = {
     errors.ActivityClosed: "an admin closed the activity: the sale is over (answered before "
     "any other refusal)"
 }
+_SALE: Problems = {
+    errors.ActivityNotStarted: "before the sale's `starts_at` (carried), right after "
+    "`activity_closed`",
+    errors.ActivityEnded: "the sale's `ends_at` has passed",
+    errors.ActivitySoldOut: "every unit of the activity's stock is held by a member or a live "
+    "lock; `next_unlock_at`: when the earliest live lock of the activity expires, or null",
+}
 _ENDED: Problems = {
     errors.TeamFormed: "the team is formed: it takes no more seats",
     errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
@@ -398,6 +405,7 @@ ENDPOINTS = [
         answer=wire.Team,
         problems={
             **_CLOSED,
+            **_SALE,
             errors.Conflict: "the team id exists with another leader or order",
             **_OVER_LIMIT,
             **_BLOCKED,
@@ -440,6 +448,7 @@ ENDPOINTS = [
         answer=wire.LockTaken,
         problems={
             **_CLOSED,
+            **_SALE,
             errors.NoTeamAvailable: "no open team has a free seat for the user at this instant "
             "(a seat whose lock has expired counts as free); `next_unlock_at`: when the "
             "activity's earliest lock expires, or null. Open a new team instead",
@@ -475,6 +484,7 @@ ENDPOINTS = [
         answer=wire.LockTaken,
         problems={
             **_CLOSED,
+            **_SALE,
             errors.TeamFull: "every seat is a member or an unexpired lock; `next_unlock_at` "
             "(when the earliest lock expires, null if all seats are members) and "
             "`earliest_locked_at`",

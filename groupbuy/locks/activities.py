@@ -23,7 +23,7 @@ from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
-from groupbuy.locks.sale import Sale
+from groupbuy.locks.sale import Sale, refuse_for_sale
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
@@ -184,6 +184,7 @@ class ActivityService(UsesBackends):
         if opened.code is TeamCode.CONFLICT:
             raise_for(opened.code, f"team {team_id!r} exists with another leader or order")
         refuse_for_user(opened, leader_id)
+        refuse_for_sale(opened)
         if opened.code not in (TeamCode.OK, TeamCode.EXISTING):
             raise_for(opened.code)
         await self._outbox.drain_quietly(activity_id)

@@ -15,6 +15,7 @@ from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam
 from groupbuy.locks.lock import lock_outcome
 from groupbuy.locks.refusals import refuse_for_user
+from groupbuy.locks.sale import refuse_for_sale
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.specs import (
     ACTIVITY_CLOSED,
@@ -29,6 +30,7 @@ from groupbuy.locks.specs import (
     OVER_LIMIT,
     PICK_ARGV,
     PICK_KEYS,
+    SALE_REFUSALS,
     USER_BLOCKED,
     USER_LIMIT_REACHED,
     USER_LOCK_SLOT,
@@ -62,6 +64,7 @@ TEAM_JOIN = ScriptSpec(
         ACTIVITY_NOT_FOUND: NO_ACTIVITY,
         USER_BLOCKED: BLOCKED,
         ACTIVITY_CLOSED: CLOSED,
+        **SALE_REFUSALS,
     },
 )
 
@@ -115,4 +118,5 @@ class SeatJoin:
                 next_unlock_at=iso_ms(reply.next_unlock_ms),
             )
         refuse_for_user(reply, user_id)
+        refuse_for_sale(reply)
         raise_for(reply.code)

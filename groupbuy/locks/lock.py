@@ -12,6 +12,7 @@ from groupbuy import errors
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.refusals import refuse_for_user
+from groupbuy.locks.sale import refuse_for_sale
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.specs import (
     ACTIVITY_CLOSED,
@@ -27,6 +28,7 @@ from groupbuy.locks.specs import (
     NO_TEAM,
     OK,
     OVER_LIMIT,
+    SALE_REFUSALS,
     TEAM_ARGV,
     TEAM_KEYS,
     TEAM_NOT_FOUND,
@@ -94,6 +96,7 @@ TEAM_LOCK = ScriptSpec(
         USER_BLOCKED: BLOCKED,
         ACTIVITY_NOT_FOUND: NO_ACTIVITY,
         ACTIVITY_CLOSED: CLOSED,
+        **SALE_REFUSALS,
     },
 )
 
@@ -162,6 +165,7 @@ class SeatLock:
         if reply.code is TeamCode.TEAM_NOT_FOUND:
             await self._history.raise_for_missing_team(activity_id, team_id)
         refuse_for_user(reply, user_id)
+        refuse_for_sale(reply)
         raise_for(reply.code)
 
 

@@ -18,6 +18,7 @@ from groupbuy.storage.specs import (
     Slot,
     Verdict,
     flag,
+    optional_int,
     shape,
     slots,
 )
@@ -95,6 +96,15 @@ USER_LOCK_SLOT = (
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
 )
 BLOCKLIST_SLOT = ("blocklist", "blocked users hash (the copy of the activity's slot in a cluster)")
+# The sale's refusals (lua/_sale_lib.lua) of the scripts that take a unit of the stock.
+SALE_REFUSALS = {
+    C.ACTIVITY_NOT_STARTED: shape("before the sale's starts_at", ("starts_ms", int)),
+    C.ACTIVITY_ENDED: shape("from the sale's ends_at on"),
+    C.ACTIVITY_SOLD_OUT: shape(
+        "no unit of the stock left; when the activity's earliest live lock expires ('' for none)",
+        ("next_unlock_ms", optional_int),
+    ),
+}
 
 TEAM_OPEN = ScriptSpec(
     "team_open",
@@ -119,6 +129,7 @@ TEAM_OPEN = ScriptSpec(
         USER_LIMIT_REACHED: OVER_LIMIT,
         USER_BLOCKED: BLOCKED,
         ACTIVITY_CLOSED: CLOSED,
+        **SALE_REFUSALS,
     },
 )
 TEAM_READ = ScriptSpec(
