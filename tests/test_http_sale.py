@@ -206,3 +206,84 @@ def test_no_unit_left_is_sold_out_with_the_next_unlock(client: TestClient) -> No
     assert_ok(client.delete("/v1/activities/few/teams/t1/locks/u1", headers=SERVICE), 200)
     assert read(client, "few")["stock_left"] == 1
     assert_ok(join(client, "few", "u2"), 201)
+
+
+# -- PATCH: ends_at and stock ----------------------------------------------------------
+
+
+def patch(client: TestClient, aid: str, body: Any) -> Any:
+    return client.patch(f"/v1/activities/{aid}", json=body, headers=ADMIN)
+
+
+def copy_of(client: TestClient, aid: str, *fields: str) -> list[str | None]:
+    services = app_services(client)
+
+    async def get() -> list[str | None]:
+        values: list[str | None] = await services.redis.hmget(services.keys.activity(aid), fields)
+        return values
+
+    return portal(client).call(get)
+
+
+def test_patch_raises_and_lowers_the_stock_down_to_what_is_held(client: TestClient) -> None:
+    make_activity(client, "k", stock=5, team_size=3)
+    open_team(client, "k", "t1", "L")
+    assert_ok(lock(client, "k", "t1", "u1"), 201)  # 2 units held
+    raised = assert_ok(patch(client, "k", {"stock": 8}), 200)
+    assert (raised["stock"], raised["stock_left"]) == (8, 6)
+    lowered = assert_ok(patch(client, "k", {"stock": 2}), 200)
+    assert (lowered["stock"], lowered["stock_left"]) == (2, 0)
+    assert copy_of(client, "k", "stock") == ["2"]
+    assert_problem(lock(client, "k", "t1", "u2"), 409, "activity_sold_out")
+
+    refused = assert_problem(patch(client, "k", {"stock": 1, "name": "x"}), 409, "conflict")
+    assert refused["stock_held"] == 2
+    assert read(client, "k") == lowered and copy_of(client, "k", "stock") == ["2"]
+    # An activity without a stock gains one the same way.
+    make_activity(client, "free")
+    open_team(client, "free", "t1", "L")
+    for bad in ({"stock": 0}, {"stock": 10_000_001}, {"stock": "1"}, {"stock": None, "x": 1}):
+        assert_problem(patch(client, "free", bad), 422, "invalid_request")
+    capped = assert_ok(patch(client, "free", {"stock": 1}), 200)
+    assert (capped["stock"], capped["stock_left"], capped["stock_held_by_locks"]) == (1, 0, 0)
+    assert_problem(lock(client, "free", "t1", "u1"), 409, "activity_sold_out")
+
+    entries = portal(client).call(app_services(client).audit.page, 10)["entries"]
+    updates = [e["target"] for e in entries if e["action"] == "activity.update"]
+    assert updates == ["free", "k", "k"]  # newest first; the refused PATCH wrote none
+
+
+def test_patch_moves_the_end_and_the_copy_follows(client: TestClient) -> None:
+    starts = at(30)
+    make_activity(client, "e", starts_at=starts, ends_at=at(3600))
+    for bad in ({"ends_at": starts}, {"ends_at": at(10)}, {"ends_at": "soon"}, {"ends_at": 5}):
+        assert_problem(patch(client, "e", bad), 422, "invalid_request")
+    ends = at(60)
+    moved = assert_ok(patch(client, "e", {"ends_at": ends}), 200)
+    assert moved["ends_at"] == ends
+    ms = round(datetime.fromisoformat(ends).timestamp() * 1000)
+    assert copy_of(client, "e", "ends_ms") == [str(ms)]
+    app_services(client).clock.advance(60)
+    assert read(client, "e")["status"] == "ended"
+    assert_problem(join(client, "e", "u1"), 409, "activity_ended")
+    # Moved later again, the sale reopens.
+    assert assert_ok(patch(client, "e", {"ends_at": at(3600)}), 200)["status"] == "open"
+    assert_problem(patch(client, "nope", {"ends_at": ends}), 404, "activity_not_found")
+
+
+def test_patch_after_redis_lost_the_copy_checks_what_sql_holds(client: TestClient) -> None:
+    make_activity(client, "lost", stock=3, team_size=3)
+    open_team(client, "lost", "t1", "L")
+    assert_ok(lock(client, "lost", "t1", "u1"), 201)
+    confirmed = client.post(
+        "/v1/activities/lost/teams/t1/members",
+        json={"user_id": "u1", "order_id": "o1"},
+        headers=SERVICE,
+    )
+    assert_ok(confirmed, 201)
+    portal(client).call(app_services(client).redis.flushall)
+    # The copy and the counts come back from SQL first: 2 members hold 2 units.
+    refused = assert_problem(patch(client, "lost", {"stock": 1}), 409, "conflict")
+    assert refused["stock_held"] == 2
+    assert copy_of(client, "lost", "stock") == ["3"]
+    assert assert_ok(patch(client, "lost", {"stock": 2}), 200)["stock_left"] == 0

@@ -182,6 +182,14 @@ class ActivityUpdate(StrictBody):
         default=None,
         description="only `closed`: ends the sale early (a closed activity stays closed)",
     )
+    ends_at: SaleTime | None = Field(
+        default=None, description="a new end of the sale; after its `starts_at`"
+    )
+    stock: Stock | None = Field(
+        default=None,
+        description="a new stock: raised, or lowered down to the units held (members of open "
+        "and formed teams + live locks), never below",
+    )
 
 
 class ActivitiesQuery(LaxQuery):
@@ -238,7 +246,11 @@ async def list_activities(request: Request, query: ActivitiesQuery) -> Response:
 async def update_activity(request: Request, body: ActivityUpdate) -> Response:
     activity_id = request.path_params["activity_id"]
     outcome = await _teams(request).activities.update_activity(
-        activity_id, name=body.name, close=body.status == "closed"
+        activity_id,
+        name=body.name,
+        close=body.status == "closed",
+        ends_at=body.ends_at,
+        stock=body.stock,
     )
     return json_response(outcome.body)  # the route writes the audit row (Endpoint.audit)
 
@@ -375,7 +387,10 @@ ENDPOINTS = [
             200: "The activity after the change; closing again changes nothing (idempotent)"
         },
         answer=wire.Activity,
-        problems=_NO_ACTIVITY,
+        problems={
+            errors.Conflict: "`stock` is below the units held now (`stock_held`): nothing changed",
+            **_NO_ACTIVITY,
+        },
         audit="activity.update",
     ),
     Endpoint(

@@ -18,6 +18,7 @@ from groupbuy import errors
 from groupbuy.api.audit import ActionReason
 from groupbuy.api.blocklist import BlockBody
 from groupbuy.api.endpoints import parse_body
+from groupbuy.api.teams import ActivityUpdate
 from groupbuy.api.webhooks import ReplayBody, check_replay_range
 from groupbuy.console import params
 from groupbuy.console.context import Context
@@ -110,6 +111,31 @@ def close_activity(request: Request, ctx: Context, _form: Form) -> Planned:
         return {"status": outcome.body["status"], "closed_now": outcome.created}
 
     return Planned("activity.close", aid, close, f"/console/activities/{aid}")
+
+
+def change_activity_stock(request: Request, ctx: Context, form: Form) -> Planned:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+    text = form.get("stock", "").strip()
+    if not text.isdigit():
+        raise errors.InvalidRequest("stock must be a whole number of units")
+    stock = checked(ActivityUpdate, {"stock": int(text)}).stock  # PATCH /v1/activities/{aid}
+
+    async def change() -> dict[str, Any]:
+        outcome = await ctx.services.teams.activities.update_activity(aid, stock=stock)
+        return {"stock": outcome.body.get("stock"), "stock_left": outcome.body.get("stock_left")}
+
+    return Planned("activity.stock", aid, change, f"/console/activities/{aid}")
+
+
+def change_activity_end(request: Request, ctx: Context, form: Form) -> Planned:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+    ends_at = checked(ActivityUpdate, {"ends_at": form.get("ends_at", "").strip()}).ends_at
+
+    async def change() -> dict[str, Any]:
+        outcome = await ctx.services.teams.activities.update_activity(aid, ends_at=ends_at)
+        return {"ends_at": outcome.body.get("ends_at"), "status": outcome.body["status"]}
+
+    return Planned("activity.end", aid, change, f"/console/activities/{aid}")
 
 
 def _endpoint(request: Request) -> str:

@@ -8,7 +8,9 @@ record to the activity's outbox stream in the same atomic call.
 
 from __future__ import annotations
 
+import logging
 import secrets
+from datetime import datetime
 from typing import Any
 
 import redis.exceptions
@@ -23,7 +25,7 @@ from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.refusals import refuse_for_user
-from groupbuy.locks.sale import Sale, refuse_for_sale
+from groupbuy.locks.sale import Sale, activity_sale, refuse_for_sale
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
@@ -31,7 +33,9 @@ from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
-from groupbuy.wire import Outcome, Team, TeamsPage, from_ms
+from groupbuy.wire import Outcome, Team, TeamsPage, from_ms, to_ms
+
+_log = logging.getLogger(__name__)
 
 
 class ActivityService(UsesBackends):
@@ -126,24 +130,54 @@ class ActivityService(UsesBackends):
         return Outcome(body, created)
 
     async def update_activity(
-        self, activity_id: str, name: str | None = None, close: bool = False
+        self,
+        activity_id: str,
+        name: str | None = None,
+        close: bool = False,
+        ends_at: datetime | None = None,
+        stock: int | None = None,
     ) -> Outcome:
-        """Rename and/or close an activity; `created` of the outcome is True when this call
-        closed it. Closing is final and idempotent; ActivityNotFound when unknown."""
+        """Rename, close, and/or change the end or the stock of an activity; `created` of
+        the outcome is True when this call closed it. Closing is final and idempotent;
+        ActivityNotFound when unknown; Conflict (`stock_held`) for a stock below the units
+        held; InvalidRequest for an end not after the start."""
         if close:
             # Over maxmemory Redis would refuse the copy's status after SQL closed: ask first.
             await write_probe(self._scripts, self._keys.activity(activity_id))
         now_ms = await self._clock.now_ms(self._redis) if close else 0
-        async with self._db.transaction(urgent=True) as session:
-            row = await session.get(ActivityRow, activity_id, with_for_update=True)
-            if row is None:
-                raise errors.ActivityNotFound(f"no activity {activity_id!r}")
-            if name is not None:
-                row.name = name
-            closed_now = close and row.status != "closed"
-            if closed_now:
-                row.status, row.closed_at = "closed", from_ms(now_ms)
-            await session.flush()
+        sale_before: tuple[datetime | None, int | None] | None = None
+        try:
+            async with self._db.transaction(urgent=True) as session:
+                row = await session.get(ActivityRow, activity_id, with_for_update=True)
+                if row is None:
+                    raise errors.ActivityNotFound(f"no activity {activity_id!r}")
+                if name is not None:
+                    row.name = name
+                closed_now = close and row.status != "closed"
+                if closed_now:
+                    row.status, row.closed_at = "closed", from_ms(now_ms)
+                if ends_at is not None or stock is not None:
+                    # Redis decides (the row locked: one change at a time), then SQL commits.
+                    before = (row.ends_at, row.stock)
+                    await self._change_sale(row, ends_at, stock)
+                    sale_before = before  # Redis has the change from here on
+                    rules = row.rules or ActivityRulesRow(activity_id=activity_id)
+                    rules.ends_at = ends_at if ends_at is not None else rules.ends_at
+                    rules.stock = stock if stock is not None else rules.stock
+                    if row.rules is None:
+                        session.add(rules)
+                        row.rules = rules
+                await session.flush()
+        except BaseException:
+            if sale_before is not None:
+                # Redis took the change, SQL did not: Redis goes back to SQL's sale.
+                try:
+                    await self._put_back_sale(activity_id, *sale_before)
+                except redis.exceptions.RedisError:
+                    _log.warning(
+                        "activity %s: its Redis copy keeps a sale SQL refused", activity_id
+                    )
+            raise
         # SQL first, then Redis: SQL is the status's source of truth. A crash (or Redis
         # refusing the write) in between leaves SQL closed and the copy open for a moment;
         # every close re-writes the copy, even of an activity SQL already has closed, so the
@@ -152,6 +186,43 @@ class ActivityService(UsesBackends):
         if row.status == "closed":
             await self._activities.put(row)
         return Outcome(await self._body(row), closed_now)
+
+    async def _change_sale(
+        self, row: ActivityRow, ends_at: datetime | None, stock: int | None
+    ) -> None:
+        """The new end and/or stock in the activity's Redis copy, the stock checked against
+        the units held in the same script call."""
+        starts_at = row.starts_at
+        if ends_at is not None and starts_at is not None and to_ms(ends_at) <= to_ms(starts_at):
+            raise errors.InvalidRequest("ends_at must be after starts_at")
+        ends_ms = None if ends_at is None else to_ms(ends_at)
+        reply = await activity_sale(self._teams, row.activity_id, stock, ends_ms)
+        if reply.code is TeamCode.ACTIVITY_NOT_FOUND:
+            await self._activities.put(row)  # SQL's sale as it is: the change comes next
+            reply = await activity_sale(self._teams, row.activity_id, stock, ends_ms)
+        if reply.code is TeamCode.CONFLICT:
+            raise errors.Conflict(
+                f"{reply.held} units are held: the stock may not be lower",
+                stock_held=reply.held,
+            )
+        if reply.code is not TeamCode.OK:
+            raise errors.Conflict("the activity's copy in Redis went away meanwhile; retry")
+
+    async def _put_back_sale(
+        self, activity_id: str, ends_at: datetime | None, stock: int | None
+    ) -> None:
+        """The sale of the activity's Redis copy set back to SQL's (a change SQL refused)."""
+        key = self._keys.activity(activity_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for field, value in (
+                ("ends_ms", None if ends_at is None else to_ms(ends_at)),
+                ("stock", stock),
+            ):
+                if value is None:
+                    pipe.hdel(key, field)
+                else:
+                    pipe.hset(key, field, value)
+            await pipe.execute()
 
     async def get_activity(self, activity_id: str) -> dict[str, Any]:
         """An activity with its live counts, or ActivityNotFound."""

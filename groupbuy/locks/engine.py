@@ -15,6 +15,7 @@ from groupbuy.locks.join import TEAM_JOIN
 from groupbuy.locks.listings import Listings
 from groupbuy.locks.lock import TEAM_LOCK
 from groupbuy.locks.recovery import TeamRecovery
+from groupbuy.locks.sale import ACTIVITY_SALE
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.seats import SeatService
 from groupbuy.locks.specs import CONTRACTS as SHARED_CONTRACTS
@@ -29,6 +30,7 @@ from groupbuy.storage.specs import ScriptSpec
 # groupbuy.locks.specs (docs/scripts.md is rendered from them).
 CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     *SHARED_CONTRACTS,
+    ACTIVITY_SALE,
     TEAM_LOCK,
     TEAM_UNLOCK,
     TEAM_JOIN,

@@ -15,7 +15,8 @@ from typing import Any
 
 from groupbuy import errors
 from groupbuy.locks.codes import TeamCode, raise_for
-from groupbuy.locks.scripts import TeamReply
+from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.storage.specs import ScriptSpec, shape, slots
 from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The longest a seat lock may be held, in seconds (SPEC: lock_ttl_s..86400).
@@ -97,3 +98,46 @@ def refuse_for_sale(reply: TeamReply) -> None:
             "every unit of the activity's stock is held by a member or a live lock",
             next_unlock_at=iso_ms(reply.next_unlock_ms),
         )
+
+
+ACTIVITY_SALE = ScriptSpec(
+    "activity_sale",
+    "Change an activity's stock and/or end, the stock decided against what is held now.",
+    keys=slots(
+        ("activity_hash", "the activity's copy of its parameters"),
+        ("activity_counts", "hash of the activity's live counts"),
+        ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
+    ),
+    args=slots(
+        ("shift_ms", "clock shift in ms (0 in production)"),
+        ("stock", "the new stock ('' to keep it)"),
+        ("ends_ms", "the new end of the sale, ms ('' to keep it)"),
+    ),
+    replies={
+        TeamCode.OK: shape("changed; the units held now", ("held", int)),
+        TeamCode.CONFLICT: shape(
+            "the new stock is below the units held now (nothing changed)", ("held", int)
+        ),
+        TeamCode.ACTIVITY_NOT_FOUND: shape(
+            "Redis has no copy of the activity, or no counts (put them back, call again)"
+        ),
+    },
+)
+
+
+async def activity_sale(
+    teams: TeamScripts, activity_id: str, stock: int | None, ends_ms: int | None
+) -> TeamReply:
+    """activity_sale: the new stock and end (None: kept)."""
+    k = teams.keys
+    keys = ACTIVITY_SALE.key_list(
+        activity_hash=k.activity(activity_id),
+        activity_counts=k.activity_counts(activity_id),
+        activity_lock_expiries=k.lock_expiries(activity_id),
+    )
+    args = {
+        "shift_ms": teams.clock.shift_ms,
+        "stock": "" if stock is None else stock,
+        "ends_ms": "" if ends_ms is None else ends_ms,
+    }
+    return await ACTIVITY_SALE.run(teams.caller, keys, args)

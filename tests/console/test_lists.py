@@ -168,7 +168,11 @@ def _audit(client: TestClient) -> list[dict[str, Any]]:
 
 def test_closing_an_activity_from_its_page_is_audited(stocked: TestClient) -> None:
     text, parts = _page(stocked, "/console/activities/a1")
-    assert [form["action"] for form in action_forms(parts)] == ["/console/activities/a1/close"]
+    assert [form["action"] for form in action_forms(parts)] == [
+        "/console/activities/a1/close",
+        "/console/activities/a1/stock",
+        "/console/activities/a1/end",
+    ]
     form = form_of(stocked, "/console/activities/a1", reason="sale ended early")
     done = stocked.post("/console/activities/a1/close", data=form, follow_redirects=False)
     assert done.status_code == 303 and done.headers["location"] == "/console/activities/a1"
@@ -230,3 +234,58 @@ def test_signed_out_the_lists_lead_to_the_sign_in(client: TestClient) -> None:
         assert answer.status_code == 303
         assert answer.headers["location"].startswith("/console/signin?next=%2Fconsole%2F")
     assert parts_of("") is not None
+
+
+# -- the sale: change the stock and the end (audited) ------------------------------------
+
+
+def _sale_audit(client: TestClient, action: str) -> list[dict[str, Any]]:
+    page = assert_ok(client.get("/v1/admin/audit", headers=ADMIN), 200)
+    return [e for e in page["entries"] if e["action"] == action]
+
+
+def test_the_stock_and_the_end_change_from_the_page_and_are_audited(stocked: TestClient) -> None:
+    text, _ = _page(stocked, "/console/activities/a2")
+    assert '<dd data-field="stock">no cap</dd>' in text
+    form = form_of(stocked, "/console/activities/a2", reason="more units", stock="10")
+    done = stocked.post("/console/activities/a2/stock", data=form, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/console/activities/a2"
+    body = assert_ok(stocked.get("/v1/activities/a2", headers=SERVICE), 200)
+    assert (body["stock"], body["stock_left"]) == (10, 6)  # 3 members and a lock hold 4
+    [entry] = _sale_audit(stocked, "activity.stock")
+    assert entry["target"] == "a2" and entry["reason"] == "more units"
+    assert entry["detail"] == {"stock": 10, "stock_left": 6}
+    back, _ = _page(stocked, "/console/activities/a2")
+    assert '<dd data-field="stock_left">6</dd>' in back
+
+    form = form_of(stocked, "/console/activities/a2", reason="too few", stock="3")
+    refused = stocked.post("/console/activities/a2/stock", data=form)
+    assert refused.status_code == 409
+    [_, entry] = _sale_audit(stocked, "activity.stock")  # newest first
+    assert entry["detail"] == {"stock": 10, "stock_left": 6}
+    assert assert_ok(stocked.get("/v1/activities/a2", headers=SERVICE), 200)["stock"] == 10
+
+    ends = "2999-01-01T00:00:00.000Z"
+    form = form_of(stocked, "/console/activities/a2", reason="longer", ends_at=ends)
+    done = stocked.post("/console/activities/a2/end", data=form, follow_redirects=False)
+    assert done.status_code == 303
+    assert assert_ok(stocked.get("/v1/activities/a2", headers=SERVICE), 200)["ends_at"] == ends
+    [entry] = _sale_audit(stocked, "activity.end")
+    assert entry["detail"] == {"ends_at": ends, "status": "open"}
+
+
+def test_bad_stock_or_end_forms_answer_422_and_change_nothing(stocked: TestClient) -> None:
+    before = assert_ok(stocked.get("/v1/activities/a1", headers=SERVICE), 200)
+    for target, extra in (
+        ("stock", {"stock": "0"}),
+        ("stock", {"stock": "many"}),
+        ("stock", {"stock": "-1"}),
+        ("stock", {}),
+        ("end", {"ends_at": "soon"}),
+        ("end", {"ends_at": "2030-01-01T00:00:00"}),
+        ("end", {}),
+    ):
+        form = form_of(stocked, "/console/activities/a1", **extra)
+        answer = stocked.post(f"/console/activities/a1/{target}", data=form)
+        assert answer.status_code == 422, (target, extra, answer.text[:500])
+    assert assert_ok(stocked.get("/v1/activities/a1", headers=SERVICE), 200) == before

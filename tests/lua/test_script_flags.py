@@ -26,6 +26,7 @@ from groupbuy.storage.specs import (
 # lease, and the reads; a read that writes nothing declares it.
 REFUSED_OVER_MAXMEMORY = {
     "activity_counts_put",
+    "activity_sale",
     "packet_admit",
     "packet_create",
     "packet_grab",
