@@ -194,8 +194,14 @@ class GroupBuySyncClient:
         virtual_min_members: int | None = None,
         teams_per_user: int | None = None,
         open_teams_per_leader: int | None = None,
+        starts_at: str | None = None,
+        ends_at: str | None = None,
+        stock: int | None = None,
+        max_hold_s: int | None = None,
+        late_confirm: bool | None = None,
     ) -> Activity:
-        """POST /v1/activities (admin): create an activity, or find the same one again."""
+        """POST /v1/activities (admin): create an activity, or find the same one again.
+        `starts_at` and `ends_at` are ISO-8601 UTC text (e.g. 2026-11-21T20:00:00Z)."""
         body = _drop_none(
             {
                 "activity_id": activity_id,
@@ -203,6 +209,11 @@ class GroupBuySyncClient:
                 "team_size": team_size,
                 "lock_ttl_s": lock_ttl_s,
                 "team_deadline_s": team_deadline_s,
+                "starts_at": starts_at,
+                "ends_at": ends_at,
+                "stock": stock,
+                "max_hold_s": max_hold_s,
+                "late_confirm": late_confirm,
             }
         )
         if virtual_min_members is not None:
@@ -219,11 +230,25 @@ class GroupBuySyncClient:
         return cast(Activity, self._json("GET", self._activity(activity_id)))
 
     def update_activity(
-        self, activity_id: str, *, name: str | None = None, close: bool = False
+        self,
+        activity_id: str,
+        *,
+        name: str | None = None,
+        close: bool = False,
+        ends_at: str | None = None,
+        stock: int | None = None,
     ) -> Activity:
-        """PATCH /v1/activities/{activity_id} (admin): rename it, and/or close it (final:
-        no team opens and no seat is locked or joined any more)."""
-        body = _drop_none({"name": name, "status": "closed" if close else None})
+        """PATCH /v1/activities/{activity_id} (admin): rename it, close it (final: no team
+        opens and no seat is locked or joined any more), move its end, and/or change its
+        stock (raised, or lowered down to the units held: below them, 409 conflict)."""
+        body = _drop_none(
+            {
+                "name": name,
+                "status": "closed" if close else None,
+                "ends_at": ends_at,
+                "stock": stock,
+            }
+        )
         return cast(Activity, self._json("PATCH", self._activity(activity_id), body))
 
     def list_activities(

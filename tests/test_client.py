@@ -180,6 +180,24 @@ async def test_activities_teams_and_locks(clients: Clients) -> None:
     await raises("activity_closed", 409, gb.join("a1", "u7"))
 
 
+async def test_an_activity_s_sale_through_the_client(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    sale = await admin.create_activity(
+        "s1", starts_at="2999-01-01T00:00:00Z", stock=2, max_hold_s=600, late_confirm=True
+    )
+    assert (sale["status"], sale["starts_at"], sale["stock_left"]) == (
+        "scheduled",
+        "2999-01-01T00:00:00.000Z",
+        2,
+    )
+    assert (sale["max_hold_s"], sale["late_confirm"]) == (600, True)
+    refused = await raises("activity_not_started", 409, gb.open_team("s1", "L"))
+    assert refused.extra["starts_at"] == "2999-01-01T00:00:00.000Z"
+    changed = await admin.update_activity("s1", ends_at="3000-01-01T00:00:00Z", stock=5)
+    assert (changed["ends_at"], changed["stock"]) == ("3000-01-01T00:00:00.000Z", 5)
+    await raises("invalid_request", 422, admin.update_activity("s1", stock=0))
+
+
 async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     admin, gb = clients.admin, clients.service
     assert await admin.deposit("alice", 1000, "ref-1") == {
