@@ -112,7 +112,7 @@ class TeamFormed(Conflict):
 
 
 class TeamFailed(Conflict):
-    code, title = "team_failed", "The team failed: its deadline passed before it formed"
+    code, title = "team_failed", "The team failed: it did not form (deadline, dissolved, abandoned)"
 
 
 class ActivityClosed(Conflict):
@@ -133,6 +133,10 @@ class ActivitySoldOut(Conflict):
 
 class OrderMismatch(Conflict):
     code, title = "order_mismatch", "The member joined with another order"
+
+
+class LeftTeam(Conflict):
+    code, title = "left_team", "The user left this team and may not take a seat in it again"
 
 
 class NoTeamAvailable(Conflict):

@@ -383,6 +383,13 @@ class Member(TypedDict):
     user_id: Id
     order_id: Id | None
     joined_at: Timestamp
+    refunded_at: NotRequired[
+        Annotated[
+            Timestamp,
+            "present only for a member of a formed team the shop refunded (POST "
+            ".../members/{user_id}/leave): still listed, its stock unit given back",
+        ]
+    ]
 
 
 class SeatLock(TypedDict):
@@ -456,6 +463,35 @@ class Confirmed(TypedDict):
 
     team: Team
     formed: Annotated[bool, "the team is formed (this confirm or an earlier one)"]
+
+
+class MemberLeft(TypedDict):
+    """A member's leave: out of an open team (`left`), or refunded in a formed one
+    (`refunded`); the team after it."""
+
+    team: Team
+    left: NotRequired[
+        Annotated[
+            Literal[True],
+            "present (true) when the member left an open team: no longer listed, the seat "
+            "and its stock unit free at once",
+        ]
+    ]
+    refunded: NotRequired[
+        Annotated[
+            Literal[True],
+            "present (true) when the team was formed: it stays formed and lists the member "
+            "with `refunded_at`",
+        ]
+    ]
+
+
+class Dissolved(TypedDict):
+    """A team an admin dissolved: failed now, `reason` dissolved; its members are the
+    refund list."""
+
+    team: Team
+    dissolved: Literal[True]
 
 
 class UserLock(TypedDict):

@@ -12,7 +12,10 @@
 -- virtual_min (0: none; else the virtual completion threshold, copied from
 -- the activity), virtual_seats (set when formed by it), version (1 when opened, +1 for every
 -- lock, unlock, lock expiry, member, formed and failed; every record carries the version
--- after its change).
+-- after its change), failed_reason (deadline | dissolved | abandoned, set when failed),
+-- departed (members who left while it was open: a new member's seq is member_count +
+-- departed), left:<user> ('left|at_ms|order_id' or 'refunded|at_ms|order_id': the memory of
+-- a member's leave, team_leave).
 
 local A = {outbox = activity_outbox, lock_index = activity_lock_index,
            deadlines = activity_deadlines, pending = activity_pending,
@@ -208,6 +211,35 @@ local function member_list(team)
   return table.concat(out, ',')
 end
 
+-- An open team fails at `at` for `reason` (deadline | dissolved | abandoned): its members
+-- (the refund list of its team.failed record) give their units and teams back. Before its
+-- deadline, the users whose live locks it drops lose their current-lock key too (at the
+-- deadline the key ends by itself: it carries the deadline).
+local function fail_team(team, at, reason)
+  if at < team.deadline_ms then
+    for _, user in ipairs(redis.call('ZRANGE', team.locks, 0, -1)) do
+      local key = user_counter(user, 'lock')
+      local current = redis.call('GET', key)
+      if current and split(current)[1] == team.id then
+        redis.call('DEL', key)
+      end
+    end
+  end
+  ended_counts(team, true)
+  tally('teams_open', -1)
+  tally('teams_failed', 1)
+  if team.member_count > 0 then  -- (Redis refuses the '-0' Lua writes for -0)
+    tally('members', -team.member_count)
+  end
+  close_team(team, 'failed', 'failed_ms', at)
+  redis.call('HSET', team.hash, 'failed_reason', reason)
+  emit({'type', 'team.failed', 'at_ms', int(at), 'activity_id', activity_id,
+        'team_id', team.id, 'members', member_list(team), 'reason', reason,
+        'version', bump(team.hash)})
+  team.status = 'failed'
+  team.ended_now = true
+end
+
 -- A team past its deadline ends, in effect at the deadline, whoever notices first: formed
 -- by virtual completion when it has at least virtual_min real members, else failed.
 local function end_at_deadline(team)
@@ -227,15 +259,7 @@ local function end_at_deadline(team)
     team.ended_now = true
     return
   end
-  ended_counts(team, true)
-  tally('teams_open', -1)
-  tally('teams_failed', 1)
-  tally('members', -team.member_count)
-  close_team(team, 'failed', 'failed_ms', team.deadline_ms)
-  emit({'type', 'team.failed', 'at_ms', int(team.deadline_ms), 'activity_id', activity_id,
-        'team_id', team.id, 'members', member_list(team), 'version', bump(team.hash)})
-  team.status = 'failed'
-  team.ended_now = true
+  fail_team(team, team.deadline_ms, 'deadline')
 end
 
 -- The team after the lazy checks (deadline, expired locks): `team` (id and keys) with its
@@ -243,7 +267,7 @@ end
 local function load_team(now, team)
   local f = redis.call('HMGET', team.hash, 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
                        'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
-                       'led_limit', 'extended')
+                       'led_limit', 'departed', 'extended')
   if not f[1] then
     return nil
   end
@@ -251,7 +275,8 @@ local function load_team(now, team)
   team.deadline_ms, team.member_count = tonumber(f[4]), tonumber(f[5])
   team.expire_at_ms, team.virtual_min = tonumber(f[6]), tonumber(f[7] or '0')
   team.teams_limit, team.led_limit = tonumber(f[8] or '0'), tonumber(f[9] or '0')
-  team.extended = f[10] == '1'
+  team.departed = tonumber(f[10] or '0')
+  team.extended = f[11] == '1'
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
@@ -261,6 +286,12 @@ local function load_team(now, team)
     end
   end
   return team
+end
+
+-- Whether `user` left this (loaded) team: a member who left takes no seat in it again.
+-- Costs a command only on a team someone left.
+local function has_left(team, user)
+  return team.departed > 0 and redis.call('HEXISTS', team.hash, 'left:' .. user) == 1
 end
 
 -- The refusal for a team that takes no more seats (formed or failed), or nil while open.

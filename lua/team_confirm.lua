@@ -14,7 +14,8 @@ local order_id = ARGV[6]
 -- {EXISTING, formed 0|1, team...} the same user and order joined before (formed: that
 -- earlier confirm completed the team, recorded as formed_by), where team... is the team
 -- after the call as team_read answers it,
--- {ALREADY_MEMBER} a member with another order, {LOCK_REQUIRED}, {TEAM_FORMED},
+-- {ALREADY_MEMBER} a member with another order, {LEFT_TEAM} the user left this team (no
+-- seat in it again), {LOCK_REQUIRED}, {TEAM_FORMED},
 -- {TEAM_FAILED}, {TEAM_NOT_FOUND}, {USER_LIMIT_REACHED, limit, current, limit name},
 -- {USER_BLOCKED} an admin blocked the user (the backend refunds, as for LOCK_REQUIRED; a
 -- repeat of a confirm that succeeded before the block still answers EXISTING).
@@ -31,6 +32,9 @@ if member then
     return {EXISTING, formed_by == user and 1 or 0, snapshot(team)}
   end
   return {ALREADY_MEMBER}
+end
+if has_left(team, user) then
+  return {LEFT_TEAM}
 end
 if redis.call('HEXISTS', blocklist, user) == 1 then
   return {USER_BLOCKED}
@@ -51,7 +55,8 @@ redis.call('ZREM', A.lock_expiries, expiry_entry(team_id, user))
 drop_held(team, {user})
 tally('members', 1)
 reindex(team_id, team_locks, team.lock_ttl_ms)
-local seq = redis.call('HINCRBY', team_hash, 'member_count', 1)
+local joined = redis.call('HINCRBY', team_hash, 'member_count', 1)
+local seq = joined + team.departed  -- the seqs of members who left are not given again
 count(team, user, 'teams', team.teams_limit, 1)
 redis.call('HSET', team_members, user, int(seq) .. '|' .. int(now) .. '|' .. order_id)
 local current = redis.call('GET', user_lock)
@@ -61,7 +66,7 @@ end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', activity_id,
       'team_id', team_id, 'user_id', user, 'order_id', order_id, 'seq', int(seq),
       'version', bump(team_hash)})
-if seq < team.size then
+if joined < team.size then
   return {OK, 0, snapshot(team)}
 end
 ended_counts(team, false)

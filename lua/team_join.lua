@@ -3,7 +3,7 @@
 -- forming (most members + live locks, then the oldest), atomically (自动拼团).
 -- The candidates come from the activity's open-seat index, at most `candidates` of them per
 -- call, after time is applied where it is due (apply_time), so no call grows with the number
--- of teams. A team the user is a member of is passed over.
+-- of teams. A team the user is a member of, or left, is passed over.
 -- KEYS and ARGV: docs/scripts.md (groupbuy.locks.scripts.TEAM_JOIN); the first ones are named
 -- in _pick_keys.
 -- requires: _common
@@ -68,7 +68,8 @@ for i = 1, #listed, 2 do
   local team = load_team(now, activity_team(listed[i]))
   if not team then
     forget_team(listed[i])
-  elseif team.status == 'open' and redis.call('HEXISTS', team.members, user) == 0 then
+  elseif team.status == 'open' and redis.call('HEXISTS', team.members, user) == 0
+      and not has_left(team, user) then
     local lock_count = redis.call('ZCARD', team.locks)
     if team.member_count + lock_count < team.size then
       -- The activity's limit on the teams a user belongs to, as team_lock checks it.

@@ -19,7 +19,8 @@ local other_team_id = ARGV[6]
 -- {EXISTING, locked_at_ms, expires_at_ms, version} unexpired lock on this team (unchanged),
 -- {TEAM_FULL, earliest_locked_at_ms or '', next_unlock_ms or ''},
 -- {SWITCH_NEEDED, team_id}: the user holds a live lock in that other team; call again with its keys,
--- {ALREADY_MEMBER}, {TEAM_FORMED}, {TEAM_FAILED}, {TEAM_NOT_FOUND},
+-- {ALREADY_MEMBER}, {LEFT_TEAM} the user left this team, {TEAM_FORMED}, {TEAM_FAILED},
+-- {TEAM_NOT_FOUND},
 -- {USER_LIMIT_REACHED, limit, current, limit name}: a seat the user may not take,
 -- {USER_BLOCKED}: an admin blocked the user (an unexpired lock is still answered EXISTING),
 -- {ACTIVITY_NOT_FOUND}: Redis has no copy of the activity (put it back from SQL, call again),
@@ -51,6 +52,9 @@ if not team then
 end
 if redis.call('HEXISTS', team_members, user) == 1 then
   return {ALREADY_MEMBER}
+end
+if has_left(team, user) then
+  return {LEFT_TEAM}
 end
 if closed_code(team) then
   return {closed_code(team)}

@@ -17,7 +17,9 @@ local version = ARGV[12]
 local virtual_min = ARGV[13]
 local teams_limit = ARGV[14]
 local led_limit = ARGV[15]
-local members_at = 16
+local departed = ARGV[16]
+local left_members = ARGV[17]
+local members_at = 18
 -- Returns {OK} rebuilt (its locks are gone: shoppers lock again; a team past its deadline
 -- fails on its next call, as any other), {EXISTING} Redis has it (nothing changed).
 if redis.call('EXISTS', team_hash) == 1 then
@@ -30,7 +32,13 @@ redis.call('HSET', team_hash, 'leader_id', leader_id, 'leader_order_id', leader_
            'status', 'open', 'size', size, 'lock_ttl_ms', lock_ttl_ms, 'created_ms', created_ms,
            'deadline_ms', deadline_ms, 'expire_at_ms', int(expire_at), 'member_count', members,
            'version', version, 'virtual_min', virtual_min, 'teams_limit', teams_limit,
-           'led_limit', led_limit)
+           'led_limit', led_limit, 'departed', departed)
+-- The members who left keep their memory (a repeated leave answers the same; they take no
+-- seat here again).
+for item in string.gmatch(left_members, '[^,]+') do
+  local parts = split(item)
+  redis.call('HSET', team_hash, 'left:' .. parts[1], 'left|' .. parts[2] .. '|' .. parts[3])
+end
 redis.call('DEL', team_members)
 if members > 0 then
   redis.call('HSET', team_members, unpack(ARGV, members_at, #ARGV))

@@ -944,6 +944,7 @@ def test_events_from_lazy_checks_reach_the_feed_without_another_write(
         "activity_id": "lazy",
         "team_id": "t1",
         "members": [{"user_id": "L", "order_id": "oL"}],
+        "reason": "deadline",  # or dissolved, abandoned
         "version": 4,
     }
     assert events[0]["data"]["version"] == 1

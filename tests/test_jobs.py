@@ -76,6 +76,7 @@ async def test_expire_teams_fails_open_teams_once_with_their_refund_list(
             "activity_id": "a1",
             "team_id": "open",
             "members": [{"user_id": "L1", "order_id": "o-L1"}],
+            "reason": "deadline",
             "version": 3,  # opened, locked, failed (the live lock ends with the team)
         }
     ]

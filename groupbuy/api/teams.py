@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from groupbuy import errors, wire
+from groupbuy.api.audit import ActionReason
 from groupbuy.api.endpoints import (
     TEXT_PATTERN,
     Endpoint,
@@ -121,6 +122,28 @@ class MemberConfirm(StrictBody):
 
     user_id: Id
     order_id: Id
+
+
+class MemberLeave(StrictBody):
+    """Body of POST .../members/{user_id}/leave: the shop refunded the member."""
+
+    order_id: Id | None = Field(
+        default=None,
+        description="the member's order: required when the member joined with one (a leader "
+        "who opened without an order leaves without one)",
+    )
+    reason: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=TEXT_PATTERN,
+        description="why: `refund`, `cancel` or any text (carried by the event)",
+    )
+
+
+class TeamDissolve(ActionReason):
+    """Body of POST /v1/admin/activities/{activity_id}/teams/{team_id}/dissolve: why (kept
+    in the audit log)."""
 
 
 # The times a cursor of a newest-first SQL page may carry (ms since the epoch, before 10000).
@@ -316,6 +339,20 @@ async def confirm_member(request: Request, body: MemberConfirm) -> Response:
     return created_response(outcome)
 
 
+async def leave_team(request: Request, body: MemberLeave) -> Response:
+    p = request.path_params
+    left = await _teams(request).seats.leave(
+        p["activity_id"], p["team_id"], p["user_id"], body.order_id, body.reason
+    )
+    return json_response(left)
+
+
+async def dissolve_team(request: Request, body: TeamDissolve) -> Response:
+    p = request.path_params
+    dissolved = await _teams(request).dissolve(p["activity_id"], p["team_id"])
+    return json_response(dissolved)  # the route writes the audit row (Endpoint.audit)
+
+
 async def get_user_lock(request: Request) -> Response:
     p = request.path_params
     return json_response(await _teams(request).seats.current_lock(p["activity_id"], p["user_id"]))
@@ -504,6 +541,7 @@ ENDPOINTS = [
             "(when the earliest lock expires, null if all seats are members) and "
             "`earliest_locked_at`",
             errors.AlreadyMember: "the user is a member of this team",
+            errors.LeftTeam: "the user left this team (POST .../leave): no seat in it again",
             **_OVER_LIMIT,
             **_BLOCKED,
             **_ENDED,
@@ -566,6 +604,7 @@ ENDPOINTS = [
         problems={
             errors.LockRequired: "the user holds no unexpired lock on this team (refund them)",
             errors.AlreadyMember: "the user joined this team with another order",
+            errors.LeftTeam: "the user left this team: no seat in it again (refund them)",
             errors.DatabaseUnavailable: "the membership is not recorded in SQL yet (the "
             "database is down, locked or slow): the seat stays the user's; retry the same "
             "confirm, which answers 200 once the record is in SQL (do not refund)",
@@ -574,6 +613,56 @@ ENDPOINTS = [
             **_ENDED,
             **_NO_TEAM,
         },
+    ),
+    Endpoint(
+        "POST",
+        f"{_TEAM}/members/{{user_id}}/leave",
+        leave_team,
+        "The shop refunded a member: out of an open team, or refunded in a formed one",
+        rate_class="seat",
+        rate_user="user_id",
+        body=MemberLeave,
+        tag="teams",
+        responses={
+            200: "Open team: the member left (`left`: true), the seat and its stock unit are "
+            "free at once; a leader hands the team to the earliest remaining member, the last "
+            "member fails it (`abandoned`). Formed team: it stays formed and lists the member "
+            "with `refunded_at` (`refunded`: true), the unit comes back. The same user and "
+            "order again: the same answer, the team as it is now"
+        },
+        answer=wire.MemberLeft,
+        problems={
+            errors.NotAMember: "the user is not a member of this team",
+            errors.OrderMismatch: "the member joined with another order, or with one and "
+            "none was given (or the other way round)",
+            errors.TeamFailed: "the team failed: its members were refunded by the failure",
+            errors.DatabaseUnavailable: "the change is not recorded in SQL yet (the database "
+            "is down, locked or slow): it is made in Redis; retry the same call, which "
+            "answers 200 once the record is in SQL",
+            **_NO_TEAM,
+        },
+    ),
+    Endpoint(
+        "POST",
+        "/v1/admin/activities/{activity_id}/teams/{team_id}/dissolve",
+        dissolve_team,
+        "Dissolve an open team: it fails now (`reason`: dissolved)",
+        role="admin",
+        body=TeamDissolve,
+        tag="admin",
+        responses={
+            200: "The team failed now: its `team.failed` event carries `reason: dissolved` "
+            "and lists its members to refund; its live locks are dropped. A repeat answers "
+            "the same (the team as it is now)"
+        },
+        answer=wire.Dissolved,
+        problems={
+            errors.TeamFormed: "the team is formed: it cannot be dissolved",
+            errors.TeamFailed: "the team failed otherwise (its deadline passed, or its last "
+            "member left)",
+            **_NO_TEAM,
+        },
+        audit="team.dissolve",
     ),
     Endpoint(
         "GET",

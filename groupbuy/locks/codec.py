@@ -55,6 +55,34 @@ def parse_member(value: str) -> Member:
     )
 
 
+LEFT_FIELD = "left:"
+"""A team hash field remembering a member's leave (lua/team_leave.lua) is this, then the
+user id."""
+
+
+class Leave(NamedTuple):
+    """A member's leave as the team hash remembers it: ``kind|at_ms|order_id`` (kind: `left`
+    out of an open team, `refunded` in a formed one)."""
+
+    kind: str
+    at_ms: int
+    order_id: str | None  # '' when the member had no order
+
+
+def leave_value(kind: str, at_ms: int, order_id: str | None) -> str:
+    """The left:<user> value team_leave writes."""
+    return FIELD.join((kind, str(at_ms), order_id or ""))
+
+
+def parse_leave(value: str) -> Leave:
+    """A left:<user> value as team_leave wrote it."""
+    what = "leave value"
+    kind, at_ms, order_id = _fields(value, 3, what)
+    if kind not in ("left", "refunded"):
+        raise ValueError(f"{what} {value!r} has an unknown kind {kind!r}")
+    return Leave(kind, int_field(at_ms, what, value), order_id or None)
+
+
 class CurrentLock(NamedTuple):
     """A user's current-lock value in an activity:
     ``team_id|locked_at_ms|expires_at_ms|team_deadline_ms``.

@@ -35,6 +35,7 @@ class TeamCode(IntEnum):
     ACTIVITY_SOLD_OUT = 19
     NOT_A_MEMBER = 20
     ORDER_MISMATCH = 21
+    LEFT_TEAM = 22  # the user left this team: no seat in it again
     INVALID_REQUEST = 23  # team_extend: a hold outside the activity's bounds (422)
 
 

@@ -9,9 +9,11 @@ from groupbuy.locks.activities import ActivityService
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.confirm import TEAM_CONFIRM
 from groupbuy.locks.counts import ActivityCounts
+from groupbuy.locks.dissolve import TEAM_DISSOLVE, TeamDissolve
 from groupbuy.locks.extend import TEAM_EXTEND
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.join import TEAM_JOIN
+from groupbuy.locks.leave import TEAM_LEAVE
 from groupbuy.locks.listings import Listings
 from groupbuy.locks.lock import TEAM_LOCK
 from groupbuy.locks.recovery import TeamRecovery
@@ -36,6 +38,8 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_JOIN,
     TEAM_CONFIRM,
     TEAM_EXTEND,
+    TEAM_LEAVE,
+    TEAM_DISSOLVE,
 )
 
 
@@ -50,6 +54,7 @@ class TeamEngine:
     recovery: TeamRecovery  # rebuilding what Redis lost, from SQL
     listings: Listings  # SQL pages: activities, an activity's formed or failed teams
     counts: ActivityCounts  # an activity's live counts (Redis; put back from SQL)
+    dissolve: TeamDissolve  # an admin fails an open team now
 
     @classmethod
     def build(
@@ -70,4 +75,5 @@ class TeamEngine:
             recovery=recovery,
             listings=Listings(backends, counts),
             counts=counts,
+            dissolve=TeamDissolve(scripts, outbox, history, recovery),
         )

@@ -14,7 +14,7 @@ from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.wire import Outcome, Team
+from groupbuy.wire import Dissolved, MemberLeft, Outcome, Team
 
 
 class MissingTeam(Protocol):
@@ -64,6 +64,34 @@ class TeamHistory(UsesBackends):
         completed = team["status"] == "formed" and not team["virtual_seats"]
         formed = completed and members[-1]["user_id"] == user_id
         return Outcome({"team": team, "formed": formed}, False)
+
+    async def left_before(
+        self, activity_id: str, team_id: str, user_id: str, order_id: str | None
+    ) -> MemberLeft:
+        """A leave from a team Redis no longer holds (ended and released): the same answer as
+        before when SQL records this user's leave with this order (a retry after a 503, say),
+        else the refusal its SQL record gives."""
+        team = await self.team(activity_id, team_id)  # raises when unknown
+        async with self._db.sessions() as session:
+            row = await session.get(MemberRow, (activity_id, team_id, user_id))
+        if row is None:
+            raise errors.NotAMember(f"user {user_id!r} is not a member of team {team_id!r}")
+        if row.order_id != (order_id or None):
+            raise errors.OrderMismatch(f"user {user_id!r} joined with another order")
+        if row.left_at is not None:
+            return {"team": team, "left": True}
+        if row.refunded_at is not None:
+            return {"team": team, "refunded": True}
+        await self.raise_for_missing_team(activity_id, team_id)
+
+    async def dissolved_before(self, activity_id: str, team_id: str) -> Dissolved:
+        """A dissolve of a team Redis no longer holds: the same answer when SQL records it
+        failed by a dissolve, else the refusal its SQL record gives."""
+        async with self._db.sessions() as session:
+            row = await session.get(TeamRow, (activity_id, team_id))
+        if row is not None and row.failed_reason == "dissolved":
+            return {"team": await self.team(activity_id, team_id), "dissolved": True}
+        await self.raise_for_missing_team(activity_id, team_id)
 
     async def raise_for_missing_team(self, activity_id: str, team_id: str) -> NoReturn:
         """Raise the refusal the SQL record of a team Redis no longer holds gives: formed,

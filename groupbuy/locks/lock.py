@@ -23,6 +23,7 @@ from groupbuy.locks.specs import (
     EXISTING,
     FAILED,
     FORMED,
+    LEFT,
     MEMBER,
     NO_ACTIVITY,
     NO_TEAM,
@@ -89,6 +90,7 @@ TEAM_LOCK = ScriptSpec(
             "the user holds a live lock in team_id: call again naming it", ("team_id", str)
         ),
         C.ALREADY_MEMBER: MEMBER,
+        C.LEFT_TEAM: LEFT,
         C.TEAM_FORMED: FORMED,
         C.TEAM_FAILED: FAILED,
         TEAM_NOT_FOUND: NO_TEAM,

@@ -32,6 +32,9 @@ _EVENT_EXTRA_PARTS = {
     "team.failed": 0,
     "lock.expired": 2,  # user_id, locked_at_ms
     "lock.extended": 2,  # user_id, the team's version after it (one key per extension)
+    "team.member_left": 1,  # user_id (who left never joins the team again)
+    "team.leader_changed": 1,  # user_id: the new leader (a leader who leaves never returns)
+    "team.member_refunded": 1,  # user_id
 }
 EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
 
@@ -42,7 +45,7 @@ class TeamEventKey(NamedTuple):
     type: str
     activity_id: str
     team_id: str
-    user_id: str | None = None  # team.member_joined, lock.expired
+    user_id: str | None = None  # team.member_*, team.leader_changed, lock.expired
     locked_at_ms: int | None = None  # lock.expired (lock.extended: the version after it)
 
 
@@ -123,14 +126,19 @@ class TeamFormed(_Formed):
     members: str  # a member list (`member_list`)
 
 
-class TeamFailed(_Versioned):
-    """lua/_team_lib.lua: a team whose deadline passed before it was full."""
+class _Failed(_Versioned, total=False):
+    reason: str  # deadline | dissolved | abandoned (records from before reasons: deadline)
+
+
+class TeamFailed(_Failed):
+    """lua/_team_lib.lua (fail_team): a team that failed: its deadline passed before it was
+    full, an admin dissolved it, or its last member left."""
 
     type: Literal["team.failed"]
     at_ms: str
     activity_id: str
     team_id: str
-    members: str  # a member list (`member_list`)
+    members: str  # a member list (`member_list`): the members to refund
 
 
 class LockExpired(_Versioned):
@@ -156,7 +164,40 @@ class LockExtended(_Versioned):
     expires_at_ms: str
 
 
-TeamRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired | LockExtended
+class _Leave(_Versioned):
+    at_ms: str
+    activity_id: str
+    team_id: str
+    user_id: str
+    order_id: str  # '' when the member had no order
+    reason: str  # the shop's reason ('' for none)
+
+
+class MemberLeft(_Leave):
+    """lua/team_leave.lua: a member the shop refunded left an open team (seat freed)."""
+
+    type: Literal["team.member_left"]
+
+
+class MemberRefunded(_Leave):
+    """lua/team_leave.lua: a member of a formed team the shop refunded (still listed)."""
+
+    type: Literal["team.member_refunded"]
+
+
+class LeaderChanged(_Versioned):
+    """lua/team_leave.lua: the leader left; the earliest remaining member leads."""
+
+    type: Literal["team.leader_changed"]
+    at_ms: str
+    activity_id: str
+    team_id: str
+    leader_id: str
+    previous_leader_id: str
+
+
+_SeatRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired | LockExtended
+TeamRecord = _SeatRecord | MemberLeft | MemberRefunded | LeaderChanged
 TEAM_RECORDS: dict[str, type[TeamRecord]] = {
     "team.opened": TeamOpened,
     "team.member_joined": MemberJoined,
@@ -164,6 +205,9 @@ TEAM_RECORDS: dict[str, type[TeamRecord]] = {
     "team.failed": TeamFailed,
     "lock.expired": LockExpired,
     "lock.extended": LockExtended,
+    "team.member_left": MemberLeft,
+    "team.member_refunded": MemberRefunded,
+    "team.leader_changed": LeaderChanged,
 }
 """Every team record type by its `type` field."""
 
@@ -193,14 +237,15 @@ async def project_team_records(session: AsyncSession, records: list[TeamRecord])
     """Apply a batch of team-script outbox entries to SQL and return their events in order.
 
     New teams and members go in with one executemany each, whatever the batch size (a
-    flush inside a confirm used to wait on one statement per record); the rare endings
-    update their team after that, and one executemany raises the version of the teams the
-    other records changed. Rows applied before are skipped and a version never goes down,
-    so a batch applied twice changes nothing.
+    flush inside a confirm used to wait on one statement per record); the rare endings,
+    leaves, refunds and leader changes update their rows after that, in order, and one
+    executemany raises the version of the teams the other records changed. Rows applied
+    before are skipped and a version never goes down, so a batch applied twice changes
+    nothing.
     """
     teams: list[dict[str, Any]] = []
     members: list[dict[str, Any]] = []
-    endings: list[tuple[TeamFormed | TeamFailed, str, str]] = []
+    endings: list[Any] = []  # UPDATE statements, applied in the records' order
     events = [_versioned(_project(f, teams, members, endings), f) for f in records]
     versions = _team_versions(records)
     for team in teams:  # a team opened in this batch goes in at its version after the batch
@@ -213,12 +258,8 @@ async def project_team_records(session: AsyncSession, records: list[TeamRecord])
         await session.execute(
             dialect_insert(session, MemberRow.__table__).on_conflict_do_nothing(), members
         )
-    for f, status, column in endings:
-        await session.execute(
-            update(TeamRow)
-            .where(TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"])
-            .values(status=status, **{column: from_ms(int(f["at_ms"]))})
-        )
+    for statement in endings:
+        await session.execute(statement)
     if versions:
         await session.execute(
             _RAISE_VERSION,
@@ -260,11 +301,27 @@ def _versioned(event: Event, f: TeamRecord) -> Event:
     return event
 
 
+def _team_update(f: TeamRecord) -> Any:
+    """An UPDATE of the record's team row."""
+    return update(TeamRow).where(
+        TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"]
+    )
+
+
+def _member_update(f: MemberLeft | MemberRefunded) -> Any:
+    """An UPDATE of the record's member row."""
+    return update(MemberRow).where(
+        MemberRow.activity_id == f["activity_id"],
+        MemberRow.team_id == f["team_id"],
+        MemberRow.user_id == f["user_id"],
+    )
+
+
 def _project(
     f: TeamRecord,
     teams: list[dict[str, Any]],
     members: list[dict[str, Any]],
-    endings: list[tuple[TeamFormed | TeamFailed, str, str]],
+    endings: list[Any],
 ) -> Event:
     """The event of one record; the rows it stands for are added to the lists."""
     kind, aid, tid, at_ms = f["type"], f["activity_id"], f["team_id"], int(f["at_ms"])
@@ -289,12 +346,37 @@ def _project(
         return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
     if f["type"] == "team.formed" or f["type"] == "team.failed":
         members_data: dict[str, Any] = {**base, "members": _members(f["members"])}
+        at = from_ms(at_ms)
         if f["type"] == "team.formed":
-            endings.append((f, "formed", "formed_at"))
+            endings.append(_team_update(f).values(status="formed", formed_at=at))
             members_data["virtual_seats"] = int(f.get("virtual_seats", 0))
         else:
-            endings.append((f, "failed", "failed_at"))
+            why = f.get("reason", "deadline")
+            endings.append(_team_update(f).values(status="failed", failed_at=at, failed_reason=why))
+            members_data["reason"] = why
         return Event(kind, at_ms, team_event_key(kind, aid, tid), members_data)
+    if f["type"] == "team.member_left" or f["type"] == "team.member_refunded":
+        reason = f["reason"] or None
+        if f["type"] == "team.member_left":
+            change = {"left_at": from_ms(at_ms), "leave_reason": reason}
+        else:
+            change = {"refunded_at": from_ms(at_ms), "leave_reason": reason}
+        endings.append(_member_update(f).values(**change))
+        data = {
+            **base,
+            "user_id": f["user_id"],
+            "order_id": f["order_id"] or None,
+            "reason": reason,
+        }
+        return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
+    if f["type"] == "team.leader_changed":
+        endings.append(_team_update(f).values(leader_id=f["leader_id"]))
+        data = {
+            **base,
+            "leader_id": f["leader_id"],
+            "previous_leader_id": f["previous_leader_id"],
+        }
+        return Event(kind, at_ms, team_event_key(kind, aid, tid, f["leader_id"]), data)
     if f["type"] == "lock.expired":
         locked_at_ms = int(f["locked_at_ms"])
         data = {

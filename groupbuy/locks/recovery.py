@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 
 from groupbuy.locks.activity_copy import ActivityCopy
-from groupbuy.locks.codec import member_value
+from groupbuy.locks.codec import FIELD, member_value
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.history import recorded_members
 from groupbuy.locks.models import ActivityRow, TeamRow
@@ -61,8 +61,9 @@ class TeamRecovery(UsesBackends):
         """Rebuild an open team that Redis lost, from SQL; True if this call rebuilt it.
 
         Its recorded members, deadline and indexes come back; its seat locks do not (they
-        lived only in Redis): the shoppers who held one lock again. A team past its deadline
-        fails on its next call, as it would have.
+        lived only in Redis): the shoppers who held one lock again. Members who left stay
+        out of it, remembered as having left (their repeat answers the same). A team past
+        its deadline fails on its next call, as it would have.
         """
         keys = self._keys
         async with rebuilding(
@@ -80,11 +81,17 @@ class TeamRecovery(UsesBackends):
                 version = team.version + 1
             await self._activities.put(activity)
             recorded: list[Any] = []
+            left: list[str] = []
             leader_order = ""
             for m in members:
+                if m.left_at is not None:  # out of the team, but remembered (team_leave)
+                    left.append(FIELD.join((m.user_id, str(to_ms(m.left_at)), m.order_id or "")))
+                    continue
                 recorded += [m.user_id, member_value(m.seq, to_ms(m.joined_at), m.order_id)]
                 if m.user_id == team.leader_id:
                     leader_order = m.order_id or ""
+            # A new member's seq follows every recorded one, of those who left too.
+            departed = max((m.seq for m in members), default=0) - len(recorded) // 2
             reply = await self._teams.restore(
                 activity_id,
                 team_id,
@@ -100,6 +107,8 @@ class TeamRecovery(UsesBackends):
                 virtual_min=activity.virtual_min_members or 0,
                 teams_limit=activity.teams_per_user or 0,
                 led_limit=activity.open_teams_per_leader or 0,
+                departed=departed,
+                left_members=",".join(left),
             )
         if reply.code is not TeamCode.OK:
             return False
@@ -109,7 +118,7 @@ class TeamRecovery(UsesBackends):
             "recorded members (its seat locks are gone)",
             team_id,
             activity_id,
-            len(members),
+            len(recorded) // 2,
         )
         return True
 

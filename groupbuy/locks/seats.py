@@ -21,6 +21,7 @@ from groupbuy.locks.confirm import SeatConfirm
 from groupbuy.locks.extend import SeatExtend
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.join import SeatJoin
+from groupbuy.locks.leave import SeatLeave
 from groupbuy.locks.lock import SeatLock
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.unlock import SeatUnlock
@@ -30,7 +31,8 @@ from groupbuy.wire import UserLock, iso_ms
 
 
 class SeatService:
-    """Seat locks and membership: lock, join, unlock, confirm, and a user's current lock."""
+    """Seat locks and membership: lock, join, unlock, confirm, leave, and a user's current
+    lock."""
 
     def __init__(
         self,
@@ -48,6 +50,7 @@ class SeatService:
         self.join = SeatJoin(scripts, defaults, recovery)
         self.confirm = SeatConfirm(scripts, outbox, history, recovery)
         self.extend = SeatExtend(scripts, history, recovery)
+        self.leave = SeatLeave(scripts, outbox, history, recovery)
 
     async def current_lock(self, activity_id: str, user_id: str) -> UserLock:
         """The user's unexpired lock in the activity, or NoLock (one script call)."""

@@ -91,6 +91,7 @@ CLOSED = shape("the activity is closed")
 MEMBER = shape("the user is a member of the team")
 FORMED = shape("the team is formed")
 FAILED = shape("the team failed")
+LEFT = shape("the user left this team: no seat in it again")
 USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
@@ -175,9 +176,11 @@ TEAM_RESTORE = ScriptSpec(
             ("virtual_min", "virtual completion threshold (0: none)"),
             ("teams_limit", "teams per user (0: none)"),
             ("led_limit", "open teams per leader (0: none)"),
+            ("departed", "members who left (a new member's seq is member_count + departed)"),
+            ("left_members", "'user_id|left_at_ms|order_id' of each who left, ','-separated"),
         ),
     ),
-    more_args=Slot("members", "pairs: user_id, 'seq|joined_at_ms|order_id'"),
+    more_args=Slot("members", "pairs: user_id, 'seq|joined_at_ms|order_id' (still members)"),
     replies={
         OK: shape("rebuilt (without its locks)"),
         EXISTING: shape("Redis has it (nothing changed)"),

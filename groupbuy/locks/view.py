@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from groupbuy.locks.codec import parse_member
+from groupbuy.locks.codec import LEFT_FIELD, parse_leave, parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.specs import optional_int, reply_dict
-from groupbuy.wire import Team, TeamStatus, iso_ms, to_ms
+from groupbuy.wire import Member, Team, TeamStatus, iso_ms, to_ms
 
 
 class TeamSnapshot(NamedTuple):
@@ -55,6 +55,8 @@ class TeamView:
     failed_ms: int | None
     version: int  # the team's changes so far (SPEC §3); a newer body has a larger one
     virtual_seats: int  # seats counted as filled by virtual completion (0 otherwise)
+    # members of a formed team the shop refunded (still listed): user -> refunded_at ms
+    refunded: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_redis(
@@ -85,6 +87,7 @@ class TeamView:
             failed_ms=optional_int(team.get("failed_ms")),
             version=int(team.get("version", 0)),
             virtual_seats=int(team.get("virtual_seats", 0)),
+            refunded=_refunded(team),
         )
 
     @classmethod
@@ -95,7 +98,9 @@ class TeamView:
     @classmethod
     def from_rows(cls, team: TeamRow, members: Sequence[MemberRow]) -> TeamView:
         """From the SQL record of an ended (or Redis-forgotten) team; members in seq order,
-        its version the highest its applied records carry."""
+        its version the highest its applied records carry. A member who left an open team
+        is not listed (SQL keeps the row, with left_at); a refunded one is, with its time."""
+        members = [m for m in members if m.left_at is None]
         return cls(
             activity_id=team.activity_id,
             team_id=team.team_id,
@@ -111,6 +116,7 @@ class TeamView:
             version=team.version,
             # a formed team short of members was formed by virtual completion
             virtual_seats=team.size - len(members) if team.status == "formed" else 0,
+            refunded={m.user_id: to_ms(m.refunded_at) for m in members if m.refunded_at},
         )
 
     def body(self) -> Team:
@@ -122,10 +128,7 @@ class TeamView:
             "leader_id": self.leader_id,
             "status": self.status,
             "size": self.size,
-            "members": [
-                {"user_id": user, "order_id": order, "joined_at": iso_ms(at)}
-                for user, order, at in self.members
-            ],
+            "members": [self._member(user, order, at) for user, order, at in self.members],
             "locks": [
                 {"user_id": user, "locked_at": iso_ms(at), "expires_at": iso_ms(expires)}
                 for user, at, expires in self.locks
@@ -138,6 +141,23 @@ class TeamView:
             "virtual_seats": self.virtual_seats,
             "version": self.version,
         }
+
+    def _member(self, user: str, order: str | None, joined_ms: int) -> Member:
+        member: Member = {"user_id": user, "order_id": order, "joined_at": iso_ms(joined_ms)}
+        if user in self.refunded:
+            member["refunded_at"] = iso_ms(self.refunded[user])
+        return member
+
+
+def _refunded(team: dict[str, str]) -> dict[str, int]:
+    """The refunded members a team hash remembers: user -> refunded_at ms."""
+    refunded = {}
+    for name, value in team.items():
+        if name.startswith(LEFT_FIELD):
+            leave = parse_leave(value)
+            if leave.kind == "refunded":
+                refunded[name[len(LEFT_FIELD) :]] = leave.at_ms
+    return refunded
 
 
 def _locks(team: dict[str, str], flat: list[Any]) -> list[tuple[str, int, int]]:

@@ -13,8 +13,10 @@ from groupbuy.locks import scripts as contracts
 from groupbuy.locks.codec import SEAT_WEIGHT, PageCursor, seat_score
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.confirm import team_confirm
+from groupbuy.locks.dissolve import team_dissolve
 from groupbuy.locks.extend import team_extend
 from groupbuy.locks.join import team_join
+from groupbuy.locks.leave import team_leave
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.unlock import team_unlock
@@ -70,6 +72,12 @@ class Harness:
     async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
         return await team_confirm(self.teams, AID, tid, user, order)
 
+    async def leave(self, tid: str, user: str, order: str = "", reason: str = "") -> TeamReply:
+        return await team_leave(self.teams, AID, tid, user, order, reason)
+
+    async def dissolve(self, tid: str) -> TeamReply:
+        return await team_dissolve(self.teams, AID, tid)
+
     async def join(
         self, user: str, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> TeamReply:
@@ -84,6 +92,7 @@ class Harness:
         return await self.teams.sweep(AID, tid)
 
     async def restore(self, tid: str, members: list[str], **fields: Any) -> TeamReply:
+        fields = {"departed": 0, "left_members": "", **fields}  # nobody left, unless said
         return await self.teams.restore(AID, tid, members, **fields)
 
     async def created_ms(self, tid: str) -> int:
@@ -956,6 +965,20 @@ async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Har
     await h.sweep("t2")
     await h.sweep("t4")
     assert await emitted() == ["team.failed", "team.formed virtual"]
+    await h.open("t6", "L6", "o6")
+    await h.lock("t6", "u6")
+    await h.confirm("t6", "u6", "o6b")
+    await h.leave("t6", "L6", "o6")  # team_leave: the leader leaves an open team
+    await h.leave("t1", "u1", "o1")  # a member of a formed team is refunded
+    await h.dissolve("t6")  # team_dissolve
+    assert await emitted() == [
+        "team.opened",
+        "team.member_joined",
+        "team.member_left",
+        "team.leader_changed",
+        "team.member_refunded",
+        "team.failed",
+    ]
 
     for fields in await h.records():
         record = team_records.parse_team_record(fields)

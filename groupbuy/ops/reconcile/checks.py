@@ -246,7 +246,10 @@ class TeamChecks(_Checks):
                 func.count().label("members"),
                 func.count(distinct(MemberRow.seq)).label("seqs"),
             )
-            .where(tuple_(MemberRow.activity_id, MemberRow.team_id).in_(chunk))
+            .where(
+                tuple_(MemberRow.activity_id, MemberRow.team_id).in_(chunk),
+                MemberRow.left_at.is_(None),  # who left an open team is out of it
+            )
             .group_by(MemberRow.activity_id, MemberRow.team_id)
             .subquery()
         )
@@ -291,7 +294,10 @@ class TeamChecks(_Checks):
             rows = await session.execute(
                 select(
                     MemberRow.activity_id, MemberRow.team_id, MemberRow.user_id, MemberRow.order_id
-                ).where(tuple_(MemberRow.activity_id, MemberRow.team_id).in_(teams))
+                ).where(
+                    tuple_(MemberRow.activity_id, MemberRow.team_id).in_(teams),
+                    MemberRow.left_at.is_(None),
+                )
             )
             for activity_id, team_id, user_id, order_id in rows:
                 members.setdefault((activity_id, team_id), {})[user_id] = order_id or None
