@@ -16,6 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from groupbuy.storage.clock import RedisClock
+from groupbuy.wire import LockTaken
 from tests.support.backends import ALL
 from tests.support.fixtures import OpenTeam
 from tests.support.http import (
@@ -55,15 +56,7 @@ TEAM_KEYS = {
 }
 MEMBER_KEYS = {"user_id", "order_id", "joined_at"}
 LOCK_KEYS = {"user_id", "locked_at", "expires_at"}
-NEW_LOCK_KEYS = {
-    "status",
-    "user_id",
-    "team_id",
-    "locked_at",
-    "expires_at",
-    "released_team_id",
-    "version",
-}
+NEW_LOCK_KEYS = set(LockTaken.__required_keys__)  # a new lock's answer is its wire shape
 ACTIVITY_KEYS = {
     "activity_id",
     "name",
