@@ -41,12 +41,14 @@ from groupbuy.wire import (
     Confirmed,
     DeadLetter,
     DeadLettersPage,
+    Dissolved,
     EventsPage,
     Grabbed,
     Health,
     JobReport,
     LedgerEntriesPage,
     LockTaken,
+    MemberLeft,
     Packet,
     PacketSent,
     PacketsPage,
@@ -487,6 +489,20 @@ class GroupBuyClient:
         body = {"user_id": user_id, "order_id": order_id}
         return cast(Confirmed, await self._json("POST", path, body))
 
+    async def leave(
+        self,
+        activity_id: str,
+        team_id: str,
+        user_id: str,
+        order_id: str | None = None,
+        reason: str | None = None,
+    ) -> MemberLeft:
+        """POST .../teams/{team_id}/members/{user_id}/leave: the shop refunded the member; out
+        of an open team (`left`), or listed refunded in a formed one (`refunded`)."""
+        path = f"{self._team(activity_id, team_id)}/members/{_segment(user_id)}/leave"
+        body = _drop_none({"order_id": order_id, "reason": reason})
+        return cast(MemberLeft, await self._json("POST", path, body))
+
     async def current_lock(self, activity_id: str, user_id: str) -> UserLock:
         """GET .../users/{user_id}/lock: the user's unexpired lock (404 no_lock raises)."""
         path = f"{self._activity(activity_id)}/users/{_segment(user_id)}/lock"
@@ -573,6 +589,12 @@ class GroupBuyClient:
     async def reconcile_report(self) -> ReconcileReport:
         """GET /v1/admin/reconcile (admin): the last reconciliation report."""
         return cast(ReconcileReport, await self._json("GET", "/v1/admin/reconcile"))
+
+    async def dissolve_team(self, activity_id: str, team_id: str, reason: str) -> Dissolved:
+        """POST /v1/admin/activities/{activity_id}/teams/{team_id}/dissolve (admin): fail an
+        open team now (`reason` dissolved); its members are the refund list."""
+        path = f"/v1/admin/activities/{_segment(activity_id)}/teams/{_segment(team_id)}/dissolve"
+        return cast(Dissolved, await self._json("POST", path, {"reason": reason}))
 
     async def block_user(self, user_id: str, reason: str | None = None) -> BlockedUser:
         """PUT /v1/admin/blocked-users/{user_id} (admin): the user's seat locks, joins, grabs

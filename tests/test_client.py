@@ -198,6 +198,24 @@ async def test_an_activity_s_sale_through_the_client(clients: Clients) -> None:
     await raises("invalid_request", 422, admin.update_activity("s1", stock=0))
 
 
+async def test_leave_refund_and_dissolve_through_the_client(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    await admin.create_activity("r1", team_size=2)
+    await gb.open_team("r1", "L", team_id="t1", order_id="oL")
+    await gb.lock("r1", "t1", "u1")
+    await gb.confirm("r1", "t1", "u1", "o1")  # formed
+    refunded = await gb.leave("r1", "t1", "u1", order_id="o1", reason="refund")
+    assert refunded["refunded"] is True and "refunded_at" in refunded["team"]["members"][1]
+    await raises("order_mismatch", 409, gb.leave("r1", "t1", "u1"))
+    await gb.open_team("r1", "L2", team_id="t2")
+    left = await gb.leave("r1", "t2", "L2")
+    assert left["left"] is True and left["team"]["status"] == "failed"  # abandoned
+    await gb.open_team("r1", "L3", team_id="t3")
+    dissolved = await admin.dissolve_team("r1", "t3", "scalpers")
+    assert dissolved["dissolved"] is True and dissolved["team"]["status"] == "failed"
+    await raises("forbidden", 403, gb.dissolve_team("r1", "t3", "no"))
+
+
 async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     admin, gb = clients.admin, clients.service
     assert await admin.deposit("alice", 1000, "ref-1") == {
