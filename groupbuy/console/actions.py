@@ -113,6 +113,19 @@ def close_activity(request: Request, ctx: Context, _form: Form) -> Planned:
     return Planned("activity.close", aid, close, f"/console/activities/{aid}")
 
 
+def dissolve_team(request: Request, ctx: Context, _form: Form) -> Planned:
+    aid = params.an_id(request.path_params["aid"], "activity id")
+    tid = params.an_id(request.path_params["tid"], "team id")
+
+    async def dissolve() -> dict[str, Any]:  # the call POST /v1/admin/.../dissolve makes
+        body = await ctx.services.teams.dissolve(aid, tid)
+        return {"status": body["team"]["status"], "dissolved": body["dissolved"]}
+
+    return Planned(
+        "team.dissolve", f"{aid}/{tid}", dissolve, f"/console/activities/{aid}/teams/{tid}"
+    )
+
+
 def change_activity_stock(request: Request, ctx: Context, form: Form) -> Planned:
     aid = params.an_id(request.path_params["aid"], "activity id")
     text = form.get("stock", "").strip()

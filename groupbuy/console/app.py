@@ -256,6 +256,9 @@ ROUTES = [
     Route("/activities/{aid}/stock", action(actions.change_activity_stock), methods=["POST"]),
     Route("/activities/{aid}/end", action(actions.change_activity_end), methods=["POST"]),
     Route("/activities/{aid}/teams/{tid}", guarded(pages.team), methods=["GET"]),
+    Route(
+        "/activities/{aid}/teams/{tid}/dissolve", action(actions.dissolve_team), methods=["POST"]
+    ),
     Route("/redpackets", guarded(pages.packets), methods=["GET"]),
     Route("/redpackets/{pid}", guarded(pages.packet), methods=["GET"]),
     Route("/integrity", guarded(pages.integrity_page), methods=["GET"]),
