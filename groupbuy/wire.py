@@ -463,6 +463,9 @@ class Confirmed(TypedDict):
 
     team: Team
     formed: Annotated[bool, "the team is formed (this confirm or an earlier one)"]
+    late: NotRequired[
+        Annotated[Literal[True], "joined without a live lock (late confirm); absent otherwise"]
+    ]
 
 
 class MemberLeft(TypedDict):

@@ -38,15 +38,31 @@ from groupbuy.wire import Confirmed, Outcome
 _CONFIRMED = (("formed", flag), TEAM)
 TEAM_CONFIRM = ScriptSpec(
     "team_confirm",
-    "Payment succeeded: turn the user's unexpired lock into membership.",
-    keys=(*TEAM_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
+    "Payment succeeded: turn the user's unexpired lock into membership (or, on an activity "
+    "with late_confirm, join without one while a seat and a unit are free).",
+    keys=(
+        *TEAM_KEYS,
+        *slots(
+            USER_LOCK_SLOT,
+            BLOCKLIST_SLOT,
+            ("activity_hash", "the activity's parameters (late_confirm, stock)"),
+        ),
+    ),
     args=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
     replies={
-        OK: shape("the user is a member now; formed: this confirm formed the team", *_CONFIRMED),
+        OK: shape(
+            "the user is a member now; formed: this confirm formed the team; late: joined "
+            "without a live lock (late confirm)",
+            ("formed", flag),
+            ("late", flag),
+            TEAM,
+        ),
         EXISTING: shape("confirmed before (the same order)", *_CONFIRMED),
         C.ALREADY_MEMBER: MEMBER,
         C.LEFT_TEAM: LEFT,
-        C.LOCK_REQUIRED: shape("the user holds no unexpired lock on the team"),
+        C.LOCK_REQUIRED: shape(
+            "the user holds no unexpired lock on the team (and no late confirm took a seat)"
+        ),
         C.TEAM_FORMED: FORMED,
         C.TEAM_FAILED: FAILED,
         TEAM_NOT_FOUND: NO_TEAM,
@@ -64,6 +80,7 @@ async def team_confirm(
         *teams.team(activity_id, team_id),
         user_lock=teams.keys.user_lock(activity_id, user_id),
         blocklist=teams.keys.activity_blocklist(activity_id),
+        activity_hash=teams.keys.activity(activity_id),
     )
     args = teams.team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
     return await TEAM_CONFIRM.run(teams.caller, keys, args)
@@ -107,4 +124,6 @@ class SeatConfirm:
         # repeats), so a backend can say "your team is complete" once.
         team = TeamView.from_snapshot(activity_id, team_id, reply.team)
         body: Confirmed = {"team": team.body(), "formed": reply.formed}
+        if reply.code is TeamCode.OK and reply.late:
+            body["late"] = True
         return Outcome(body, reply.code is TeamCode.OK)
