@@ -165,8 +165,13 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     await teams.activities.list_open_teams("act1", 10)
     await teams.activities.get_team("act1", "t1")
     await teams.seats.confirm("act1", "t1", "u2", "o2")
+    await teams.seats.leave("act1", "t1", "u2", "o2")  # a refund: t1 was formed
+    await teams.activities.update_activity("act1", stock=100)  # activity_sale
+    await teams.activities.open_team("act1", "lead3", team_id="t3")
+    await teams.dissolve("act1", "t3")
     await teams.activities.open_team("act1", "lead2", team_id="t2")
     await teams.seats.lock("act1", "t2", "u3")
+    await teams.seats.extend("act1", "t2", "u3", 60)
     services.clock.advance(61)
     assert (await teams.sweeps.expire_locks(100))["locks_expired"] == 1
     await services.team_writer.drain_all()
