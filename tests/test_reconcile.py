@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from groupbuy.locks.sale import Sale
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.reconcile.acks import unrecorded_acks
 from groupbuy.redpacket.codec import grab_value, parse_grab
@@ -294,3 +295,33 @@ async def test_a_grab_written_between_the_ack_reads_is_not_reported_lost(
     lost = await unrecorded_acks(redis, services.database, services.keys, limit=100)
     assert lost == []  # seen unrecorded once, then found written when looked at again
     assert (await _reconciler(services).run())["mismatches"] == []
+
+
+async def test_the_stock_held_and_the_stock_on_each_side_are_checked(services: Services) -> None:
+    teams = services.teams
+    await teams.activities.create_activity("sale", team_size=3, sale=Sale(stock=5))
+    await teams.activities.open_team("sale", "L", team_id="t1", order_id="o1")
+    await teams.seats.lock("sale", "t1", "m1")
+    await teams.seats.confirm("sale", "t1", "m1", "o2")
+    await teams.seats.lock("sale", "t1", "u2")  # held: 2 members + 1 live lock
+    reconciler = _reconciler(services)
+    assert (await reconciler.run())["mismatches"] == []
+
+    # Redis's stock broken by hand: below what it holds, and not SQL's.
+    await services.redis.hset(services.keys.activity("sale"), "stock", 2)
+    found = {m["kind"]: m for m in (await reconciler.run())["mismatches"]}
+    assert set(found) == {"redis_stock", "stock_overheld"}
+    assert (found["redis_stock"]["redis_stock"], found["redis_stock"]["sql_stock"]) == (2, 5)
+    held = found["stock_overheld"]
+    assert (held["activity_id"], held["members"], held["live_locks"], held["stock"]) == (
+        "sale",
+        2,
+        1,
+        2,
+    )
+    # SQL's stock below its own member rows, Redis's agreeing with it.
+    await _sql(services, "UPDATE activity_rules SET stock = 1 WHERE activity_id = 'sale'")
+    await services.redis.hset(services.keys.activity("sale"), "stock", 1)
+    found = {m["kind"]: m for m in (await reconciler.run())["mismatches"]}
+    assert set(found) == {"stock_oversold", "stock_overheld"}
+    assert (found["stock_oversold"]["members"], found["stock_oversold"]["stock"]) == (2, 1)

@@ -32,6 +32,9 @@ CHECKS: dict[str, tuple[str, ...]] = {
         "redis_member_missing_in_sql",
         "sql_member_missing_in_redis",
         "member_order",
+        "stock_overheld",
+        "stock_oversold",
+        "redis_stock",
     ),
     "grabs recorded": (
         "packet_grab_count",

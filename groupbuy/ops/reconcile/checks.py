@@ -22,11 +22,12 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 
 from groupbuy.locks import codec as team_codec
-from groupbuy.locks.models import ActivityRulesRow, MemberRow, TeamRow
+from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, TeamRow
 from groupbuy.ops.reconcile import rules
-from groupbuy.ops.reconcile.rules import GrabDetails, Live, Mismatch
+from groupbuy.ops.reconcile.rules import GrabDetails, Held, Live, Mismatch
 from groupbuy.redpacket import codec as packet_codec
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetterRow
 from groupbuy.storage.keys import Keys
@@ -302,6 +303,81 @@ class TeamChecks(_Checks):
             for activity_id, team_id, user_id, order_id in rows:
                 members.setdefault((activity_id, team_id), {})[user_id] = order_id or None
         return members
+
+
+class StockChecks(_Checks):
+    """Each activity's stock (SPEC §4.12): Redis's held units and SQL's member rows within
+    it, and Redis's stock equal to SQL's. Activities with no stock on either side pass."""
+
+    def __init__(self, redis: Any, database: Database, keys: Keys, clock: RedisClock) -> None:
+        super().__init__(redis, database, keys)
+        self._clock = clock
+
+    async def __call__(self, activity_ids: Sequence[str]) -> CheckPass:
+        """Check activities: Redis first, then SQL, a chunk at a time."""
+        result = CheckPass()
+        for chunk in chunks(activity_ids):
+            live = await self._held(chunk)
+            records = await self._records(chunk)
+            for activity_id in chunk:
+                if activity_id not in records:
+                    continue
+                result.checked += 1
+                sql_stock, sql_members = records[activity_id]
+                result.mismatches += rules.stock(
+                    activity_id, sql_stock, sql_members, live[activity_id]
+                )
+        return result
+
+    async def _held(self, chunk: Sequence[str]) -> dict[str, Held | None]:
+        keys = self._keys
+        now = await self._clock.now_ms(self._redis)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for activity_id in chunk:
+                pipe.hmget(keys.activity(activity_id), "team_size", "stock")
+                pipe.hget(keys.activity_counts(activity_id), "members")
+                pipe.zcount(keys.lock_expiries(activity_id), f"({now}", "+inf")
+            replies = await pipe.execute()
+        held: dict[str, Held | None] = {}
+        for i, activity_id in enumerate(chunk):
+            (size, stock), members, locks = replies[3 * i : 3 * i + 3]
+            held[activity_id] = (
+                None
+                if size is None  # Redis let the activity's copy go: nothing held there
+                else Held(rules.as_int(stock) or None, rules.as_int(members) or 0, int(locks))
+            )
+        return held
+
+    async def _records(self, chunk: Sequence[str]) -> dict[str, tuple[int | None, int]]:
+        """Each activity's stock and the member rows that hold a unit, in one statement."""
+        held = (
+            select(MemberRow.activity_id, func.count().label("members"))
+            .join(
+                TeamRow,
+                and_(
+                    TeamRow.activity_id == MemberRow.activity_id,
+                    TeamRow.team_id == MemberRow.team_id,
+                ),
+            )
+            .where(
+                MemberRow.activity_id.in_(chunk),
+                TeamRow.status.in_(("open", "formed")),
+                MemberRow.left_at.is_(None),
+                MemberRow.refunded_at.is_(None),
+            )
+            .group_by(MemberRow.activity_id)
+            .subquery()
+        )
+        query = (
+            select(ActivityRow.activity_id, ActivityRulesRow.stock, held.c.members)
+            .select_from(ActivityRow)
+            .outerjoin(ActivityRulesRow, ActivityRulesRow.activity_id == ActivityRow.activity_id)
+            .outerjoin(held, held.c.activity_id == ActivityRow.activity_id)
+            .where(ActivityRow.activity_id.in_(chunk))
+        )
+        async with self._db.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return {aid: (stock, int(members or 0)) for aid, stock, members in rows}
 
 
 async def _grab_details(session: Any, packet_ids: Sequence[str]) -> dict[str, GrabDetails]:

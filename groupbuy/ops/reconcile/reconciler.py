@@ -36,7 +36,13 @@ from groupbuy.locks import records as team_records
 from groupbuy.locks.models import TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.acks import unrecorded_acks
-from groupbuy.ops.reconcile.checks import CheckPass, PacketChecks, TeamChecks, chunks
+from groupbuy.ops.reconcile.checks import (
+    CheckPass,
+    PacketChecks,
+    StockChecks,
+    TeamChecks,
+    chunks,
+)
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
 from groupbuy.ops.reconcile.table import ReconcileReportRow
 from groupbuy.redpacket import codec as packet_codec
@@ -109,6 +115,7 @@ class Reconciler:
         self._teams = TeamChecks(redis, database, keys)
         # The scripts' clock (with its test shift), so "since" compares like with like.
         self._clock = clock or RedisClock()
+        self._stock = StockChecks(redis, database, keys, self._clock)
 
     async def latest(self) -> dict[str, Any] | None:
         """The newest stored report, or None before the first run."""
@@ -146,6 +153,12 @@ class Reconciler:
         teams = await self._confirmed(
             self._teams, sorted(touched.teams), lambda m: (m["activity_id"], m["team_id"])
         )
+        # The stock of every activity a touched team belongs to (SPEC §4.12).
+        stock = await self._confirmed(
+            self._stock,
+            sorted({activity_id for activity_id, _team in touched.teams}),
+            lambda m: str(m["activity_id"]),
+        )
         users = None if touched.users is None else touched.users | packets.users
         accounts_checked, account_mismatches = await self._check_accounts(users)
         lost_acks = await unrecorded_acks(self._redis, self._db, self._keys, MAX_LISTED)
@@ -154,6 +167,7 @@ class Reconciler:
             *touched.orphan_credits,
             *packets.mismatches,
             *teams.mismatches,
+            *stock.mismatches,
             *account_mismatches,
         ]
         finished_ms = await self._clock.now_ms(self._redis)

@@ -52,6 +52,10 @@ KINDS = {
     "redis_member_missing_in_sql": "a member in Redis without a member row",
     "sql_member_missing_in_redis": "a member row unknown to Redis",
     "member_order": "a member's order id differs between Redis and SQL",
+    # an activity's stock (SPEC §4.12)
+    "stock_overheld": "in Redis, members + live locks > stock",
+    "stock_oversold": "in SQL, members of open and formed teams (less the refunded) > stock",
+    "redis_stock": "the stock differs between Redis and SQL",
     # an account (SPEC §4.4)
     "account_balance": "balance_cents != the sum of the account's ledger entries",
 }
@@ -229,6 +233,32 @@ def team(t: dict[str, Any], live: Live, members: dict[str, str | None]) -> Findi
             redis_order_id=live.entries.get(user_id),
             sql_order_id=members.get(user_id),
         )
+    return found
+
+
+@dataclass(frozen=True)
+class Held:
+    """An activity's stock as read from Redis: its stock (None for no cap) and the units held,
+    its members (the counts hash's) and live locks."""
+
+    stock: int | None
+    members: int
+    locks: int
+
+
+def stock(activity_id: str, sql_stock: int | None, sql_members: int, live: Held | None) -> Findings:
+    """One activity's stock (SPEC §4.12): SQL's member rows of its open and formed teams (less
+    the refunded, `sql_members`) and, when Redis has its copy (`live`), Redis's members +
+    live locks, each within the stock; and Redis's stock equal to SQL's."""
+    found = Findings(activity_id=activity_id)
+    if sql_stock is not None and sql_members > sql_stock:
+        found.add("stock_oversold", members=sql_members, stock=sql_stock)
+    if live is None:
+        return found
+    if live.stock != sql_stock:
+        found.add("redis_stock", redis_stock=live.stock, sql_stock=sql_stock)
+    if live.stock is not None and live.members + live.locks > live.stock:
+        found.add("stock_overheld", members=live.members, live_locks=live.locks, stock=live.stock)
     return found
 
 
