@@ -10,36 +10,13 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.confirm import team_confirm
-from groupbuy.locks.lock import team_lock
-from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.unlock import team_unlock
-from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.keys import Keys
-from groupbuy.storage.specs import Scripts
-
-AID = "act1"
-TTL_MS = 10_000
+from tests.support.team_scripts import AID, TTL_MS
+from tests.support.team_scripts import Harness as TeamHarness
 
 
-class Harness:
-    """The team scripts through their wrappers, at a controllable time shift."""
-
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.scripts = Scripts(redis)
-        self.keys = Keys("t")
-        self.clock = RedisClock()
-        self.teams = TeamScripts(self.scripts, self.keys, self.clock)
-
-    async def open(self, tid: str, leader: str) -> TeamReply:
-        return await self.teams.open(AID, tid, leader, "", 3_600_000)
-
-    async def lock(self, tid: str, user: str) -> TeamReply:
-        return await team_lock(self.teams, AID, tid, user, "")
-
-    async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
-        return await team_confirm(self.teams, AID, tid, user, order)
+class Harness(TeamHarness):
+    """The shared harness, with the activity's sale fields and a view of every key."""
 
     async def sale(self, **fields: int | str) -> None:
         await self.redis.hset(self.keys.activity(AID), mapping=fields)

@@ -9,51 +9,8 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.confirm import team_confirm
-from groupbuy.locks.join import team_join
-from groupbuy.locks.lock import team_lock
-from groupbuy.locks.scripts import TeamReply, TeamScripts
-from groupbuy.locks.unlock import team_unlock
-from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.keys import Keys
-from groupbuy.storage.specs import Scripts
-
-AID = "act1"
-TTL_MS = 10_000
-
-
-class Harness:
-    """The team scripts through their wrappers, at a controllable time shift."""
-
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.scripts = Scripts(redis)
-        self.keys = Keys("t")
-        self.clock = RedisClock()
-        self.teams = TeamScripts(self.scripts, self.keys, self.clock)
-
-    @property
-    def shift_ms(self) -> int:
-        return self.clock.shift_ms
-
-    @shift_ms.setter
-    def shift_ms(self, value: int) -> None:
-        self.clock.shift_ms = value
-
-    async def open(self, tid: str, leader: str) -> TeamReply:
-        return await self.teams.open(AID, tid, leader, "", 3_600_000)
-
-    async def lock(self, tid: str, user: str, other: str = "") -> TeamReply:
-        return await team_lock(self.teams, AID, tid, user, other)
-
-    async def unlock(self, tid: str, user: str) -> TeamReply:
-        return await team_unlock(self.teams, AID, tid, user)
-
-    async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
-        return await team_confirm(self.teams, AID, tid, user, order)
-
-    async def join(self, user: str) -> TeamReply:
-        return await team_join(self.teams, AID, user, 20, ("", ""))
+from groupbuy.locks.scripts import TeamReply
+from tests.support.team_scripts import AID, TTL_MS, Harness
 
 
 @pytest.fixture

@@ -8,73 +8,22 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.confirm import team_confirm
 from groupbuy.locks.extend import team_extend
-from groupbuy.locks.join import team_join
-from groupbuy.locks.lock import team_lock
-from groupbuy.locks.scripts import TeamReply, TeamScripts
-from groupbuy.locks.unlock import team_unlock
+from groupbuy.locks.scripts import TeamReply
 from groupbuy.locks.view import TeamView
-from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.keys import Keys
-from groupbuy.storage.specs import Reply, Scripts
+from groupbuy.storage.specs import Reply
 from groupbuy.wire import iso_ms
+from tests.support.team_scripts import AID, DEADLINE_MS, TTL_MS
+from tests.support.team_scripts import Harness as TeamHarness
 
-AID = "act1"
-TTL_MS = 10_000
-DEADLINE_MS = 60_000
 MAX_HOLD_MS = 3 * TTL_MS
 
 
-class Harness:
-    """The team scripts through their wrappers, at a time shift the test moves."""
+class Harness(TeamHarness):
+    """The shared harness; its activity may hold a lock MAX_HOLD_MS unless told otherwise."""
 
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.scripts = Scripts(redis)
-        self.keys = Keys("t")
-        self.clock = RedisClock()
-        self.teams = TeamScripts(self.scripts, self.keys, self.clock)
-
-    @property
-    def shift_ms(self) -> int:
-        return self.clock.shift_ms
-
-    @shift_ms.setter
-    def shift_ms(self, value: int) -> None:
-        self.clock.shift_ms = value
-
-    async def activity(self, size: int = 3, max_hold_ms: int = MAX_HOLD_MS) -> None:
-        fields = {"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS}
-        await self.redis.hset(self.keys.activity(AID), mapping=fields)
-        await self.redis.hset(self.keys.activity(AID), "max_hold_ms", max_hold_ms)
-
-    async def open(self, tid: str) -> TeamReply:
-        return await self.teams.open(AID, tid, "L", "", 3_600_000)
-
-    async def lock(self, tid: str, user: str, other: str = "") -> TeamReply:
-        return await team_lock(self.teams, AID, tid, user, other)
-
-    async def unlock(self, tid: str, user: str) -> TeamReply:
-        return await team_unlock(self.teams, AID, tid, user)
-
-    async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
-        return await team_confirm(self.teams, AID, tid, user, order)
-
-    async def join(self, user: str) -> TeamReply:
-        return await team_join(self.teams, AID, user, 20, ("", ""))
-
-    async def sweep(self, tid: str) -> TeamReply:
-        return await self.teams.sweep(AID, tid)
-
-    async def read(self, tid: str) -> TeamReply:
-        return await self.teams.read(AID, tid)
-
-    async def user_lock(self, user: str) -> TeamReply:
-        return await self.teams.user_lock(AID, user)
-
-    async def records(self) -> list[dict[str, str]]:
-        return [fields for _id, fields in await self.redis.xrange(self.keys.outbox(AID))]
+    async def activity(self, size: int = 3, **fields: int | str) -> None:
+        await super().activity(size, **{"max_hold_ms": MAX_HOLD_MS, **fields})
 
 
 @pytest.fixture

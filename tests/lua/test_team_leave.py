@@ -10,76 +10,10 @@ from typing import Any
 import pytest
 
 from groupbuy.locks.codes import TeamCode
-from groupbuy.locks.confirm import team_confirm
-from groupbuy.locks.dissolve import team_dissolve
-from groupbuy.locks.join import team_join
-from groupbuy.locks.leave import team_leave
-from groupbuy.locks.lock import team_lock
-from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.scripts import TeamReply
 from groupbuy.locks.view import TeamView
-from groupbuy.storage.clock import RedisClock
-from groupbuy.storage.keys import Keys
-from groupbuy.storage.specs import Reply, Scripts
-
-AID = "act1"
-TTL_MS = 10_000
-DEADLINE_MS = 60_000
-
-
-class Harness:
-    """The team scripts through their wrappers, with the service's key layout, at a clock
-    shift the test moves."""
-
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.scripts = Scripts(redis)
-        self.keys = Keys("t")
-        self.clock = RedisClock()
-        self.teams = TeamScripts(self.scripts, self.keys, self.clock)
-
-    @property
-    def shift_ms(self) -> int:
-        return self.clock.shift_ms
-
-    @shift_ms.setter
-    def shift_ms(self, value: int) -> None:
-        self.clock.shift_ms = value
-
-    async def activity(self, size: int = 3) -> None:
-        await self.redis.hset(
-            self.keys.activity(AID),
-            mapping={"team_size": size, "lock_ttl_ms": TTL_MS, "team_deadline_ms": DEADLINE_MS},
-        )
-
-    async def open(self, tid: str, leader: str = "L", order: str = "") -> TeamReply:
-        return await self.teams.open(AID, tid, leader, order, 3_600_000)
-
-    async def lock(self, tid: str, user: str) -> TeamReply:
-        return await team_lock(self.teams, AID, tid, user, "")
-
-    async def confirm(self, tid: str, user: str, order: str) -> TeamReply:
-        return await team_confirm(self.teams, AID, tid, user, order)
-
-    async def join(self, user: str) -> TeamReply:
-        return await team_join(self.teams, AID, user, 20, ("", ""))
-
-    async def leave(self, tid: str, user: str, order: str = "", reason: str = "") -> TeamReply:
-        return await team_leave(self.teams, AID, tid, user, order, reason)
-
-    async def dissolve(self, tid: str) -> TeamReply:
-        return await team_dissolve(self.teams, AID, tid)
-
-    async def restore(self, tid: str, members: list[str], **fields: Any) -> TeamReply:
-        return await self.teams.restore(AID, tid, members, **fields)
-
-    async def user_lock(self, user: str) -> TeamReply:
-        return await self.teams.user_lock(AID, user)
-
-    async def records(self) -> list[dict[str, str]]:
-        return [fields for _id, fields in await self.redis.xrange(self.keys.outbox(AID))]
-
-    async def record_types(self) -> list[str]:
-        return [r["type"] for r in await self.records()]
+from groupbuy.storage.specs import Reply
+from tests.support.team_scripts import AID, DEADLINE_MS, TTL_MS, Harness
 
 
 def shaped(reply: TeamReply, *codes: TeamCode) -> TeamReply:
