@@ -6,7 +6,7 @@ against a small Python model of what SPEC says must be true; after every step it
 reads every team and every user's current lock back and checks the guarantees, and
 checks the activity's open-seat index against a recomputation from the teams' own keys.
 
-Redis's clock is frozen for the whole run (see `_frozen_redis_clock`): the scripts'
+Redis's clock is frozen for the whole run (see `frozen_redis_clock`): the scripts'
 time then moves only through `RedisClock.advance`, so whether a lock has expired is
 decided by the drawn steps, never by how fast the machine running the test is.
 
@@ -17,20 +17,11 @@ and PostgreSQL runs with the real Redis only (tests/conftest.py), where the seat
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import shutil
-import tempfile
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
-from unittest import mock
 
-import fakeredis._socket._base as fake_socket_base
-import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 from hypothesis import event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -42,12 +33,8 @@ from hypothesis.stateful import (
 )
 
 from groupbuy import errors
-from groupbuy.services import Services, build_services
-from groupbuy.settings import load_settings
-from groupbuy.storage.db import Database
 from groupbuy.wire import Team, iso_ms
-from tests.support.redis import make_async_redis
-from tests.support.schema import database_with_schema
+from tests.support.engine_stack import EngineStack
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 
 T = TypeVar("T")
@@ -67,66 +54,7 @@ Answer = tuple[Any, ...]
 # -- harness ------------------------------------------------------------------------
 
 
-class _FrozenTime:
-    """Stands in for the `time` module inside fakeredis: a clock that moves only when told."""
-
-    def __init__(self, start_s: float, shift_ms: Callable[[], int]) -> None:
-        self._start_s = start_s
-        self._shift_ms = shift_ms
-
-    def time(self) -> float:
-        return self._start_s + self._shift_ms() / 1000
-
-
-@contextlib.contextmanager
-def _frozen_redis_clock(start_s: float, shift_ms: Callable[[], int]) -> Iterator[None]:
-    """Freeze fakeredis's TIME at `start_s`, and let key expiry (PX) follow the scripts' time.
-
-    The scripts read TIME and add RedisClock.shift_ms themselves; key TTLs are judged by
-    the server's own clock, which here is start + shift, as it would be in production
-    where scripts and key expiry share one clock.
-    """
-    with (
-        mock.patch.object(fake_server_mixin, "time", _FrozenTime(start_s, lambda: 0)),
-        mock.patch.object(fake_socket_base, "time", _FrozenTime(start_s, shift_ms)),
-    ):
-        yield
-
-
-class _Stack:
-    """The team engine on a fresh fakeredis server and SQLite file, on its own event loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._exit = contextlib.ExitStack()
-        self._tmp = Path(tempfile.mkdtemp(prefix="groupbuy-props-"))
-        self._exit.callback(shutil.rmtree, self._tmp, ignore_errors=True)
-        self._exit.callback(self.loop.close)
-        self.start_ms = int(time.time()) * 1000
-        settings = load_settings(
-            None,
-            {
-                "GROUPBUY_DATABASE_URL": database_with_schema(self._tmp),
-                "GROUPBUY_REDIS_URL": "",
-            },
-        )
-        self.redis = make_async_redis("")
-        self.database = Database(settings.database.effective_url)
-        self.services: Services = build_services(settings, redis=self.redis, database=self.database)
-        clock = self.services.clock
-        self._exit.enter_context(_frozen_redis_clock(self.start_ms / 1000, lambda: clock.shift_ms))
-        self._exit.callback(lambda: self.run(self.redis.aclose()))
-        self._exit.callback(lambda: self.run(self.database.dispose()))
-        self.run(self.services.scripts.load())
-
-    def run(self, coro: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def close(self) -> None:
-        self._exit.close()
-
-
-def _answer(stack: _Stack, coro: Awaitable[Any]) -> Answer:
+def _answer(stack: EngineStack, coro: Awaitable[Any]) -> Answer:
     """Run one service call and normalize what it answered."""
     try:
         outcome = stack.run(coro)
@@ -411,7 +339,7 @@ class TeamMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stack: _Stack | None = None
+        self.stack: EngineStack | None = None
         self.model: _Model
         self.users: list[str] = []
         self.team_ids: list[str] = []
@@ -435,7 +363,7 @@ class TeamMachine(RuleBasedStateMachine):
     )
     def open_teams(self, team_size: int, n_users: int, leaders: list[int], gaps: list[int]) -> None:
         """One activity; 2-4 teams opened some seconds apart, so their deadlines differ."""
-        self.stack = _Stack()
+        self.stack = EngineStack()
         self.model = _Model(team_size, self.stack.start_ms)
         self.users = [f"u{i}" for i in range(n_users)]
         activity = self.teams.activities.create_activity(
@@ -634,7 +562,7 @@ def test_switching_out_of_a_team_past_its_deadline_releases_nothing() -> None:
     """A team fails at its deadline (SPEC §1.1, lua/_team_lib.lua fail_team): from then on
     its locks are gone, so a new lock elsewhere released nothing and must say
     `released_team_id: null`, as it does when anything read the old team first."""
-    stack = _Stack()
+    stack = EngineStack()
     try:
         teams, clock = stack.services.teams, stack.services.clock
         stack.run(
@@ -672,7 +600,7 @@ def test_lock_attempts_without_time_fill_exactly_the_free_seats(
     and the team ends with no lock although one requester stayed. So the expectation is
     replayed attempt by attempt instead.)
     """
-    stack = _Stack()
+    stack = EngineStack()
     try:
         services = stack.services.teams
         stack.run(
