@@ -43,6 +43,26 @@ class UserBlocked(Forbidden):
     code, title = "user_blocked", "An admin has blocked this user"
 
 
+class NotARecipient(Forbidden):
+    code, title = "not_a_recipient", "The packet is for its recipients only"
+
+
+class SenderCannotGrab(Forbidden):
+    code, title = "sender_cannot_grab", "The sender may not grab their own packet"
+
+
+class WrongPassword(Forbidden):
+    code, title = "wrong_password", "The packet's password is missing or wrong"
+
+
+class PasswordLocked(Forbidden):
+    code, title = "password_locked", "Too many wrong passwords for this packet"
+
+
+class NotTheSender(Forbidden):
+    code, title = "not_the_sender", "Only the packet's sender may do this"
+
+
 class PayloadTooLarge(GroupBuyError):
     status_code, code, title = 413, "payload_too_large", "Request body too large"
 
@@ -85,6 +105,10 @@ class PacketNotFound(NotFound):
 
 class EndpointNotFound(NotFound):
     code, title = "endpoint_not_found", "Webhook endpoint not found"
+
+
+class NotGrabbed(NotFound):
+    code, title = "not_grabbed", "The user has not grabbed this packet"
 
 
 class DeliveryNotFound(NotFound):
@@ -169,6 +193,14 @@ class SoldOut(Conflict):
 
 class Expired(GroupBuyError):
     status_code, code, title = 410, "expired", "The packet has expired"
+
+
+class Withdrawn(GroupBuyError):
+    status_code, code, title = 410, "withdrawn", "The sender withdrew the packet"
+
+
+class PacketEnded(Conflict):
+    code, title = "packet_ended", "The packet has ended: sold out or expired"
 
 
 class RateLimited(GroupBuyError):

@@ -111,7 +111,7 @@ class Outcome:
 SplitStrategy = Literal["double_mean", "equal"]
 """How a packet's amount is split into shares: each name is one function of
 groupbuy/redpacket/split.py (SPLITS), which a test holds to this list."""
-PacketStatus = Literal["active", "sold_out", "expired"]
+PacketStatus = Literal["active", "sold_out", "expired", "withdrawn"]
 """A packet's status as the API names it (SQL's `pending` is shown `active`)."""
 EntryKind = Literal["deposit", "send", "grab", "refund"]
 """A ledger entry's kind in the API's words."""
@@ -525,6 +525,12 @@ class PacketSent(TypedDict):
     strategy: SplitStrategy
     status: PacketStatus
     expires_at: Timestamp
+    message: Annotated[str | None, "the sender's greeting, or null"]
+    shares_sha256: Annotated[
+        str | None,
+        "SHA-256 (hex) over the salt then each share as 8 bytes big-endian, in grab order: "
+        "the shares are fixed at send (null for a packet sent before commitments)",
+    ]
 
 
 class Grabbed(TypedDict):
@@ -548,21 +554,38 @@ class PacketSummary(PacketSent):
 
     remaining_count: int
     remaining_cents: int
-    refunded_cents: Annotated[int, "what went back to the sender at expiry"]
+    refunded_cents: Annotated[int, "what went back to the sender at expiry or withdrawal"]
+    recipients_count: Annotated[int, "how many users may grab it (0: anyone)"]
+    password_protected: Annotated[bool, "a grab needs the packet's password"]
     version: Annotated[
         int,
-        "counts the packet's changes (sent, each grab, sold out, expiry); a "
+        "counts the packet's changes (sent, each grab, sold out, expiry, withdrawal); a "
         "body or event with a larger version is newer",
     ]
 
 
 class Packet(PacketSummary):
-    """A packet with its grabs."""
+    """A packet with its first grabs."""
 
-    grabs: list[PacketGrab]
+    grabs: Annotated[list[PacketGrab], "the first 100 grabs, in grab order"]
+    grabs_next_cursor: Annotated[
+        str | None, "the cursor of the grabs after these (GET .../grabs), or null"
+    ]
     luckiest_user_id: Annotated[
         Id | None, "the largest share once sold out (the earlier grab on a tie), else null"
     ]
+    shares: Annotated[
+        list[int] | None,
+        "the committed shares in grab order, once the packet has ended (null before)",
+    ]
+    salt: Annotated[str | None, "the commitment's salt (hex), once the packet has ended"]
+
+
+class GrabsPage(TypedDict):
+    """A page of a packet's grabs, in grab order."""
+
+    grabs: list[PacketGrab]
+    next_cursor: Annotated[str | None, _NEXT_CURSOR]
 
 
 class PacketsPage(TypedDict):

@@ -8,14 +8,17 @@
 local user_id = ARGV[3]
 local request_token = ARGV[4]
 local resend_window_ms = ARGV[5]
+local password_digest = ARGV[6]
 -- Returns {OK, amount_cents, remaining_count, seq, epoch, grabbed_at_ms} grabbed (and recorded
 -- in the outbox); the same answer again, nothing written, when the user's grab was taken by a
 -- call with this token less than the resend window ago (the client library resent a call
 -- whose reply it did not get: the first run's answer is the answer),
 -- {ALREADY_GRABBED, amount_cents} the same amount as the first time (another request),
 -- {USER_BLOCKED} an admin blocked the user (a grab taken before is still answered),
--- {SOLD_OUT}, {EXPIRED} (the first call after the deadline also closes the packet),
--- {PACKET_NOT_FOUND}.
+-- {SENDER_CANNOT_GRAB}, {NOT_A_RECIPIENT}, {SOLD_OUT}, {WITHDRAWN}, {EXPIRED} (the first call
+-- after the deadline also closes the packet), {PASSWORD_LOCKED}, {WRONG_PASSWORD,
+-- attempts_left} (a wrong digest is counted; a missing one is not), {PACKET_NOT_FOUND}.
+-- Every refusal is decided before the grab's first write.
 local now = now_ms(shift_ms)
 local user = user_id
 local p = load_packet(now)
@@ -35,11 +38,39 @@ end
 if redis.call('HEXISTS', packet_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
+local gate = p.gate
+if gate then  -- a packet with terms: each letter one check (absent: anyone may grab)
+  if string.find(gate, 's', 1, true) and user == p.sender_id then
+    return {SENDER_CANNOT_GRAB}
+  end
+  if string.find(gate, 'r', 1, true)
+      and redis.call('SISMEMBER', packet_recipients, user) == 0 then
+    return {NOT_A_RECIPIENT}
+  end
+end
 if p.status == 'expired' then
   return {EXPIRED}
 end
+if p.status == 'withdrawn' then
+  return {WITHDRAWN}
+end
 if p.status ~= 'active' then
   return {SOLD_OUT}
+end
+if gate and string.find(gate, 'p', 1, true) then
+  local wrong = tonumber(redis.call('HGET', packet_attempts, user) or '0')
+  if wrong >= max_wrong_passwords then
+    return {PASSWORD_LOCKED}
+  end
+  if password_digest ~= redis.call('HGET', packet_hash, 'pw_hash') then
+    if password_digest ~= '' then
+      wrong = redis.call('HINCRBY', packet_attempts, user, 1)
+      if wrong == 1 then
+        redis.call('PEXPIREAT', packet_attempts, redis.call('HGET', packet_hash, 'expire_at_ms'))
+      end
+    end
+    return {WRONG_PASSWORD, max_wrong_passwords - wrong}
+  end
 end
 
 local share = redis.call('LPOP', packet_shares)
@@ -49,11 +80,14 @@ end
 local seq = p.count - p.remaining_count + 1 + p.seq_gap
 local left = p.remaining_count - 1
 redis.call('HSET', packet_grabs, user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. request_token)
+redis.call('RPUSH', packet_order, user)
 redis.call('HSET', packet_hash, 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
 redis.call('HINCRBY', packet_hash, 'version', 1)
-if left == p.count - 1 then  -- the first grab creates the hash
-  redis.call('PEXPIREAT', packet_grabs, redis.call('HGET', packet_hash, 'expire_at_ms'))
+if left == p.count - 1 then  -- the first grab creates the grabs hash and the order list
+  local expire_at = redis.call('HGET', packet_hash, 'expire_at_ms')
+  redis.call('PEXPIREAT', packet_grabs, expire_at)
+  redis.call('PEXPIREAT', packet_order, expire_at)
 end
 emit({'type', 'grab', 'at_ms', int(now), 'packet_id', packet_id, 'user_id', user,
       'amount_cents', share, 'seq', int(seq), 'epoch', p.epoch})

@@ -15,6 +15,7 @@ import httpx2 as httpx
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy import wire
 from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (
@@ -35,22 +36,9 @@ from tests.support.http import (
 pytestmark = pytest.mark.parametrize("backend", ALL)
 
 
-SENT_KEYS = {"packet_id", "sender_id", "amount_cents", "count", "strategy", "status", "expires_at"}
-PACKET_KEYS = {
-    "packet_id",
-    "sender_id",
-    "amount_cents",
-    "count",
-    "strategy",
-    "status",
-    "remaining_count",
-    "remaining_cents",
-    "refunded_cents",
-    "expires_at",
-    "grabs",
-    "luckiest_user_id",
-    "version",
-}
+# The shapes' fields, as groupbuy.wire names them.
+SENT_KEYS = set(wire.PacketSent.__required_keys__)
+PACKET_KEYS = set(wire.Packet.__required_keys__)
 GRAB_KEYS = {"user_id", "amount_cents", "grabbed_at"}
 DAY_S = 86400
 
@@ -290,14 +278,16 @@ def test_send_201_exact_body_and_sender_debited(client: TestClient, funded_user:
     after = time.time() * 1000
     body = assert_ok(r, 201)
     assert set(body) == SENT_KEYS, body
-    assert {k: v for k, v in body.items() if k != "expires_at"} == {
+    assert {k: v for k, v in body.items() if k not in ("expires_at", "shares_sha256")} == {
         "packet_id": "p1",
         "sender_id": "alice",
         "amount_cents": 1200,
         "count": 4,
         "strategy": "equal",
         "status": "active",
+        "message": None,
     }
+    assert len(body["shares_sha256"]) == 64
     assert before + 600_000 - 2000 <= ms(body["expires_at"]) <= after + 600_000 + 2000, body
     assert balance(client, "alice") == 3800
     p = packet(client, "p1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, create_model
+from pydantic import Field, StringConstraints, create_model
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,6 +19,7 @@ from groupbuy.api.endpoints import (
     json_response,
 )
 from groupbuy.redpacket.engine import RedPackets
+from groupbuy.redpacket.terms import Terms
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
 from groupbuy.wire import ID_PATTERN, PacketStatus, SplitStrategy
 
@@ -30,6 +31,13 @@ class Deposit(StrictBody):
     reference: Id
 
 
+# A greeting: up to 100 characters, none of them a control character (C0, DEL, C1).
+Message = Annotated[
+    str, StringConstraints(max_length=100, pattern=r"^[^\u0000-\u001f\u007f-\u009f]*$")
+]
+Password = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\u0000]*$")]
+
+
 class PacketSend(StrictBody):
     """Body of POST /v1/redpackets (`count` and `amount_cents` within the configured limits)."""
 
@@ -39,6 +47,26 @@ class PacketSend(StrictBody):
     packet_id: Id | None = None
     expires_in_s: PacketLifetimeS | None = None
     strategy: SplitStrategy = "double_mean"
+    message: Message | None = Field(default=None, description="a greeting shown with the packet")
+    recipients: list[Id] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="only these users may grab (no repeats; `count` at most their number)",
+    )
+    password: Password | None = Field(
+        default=None, description="a grab must give it; stored only as a salted hash"
+    )
+    sender_may_grab: bool = Field(default=True, description="false: the sender may not grab")
+
+    def terms(self) -> Terms:
+        """The send's terms besides its money."""
+        return Terms(
+            message=self.message,
+            recipients=tuple(self.recipients or ()),
+            password=self.password,
+            sender_may_grab=self.sender_may_grab,
+        )
 
     @classmethod
     def for_settings(cls, settings: Settings) -> type[Self]:
@@ -62,6 +90,25 @@ class Grab(StrictBody):
     """Body of POST /v1/redpackets/{packet_id}/grab."""
 
     user_id: Id
+    password: Password | None = Field(default=None, description="the packet's password")
+
+
+class Withdraw(StrictBody):
+    """Body of POST /v1/redpackets/{packet_id}/withdraw."""
+
+    sender_id: Id
+
+
+class GrabsQuery(LaxQuery):
+    """Query of GET /v1/redpackets/{packet_id}/grabs."""
+
+    limit: int = Field(default=100, ge=1, le=100, description="grabs per page")
+    cursor: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,6}$",
+        description="the `next_cursor` (or the packet's `grabs_next_cursor`); absent for the "
+        "first page",
+    )
 
 
 class PacketsQuery(LaxQuery):
@@ -121,12 +168,33 @@ async def list_packets(request: Request, query: PacketsQuery) -> Response:
 
 
 async def send_packet(request: Request, body: PacketSend) -> Response:
-    return created_response(await _packets(request).sending.send(**body.model_dump()))
+    money = body.model_dump(include={"sender_id", "amount_cents", "count", "packet_id"})
+    lifetime = body.model_dump(include={"expires_in_s", "strategy"})
+    sent = await _packets(request).sending.send(**money, **lifetime, terms=body.terms())
+    return created_response(sent)
 
 
 async def grab_packet(request: Request, body: Grab) -> Response:
     packet_id = request.path_params["packet_id"]
-    return json_response(await _packets(request).grabs.grab(packet_id, body.user_id))
+    grabs = _packets(request).grabs
+    return json_response(await grabs.grab(packet_id, body.user_id, body.password))
+
+
+async def withdraw_packet(request: Request, body: Withdraw) -> Response:
+    packet_id = request.path_params["packet_id"]
+    return json_response(await _packets(request).withdrawals.withdraw(packet_id, body.sender_id))
+
+
+async def list_grabs(request: Request, query: GrabsQuery) -> Response:
+    packet_id = request.path_params["packet_id"]
+    return json_response(await _packets(request).reads.grabs(packet_id, query.cursor, query.limit))
+
+
+async def get_grab(request: Request) -> Response:
+    params = request.path_params
+    return json_response(
+        await _packets(request).reads.grab_of(params["packet_id"], params["user_id"])
+    )
 
 
 async def get_packet(request: Request) -> Response:
@@ -212,6 +280,8 @@ ENDPOINTS = [
             "is debited",
             errors.Conflict: "the packet_id exists with other parameters",
             errors.UserBlocked: "an admin blocked the sender (`user_id`); nothing is debited",
+            errors.InvalidRequest: "also: recipients repeated, or `count` above their number; "
+            "nothing is debited",
         },
     ),
     Endpoint(
@@ -230,8 +300,60 @@ ENDPOINTS = [
         problems={
             errors.SoldOut: "every share has been grabbed (by others)",
             errors.Expired: "the packet's time is over; the rest went back to the sender",
+            errors.Withdrawn: "the sender withdrew the packet; the rest went back to them",
             errors.UserBlocked: "an admin blocked the user (`user_id`); a share the user "
             "grabbed before the block is still answered `already_grabbed`",
+            errors.NotARecipient: "the packet has recipients and the user is not one",
+            errors.SenderCannotGrab: "the packet was sent with `sender_may_grab: false`",
+            errors.WrongPassword: "the password is missing or wrong; `attempts_left` wrong "
+            "ones remain (a missing one is not counted)",
+            errors.PasswordLocked: "the user gave 5 wrong passwords for this packet",
+            **_NO_PACKET,
+        },
+    ),
+    Endpoint(
+        "POST",
+        "/v1/redpackets/{packet_id}/withdraw",
+        withdraw_packet,
+        "The sender takes back what is left",
+        rate_class="send",
+        rate_user="sender_id",
+        body=Withdraw,
+        tag="redpackets",
+        responses={
+            200: "Withdrawn (now or before): the packet, `withdrawn`, its rest refunded once"
+        },
+        answer=wire.Packet,
+        problems={
+            errors.NotTheSender: "`sender_id` did not send this packet",
+            errors.PacketEnded: "the packet sold out or expired before (`status`)",
+            **_NO_PACKET,
+        },
+    ),
+    Endpoint(
+        "GET",
+        "/v1/redpackets/{packet_id}/grabs",
+        list_grabs,
+        "A page of a packet's grabs, in grab order",
+        rate_class="read",
+        query=GrabsQuery,
+        tag="redpackets",
+        responses={200: "The page: live from Redis, or from SQL once ended and released"},
+        answer=wire.GrabsPage,
+        problems=_NO_PACKET,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/redpackets/{packet_id}/grabs/{user_id}",
+        get_grab,
+        "One user's grab of a packet",
+        rate_class="read",
+        rate_user="user_id",
+        tag="redpackets",
+        responses={200: "The user's grab"},
+        answer=wire.PacketGrab,
+        problems={
+            errors.NotGrabbed: "the user has not grabbed this packet",
             **_NO_PACKET,
         },
     ),
@@ -242,7 +364,10 @@ ENDPOINTS = [
         "A packet and its grabs",
         rate_class="read",
         tag="redpackets",
-        responses={200: "The packet: live from Redis, or from SQL once ended and released"},
+        responses={
+            200: "The packet with its first 100 grabs: live from Redis, or from SQL once "
+            "ended and released; once ended, also its committed `shares` and `salt`"
+        },
         answer=wire.Packet,
         problems=_NO_PACKET,
     ),

@@ -12,13 +12,14 @@ from typing import Any
 
 from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
-from groupbuy.redpacket.grab import PACKET_GRAB, GrabService
+from groupbuy.redpacket.grab import PACKET_GRAB, GrabService, PasswordSalts
 from groupbuy.redpacket.listing import ListingService
-from groupbuy.redpacket.read import PACKET_READ, ReadService
+from groupbuy.redpacket.read import PACKET_GRAB_READ, PACKET_READ, ReadService
 from groupbuy.redpacket.recovery import PACKET_RESTORE, RecoveryService
 from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT, SendService
 from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.sweeps import PACKET_EXPIRE, SweepService
+from groupbuy.redpacket.withdraw import PACKET_WITHDRAW, WithdrawService
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends
@@ -31,6 +32,8 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     PACKET_RESTORE,
     PACKET_GRAB,
     PACKET_READ,
+    PACKET_GRAB_READ,
+    PACKET_WITHDRAW,
     PACKET_EXPIRE,
     PACKET_ADMIT,
     PACKET_UNADMIT,
@@ -45,6 +48,7 @@ class RedPackets:
     sending: SendService  # send, and the repair of half-done sends
     grabs: GrabService  # the hot path
     reads: ReadService  # a packet with its grabs
+    withdrawals: WithdrawService  # the sender takes the rest back
     listing: ListingService  # pages of packets and of ledger entries
     recovery: RecoveryService  # packets Redis lost, rebuilt from SQL
     sweeps: SweepService  # expiry, re-index, release
@@ -64,11 +68,14 @@ class RedPackets:
         scripts = PacketScripts(backends.scripts, backends.keys, backends.clock)
         sending = SendService(backends, scripts, limits)
         recovery = RecoveryService(backends, scripts, limits, sending)
+        reads = ReadService(backends, scripts, recovery)
+        salts = PasswordSalts(backends.redis, backends.keys)
         return cls(
             accounts=AccountService(backends),
             sending=sending,
-            grabs=GrabService(scripts, acks, recovery, resend_window_ms),
-            reads=ReadService(backends, scripts, recovery),
+            grabs=GrabService(scripts, acks, recovery, salts, resend_window_ms),
+            reads=reads,
+            withdrawals=WithdrawService(backends, scripts, recovery, writer, reads),
             listing=ListingService(backends),
             recovery=recovery,
             sweeps=SweepService(backends, scripts, writer, recovery),

@@ -19,7 +19,12 @@ from groupbuy.wire import from_ms, to_ms
 
 # A packet's status as the API names it -> the SQL statuses it covers (a `pending` packet
 # is sent and being put in Redis: the API already shows it active).
-SQL_STATUSES = {"active": ("pending", "active"), "sold_out": ("sold_out",), "expired": ("expired",)}
+SQL_STATUSES = {
+    "active": ("pending", "active"),
+    "sold_out": ("sold_out",),
+    "expired": ("expired",),
+    "withdrawn": ("withdrawn",),
+}
 # What a page reads of each packet's Redis hash.
 _LIVE_FIELDS = ("status", "remaining_count", "remaining_cents", "refunded", "version")
 
@@ -82,7 +87,11 @@ class ListingService(UsesBackends):
         recorded = await self._recorded([row for row in rows if row.packet_id not in live])
         bodies = []
         for row in rows:
-            body = sent_body(row) | {"refunded_cents": row.refunded_cents}
+            body = sent_body(row) | {
+                "refunded_cents": row.refunded_cents,
+                "recipients_count": row.recipients_count,
+                "password_protected": row.password_hash is not None,
+            }
             body |= live.get(row.packet_id) or recorded[row.packet_id]
             bodies.append(body)
         return bodies
@@ -140,10 +149,9 @@ class ListingService(UsesBackends):
         for row in rows:
             packet_id = row.packet_id
             grabs, cents = totals.get(packet_id, (0, 0))
-            ended = row.status in ("sold_out", "expired")
             found[packet_id] = {
                 "remaining_count": row.count - grabs,
                 "remaining_cents": row.amount_cents - cents,
-                "version": packet_version(epochs.get(packet_id, 0), row.count, grabs, ended),
+                "version": packet_version(epochs.get(packet_id, 0), row.count, grabs, row.status),
             }
         return found

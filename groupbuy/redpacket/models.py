@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from groupbuy.storage.db import Base
@@ -55,16 +65,40 @@ class PacketRow(Base):
     count: Mapped[int] = mapped_column(Integer)
     strategy: Mapped[str] = mapped_column(String(32))
     expires_in_s: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # pending|active|sold_out|expired
+    # pending|active|sold_out|expired|withdrawn
+    status: Mapped[str] = mapped_column(String(16), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     sold_out_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     refunded_cents: Mapped[int] = mapped_column(BigInteger, default=0)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The terms of the send. Rows from before them: no message, anyone may grab.
+    message: Mapped[str | None] = mapped_column(String(100))
+    recipients_count: Mapped[int] = mapped_column(Integer, default=0)
+    sender_may_grab: Mapped[bool] = mapped_column(Boolean, default=True)
+    password_salt: Mapped[str | None] = mapped_column(String(32))  # hex
+    password_hash: Mapped[str | None] = mapped_column(String(64))  # hex SHA-256(salt + password)
+    # SHA-256 over the commitment (groupbuy.redpacket.commitment); null before commitments.
+    shares_sha256: Mapped[str | None] = mapped_column(String(64))
     # True once every record of the packet's outbox stream is in SQL and the stream is gone.
     records_done: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     # True once the repair job removed the ended packet's keys from Redis.
     redis_cleared: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+
+
+class PacketContentsRow(Base):
+    """What a packet holds besides its row, read only to make it live, rebuild it or
+    reveal it: its shares as committed at send, and its recipients."""
+
+    __tablename__ = "packet_contents"
+
+    packet_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    shares_salt: Mapped[bytes] = mapped_column(LargeBinary(16))
+    # the amounts in grab order, 8 bytes big-endian each (groupbuy.redpacket.commitment)
+    shares: Mapped[bytes] = mapped_column(LargeBinary)
+    # the recipients' ids, one per line; '' when anyone may grab
+    recipients: Mapped[str] = mapped_column(Text, default="")
 
 
 class GrabRow(Base):

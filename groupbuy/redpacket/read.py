@@ -1,10 +1,11 @@
-"""The read of one packet, whole: the packet with its grabs, live from Redis (packet_read)
-or from SQL once Redis let it go.
+"""The reads of one packet, whole: the packet with its first grabs, a page of its grabs,
+one user's grab; live from Redis (packet_read, packet_grab_read) or from SQL once Redis
+let the packet go.
 
-Its script's spec and call, the operation (`ReadService`) and its answer: `PacketView`,
-one shape for a packet whichever store it is read from, and its API body. The SQL side
-(`recorded_packet`, `recorded_grabs`, `packet_version`) serves the recovery and the
-listing too.
+Its scripts' specs and calls, the operation (`ReadService`) and its answers: `PacketView`,
+one shape for a packet whichever store it is read from, and its API body. An ended
+packet's body reveals its committed shares and salt. The SQL side (`recorded_packet`,
+`recorded_grabs`, `packet_version`) serves the recovery and the listing too.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors, wire
 from groupbuy.redpacket.codec import parse_grab
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.commitment import Commitment
+from groupbuy.redpacket.models import GrabRow, PacketContentsRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.specs import (
     NO_PACKET,
     OK,
@@ -31,29 +33,53 @@ from groupbuy.redpacket.specs import (
 )
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import Database
-from groupbuy.storage.specs import ScriptSpec, reply_dict, shape
+from groupbuy.storage.specs import Field, ScriptSpec, reply_dict, shape, slots
 from groupbuy.wire import iso_ms, to_ms
+
+# The grabs a packet's body carries; the rest are paged (GET .../grabs).
+GRABS_SHOWN = 100
+ENDED = ("sold_out", "expired", "withdrawn")
 
 PACKET_READ = ScriptSpec(
     "packet_read",
-    "A packet's state and grabs after the lazy expiry check.",
+    "A packet's state and one page of its grabs, after the lazy expiry check.",
     keys=PACKET_KEYS,
-    args=PACKET_ARGV,
+    args=(
+        *PACKET_ARGV,
+        *slots(("cursor", "the first grab's position (0: the first grab)"), ("limit", "grabs")),
+    ),
     replies={
         OK: shape(
-            "the packet hash and its grabs hash (user -> grab value) at now_ms",
+            "the packet hash, the page (user -> grab value, in grab order), the number of "
+            "grabs, at now_ms",
             ("packet", reply_dict),
-            ("grabs", reply_dict),
+            ("page", list),
+            ("total", int),
             ("now_ms", int),
+        ),
+        PACKET_NOT_FOUND: NO_PACKET,
+    },
+)
+PACKET_GRAB_READ = ScriptSpec(
+    "packet_grab_read",
+    "One user's grab of a packet.",
+    keys=PACKET_KEYS,
+    args=(*PACKET_ARGV, *slots(("user_id", "the user"))),
+    replies={
+        OK: shape(
+            "the grab's value, or none when the user has not grabbed",
+            Field("grab", list, rest=True),
         ),
         PACKET_NOT_FOUND: NO_PACKET,
     },
 )
 
 
-async def packet_read(packets: PacketScripts, packet_id: str) -> PacketReply:
+async def packet_read(
+    packets: PacketScripts, packet_id: str, cursor: int = 0, limit: int = GRABS_SHOWN
+) -> PacketReply:
     """packet_read."""
-    return await packets.run(PACKET_READ, packet_id)
+    return await packets.run(PACKET_READ, packet_id, cursor=cursor, limit=limit)
 
 
 class LostPacket(Protocol):
@@ -62,6 +88,9 @@ class LostPacket(Protocol):
 
     async def bring_back(self, row: PacketRow) -> bool:
         """Put the packet back in Redis; False when its SQL record is the answer."""
+
+
+Grab = tuple[str, int, int]  # (user, amount_cents, grabbed_at_ms)
 
 
 class ReadService(UsesBackends):
@@ -73,19 +102,75 @@ class ReadService(UsesBackends):
         self._lost = lost
 
     async def get(self, packet_id: str) -> wire.Packet:
-        """A packet with its grabs: live from Redis, or from SQL once Redis let it go."""
-        reading = await packet_read(self._packets, packet_id)
+        """A packet with its first grabs: live from Redis, or from SQL once Redis let it go."""
+        view = await self._view(packet_id, 0, GRABS_SHOWN)
+        revealed = await self._revealed(packet_id) if view.status in ENDED else None
+        luckiest = await self._luckiest(view, revealed)
+        return view.body(revealed, luckiest)
+
+    async def grabs(self, packet_id: str, cursor: str | None, limit: int) -> wire.GrabsPage:
+        """A page of the packet's grabs in grab order, from position `cursor`."""
+        view = await self._view(packet_id, int(cursor or 0), limit)
+        return {"grabs": view.page_body(), "next_cursor": view.next_cursor()}
+
+    async def grab_of(self, packet_id: str, user_id: str) -> wire.PacketGrab:
+        """One user's grab (one Redis read), or 404 `not_grabbed`."""
+        reading = await self._packets.run(PACKET_GRAB_READ, packet_id, user_id=user_id)
+        if reading.code is PacketCode.OK:
+            if not reading.grab:
+                raise errors.NotGrabbed(f"{user_id!r} has not grabbed packet {packet_id!r}")
+            grab = parse_grab(reading.grab[0])
+            return _grab_body((user_id, grab.amount_cents, grab.at_ms))
+        await recorded_packet(self._db, packet_id)  # 404 packet_not_found when SQL has none
+        async with self._db.sessions() as session:
+            row = await session.get(GrabRow, (packet_id, user_id))
+        if row is None:
+            raise errors.NotGrabbed(f"{user_id!r} has not grabbed packet {packet_id!r}")
+        return _grab_body((user_id, row.amount_cents, to_ms(row.grabbed_at)))
+
+    async def _view(self, packet_id: str, cursor: int, limit: int) -> PacketView:
+        reading = await packet_read(self._packets, packet_id, cursor, limit)
         if reading.code is PacketCode.PACKET_NOT_FOUND:
             row = await recorded_packet(self._db, packet_id)
             if await self._lost.bring_back(row):
-                reading = await packet_read(self._packets, packet_id)
+                reading = await packet_read(self._packets, packet_id, cursor, limit)
         if reading.code is PacketCode.OK:
-            return PacketView.from_redis(packet_id, reading.packet, reading.grabs).body()
+            return PacketView.from_redis(
+                packet_id, reading.packet, reply_dict(reading.page), reading.total, cursor
+            )
         row = await recorded_packet(self._db, packet_id)
         async with self._db.sessions() as session:
-            rows = await recorded_grabs(session, packet_id)
+            total, grabbed = (
+                await session.execute(
+                    select(func.count(), func.coalesce(func.sum(GrabRow.amount_cents), 0)).where(
+                        GrabRow.packet_id == packet_id
+                    )
+                )
+            ).one()
+            rows = await recorded_grabs(session, packet_id, cursor, limit)
             mark = await session.get(PacketEpochRow, packet_id)
-        return PacketView.from_rows(row, rows, mark.epoch if mark else 0).body()
+        return PacketView.from_rows(row, rows, (int(total), int(grabbed)), cursor, mark)
+
+    async def _revealed(self, packet_id: str) -> Commitment | None:
+        """The committed shares and salt of an ended packet (None: sent before commitments)."""
+        async with self._db.sessions() as session:
+            kept = await session.get(PacketContentsRow, packet_id)
+        return Commitment.unpack(kept.shares, kept.shares_salt) if kept else None
+
+    async def _luckiest(self, view: PacketView, revealed: Commitment | None) -> str | None:
+        """Who got the largest share of a sold-out packet (the earlier grab on a tie): the
+        commitment says which position, the grab order says who (one more read when it is
+        past the first page)."""
+        if view.status != "sold_out" or not view.grabs:
+            return None
+        if revealed is None:  # sent before commitments: the largest among the first grabs
+            return max(view.grabs, key=lambda grab: grab[1])[0]
+        shares = revealed.shares
+        position = shares.index(max(shares))
+        if position < len(view.grabs):
+            return view.grabs[position][0]
+        further = await self._view(view.packet_id, position, 1)
+        return further.grabs[0][0] if further.grabs else None
 
 
 async def recorded_packet(db: Database, packet_id: str) -> PacketRow:
@@ -97,83 +182,144 @@ async def recorded_packet(db: Database, packet_id: str) -> PacketRow:
     return row
 
 
-async def recorded_grabs(session: AsyncSession, packet_id: str) -> Sequence[GrabRow]:
-    """A packet's grab rows in seq order."""
-    query = select(GrabRow).where(GrabRow.packet_id == packet_id).order_by(GrabRow.seq)
+async def recorded_grabs(
+    session: AsyncSession, packet_id: str, cursor: int = 0, limit: int | None = None
+) -> Sequence[GrabRow]:
+    """A packet's grab rows in seq order (grab order), from position `cursor`."""
+    query = (
+        select(GrabRow)
+        .where(GrabRow.packet_id == packet_id)
+        .order_by(GrabRow.seq)
+        .offset(cursor)
+        .limit(limit)
+    )
     return (await session.scalars(query)).all()
 
 
-def packet_version(epoch: int, count: int, grabs: int, ended: bool) -> int:
-    """A packet's version from what SQL knows: 1 when sent, +1 per grab, +1 when it ended.
+def ending_changes(status: str) -> int:
+    """The changes that ended a packet: 1 (sold out, expired) or 2 (withdrawn, refunded)."""
+    return {"sold_out": 1, "expired": 1, "withdrawn": 2}.get(status, 0)
+
+
+def packet_version(epoch: int, count: int, grabs: int, status: str) -> int:
+    """A packet's version from what SQL knows: 1 when sent, +1 per grab, +1 or +2 when it
+    ended (ending_changes).
 
     Each rebuild after Redis lost the packet (epoch e) starts above anything the lost state
     can have reached (at most count + 2 changes per epoch), so versions only grow.
     """
-    return epoch * (count + 3) + 1 + grabs + int(ended)
+    return epoch * (count + 3) + 1 + grabs + ending_changes(status)
+
+
+def _grab_body(grab: Grab) -> wire.PacketGrab:
+    user, amount_cents, at = grab
+    return {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
 
 
 @dataclass(frozen=True)
 class PacketView:
-    """A packet as either store holds it (Redis live, SQL once ended), in one shape."""
+    """A packet as either store holds it (Redis live, SQL once ended), in one shape, with
+    one page of its grabs."""
 
     packet_id: str
     sender_id: str
     amount_cents: int
     count: int
     strategy: str
-    status: str  # active | sold_out | expired
+    status: str  # active | sold_out | expired | withdrawn
     expires_ms: int
     refunded_cents: int
-    grabs: list[tuple[str, int, int]]  # (user, amount_cents, grabbed_at_ms), grab order
+    message: str | None
+    recipients_count: int
+    password_protected: bool
+    shares_sha256: str | None
+    grabs: list[Grab]  # the page, in grab order
+    grab_total: int  # every grab so far
+    grabbed_cents: int  # their sum
+    cursor: int  # the page's first position
     version: int  # the packet's changes so far (SPEC §3); a newer body has a larger one
 
     @classmethod
     def from_redis(
-        cls, packet_id: str, packet: dict[str, str], grabs: dict[str, str]
+        cls,
+        packet_id: str,
+        packet: dict[str, str],
+        page: dict[str, str],
+        total: int,
+        cursor: int,
     ) -> PacketView:
-        """From a packet_read reply: the packet hash and the grabs hash (user -> grab value)."""
-        ordered = sorted(
-            ((parse_grab(value), user) for user, value in grabs.items()),
-            key=lambda item: item[0].seq,
-        )
+        """From a packet_read reply: the packet hash and a page (user -> grab value)."""
+        grabs = [(user, *parse_grab(value)[1:3]) for user, value in page.items()]
+        amount = int(packet["amount"])
         return cls(
             packet_id=packet_id,
             sender_id=packet["sender_id"],
-            amount_cents=int(packet["amount"]),
+            amount_cents=amount,
             count=int(packet["count"]),
             strategy=packet["strategy"],
             status=packet["status"],
             expires_ms=int(packet["expires_ms"]),
             refunded_cents=int(packet.get("refunded", 0)),
-            grabs=[(user, grab.amount_cents, grab.at_ms) for grab, user in ordered],
+            message=packet.get("message") or None,
+            recipients_count=int(packet.get("recipients_count") or 0),
+            password_protected="pw_hash" in packet,
+            shares_sha256=packet.get("shares_sha256") or None,
+            grabs=grabs,
+            grab_total=total,
+            grabbed_cents=amount - int(packet["remaining_cents"]),
+            cursor=cursor,
             version=int(packet.get("version", 0)),
         )
 
     @classmethod
-    def from_rows(cls, packet: PacketRow, grabs: Sequence[GrabRow], epoch: int) -> PacketView:
-        """From the SQL record of a packet Redis no longer holds; grabs in seq order, `epoch`
-        how often Redis lost it and it was rebuilt."""
-        ended = packet.status in ("sold_out", "expired")
+    def from_rows(
+        cls,
+        packet: PacketRow,
+        page: Sequence[GrabRow],
+        totals: tuple[int, int],
+        cursor: int,
+        mark: PacketEpochRow | None,
+    ) -> PacketView:
+        """From the SQL record of a packet Redis no longer holds: a page of its grab rows,
+        the number and sum of all of them, and its epoch (how often Redis lost it and it
+        was rebuilt)."""
+        total, grabbed = totals
+        epoch = mark.epoch if mark else 0
+        status = "active" if packet.status == "pending" else packet.status
+        refunded = packet.refunded_cents
         return cls(
             packet_id=packet.packet_id,
             sender_id=packet.sender_id,
             amount_cents=packet.amount_cents,
             count=packet.count,
             strategy=packet.strategy,
-            status="active" if packet.status == "pending" else packet.status,
+            status=status,
             expires_ms=to_ms(packet.expires_at),
-            refunded_cents=packet.refunded_cents,
-            grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in grabs],
-            version=packet_version(epoch, packet.count, len(grabs), ended),
+            refunded_cents=refunded,
+            message=packet.message,
+            recipients_count=packet.recipients_count,
+            password_protected=packet.password_hash is not None,
+            shares_sha256=packet.shares_sha256,
+            grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in page],
+            grab_total=total,
+            grabbed_cents=grabbed,
+            cursor=cursor,
+            version=packet_version(epoch, packet.count, total, status),
         )
 
-    def body(self) -> wire.Packet:
-        """The API's packet JSON (SPEC §3: luckiest_user_id once sold out, ties to the earlier)."""
-        grabbed = sum(amount_cents for _user, amount_cents, _at in self.grabs)
-        luckiest = None
-        if self.status == "sold_out" and self.grabs:
-            # max() keeps the first of equals: ties go to the earlier grab
-            luckiest = max(self.grabs, key=lambda grab: grab[1])[0]
+    def next_cursor(self) -> str | None:
+        """The position after this page, while grabs follow it."""
+        after = self.cursor + len(self.grabs)
+        return str(after) if self.grabs and after < self.grab_total else None
+
+    def page_body(self) -> list[wire.PacketGrab]:
+        """The page's grabs as the API shows them."""
+        return [_grab_body(grab) for grab in self.grabs]
+
+    def body(self, revealed: Commitment | None, luckiest: str | None) -> wire.Packet:
+        """The API's packet JSON: the first grabs, and once ended the commitment's shares
+        and salt."""
+        show = revealed is not None and bool(revealed.salt)
         return {
             "packet_id": self.packet_id,
             "sender_id": self.sender_id,
@@ -181,14 +327,18 @@ class PacketView:
             "count": self.count,
             "strategy": cast(wire.SplitStrategy, self.strategy),
             "status": cast(wire.PacketStatus, self.status),
-            "remaining_count": self.count - len(self.grabs),
-            "remaining_cents": self.amount_cents - grabbed,
+            "remaining_count": self.count - self.grab_total,
+            "remaining_cents": self.amount_cents - self.grabbed_cents,
             "refunded_cents": self.refunded_cents,
             "expires_at": iso_ms(self.expires_ms),
-            "grabs": [
-                {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
-                for user, amount_cents, at in self.grabs
-            ],
+            "message": self.message,
+            "recipients_count": self.recipients_count,
+            "password_protected": self.password_protected,
+            "shares_sha256": self.shares_sha256,
+            "grabs": self.page_body(),
+            "grabs_next_cursor": self.next_cursor(),
             "luckiest_user_id": luckiest,
+            "shares": list(revealed.shares) if show and revealed else None,
+            "salt": revealed.salt.hex() if show and revealed else None,
             "version": self.version,
         }

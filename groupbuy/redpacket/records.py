@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Literal, NamedTuple, TypedDict, cast
+from typing import Literal, NamedTuple, Required, TypedDict, cast
 
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,7 +25,8 @@ from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = ("packet.sent", "packet.sold_out", "packet.refunded")  # <type>:<packet_id>
+# <type>:<packet_id>
+EVENT_TYPES = ("packet.sent", "packet.sold_out", "packet.withdrawn", "packet.refunded")
 
 
 # -- event dedup keys -----------------------------------------------------------------
@@ -86,22 +87,35 @@ class PacketSoldOut(_Ending):
     sender_id: str
 
 
-class PacketRefunded(_Ending):
-    """lua/_packet_lib.lua (an expiry), or a packet that expired before it was sent: the
-    rest goes back to the sender."""
+class PacketWithdrawn(_Ending):
+    """lua/_packet_lib.lua (a withdrawal), just before its packet.refunded: the sender
+    took the packet back."""
 
-    type: Literal["packet.refunded"]
+    type: Literal["packet.withdrawn"]
     at_ms: str
     packet_id: str
     sender_id: str
-    refunded_cents: str
-    remaining_count: str
 
 
-PacketRecord = GrabRecord | PacketSoldOut | PacketRefunded
+class PacketRefunded(_Ending, total=False):
+    """lua/_packet_lib.lua (an expiry or a withdrawal), or a packet that expired before it
+    was sent: the rest goes back to the sender. The last record of its packet."""
+
+    type: Required[Literal["packet.refunded"]]
+    at_ms: Required[str]
+    packet_id: Required[str]
+    sender_id: Required[str]
+    refunded_cents: Required[str]
+    remaining_count: Required[str]
+    reason: str  # expired | withdrawn (records from before withdrawals: none, expired)
+
+
+PacketEnding = PacketSoldOut | PacketWithdrawn | PacketRefunded
+PacketRecord = GrabRecord | PacketEnding
 PACKET_RECORDS: dict[str, type[PacketRecord]] = {
     "grab": GrabRecord,
     "packet.sold_out": PacketSoldOut,
+    "packet.withdrawn": PacketWithdrawn,
     "packet.refunded": PacketRefunded,
 }
 """Every packet record type by its `type` field."""
@@ -123,7 +137,7 @@ async def apply_packet_records(session: AsyncSession, records: list[PacketRecord
     """
     records = await _fence(session, records)
     grabs: list[GrabRecord] = []
-    endings: list[PacketSoldOut | PacketRefunded] = []
+    endings: list[PacketEnding] = []
     for f in records:
         if f["type"] == "grab":
             grabs.append(f)
@@ -224,7 +238,7 @@ def _grab_credit(f: GrabRecord) -> dict[str, object]:
     }
 
 
-async def _apply_ending(session: AsyncSession, f: PacketSoldOut | PacketRefunded) -> None:
+async def _apply_ending(session: AsyncSession, f: PacketEnding) -> None:
     kind, packet_id, at_ms = f["type"], f["packet_id"], int(f["at_ms"])
     at = from_ms(at_ms)
     data: dict[str, object] = {"packet_id": packet_id, "sender_id": f["sender_id"]}
@@ -233,7 +247,12 @@ async def _apply_ending(session: AsyncSession, f: PacketSoldOut | PacketRefunded
     if f["type"] == "packet.sold_out":
         await _set(session, packet_id, status="sold_out", sold_out_at=at)
         await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
+    elif f["type"] == "packet.withdrawn":
+        # The status changes with the refund that follows: the packet's last record.
+        await _set(session, packet_id, withdrawn_at=at)
+        await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
     elif f["type"] == "packet.refunded":
+        reason = f.get("reason", "expired")
         refunded = int(f["refunded_cents"])
         await post_entry(
             session,
@@ -243,8 +262,13 @@ async def _apply_ending(session: AsyncSession, f: PacketSoldOut | PacketRefunded
             business_key=refund_key(packet_id),
             at=at,
         )
-        await _set(session, packet_id, status="expired", expired_at=at, refunded_cents=refunded)
-        data |= {"refunded_cents": refunded, "ungrabbed_count": int(f["remaining_count"])}
+        ended = {"expired_at": at} if reason == "expired" else {}
+        await _set(session, packet_id, status=reason, refunded_cents=refunded, **ended)
+        data |= {
+            "refunded_cents": refunded,
+            "ungrabbed_count": int(f["remaining_count"]),
+            "reason": reason,
+        }
         await record_event(session, Event(kind, at_ms, packet_event_key(kind, packet_id), data))
     else:
         raise ValueError(f"unknown packet record type {kind!r}")

@@ -57,7 +57,8 @@ PACKET_RESTORE = ScriptSpec(
     ),
     more_args=Slot(
         "grabs",
-        "grab_count pairs (user_id, 'seq|amount|at_ms'), then the shares still to grab",
+        "grab_count pairs (user_id, 'seq|amount|at_ms') in seq order, then the committed "
+        "shares still to grab (count - grab_count), then the recipients",
     ),
     replies={
         OK: shape("rebuilt: active, or sold_out when every share was recorded", ("status", str)),
@@ -112,10 +113,11 @@ class RecoveryService(UsesBackends):
         """Rebuild an active packet that Redis lost, from SQL; True if this call rebuilt it.
 
         Its recorded grabs go back (nobody grabs twice, earlier grabs answer the same
-        amounts) and what remains is drawn again into count - grabs shares. The packet's
-        epoch is raised in SQL first, under the packet row's lock, so records Redis wrote
-        before it lost the packet (still on their way to SQL) are fenced out and reported,
-        never applied on top of the new shares.
+        amounts) and the shares after them come back exactly as committed at send: the
+        i-th grab still gets the i-th share. The packet's epoch is raised in SQL first,
+        under the packet row's lock, so records Redis wrote before it lost the packet
+        (still on their way to SQL) are fenced out and reported, never applied on top of
+        the shares given again.
         """
         keys = self._keys
         async with rebuilding(
@@ -148,9 +150,11 @@ class RecoveryService(UsesBackends):
                         from_ms(now_ms),
                         len(grabs),
                     )
-            left = row.count - len(grabs)
-            left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
-            shares = split(row.strategy, left_cents, left) if left else []
+            commitment, recipients = await self._sending.contents(row)
+            shares = commitment.undrawn(len(grabs))
+            if not commitment.salt:  # sent before commitments: what is left, drawn again
+                left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
+                shares = tuple(split(row.strategy, left_cents, len(shares))) if shares else ()
             recorded: list[Any] = []
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
@@ -158,11 +162,11 @@ class RecoveryService(UsesBackends):
             restored = await packet_restore(
                 self._packets,
                 packet_id,
-                [*recorded, *shares],
+                [*recorded, *shares, *recipients],
                 **recorded_args(row, self._limits.retention_s),
                 epoch=epoch,
                 seq_gap=max((g.seq for g in grabs), default=0) - len(grabs),
-                version=packet_version(epoch, row.count, len(grabs), ended=False),
+                version=packet_version(epoch, row.count, len(grabs), "active"),
                 grab_count=len(grabs),
             )
         if restored.code is not PacketCode.OK:
@@ -170,12 +174,12 @@ class RecoveryService(UsesBackends):
         RESTORED.labels("packet").inc()
         log.warning(
             "packet %s was missing from Redis: rebuilt from SQL (epoch %d, %d recorded grabs "
-            "kept, %d cents drawn again into %d shares, %s)",
+            "kept, %d cents in %d undrawn shares, %s)",
             packet_id,
             epoch,
             len(grabs),
-            left_cents,
-            left,
+            sum(shares),
+            len(shares),
             restored.status,
         )
         return True
@@ -190,4 +194,6 @@ class RecoveryService(UsesBackends):
             refuse(PacketCode.SOLD_OUT, row.packet_id)
         if row.status == "expired":
             refuse(PacketCode.EXPIRED, row.packet_id)
+        if row.status == "withdrawn":
+            refuse(PacketCode.WITHDRAWN, row.packet_id)
         raise errors.RedisUnavailable(f"packet {row.packet_id!r} is missing from Redis")

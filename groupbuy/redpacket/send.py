@@ -4,9 +4,10 @@ The specs and calls of its scripts (the admission and its take-back, the creatio
 operation (`SendService`, which also finishes the sends whose Redis step failed) and its
 answer (`sent_body`).
 
-Money moves in SQL: a send debits the sender and records the packet in one SQL
-transaction, then puts the packet and its pre-drawn shares in Redis ("makes it live"). The
-admission script checks the sender's block and daily caps first, before any money moves.
+Money moves in SQL: a send draws the shares, then debits the sender and records the packet,
+its committed shares and its terms in one SQL transaction, then puts them in Redis ("makes
+it live"). The admission script checks the sender's block and daily caps first, before
+any money moves.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from groupbuy import errors, wire
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import packet_debit_key
 from groupbuy.redpacket.codes import PacketCode, raise_for
-from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.commitment import Commitment
+from groupbuy.redpacket.models import PacketContentsRow, PacketRow
 from groupbuy.redpacket.records import PacketRefunded, apply_packet_records, packet_event_key
 from groupbuy.redpacket.specs import (
     EXISTING,
@@ -37,6 +39,7 @@ from groupbuy.redpacket.specs import (
     recorded_args,
 )
 from groupbuy.redpacket.split import split
+from groupbuy.redpacket.terms import Terms, pack_recipients, unpack_recipients
 from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
@@ -50,6 +53,9 @@ log = logging.getLogger(__name__)
 # the clock just before midnight still finds them).
 DAY_MS = 86_400_000
 DAY_KEY_SLACK_MS = 3_600_000
+
+# A packet anyone may grab, the sender too, without a password or a greeting.
+PLAIN = Terms()
 
 PACKET_ADMIT = ScriptSpec(
     "packet_admit",
@@ -91,10 +97,14 @@ PACKET_UNADMIT = ScriptSpec(
 )
 PACKET_CREATE = ScriptSpec(
     "packet_create",
-    "Put a sent packet and its pre-drawn shares in Redis, idempotently.",
+    "Put a sent packet, its committed shares and its recipients in Redis, once.",
     keys=PACKET_KEYS,
     args=(*PACKET_ARGV, *RECORDED),
-    more_args=Slot("shares", "the shares in grab order (count of them, summing to amount)"),
+    more_args=Slot(
+        "shares",
+        "the committed shares in grab order (count of them, summing to amount), then the "
+        "recipients (recipients_count of them)",
+    ),
     replies={OK: shape("created"), EXISTING: shape("already there (nothing changed)")},
 )
 
@@ -114,10 +124,14 @@ async def packet_unadmit(packets: PacketScripts, sender_day: str, packet_id: str
 
 
 async def packet_create(
-    packets: PacketScripts, packet_id: str, shares: Sequence[int], **recorded: Any
+    packets: PacketScripts,
+    packet_id: str,
+    shares: Sequence[int],
+    recipients: Sequence[str],
+    **recorded: Any,
 ) -> PacketReply:
     """packet_create; `recorded`: the packet as SQL records it (RECORDED, recorded_args)."""
-    return await packets.run(PACKET_CREATE, packet_id, shares, **recorded)
+    return await packets.run(PACKET_CREATE, packet_id, [*shares, *recipients], **recorded)
 
 
 class SendService(UsesBackends):
@@ -138,12 +152,15 @@ class SendService(UsesBackends):
         packet_id: str | None = None,
         expires_in_s: int | None = None,
         strategy: str = "double_mean",
+        terms: Terms = PLAIN,
     ) -> Outcome:
         """Debit the sender and create the packet; the same packet_id again returns it.
 
         A blocked sender (403) and a send past the sender's daily caps (409) are refused by
-        the admission script before any money moves."""
+        the admission script before any money moves. The shares are drawn here, once: SQL
+        keeps them with the packet, and the answer carries their commitment."""
         limits = self._limits
+        terms.check(count)
         if count > limits.max_count:
             raise errors.InvalidRequest(f"count may be at most {limits.max_count}")
         if amount_cents > limits.max_amount_cents:
@@ -159,7 +176,11 @@ class SendService(UsesBackends):
             "count": count,
             "strategy": strategy,
             "expires_in_s": expires_in_s,
+            "message": terms.message,
+            "recipients_count": len(terms.recipients),
+            "sender_may_grab": terms.sender_may_grab,
         }
+        commitment = Commitment.draw(strategy, amount_cents, count)
         # The sender's and the packet's slots are in the directory (Redis Cluster), each with
         # its copy of the blocked users, before the admission reads one and the packet is
         # written to the other.
@@ -168,18 +189,18 @@ class SendService(UsesBackends):
         # send Redis could not take is refused before the debit.
         counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
         try:
-            created, row = await self._record_send(packet_id, wanted, now_ms)
+            created, row = await self._record_send(packet_id, wanted, terms, commitment, now_ms)
         except Exception:
             if counted:  # refused (too little money) or failed: the send did not happen
                 await self._unadmit(sender_id, packet_id, now_ms)
             raise
         if counted and not created:  # a repeat: the first send was counted on its own day
             await self._unadmit(sender_id, packet_id, now_ms)
-        if not created and any(getattr(row, k) != v for k, v in wanted.items()):
+        if not created and not await self._same_send(row, wanted, terms):
             raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
         if row.status == "pending":
             try:
-                await self.make_live(row, joined=True)
+                await self.make_live(row, joined=True, contents=(commitment, terms.recipients))
             except redis.exceptions.OutOfMemoryError:
                 # Memory ran out between the admission and the packet: the client is told nothing
                 # was applied, so the debit and the packet's record go (a repeat starts over).
@@ -230,13 +251,34 @@ class SendService(UsesBackends):
         key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
         await packet_unadmit(self._packets, key, packet_id)
 
+    async def _same_send(self, row: PacketRow, wanted: dict[str, Any], terms: Terms) -> bool:
+        """True when a repeated send asks for the packet that was recorded."""
+        if any(getattr(row, k) != v for k, v in wanted.items()):
+            return False
+        if not terms.same_password(row.password_salt, row.password_hash):
+            return False
+        if not terms.recipients:
+            return True
+        async with self._db.sessions() as session:
+            contents = await session.get(PacketContentsRow, row.packet_id)
+        return contents is not None and unpack_recipients(contents.recipients) == list(
+            terms.recipients
+        )
+
     async def _record_send(
-        self, packet_id: str, wanted: dict[str, Any], now_ms: int
+        self,
+        packet_id: str,
+        wanted: dict[str, Any],
+        terms: Terms,
+        commitment: Commitment,
+        now_ms: int,
     ) -> tuple[bool, PacketRow]:
-        """Record the packet and debit its sender in one SQL transaction: (created, the row);
-        created is False when the packet id was recorded before (nothing changed)."""
+        """Record the packet, its contents and its debit in one SQL transaction: (created,
+        the row); created is False when the packet id was recorded before (nothing
+        changed)."""
         sender_id, amount_cents = wanted["sender_id"], wanted["amount_cents"]
         expires_in_s = wanted["expires_in_s"]
+        salt, hashed = terms.stored_password()
         async with self._db.transaction(urgent=True) as session:
             created = await insert_ignore(
                 session,
@@ -249,9 +291,20 @@ class SendService(UsesBackends):
                     "records_done": False,
                     "created_at": from_ms(now_ms),
                     "expires_at": from_ms(now_ms + expires_in_s * 1000),
+                    "password_salt": salt,
+                    "password_hash": hashed,
+                    "shares_sha256": commitment.sha256,
                 },
             )
             if created:
+                session.add(
+                    PacketContentsRow(
+                        packet_id=packet_id,
+                        shares_salt=commitment.salt,
+                        shares=commitment.pack(),
+                        recipients=pack_recipients(terms.recipients),
+                    )
+                )
                 await ledger.post_entry(
                     session,
                     user_id=sender_id,
@@ -267,7 +320,13 @@ class SendService(UsesBackends):
                         "packet.sent",
                         now_ms,
                         packet_event_key("packet.sent", packet_id),
-                        {"packet_id": packet_id, **wanted, "version": 1},
+                        {
+                            "packet_id": packet_id,
+                            **wanted,
+                            "password_protected": hashed is not None,
+                            "shares_sha256": commitment.sha256,
+                            "version": 1,
+                        },
                     ),
                 )
             row = await session.get(PacketRow, packet_id, populate_existing=True)
@@ -285,6 +344,9 @@ class SendService(UsesBackends):
             )
             if cast(CursorResult[Any], gone).rowcount != 1:
                 return
+            await session.execute(
+                delete(PacketContentsRow).where(PacketContentsRow.packet_id == row.packet_id)
+            )
             await ledger.take_back(session, packet_debit_key(row.packet_id))
             await session.execute(
                 delete(EventRow).where(
@@ -293,14 +355,20 @@ class SendService(UsesBackends):
             )
         log.warning("send of packet %s taken back: Redis refused the packet", row.packet_id)
 
-    async def make_live(self, row: PacketRow, joined: bool = False) -> None:
+    async def make_live(
+        self,
+        row: PacketRow,
+        joined: bool = False,
+        contents: tuple[Commitment, Sequence[str]] | None = None,
+    ) -> None:
         """Create the Redis state of a recorded packet (idempotent), then mark it active;
-        its slot joins the directory first unless the caller has `joined` it."""
+        its slot joins the directory first unless the caller has `joined` it. `contents`:
+        its committed shares and recipients, read from SQL unless the caller has them."""
         if not joined:
             await self._slots.join(self._keys.packet_slot(row.packet_id))
-        shares = split(row.strategy, row.amount_cents, row.count)
+        commitment, recipients = contents or await self.contents(row)
         recorded = recorded_args(row, self._limits.retention_s)
-        await packet_create(self._packets, row.packet_id, shares, **recorded)
+        await packet_create(self._packets, row.packet_id, commitment.shares, recipients, **recorded)
         async with self._db.transaction(urgent=True) as session:
             await session.execute(
                 update(PacketRow)
@@ -308,6 +376,17 @@ class SendService(UsesBackends):
                 .values(status="active")
             )
         row.status = "active"
+
+    async def contents(self, row: PacketRow) -> tuple[Commitment, list[str]]:
+        """A recorded packet's committed shares and its recipients, from SQL. A packet sent
+        before commitments were kept has none: its shares are drawn now, as they were then."""
+        async with self._db.sessions() as session:
+            kept = await session.get(PacketContentsRow, row.packet_id)
+        if kept is None:
+            drawn = split(row.strategy, row.amount_cents, row.count)
+            return Commitment(tuple(drawn), b""), []
+        commitment = Commitment.unpack(kept.shares, kept.shares_salt)
+        return commitment, unpack_recipients(kept.recipients)
 
     async def repair_pending(self) -> dict[str, int]:
         """Finish sends whose Redis step failed: create the packet, or refund it if already over."""
@@ -358,4 +437,6 @@ def sent_body(row: PacketRow) -> wire.PacketSent:
         "strategy": cast(wire.SplitStrategy, row.strategy),
         "status": cast(wire.PacketStatus, "active" if row.status == "pending" else row.status),
         "expires_at": iso_ms(to_ms(row.expires_at)),
+        "message": row.message,
+        "shares_sha256": row.shares_sha256,
     }

@@ -37,6 +37,9 @@ PACKET_KEYS = slots(
     ("packet_pending", "pending index: zset packet_id -> ms of its oldest outbox record"),
     ("packet_due", "due index: zset packet_id -> expires_ms (active packets only)"),
     ("packet_blocklist", "blocked users hash (the copy of the packet's slot in a cluster)"),
+    ("packet_order", "list of the grabbing users, in grab order (reads page through it)"),
+    ("packet_recipients", "set of the users who may grab (a packet with recipients only)"),
+    ("packet_attempts", "hash user -> wrong passwords given (a packet with a password only)"),
 )
 PACKET_ARGV = slots(
     ("packet_id", "the packet"),
@@ -51,12 +54,27 @@ RECORDED = slots(
     ("created_ms", "when it was sent"),
     ("expires_ms", "when it expires"),
     ("retention_ms", "how long the keys outlive the expiry"),
+    ("message", "the greeting ('' for none)"),
+    ("shares_sha256", "the commitment to the shares ('' for a packet sent before commitments)"),
+    ("recipients_count", "how many recipients (0: anyone may grab)"),
+    ("gate", "the grab's checks, a letter each: r recipients, p password, s not the sender"),
+    ("pw_salt", "the password's salt, hex ('' for none)"),
+    ("pw_hash", "hex SHA-256 of the salt's bytes then the password's UTF-8 ('' for none)"),
 )
 
 OK, EXISTING, PACKET_NOT_FOUND = PacketCode.OK, PacketCode.EXISTING, PacketCode.PACKET_NOT_FOUND
 NO_PACKET = shape("no such packet")
 # A request's token: 9 random bytes, 12 URL-safe characters stored with each grab or send.
 REQUEST_TOKEN_BYTES = 9
+
+
+def gate(row: PacketRow) -> str:
+    """The letters of the checks a grab of this packet runs ('' for none: the hot path)."""
+    return (
+        ("r" if row.recipients_count else "")
+        + ("p" if row.password_hash else "")
+        + ("" if row.sender_may_grab else "s")
+    )
 
 
 def recorded_args(row: PacketRow, retention_s: int) -> dict[str, Any]:
@@ -70,6 +88,12 @@ def recorded_args(row: PacketRow, retention_s: int) -> dict[str, Any]:
         "created_ms": to_ms(row.created_at),
         "expires_ms": to_ms(row.expires_at),
         "retention_ms": retention_s * 1000,
+        "message": row.message or "",
+        "shares_sha256": row.shares_sha256 or "",
+        "recipients_count": row.recipients_count,
+        "gate": gate(row),
+        "pw_salt": row.password_salt or "",
+        "pw_hash": row.password_hash or "",
     }
 
 

@@ -162,7 +162,7 @@ class SweepService(UsesBackends):
             ).all()
         for packet_id in ended:
             packet = self._keys.packet_keys(packet_id)
-            await self._redis.delete(packet.hash, packet.shares, packet.grabs, packet.outbox)
+            await self._redis.delete(*packet.own())
         if ended:
             async with self._db.transaction() as session:
                 await session.execute(

@@ -57,7 +57,7 @@ GROUP = "writers"
 # Script calls in flight at once (coalesced into pipelines when auto_pipeline is on; a
 # connection each otherwise, so fewer than the pool holds).
 CALLS_AT_ONCE = 32
-_ENDED = ("sold_out", "expired")
+_ENDED = ("sold_out", "expired", "withdrawn")
 
 Entries = list[tuple[str, dict[str, str]]]
 

@@ -152,7 +152,8 @@ class ActivityKeys(KeyGroup):
 class PacketKeys(KeyGroup):
     """The keys every packet script takes: state hash, queued shares, grabs, outbox (under
     the packet's tag), then the pending and due indexes and the blocked users (the copies
-    of the shared keys the layout gives the packet)."""
+    of the shared keys the layout gives the packet), then its grab order, recipients and
+    wrong-password counts (under its tag)."""
 
     prefix = "packet_"
     hash: str
@@ -162,6 +163,17 @@ class PacketKeys(KeyGroup):
     pending: str
     due: str
     blocklist: str
+    order: str
+    recipients: str
+    attempts: str
+
+    def own(self) -> tuple[str, ...]:
+        """The packet's own keys (under its tag), which go when it is released."""
+        return (self.hash, self.shares, self.grabs, self.outbox, *self.terms())
+
+    def terms(self) -> tuple[str, str, str]:
+        """The keys of its grab order and terms (recipients, wrong-password counts)."""
+        return (self.order, self.recipients, self.attempts)
 
 
 @dataclass(frozen=True)
@@ -266,6 +278,9 @@ class Keys:
             pending=self.pending_packets(slot),
             due=self.due_packets(slot),
             blocklist=self.blocked_users(slot),
+            order=f"{tag}:order",
+            recipients=f"{tag}:recipients",
+            attempts=f"{tag}:attempts",
         )
 
     def packet_restoring(self, packet_id: str) -> str:

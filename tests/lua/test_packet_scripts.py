@@ -9,75 +9,28 @@ import pytest
 
 from groupbuy.redpacket import records as packet_records
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.grab import packet_grab
 from groupbuy.redpacket.read import packet_read
 from groupbuy.redpacket.recovery import packet_restore
-from groupbuy.redpacket.send import packet_admit, packet_create, packet_unadmit
-from groupbuy.redpacket.specs import PacketReply, PacketScripts
+from groupbuy.redpacket.send import packet_admit, packet_unadmit
+from groupbuy.redpacket.specs import PacketReply
 from groupbuy.redpacket.sweeps import packet_expire
-from groupbuy.storage.clock import RedisClock
+from groupbuy.redpacket.withdraw import packet_withdraw
 from groupbuy.storage.keys import Keys
-from groupbuy.storage.specs import Reply, Scripts, script_source
+from groupbuy.storage.specs import Reply, script_source
 from groupbuy.storage.typedrecords import record_keys
-
-PID = "pk1"
-RETENTION_MS = 3_600_000
-WINDOW_MS = 30_000  # packet_grab's resend window
-
-# The replies that are a code alone.
-OK = Reply(PacketCode.OK)
-EXISTING = Reply(PacketCode.EXISTING)
-PACKET_NOT_FOUND = Reply(PacketCode.PACKET_NOT_FOUND)
-SOLD_OUT = Reply(PacketCode.SOLD_OUT)
-EXPIRED = Reply(PacketCode.EXPIRED)
-USER_BLOCKED = Reply(PacketCode.USER_BLOCKED)
-
-
-class Harness:
-    """Calls the packet scripts with the service's key layout at a controllable time shift."""
-
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.scripts = Scripts(redis)
-        self.clock = RedisClock()
-        self.packets = PacketScripts(self.scripts, Keys("t"), self.clock)
-        self.keys = Keys("t").packet_keys(PID)
-        self.tokens = 0
-
-    @property
-    def shift_ms(self) -> int:
-        return self.clock.shift_ms
-
-    @shift_ms.setter
-    def shift_ms(self, value: int) -> None:
-        self.clock.shift_ms = value
-
-    async def now_ms(self) -> int:
-        return await self.clock.now_ms(self.redis)
-
-    async def grab(self, user: str, token: str | None = None) -> PacketReply:
-        """packet_grab as the service calls it: a fresh request token unless one is given."""
-        self.tokens += 1
-        token = token or f"tok{self.tokens}"
-        return await packet_grab(self.packets, PID, user, token, WINDOW_MS)
-
-    async def create(self, shares: list[int], ttl_ms: int = 60_000) -> PacketReply:
-        now = await self.now_ms()
-        return await packet_create(
-            self.packets,
-            PID,
-            shares,
-            sender_id="sender",
-            amount_cents=sum(shares),
-            count=len(shares),
-            strategy="double_mean",
-            created_ms=now,
-            expires_ms=now + ttl_ms,
-            retention_ms=RETENTION_MS,
-        )
-
-    async def records(self) -> list[dict[str, str]]:
-        return [fields for _id, fields in await self.redis.xrange(self.keys.outbox)]
+from tests.support.packet_scripts import (
+    EXISTING,
+    EXPIRED,
+    OK,
+    PACKET_NOT_FOUND,
+    PID,
+    RETENTION_MS,
+    SOLD_OUT,
+    USER_BLOCKED,
+    WINDOW_MS,
+    Harness,
+    plain_terms,
+)
 
 
 @pytest.fixture
@@ -210,8 +163,8 @@ async def test_read(h: Harness) -> None:
     state = await packet_read(h.packets, PID)
     assert state.code is PacketCode.OK
     assert state.packet["remaining_count"] == "1"
-    assert list(state.grabs) == ["u1"] and state.grabs["u1"].startswith("1|2|")
-    assert state.now_ms > 0
+    assert state.page[0] == "u1" and state.page[1].startswith("1|2|")
+    assert state.total == 1 and state.now_ms > 0
 
 
 async def test_outbox_ack_with_the_group(h: Harness) -> None:
@@ -231,8 +184,8 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
 
 
 async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> PacketReply:
-    """packet_restore of a 10-cent, 4-share packet at epoch 1 (version 100) with these grabs
-    and shares."""
+    """packet_restore of a 10-cent packet at epoch 1 (version 100) with these grabs and
+    shares (as many shares as both)."""
     now = await h.now_ms()
     flat = [part for grab in grabs for part in grab]
     gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
@@ -242,11 +195,12 @@ async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) 
         [*flat, *shares],
         sender_id="sender",
         amount_cents=10,
-        count=4,
+        count=len(grabs) + len(shares),
         strategy="double_mean",
         created_ms=now,
         expires_ms=now + 60_000,
         retention_ms=RETENTION_MS,
+        **plain_terms(),
         epoch=1,
         seq_gap=gap,
         version=100,
@@ -299,7 +253,7 @@ async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harnes
     # The documented exceptions (docs/architecture.md, for Cluster): the two indexes, and
     # the blocked users hash, which exists once a user is blocked.
     indexes = {h.keys.pending, h.keys.due}
-    assert indexes <= keys and len(keys - indexes) == 4
+    assert indexes <= keys and len(keys - indexes) == 5  # hash, shares, grabs, outbox, order
     assert {k[k.index("{") + 1 : k.index("}")] for k in keys - indexes} == {f"p:{PID}"}
 
 
@@ -495,7 +449,14 @@ async def _restore_recorded(h: Harness) -> None:
     await _restore(h, [("u1", "1|6|1000"), ("u2", "2|4|1001")], [])
 
 
+async def _withdraw(h: Harness) -> None:
+    await h.create([5, 3, 2])
+    await h.grab("u1")
+    await packet_withdraw(h.packets, PID, "sender")
+
+
 EMITTING = {
+    "packet_withdraw": (_withdraw, ["grab", "packet.withdrawn", "packet.refunded"]),
     "packet_grab": (_grab_until_sold_out, ["grab", "grab", "packet.sold_out"]),
     "packet_expire": (_expire, ["grab", "packet.refunded"]),
     "packet_grab late": (_grab_after_the_deadline, ["packet.refunded"]),

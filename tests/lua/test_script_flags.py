@@ -31,6 +31,7 @@ REFUSED_OVER_MAXMEMORY = {
     "packet_create",
     "packet_grab",
     "packet_restore",
+    "packet_withdraw",
     "ratelimit_take",
     "team_confirm",
     "team_dissolve",

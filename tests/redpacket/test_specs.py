@@ -7,10 +7,11 @@ import pytest
 
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import PACKET_GRAB
-from groupbuy.redpacket.read import PACKET_READ
+from groupbuy.redpacket.read import PACKET_GRAB_READ, PACKET_READ
 from groupbuy.redpacket.recovery import PACKET_RESTORE
 from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT
 from groupbuy.redpacket.sweeps import PACKET_EXPIRE
+from groupbuy.redpacket.withdraw import PACKET_WITHDRAW
 from groupbuy.storage.specs import Reply, ReplyError
 
 
@@ -20,8 +21,13 @@ def test_each_shape_names_its_fields() -> None:
     )
     assert PACKET_GRAB.parse([3, 5]) == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     assert PACKET_GRAB.parse([4]) == Reply(PacketCode.SOLD_OUT)
-    assert PACKET_READ.parse([0, ["status", "active"], ["u1", "1|5|9"], 12]) == Reply(
-        PacketCode.OK, packet={"status": "active"}, grabs={"u1": "1|5|9"}, now_ms=12
+    assert PACKET_READ.parse([0, ["status", "active"], ["u1", "1|5|9"], 1, 12]) == Reply(
+        PacketCode.OK, packet={"status": "active"}, page=["u1", "1|5|9"], total=1, now_ms=12
+    )
+    assert PACKET_GRAB.parse([10, 4]) == Reply(PacketCode.WRONG_PASSWORD, attempts_left=4)
+    assert PACKET_GRAB_READ.parse([0]) == Reply(PacketCode.OK, grab=[])
+    assert PACKET_WITHDRAW.parse([14, "expired"]) == Reply(
+        PacketCode.PACKET_ENDED, status="expired"
     )
     assert PACKET_EXPIRE.parse([0, 7]) == Reply(PacketCode.OK, refunded_cents=7)
     assert PACKET_EXPIRE.parse([6, 99]) == Reply(PacketCode.NOT_DUE, expires_ms=99)
