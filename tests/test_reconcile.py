@@ -12,6 +12,8 @@ from groupbuy.locks.sale import Sale
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.reconcile.acks import unrecorded_acks
 from groupbuy.redpacket.codec import grab_value, parse_grab
+from groupbuy.redpacket.commitment import Commitment
+from groupbuy.redpacket.models import PacketContentsRow, PacketRow
 from groupbuy.services import Services
 from tests.support.backends import ALL
 
@@ -104,11 +106,27 @@ async def _wrong_refund(services: Services) -> None:
     await _shift_refund(services, "old", "bob", -1)
 
 
+async def _recommit(services: Services) -> None:
+    """Kept shares other than the grabs got (the first two moved by a cent, the sum and
+    the digest made to fit): only the order of the grabs can tell."""
+    async with services.database.transaction() as session:
+        kept = await session.get(PacketContentsRow, "sold")
+        assert kept is not None
+        shares = list(Commitment.unpack(kept.shares, kept.shares_salt).shares)
+        shares[0], shares[1] = shares[0] + 1, shares[1] - 1
+        other = Commitment(tuple(shares), kept.shares_salt)
+        kept.shares = other.pack()
+        packet = await session.get(PacketRow, "sold")
+        assert packet is not None
+        packet.shares_sha256 = other.sha256
+
+
 Plant = Callable[[Services], Awaitable[None]]
 
 PLANTS: dict[str, tuple[Plant, set[tuple[str, str]]]] = {
     "deleted grab row": (
-        lambda s: _sql(s, "DELETE FROM grabs WHERE packet_id = 'sold' AND user_id = 'u2'"),
+        # the last grab: the rows left are still the first committed shares
+        lambda s: _sql(s, "DELETE FROM grabs WHERE packet_id = 'sold' AND user_id = 'u3'"),
         {
             ("packet_sold_out", "sold"),  # 2 of 3 grabs, short of the amount
             ("redis_grab_missing_in_sql", "sold"),
@@ -130,6 +148,13 @@ PLANTS: dict[str, tuple[Plant, set[tuple[str, str]]]] = {
         {("redis_grab_amount", "sold"), ("redis_packet_sum", "sold")},
     ),
     "wrong refund entry": (_wrong_refund, {("refund_entry", "old")}),
+    "tampered commitment digest": (
+        lambda s: _sql(
+            s, f"UPDATE packets SET shares_sha256 = '{'0' * 64}' WHERE packet_id = 'live'"
+        ),
+        {("packet_commitment_digest", "live")},
+    ),
+    "grabs off the commitment": (_recommit, {("packet_commitment", "sold")}),
     "deleted team member": (
         lambda s: _sql(
             s,

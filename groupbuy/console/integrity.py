@@ -46,6 +46,8 @@ CHECKS: dict[str, tuple[str, ...]] = {
         "grab_acknowledged_unrecorded",
         "grab_dead_lettered",
         "redis_grab_amount",
+        "packet_commitment",
+        "packet_commitment_digest",
     ),
 }
 """Each check and the reconcile mismatch kinds (groupbuy/ops/reconcile/rules.py) it covers."""

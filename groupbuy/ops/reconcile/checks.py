@@ -26,7 +26,8 @@ from groupbuy.locks.models import ActivityRow, ActivityRulesRow, MemberRow, Team
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.rules import GrabDetails, Held, Live, Mismatch
 from groupbuy.redpacket import codec as packet_codec
-from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
+from groupbuy.redpacket.commitment import Commitment
+from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketContentsRow, PacketRow
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetterRow
@@ -112,7 +113,35 @@ class PacketChecks(_Checks):
                 result.mismatches += rules.packet_redis(
                     record, live[pid], details.get(pid, {}), dead.get(pid)
                 )
+            result.mismatches += await self._commitments(chunk)
         return result
+
+    async def _commitments(self, chunk: Sequence[str]) -> list[Mismatch]:
+        """Each packet's grab rows in grab order against its committed shares (packets sent
+        before commitments have none to check)."""
+        async with self._db.sessions() as session:
+            kept = {
+                row.packet_id: (Commitment.unpack(row.shares, row.shares_salt), digest)
+                for row, digest in (
+                    await session.execute(
+                        select(PacketContentsRow, PacketRow.shares_sha256)
+                        .join(PacketRow, PacketRow.packet_id == PacketContentsRow.packet_id)
+                        .where(PacketContentsRow.packet_id.in_(chunk))
+                    )
+                ).all()
+            }
+            grabbed: dict[str, list[int]] = {packet_id: [] for packet_id in kept}
+            rows = await session.execute(
+                select(GrabRow.packet_id, GrabRow.amount_cents)
+                .where(GrabRow.packet_id.in_(list(kept)))
+                .order_by(GrabRow.packet_id, GrabRow.seq)
+            )
+            for packet_id, cents in rows:
+                grabbed[packet_id].append(cents)
+        found: list[Mismatch] = []
+        for packet_id, (commitment, digest) in kept.items():
+            found += rules.packet_commitment(packet_id, commitment, digest, grabbed[packet_id])
+        return found
 
     async def _snapshots(self, chunk: Sequence[str]) -> dict[str, Live]:
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -6,8 +6,11 @@ disagreement with a `kind` from KINDS, the ids it concerns and the numbers invol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from groupbuy.redpacket.commitment import Commitment, holds
 
 Mismatch = dict[str, Any]
 # A grab row and its ledger credit: user -> (grab cents, credit's user, credit's cents).
@@ -18,13 +21,17 @@ KINDS = {
     "packet_grab_count": "more grab rows than the packet has shares",
     "packet_grab_amount": "a grab row of less than 1 cent",
     "packet_sold_out": "sold out, but the grab rows are not `count` grabs summing to the amount",
-    "packet_expired": "expired, but grabs + refunded != amount",
+    "packet_expired": "expired or withdrawn, but grabs + refunded != amount",
     "packet_overdrawn": "active, but the grab rows sum to more than the amount",
     "packet_debit": "the sender's packet_debit entry is missing or is not -amount",
     "refund_entry": "refund entry missing or != refunded_cents, or present on an unexpired packet",
     "grab_credit_missing": "a grab row without its ledger credit",
     "grab_credit_mismatch": "a grab's ledger credit has another amount or user",
     "credit_without_grab": "a grab credit in the ledger without its grab row",
+    # a packet's commitment (SPEC §4.14)
+    "packet_commitment": "the grab rows, in grab order, are not the first committed shares "
+    "(position: the first that differs)",
+    "packet_commitment_digest": "the kept shares and salt do not hash to shares_sha256",
     # a packet in Redis, and Redis against SQL once its outbox stream is empty
     "redis_packet_missing": "active in SQL, but unknown to Redis",
     "redis_packet_sum": "in Redis, remaining_cents + grabs != amount",
@@ -59,6 +66,10 @@ KINDS = {
     # an account (SPEC §4.4)
     "account_balance": "balance_cents != the sum of the account's ledger entries",
 }
+
+
+# The statuses whose rest went back to the sender.
+_REFUNDED = ("expired", "withdrawn")
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,7 @@ def packet_sql(p: dict[str, Any], grabs: GrabDetails) -> Findings:
         found.add(
             "packet_sold_out", grabs=n, count=count, grabbed_cents=grabbed, amount_cents=amount
         )
-    if status == "expired" and grabbed + refunded != amount:
+    if status in _REFUNDED and grabbed + refunded != amount:
         found.add(
             "packet_expired", grabbed_cents=grabbed, refunded_cents=refunded, amount_cents=amount
         )
@@ -115,7 +126,7 @@ def packet_sql(p: dict[str, Any], grabs: GrabDetails) -> Findings:
             entry_cents=p["debit_cents"],
             amount_cents=amount,
         )
-    expected = (p["sender_id"], refunded) if status == "expired" else (None, None)
+    expected = (p["sender_id"], refunded) if status in _REFUNDED else (None, None)
     if (p["refund_user"], p["refund_cents"]) != expected:
         found.add(
             "refund_entry", status=status, refunded_cents=refunded, entry_cents=p["refund_cents"]
@@ -132,6 +143,21 @@ def packet_sql(p: dict[str, Any], grabs: GrabDetails) -> Findings:
                     credit_cents=credit_cents,
                     credit_user_id=credit_user,
                 )
+    return found
+
+
+def packet_commitment(
+    packet_id: str, commitment: Commitment, digest: str | None, grabbed: Sequence[int]
+) -> Findings:
+    """A packet's grab rows in grab order (`grabbed`) against the shares committed at send,
+    and the kept shares against the digest answered at send."""
+    found = Findings(packet_id=packet_id)
+    if commitment.sha256 != digest:
+        found.add("packet_commitment_digest", shares_sha256=digest)
+    if not holds(commitment.shares, grabbed):
+        shares = commitment.shares
+        position = next(i for i, got in enumerate(grabbed) if i >= len(shares) or got != shares[i])
+        found.add("packet_commitment", position=position, grabs=len(grabbed))
     return found
 
 
@@ -170,7 +196,7 @@ def packet_redis(
     redis_refunded = as_int(f.get("refunded"))
     if f.get("status") != sql_status:
         found.add("redis_status", redis_status=f.get("status"), sql_status=p["status"])
-    elif sql_status == "expired" and redis_refunded != p["refunded_cents"]:
+    elif sql_status in _REFUNDED and redis_refunded != p["refunded_cents"]:
         found.add("redis_refund", redis_cents=redis_refunded, sql_cents=p["refunded_cents"])
     sql = {user: cents for user, (cents, _user, _cents) in grabs.items()}
     for user_id in sorted(live.entries.keys() | sql.keys()):
