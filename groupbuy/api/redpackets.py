@@ -326,7 +326,7 @@ ENDPOINTS = [
         answer=wire.Packet,
         problems={
             errors.NotTheSender: "`sender_id` did not send this packet",
-            errors.PacketEnded: "the packet sold out or expired before (`status`)",
+            errors.PacketEnded: "the packet sold out or expired before (`packet_status`)",
             **_NO_PACKET,
         },
     ),

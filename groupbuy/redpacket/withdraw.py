@@ -83,7 +83,7 @@ class WithdrawService(UsesBackends):
             )
         if reply.code is PacketCode.PACKET_ENDED:
             raise errors.PacketEnded(
-                f"packet {packet_id!r} has ended: {reply.status}", status=reply.status
+                f"packet {packet_id!r} has ended: {reply.status}", packet_status=reply.status
             )
         if reply.code is PacketCode.PACKET_NOT_FOUND:
             raise errors.RedisUnavailable(f"packet {packet_id!r} is missing from Redis")
