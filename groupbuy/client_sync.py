@@ -16,7 +16,7 @@ at a time per thread needs no more); a request that gets no answer raises
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Protocol, cast
 
 import httpx
 import orjson
@@ -45,14 +45,17 @@ from groupbuy.wire import (
     Dissolved,
     EventsPage,
     Grabbed,
+    GrabsPage,
     Health,
     JobReport,
     LedgerEntriesPage,
     LockTaken,
     MemberLeft,
     Packet,
+    PacketGrab,
     PacketSent,
     PacketsPage,
+    PacketStatus,
     Readiness,
     ReconcileReport,
     Released,
@@ -365,7 +368,7 @@ class GroupBuySyncClient:
         self,
         *,
         sender_id: str | None = None,
-        status: Literal["active", "sold_out", "expired"] | None = None,
+        status: PacketStatus | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> PacketsPage:
@@ -384,8 +387,14 @@ class GroupBuySyncClient:
         packet_id: str | None = None,
         expires_in_s: int | None = None,
         strategy: SplitStrategy | None = None,
+        message: str | None = None,
+        recipients: list[str] | None = None,
+        password: str | None = None,
+        sender_may_grab: bool | None = None,
     ) -> PacketSent:
-        """POST /v1/redpackets: send a packet, debiting the sender."""
+        """POST /v1/redpackets: send a packet, debiting the sender. `message` is a greeting;
+        `recipients` the only users who may grab; `password` what a grab must give;
+        `sender_may_grab=False` keeps the sender from grabbing."""
         body = _drop_none(
             {
                 "sender_id": sender_id,
@@ -394,18 +403,49 @@ class GroupBuySyncClient:
                 "packet_id": packet_id,
                 "expires_in_s": expires_in_s,
                 "strategy": strategy,
+                "message": message,
+                "recipients": recipients,
+                "password": password,
+                "sender_may_grab": sender_may_grab,
             }
         )
         return cast(PacketSent, self._json("POST", "/v1/redpackets", body))
 
-    def grab(self, packet_id: str, user_id: str) -> Grabbed:
-        """POST /v1/redpackets/{packet_id}/grab: a share, at most once per user."""
-        path = f"/v1/redpackets/{_segment(packet_id)}/grab"
-        return cast(Grabbed, self._json("POST", path, {"user_id": user_id}))
+    def grab(self, packet_id: str, user_id: str, password: str | None = None) -> Grabbed:
+        """POST /v1/redpackets/{packet_id}/grab: a share, at most once per user (`password`
+        for a packet sent with one; a wrong one raises 403 wrong_password)."""
+        body = _drop_none({"user_id": user_id, "password": password})
+        return cast(Grabbed, self._json("POST", f"{self._packet(packet_id)}/grab", body))
+
+    def withdraw_packet(self, packet_id: str, sender_id: str) -> Packet:
+        """POST /v1/redpackets/{packet_id}/withdraw: the sender takes back what is left; the
+        packet ends `withdrawn` (once: a repeat answers the same; 409 packet_ended when it
+        sold out or expired first)."""
+        path = f"{self._packet(packet_id)}/withdraw"
+        return cast(Packet, self._json("POST", path, {"sender_id": sender_id}))
 
     def get_packet(self, packet_id: str) -> Packet:
-        """GET /v1/redpackets/{packet_id}: the packet and its grabs."""
-        return cast(Packet, self._json("GET", f"/v1/redpackets/{_segment(packet_id)}"))
+        """GET /v1/redpackets/{packet_id}: the packet and its first 100 grabs."""
+        return cast(Packet, self._json("GET", self._packet(packet_id)))
+
+    def packet_grabs(
+        self, packet_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> GrabsPage:
+        """GET /v1/redpackets/{packet_id}/grabs: a page of the grabs, in grab order (the
+        packet's `grabs_next_cursor` as `cursor` reads on after its first 100)."""
+        params = _drop_none({"limit": limit, "cursor": cursor})
+        path = f"{self._packet(packet_id)}/grabs"
+        return cast(GrabsPage, self._json("GET", path, params=params))
+
+    def packet_grab(self, packet_id: str, user_id: str) -> PacketGrab:
+        """GET /v1/redpackets/{packet_id}/grabs/{user_id}: one user's grab (404 not_grabbed
+        raises)."""
+        path = f"{self._packet(packet_id)}/grabs/{_segment(user_id)}"
+        return cast(PacketGrab, self._json("GET", path))
+
+    @staticmethod
+    def _packet(packet_id: str) -> str:
+        return f"/v1/redpackets/{_segment(packet_id)}"
 
     # -- events and administration -------------------------------------------------------
 

@@ -53,7 +53,7 @@ at a time per thread needs no more); a request that gets no answer raises
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Protocol, cast
 
 import httpx
 import orjson
@@ -82,14 +82,17 @@ from groupbuy.wire import (
     Dissolved,
     EventsPage,
     Grabbed,
+    GrabsPage,
     Health,
     JobReport,
     LedgerEntriesPage,
     LockTaken,
     MemberLeft,
     Packet,
+    PacketGrab,
     PacketSent,
     PacketsPage,
+    PacketStatus,
     Readiness,
     ReconcileReport,
     Released,

@@ -261,6 +261,50 @@ async def test_accounts_packets_events_and_jobs(clients: Clients) -> None:
     await raises("invalid_request", 422, gb.events(limit=0))
 
 
+async def test_a_packet_s_terms_withdrawal_and_its_grabs(clients: Clients) -> None:
+    admin, gb = clients.admin, clients.service
+    await admin.deposit("alice", 1000, "ref-t")
+    sent = await gb.send_packet(
+        "alice",
+        300,
+        3,
+        packet_id="pk-t",
+        strategy="equal",
+        message="恭喜发财",
+        recipients=["bob", "carol", "dave"],
+        password="open sesame",
+        sender_may_grab=False,
+    )
+    assert sent["message"] == "恭喜发财" and len(sent["shares_sha256"] or "") == 64
+    wrong = await raises("wrong_password", 403, gb.grab("pk-t", "bob", password="nope"))
+    assert wrong.extra["attempts_left"] == 4
+    await raises("wrong_password", 403, gb.grab("pk-t", "bob"))
+    await raises("not_a_recipient", 403, gb.grab("pk-t", "erin", password="open sesame"))
+    assert (await gb.grab("pk-t", "bob", password="open sesame"))["amount_cents"] == 100
+    await gb.grab("pk-t", "carol", password="open sesame")
+    packet = await gb.get_packet("pk-t")
+    assert (packet["recipients_count"], packet["password_protected"]) == (3, True)
+    assert "open sesame" not in str(packet)
+
+    first = await gb.packet_grabs("pk-t", limit=1)
+    assert [g["user_id"] for g in first["grabs"]] == ["bob"] and first["next_cursor"]
+    rest = await gb.packet_grabs("pk-t", cursor=first["next_cursor"])
+    assert [g["user_id"] for g in rest["grabs"]] == ["carol"] and rest["next_cursor"] is None
+    assert (await gb.packet_grab("pk-t", "carol"))["amount_cents"] == 100
+    await raises("not_grabbed", 404, gb.packet_grab("pk-t", "dave"))
+    await raises("invalid_request", 422, gb.packet_grabs("pk-t", cursor="x"))
+
+    await raises("not_the_sender", 403, gb.withdraw_packet("pk-t", "bob"))
+    withdrawn = await gb.withdraw_packet("pk-t", "alice")
+    assert (withdrawn["status"], withdrawn["refunded_cents"]) == ("withdrawn", 100)
+    assert withdrawn["salt"] and withdrawn["shares"] == [100, 100, 100]
+    assert (await gb.withdraw_packet("pk-t", "alice"))["refunded_cents"] == 100
+    assert (await gb.account("alice"))["balance_cents"] == 800
+    await raises("withdrawn", 410, gb.grab("pk-t", "dave", password="open sesame"))
+    listed = await gb.list_packets(status="withdrawn")
+    assert [p["packet_id"] for p in listed["packets"]] == ["pk-t"]
+
+
 async def test_blocked_users(clients: Clients) -> None:
     admin, gb = clients.admin, clients.service
     await admin.deposit("mallory", 1000, "ref-m")

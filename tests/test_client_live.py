@@ -125,6 +125,28 @@ async def test_accounts_and_red_packets(live: Service) -> None:
     await refused_unsigned(live, "entries", "alice", limit=1)
 
 
+async def test_a_password_packet_withdrawn_and_its_grabs(live: Service) -> None:
+    async with signed(live) as (admin, gb):
+        await admin.deposit("pia", 500, "ref-p")
+        await gb.send_packet(
+            "pia", 400, 4, packet_id="pk-p", strategy="equal", password="芝麻开门", message="hi"
+        )
+        with pytest.raises(GroupBuyAPIError) as caught:
+            await gb.grab("pk-p", "bob", password="wrong")
+        assert (caught.value.code, caught.value.extra["attempts_left"]) == ("wrong_password", 4)
+        assert (await gb.grab("pk-p", "bob", password="芝麻开门"))["amount_cents"] == 100
+        await gb.grab("pk-p", "cleo", password="芝麻开门")
+        first = await gb.packet_grabs("pk-p", limit=1)
+        rest = await gb.packet_grabs("pk-p", limit=1, cursor=first["next_cursor"])
+        assert [g["user_id"] for g in first["grabs"] + rest["grabs"]] == ["bob", "cleo"]
+        assert (await gb.packet_grab("pk-p", "cleo"))["user_id"] == "cleo"
+        withdrawn = await gb.withdraw_packet("pk-p", "pia")
+        assert (withdrawn["status"], withdrawn["refunded_cents"]) == ("withdrawn", 200)
+        listed = await gb.list_packets(sender_id="pia", status="withdrawn")
+        assert [p["packet_id"] for p in listed["packets"]] == ["pk-p"]
+    await refused_unsigned(live, "packet_grabs", "pk-p", limit=1, cursor="1")
+
+
 async def test_events_and_administration(live: Service) -> None:
     async with signed(live) as (admin, gb):
         await admin.deposit("carol", 500, "ref-c")
@@ -199,7 +221,13 @@ def test_the_blocking_client_on_every_family(live: Service, receiver: Receiver) 
         admin.deposit("sync-s", 200, "ref-s")
         gb.send_packet("sync-s", 200, 2, packet_id="pk-s")
         assert gb.grab("pk-s", "bob")["status"] == "grabbed"
-        assert [e["kind"] for e in gb.entries("sync-s", limit=5)["entries"]] == ["send", "deposit"]
+        assert gb.packet_grabs("pk-s", limit=1)["grabs"] == [gb.packet_grab("pk-s", "bob")]
+        assert gb.withdraw_packet("pk-s", "sync-s")["status"] == "withdrawn"
+        assert [e["kind"] for e in gb.entries("sync-s", limit=5)["entries"]] == [
+            "refund",
+            "send",
+            "deposit",
+        ]
         assert gb.events(after=0, limit=1000)["events"]
         assert admin.block_user("sync-m")["user_id"] == "sync-m"
         assert admin.unblock_user("sync-m")["unblocked"] is True

@@ -87,6 +87,42 @@ def test_requests_are_built_and_signed_as_the_async_client_builds_them() -> None
         assert request.headers["Authorization"] == f"Bearer {SERVICE_KEY}"
 
 
+def test_packet_requests_carry_their_terms_cursors_and_passwords() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    transport = httpx.MockTransport(answer)
+    with GroupBuySyncClient("http://x", SERVICE_KEY, transport=transport) as gb:
+        gb.send_packet(
+            "alice", 300, 3, message="hi", recipients=["bob"], password="pw", sender_may_grab=False
+        )
+        gb.send_packet("alice", 100, 1)
+        gb.grab("pk", "bob", password="pw")
+        gb.grab("pk", "bob")
+        gb.withdraw_packet("pk", "alice")
+        gb.packet_grabs("pk", limit=1, cursor="100")
+        gb.packet_grab("pk", "bob")
+        gb.list_packets(status="withdrawn")
+    assert [(r.method, r.url.raw_path, r.content) for r in seen] == [
+        (
+            "POST",
+            b"/v1/redpackets",
+            b'{"sender_id":"alice","amount_cents":300,"count":3,"message":"hi",'
+            b'"recipients":["bob"],"password":"pw","sender_may_grab":false}',
+        ),
+        ("POST", b"/v1/redpackets", b'{"sender_id":"alice","amount_cents":100,"count":1}'),
+        ("POST", b"/v1/redpackets/pk/grab", b'{"user_id":"bob","password":"pw"}'),
+        ("POST", b"/v1/redpackets/pk/grab", b'{"user_id":"bob"}'),
+        ("POST", b"/v1/redpackets/pk/withdraw", b'{"sender_id":"alice"}'),
+        ("GET", b"/v1/redpackets/pk/grabs?limit=1&cursor=100", b""),
+        ("GET", b"/v1/redpackets/pk/grabs/bob", b""),
+        ("GET", b"/v1/redpackets?status=withdrawn", b""),
+    ]
+
+
 def test_a_refused_connection_raises_the_transport_error() -> None:
     with socket.socket() as held:  # bound, not listening: connections to it are refused
         held.bind(("127.0.0.1", 0))
