@@ -4,7 +4,7 @@
 -- refused send leaves nothing behind; packet_create puts the packet in Redis afterwards.
 -- requires: _common
 -- requires: _packet_codes
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.send.PACKET_ADMIT).
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.admission.PACKET_ADMIT).
 local blocklist = KEYS[1]
 local sender_day = KEYS[2]
 local sender_id = ARGV[1]

@@ -3,7 +3,7 @@
 -- refused it: too little money, or the packet id was taken by another send).
 -- requires: _common
 -- requires: _packet_codes
--- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.send.PACKET_UNADMIT).
+-- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.admission.PACKET_UNADMIT).
 local sender_day = KEYS[1]
 local packet_id = ARGV[1]
 -- Returns {OK, 1} taken back, {OK, 0} it was not counted (nothing changed).

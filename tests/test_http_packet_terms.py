@@ -3,7 +3,10 @@ a greeting, withdrawal, paged grabs, and the commitment revealed once the packet
 
 from __future__ import annotations
 
-import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,10 +44,14 @@ def drained(client: TestClient) -> None:
 
 
 def verify(packet: dict[str, Any], grabs: list[int]) -> None:
-    """The check a shop runs (docs/concepts.md): the digest, the sum, the grab order."""
-    data = bytes.fromhex(packet["salt"]) + b"".join(a.to_bytes(8, "big") for a in packet["shares"])
-    assert hashlib.sha256(data).hexdigest() == packet["shares_sha256"]
-    assert sum(packet["shares"]) == packet["amount_cents"]
+    """The verifier docs/concepts.md gives shops, run on the packet as GET answers it; then
+    every grab (past the first 100 too) against the revealed shares."""
+    text = (Path(__file__).parents[1] / "docs" / "concepts.md").read_text(encoding="utf-8")
+    code = text.split("<!-- verifier -->\n```python\n", 1)[1].split("```", 1)[0]
+    ran = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(packet), capture_output=True, text=True
+    )
+    assert ran.returncode == 0 and ran.stdout.startswith("fair:"), ran
     assert grabs == packet["shares"][: len(grabs)]
 
 
@@ -129,6 +136,10 @@ def test_grabs_are_paged_and_one_grab_is_one_read(
         client.get("/v1/redpackets/p1/grabs/nobody", headers=SERVICE), 404, "not_grabbed"
     )
     verify(packet, got)  # sold out: the commitment is revealed
+    swapped = [*packet["shares"][1::-1], *packet["shares"][2:]]  # the first two swapped
+    if swapped != packet["shares"]:
+        with pytest.raises(AssertionError):
+            verify(packet | {"shares": swapped}, [])
     largest = max(range(130), key=lambda i: (got[i], -i))
     assert packet["luckiest_user_id"] == f"u{largest}"
 

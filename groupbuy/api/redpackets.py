@@ -280,8 +280,6 @@ ENDPOINTS = [
             "is debited",
             errors.Conflict: "the packet_id exists with other parameters",
             errors.UserBlocked: "an admin blocked the sender (`user_id`); nothing is debited",
-            errors.InvalidRequest: "also: recipients repeated, or `count` above their number; "
-            "nothing is debited",
         },
     ),
     Endpoint(

@@ -12,11 +12,12 @@ from typing import Any
 
 from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
+from groupbuy.redpacket.admission import PACKET_ADMIT, PACKET_UNADMIT
 from groupbuy.redpacket.grab import PACKET_GRAB, GrabService, PasswordSalts
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.read import PACKET_GRAB_READ, PACKET_READ, ReadService
 from groupbuy.redpacket.recovery import PACKET_RESTORE, RecoveryService
-from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT, SendService
+from groupbuy.redpacket.send import PACKET_CREATE, SendService
 from groupbuy.redpacket.specs import PacketScripts
 from groupbuy.redpacket.sweeps import PACKET_EXPIRE, SweepService
 from groupbuy.redpacket.withdraw import PACKET_WITHDRAW, WithdrawService

@@ -22,8 +22,8 @@ from sqlalchemy import CursorResult, delete, select, update
 
 from groupbuy import errors, wire
 from groupbuy.redpacket import ledger
+from groupbuy.redpacket.admission import Admission
 from groupbuy.redpacket.codec import packet_debit_key
-from groupbuy.redpacket.codes import PacketCode, raise_for
 from groupbuy.redpacket.commitment import Commitment
 from groupbuy.redpacket.models import PacketContentsRow, PacketRow
 from groupbuy.redpacket.records import PacketRefunded, apply_packet_records, packet_event_key
@@ -33,7 +33,6 @@ from groupbuy.redpacket.specs import (
     PACKET_ARGV,
     PACKET_KEYS,
     RECORDED,
-    REQUEST_TOKEN_BYTES,
     PacketReply,
     PacketScripts,
     recorded_args,
@@ -44,57 +43,14 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
-from groupbuy.storage.specs import ScriptSpec, Slot, flag, shape, slots
+from groupbuy.storage.specs import ScriptSpec, Slot, shape
 from groupbuy.wire import Outcome, from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 
-# A UTC day in ms, and how long a sender's day counters outlive their day (a send that read
-# the clock just before midnight still finds them).
-DAY_MS = 86_400_000
-DAY_KEY_SLACK_MS = 3_600_000
-
 # A packet anyone may grab, the sender too, without a password or a greeting.
 PLAIN = Terms()
 
-PACKET_ADMIT = ScriptSpec(
-    "packet_admit",
-    "Let a send past the sender's checks (blocklist, daily caps) before any money moves.",
-    keys=slots(
-        ("blocklist", "blocked users hash (the copy of the sender's slot in a cluster)"),
-        ("sender_day", "the sender's hash for this UTC day (Keys.sender_day)"),
-    ),
-    args=slots(
-        ("sender_id", "the sender"),
-        ("packet_id", "the packet"),
-        ("amount_cents", "the packet's amount"),
-        ("daily_count_cap", "sends per day (0: no cap)"),
-        ("daily_amount_cap", "cents per day (0: no cap)"),
-        ("day_expire_at_ms", "when the day's hash expires"),
-        ("request_token", "fresh for each send request"),
-    ),
-    replies={
-        OK: shape(
-            "let through; counted: this request counted it in the sender's day (take it "
-            "back if the send does not happen)",
-            ("counted", flag),
-        ),
-        PacketCode.USER_BLOCKED: shape("an admin blocked the sender"),
-        PacketCode.LIMIT_EXCEEDED: shape(
-            "the send would pass the cap `limit`; current: what the sender sent today",
-            ("limit", str),
-            ("current", int),
-            ("cap", int),
-        ),
-    },
-)
-PACKET_UNADMIT = ScriptSpec(
-    "packet_unadmit",
-    "Take back a send packet_admit counted when the send did not happen.",
-    keys=slots(("sender_day", "the sender's hash for that UTC day")),
-    args=slots(("packet_id", "the packet")),
-    replies={OK: shape("taken_back: 0 when the send was not counted", ("taken_back", flag))},
-)
 PACKET_CREATE = ScriptSpec(
     "packet_create",
     "Put a sent packet, its committed shares and its recipients in Redis, once.",
@@ -107,20 +63,6 @@ PACKET_CREATE = ScriptSpec(
     ),
     replies={OK: shape("created"), EXISTING: shape("already there (nothing changed)")},
 )
-
-
-async def packet_admit(
-    packets: PacketScripts, blocklist: str, sender_day: str, **args: Any
-) -> PacketReply:
-    """packet_admit."""
-    keys = PACKET_ADMIT.key_list(blocklist=blocklist, sender_day=sender_day)
-    return await PACKET_ADMIT.run(packets.caller, keys, args)
-
-
-async def packet_unadmit(packets: PacketScripts, sender_day: str, packet_id: str) -> PacketReply:
-    """packet_unadmit."""
-    keys = PACKET_UNADMIT.key_list(sender_day=sender_day)
-    return await PACKET_UNADMIT.run(packets.caller, keys, {"packet_id": packet_id})
 
 
 async def packet_create(
@@ -143,6 +85,7 @@ class SendService(UsesBackends):
         super().__init__(backends)
         self._packets = scripts
         self._limits = limits
+        self._admission = Admission(backends, scripts, limits)
 
     async def send(
         self,
@@ -187,15 +130,15 @@ class SendService(UsesBackends):
         await self._slots.join(self._keys.sender_slot(sender_id), self._keys.packet_slot(packet_id))
         # The admission is a write script: over maxmemory Redis refuses it up front, so a
         # send Redis could not take is refused before the debit.
-        counted = await self._admit(sender_id, packet_id, amount_cents, now_ms)
+        counted = await self._admission.admit(sender_id, packet_id, amount_cents, now_ms)
         try:
             created, row = await self._record_send(packet_id, wanted, terms, commitment, now_ms)
         except Exception:
             if counted:  # refused (too little money) or failed: the send did not happen
-                await self._unadmit(sender_id, packet_id, now_ms)
+                await self._admission.unadmit(sender_id, packet_id, now_ms)
             raise
         if counted and not created:  # a repeat: the first send was counted on its own day
-            await self._unadmit(sender_id, packet_id, now_ms)
+            await self._admission.unadmit(sender_id, packet_id, now_ms)
         if not created and not await self._same_send(row, wanted, terms):
             raise errors.Conflict(f"packet {packet_id!r} exists with other parameters")
         if row.status == "pending":
@@ -207,49 +150,9 @@ class SendService(UsesBackends):
                 if created:
                     await self._unsend(row)
                     if counted:
-                        await self._unadmit(sender_id, packet_id, now_ms)
+                        await self._admission.unadmit(sender_id, packet_id, now_ms)
                 raise
         return Outcome(dict(sent_body(row)), created)
-
-    async def _admit(self, sender_id: str, packet_id: str, amount_cents: int, now_ms: int) -> bool:
-        """The send's first step, in Redis before any money moves: a blocked sender is refused
-        (403) and the sender's daily caps are checked and counted atomically (409); True when
-        this call counted the send (take it back if the send then does not happen)."""
-        limits, day = self._limits, now_ms // DAY_MS
-        admitted = await packet_admit(
-            self._packets,
-            self._keys.blocked_users(self._keys.sender_slot(sender_id)),
-            self._keys.sender_day(sender_id, day),
-            sender_id=sender_id,
-            packet_id=packet_id,
-            amount_cents=amount_cents,
-            daily_count_cap=limits.sender_daily_count,
-            daily_amount_cap=limits.sender_daily_amount_cents,
-            day_expire_at_ms=(day + 1) * DAY_MS + DAY_KEY_SLACK_MS,
-            # A resent call (the reply was lost) finds its own count: still "counted by this
-            # send", so a send that then fails in SQL still takes it back.
-            request_token=secrets.token_urlsafe(REQUEST_TOKEN_BYTES),
-        )
-        if admitted.code is PacketCode.OK:
-            return bool(admitted.counted)
-        if admitted.code is PacketCode.LIMIT_EXCEEDED:
-            async with self._db.sessions() as session:
-                if await session.get(PacketRow, packet_id) is not None:
-                    return False  # a repeat of a send counted on an earlier day: answer it
-            limit, current, cap = admitted.limit, admitted.current, admitted.cap
-            raise_for(
-                admitted.code,
-                f"sender {sender_id!r} has sent {current} of the {limit} cap ({cap}) today (UTC)",
-                limit=limit,
-                current=current,
-                cap=cap,
-            )
-        raise errors.UserBlocked(f"sender {sender_id!r} is blocked", user_id=sender_id)
-
-    async def _unadmit(self, sender_id: str, packet_id: str, now_ms: int) -> None:
-        """Take back what _admit counted for a send that did not happen."""
-        key = self._keys.sender_day(sender_id, now_ms // DAY_MS)
-        await packet_unadmit(self._packets, key, packet_id)
 
     async def _same_send(self, row: PacketRow, wanted: dict[str, Any], terms: Terms) -> bool:
         """True when a repeated send asks for the packet that was recorded."""

@@ -3,7 +3,7 @@
 PACKET_KEYS and PACKET_ARGV start every script on one packet (named in lua/_packet_lib.lua);
 RECORDED is what packet_create and packet_restore write of a packet. Each script's own
 spec is in its operation's module (packet_grab: groupbuy.redpacket.grab; packet_create,
-packet_admit, packet_unadmit: .send; packet_read: .read; packet_restore: .recovery;
+packet_admit, packet_unadmit: .admission; packet_read: .read; packet_restore: .recovery;
 packet_expire: .sweeps), the only place that knows its KEYS, ARGV and replies;
 groupbuy.redpacket.engine lists them all (docs/scripts.md is rendered from them, and
 tests/lua/test_contracts.py checks the scripts' headers against them).

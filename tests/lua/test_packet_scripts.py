@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from groupbuy.redpacket import records as packet_records
+from groupbuy.redpacket.admission import packet_admit, packet_unadmit
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.read import packet_read
 from groupbuy.redpacket.recovery import packet_restore
-from groupbuy.redpacket.send import packet_admit, packet_unadmit
 from groupbuy.redpacket.specs import PacketReply
 from groupbuy.redpacket.sweeps import packet_expire
 from groupbuy.redpacket.withdraw import packet_withdraw

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from groupbuy.redpacket.admission import PACKET_ADMIT, PACKET_UNADMIT
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.grab import PACKET_GRAB
 from groupbuy.redpacket.read import PACKET_GRAB_READ, PACKET_READ
 from groupbuy.redpacket.recovery import PACKET_RESTORE
-from groupbuy.redpacket.send import PACKET_ADMIT, PACKET_CREATE, PACKET_UNADMIT
+from groupbuy.redpacket.send import PACKET_CREATE
 from groupbuy.redpacket.sweeps import PACKET_EXPIRE
 from groupbuy.redpacket.withdraw import PACKET_WITHDRAW
 from groupbuy.storage.specs import Reply, ReplyError
