@@ -9,8 +9,10 @@ import pytest
 import redis.exceptions
 from sqlalchemy import select
 
+from groupbuy import errors
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import PacketRecord, apply_packet_records
+from groupbuy.redpacket.terms import Terms
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
 from groupbuy.storage.reachability import unreachable
@@ -122,6 +124,13 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     await packets.grabs.grab("sold", "g2")
     await packets.sending.send("s", 50, 5, packet_id="expires", expires_in_s=30)
     await packets.grabs.grab("expires", "g1")
+    # a packet with terms: its recipients, wrong-password counts and grab order go too
+    terms = Terms(recipients=("g1", "g2", "g3"), password="pw", sender_may_grab=False)
+    await packets.sending.send("s", 30, 3, packet_id="terms", terms=terms)
+    await packets.grabs.grab("terms", "g1", "pw")
+    with pytest.raises(errors.WrongPassword):
+        await packets.grabs.grab("terms", "g2", "wrong")
+    await packets.withdrawals.withdraw("terms", "s")
     assert await redis.dbsize() > baseline
     services.clock.advance(30)
     for name in ["sweep_locks", "expire_teams", "expire_packets", "flush_records", "repair"]:
@@ -132,6 +141,7 @@ async def test_repair_returns_redis_to_its_baseline(services: Services) -> None:
     # what Redis forgot, SQL answers
     assert (await teams.activities.get_team("a1", "formed"))["status"] == "formed"
     assert (await packets.reads.get("sold"))["status"] == "sold_out"
+    assert (await packets.reads.get("terms"))["status"] == "withdrawn"
     assert (await packets.grabs.grab("expires", "g1"))["status"] == "already_grabbed"
     # and the activity comes back to Redis when it is used again
     assert (await teams.activities.open_team("a1", "L3", team_id="again")).created

@@ -48,6 +48,10 @@ class LedgerEntryRow(Base):
     balance_after_cents: Mapped[int | None] = mapped_column(BigInteger)
 
 
+# The SQL statuses of a packet that has ended: nothing can change it any more.
+ENDED = ("sold_out", "expired", "withdrawn")
+
+
 class PacketRow(Base):
     """A sent packet. `pending` until its Redis state exists; then the outcome is recorded here."""
 

@@ -21,7 +21,13 @@ from groupbuy import errors, wire
 from groupbuy.redpacket.codec import parse_grab
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.commitment import Commitment
-from groupbuy.redpacket.models import GrabRow, PacketContentsRow, PacketEpochRow, PacketRow
+from groupbuy.redpacket.models import (
+    ENDED,
+    GrabRow,
+    PacketContentsRow,
+    PacketEpochRow,
+    PacketRow,
+)
 from groupbuy.redpacket.specs import (
     NO_PACKET,
     OK,
@@ -38,7 +44,6 @@ from groupbuy.wire import iso_ms, to_ms
 
 # The grabs a packet's body carries; the rest are paged (GET .../grabs).
 GRABS_SHOWN = 100
-ENDED = ("sold_out", "expired", "withdrawn")
 
 PACKET_READ = ScriptSpec(
     "packet_read",

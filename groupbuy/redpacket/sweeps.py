@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from groupbuy.redpacket.codes import PacketCode
-from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.models import ENDED, PacketRow
 from groupbuy.redpacket.recovery import RecoveryService
 from groupbuy.redpacket.specs import (
     EXISTING,
@@ -42,7 +42,7 @@ PACKET_EXPIRE = ScriptSpec(
     replies={
         OK: shape("closed now, its refund recorded", ("refunded_cents", int)),
         PacketCode.NOT_DUE: shape("its time is not up yet", ("expires_ms", int)),
-        EXISTING: shape("it had ended before: sold_out or expired", ("status", str)),
+        EXISTING: shape("it had ended before: sold_out, expired or withdrawn", ("status", str)),
         PACKET_NOT_FOUND: NO_PACKET,
     },
 )
@@ -153,7 +153,7 @@ class SweepService(UsesBackends):
                 await session.scalars(
                     select(PacketRow.packet_id)
                     .where(
-                        PacketRow.status.in_(("sold_out", "expired")),
+                        PacketRow.status.in_(ENDED),
                         PacketRow.records_done.is_(True),
                         PacketRow.redis_cleared.is_(False),
                     )

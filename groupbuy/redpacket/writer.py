@@ -43,7 +43,7 @@ import redis.exceptions
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.redpacket.models import PacketRow
+from groupbuy.redpacket.models import ENDED, PacketRow
 from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
@@ -57,7 +57,6 @@ GROUP = "writers"
 # Script calls in flight at once (coalesced into pipelines when auto_pipeline is on; a
 # connection each otherwise, so fewer than the pool holds).
 CALLS_AT_ONCE = 32
-_ENDED = ("sold_out", "expired", "withdrawn")
 
 Entries = list[tuple[str, dict[str, str]]]
 
@@ -174,7 +173,7 @@ class PacketRecordWriter(RecordWriter):
                     select(PacketRow.status).where(PacketRow.packet_id == packet_id)
                 )
         dead = {p.entry_id for p in poisoned}
-        ended = status in _ENDED  # nothing can be added to the stream after its ending
+        ended = status in ENDED  # nothing can be added to the stream after its ending
         done = [entry_id for entry_id, _ in entries if entry_id not in dead]
         left = await self.ack(packet_id, done, ended)
         if ended and left == 0:
@@ -239,7 +238,7 @@ class PacketRecordWriter(RecordWriter):
         async with self._db.transaction() as session:
             await session.execute(
                 update(PacketRow)
-                .where(PacketRow.packet_id == packet_id, PacketRow.status.in_(_ENDED))
+                .where(PacketRow.packet_id == packet_id, PacketRow.status.in_(ENDED))
                 .values(records_done=True)
             )
 
