@@ -40,7 +40,7 @@ async def assert_money_conserved(services: Services) -> None:
             )
             if packet.status in ("active", "pending"):
                 held += packet.amount_cents - grabbed
-            elif packet.status == "expired":  # SPEC §4.3 after expiry
+            elif packet.status in ("expired", "withdrawn"):  # SPEC §4.3 after the refund
                 assert grabbed + packet.refunded_cents == packet.amount_cents, packet.packet_id
             else:
                 assert grabbed == packet.amount_cents, packet.packet_id
