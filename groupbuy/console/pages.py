@@ -15,6 +15,7 @@ from groupbuy.console.identity import Operator
 from groupbuy.console.render import page
 from groupbuy.locks.listings import EndedStatus
 from groupbuy.ops.jobs import JOBS
+from groupbuy.redpacket.read import GRABS_SHOWN
 
 PAGE = 50  # rows of a listed page
 ACTIVITY_FIELDS = ("teams_open", "teams_formed", "teams_failed", "members", "live_locks")
@@ -151,23 +152,33 @@ async def team(request: Request, ctx: Context, operator: Operator) -> Response:
 
 async def packet(request: Request, ctx: Context, operator: Operator) -> Response:
     pid = params.an_id(request.path_params["pid"], "packet id")
-    body: dict[str, Any] = dict(await ctx.services.packets.reads.get(pid))
-    grabs = body.get("grabs") or []
-    taken, points = 0, [(0.0, 0.0)]
-    for number, grab in enumerate(grabs, start=1):
+    cursor = params.grabs_cursor(request.query_params.get("cursor"))
+    reads = ctx.services.packets.reads
+    body: dict[str, Any] = dict(await reads.get(pid))
+    # The body's first grabs are the first page; a cursor reads one later page (the API's
+    # bound, never every grab). An ended packet's shares are counted, not listed.
+    grabs, next_cursor = body.pop("grabs"), body["grabs_next_cursor"]
+    if cursor is not None:
+        later = await reads.grabs(pid, cursor, GRABS_SHOWN)
+        grabs, next_cursor = later["grabs"], later["next_cursor"]
+    shares = body.pop("shares", None)
+    first = int(cursor or 0)
+    taken, points = 0, [(float(first), 0.0)]
+    for number, grab in enumerate(grabs, start=first + 1):
         taken += int(grab["amount_cents"])
         points.append((float(number), float(taken)))
-    curve = line_chart(points, "cents grabbed by grab number", " cents")
-    fields = _fields(body, PACKET_FIELDS)
+    label = f"cents grabbed from grab {first + 1} on" if first else "cents grabbed by grab number"
     return page(
         request,
         "packet.html",
         operator,
         packet=body,
-        fields=fields,
-        grabs=grabs[:PAGE],
-        more_grabs=max(0, len(grabs) - PAGE),
-        curve=curve,
+        fields=_fields(body, PACKET_FIELDS),
+        grabs=grabs,
+        first=first,
+        next_cursor=next_cursor,
+        shares_count=None if shares is None else len(shares),
+        curve=line_chart(points, label, " cents"),
     )
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import get_args
 
 from groupbuy import errors
 from groupbuy.api.endpoints import is_id
 from groupbuy.locks.codec import parse_page_cursor
-from groupbuy.wire import ID_PATTERN
+from groupbuy.wire import ID_PATTERN, PacketStatus
 
 # Every pattern here is matched against the whole value (fullmatch): `$` alone would let a
 # trailing newline through.
@@ -60,9 +61,10 @@ def delivery_status(value: object) -> str | None:
 
 
 ACTIVITY_STATUSES = ("open", "closed")
-PACKET_STATUSES = ("active", "sold_out", "expired")
+PACKET_STATUSES: tuple[str, ...] = get_args(PacketStatus)
 TEAM_STATUSES = ("open", "formed", "failed")
 _PACKET_CURSOR = re.compile(r"[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}")
+_GRABS_CURSOR = re.compile(r"[0-9]{1,6}")  # a grab's position, as GET .../grabs takes it
 _MAX_CURSOR_MS = 253_402_300_799_999  # the last ms of year 9999: SQL times stop there
 
 
@@ -97,3 +99,12 @@ def packet_cursor(value: object) -> str | None:
     if isinstance(value, str) and _PACKET_CURSOR.fullmatch(value):
         return value
     raise errors.InvalidRequest("cursor must look like <ms>.<packet id>")
+
+
+def grabs_cursor(value: object) -> str | None:
+    """A packet's grabs page cursor (a grab's position), None when absent, else 422."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str) and _GRABS_CURSOR.fullmatch(value):
+        return value
+    raise errors.InvalidRequest("cursor must be a grab's position (digits)")
