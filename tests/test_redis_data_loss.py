@@ -16,8 +16,15 @@ from starlette.testclient import TestClient
 
 from groupbuy import errors
 from groupbuy.api.app import create_app
-from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochRow
+from groupbuy.redpacket.commitment import Commitment
+from groupbuy.redpacket.models import (
+    AcknowledgedGrabRow,
+    GrabRow,
+    PacketContentsRow,
+    PacketEpochRow,
+)
 from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
+from groupbuy.redpacket.terms import Terms
 from groupbuy.services import Services
 from groupbuy.settings import Settings
 from tests.support.http import (
@@ -88,6 +95,63 @@ async def test_a_packet_comes_back_with_its_recorded_grabs(services: Services) -
     assert sorted(seq for seq, _ in rows.values()) == list(range(1, 11))
     assert sum(cents for _, cents in rows.values()) == 1_000
     assert (await packets.reads.get("pk"))["status"] == "sold_out"
+    await assert_money_conserved(services)
+    report = await services.reconciler.run()
+    assert report["mismatch_count"] == 0, report["mismatches"]
+
+
+async def test_a_rebuilt_packet_hands_out_exactly_its_committed_undrawn_shares(
+    services: Services,
+) -> None:
+    """SPEC §4.14 across two losses of Redis mid-packet: the grabs after each rebuild get
+    the shares committed at send, in order (never drawn again), the terms come back with
+    the packet, nobody grabs twice, and reconciliation finds nothing."""
+    packets = services.packets
+    recipients = [f"r{i}" for i in range(12)]
+    terms = Terms(recipients=tuple(recipients), password="sesame", sender_may_grab=False)
+    await packets.accounts.deposit("sender", 1_000, "funds")
+    sent = await packets.sending.send("sender", 1_000, 10, packet_id="pk", terms=terms)
+    async with services.database.sessions() as session:
+        kept = await session.get(PacketContentsRow, "pk")
+    assert kept is not None
+    committed = Commitment.unpack(kept.shares, kept.shares_salt)
+    assert committed.sha256 == sent.body["shares_sha256"]
+
+    async def grab_all(users: list[str]) -> list[int]:
+        return [(await packets.grabs.grab("pk", u, "sesame"))["amount_cents"] for u in users]
+
+    drawn = await grab_all(recipients[:4])
+    for lost_after in (4, 7):
+        await packets.writer.drain_all()
+        await _lose_redis(services)
+        # The rebuilt packet keeps its terms and its earlier grabs.
+        with pytest.raises(errors.NotARecipient):
+            await packets.grabs.grab("pk", "outsider", "sesame")
+        with pytest.raises(errors.SenderCannotGrab):
+            await packets.grabs.grab("pk", "sender", "sesame")
+        with pytest.raises(errors.WrongPassword):
+            await packets.grabs.grab("pk", recipients[lost_after], "open up")
+        again = await packets.grabs.grab("pk", recipients[0], "sesame")
+        assert again == {"status": "already_grabbed", "amount_cents": drawn[0]}
+        drawn += await grab_all(recipients[lost_after : lost_after + 3])
+        assert drawn == list(committed.shares[: len(drawn)]), (drawn, committed.shares)
+    assert await _epoch(services, "pk") == 2
+    with pytest.raises(errors.SoldOut):
+        await packets.grabs.grab("pk", recipients[10], "sesame")
+
+    await packets.writer.drain_all()
+    async with services.database.sessions() as session:
+        rows = (
+            await session.scalars(
+                select(GrabRow).where(GrabRow.packet_id == "pk").order_by(GrabRow.seq)
+            )
+        ).all()
+    assert [g.user_id for g in rows] == recipients[:10]  # each once, in grab order
+    assert [g.amount_cents for g in rows] == list(committed.shares)
+    body = await packets.reads.get("pk")
+    assert body["status"] == "sold_out"
+    assert [g["amount_cents"] for g in body["grabs"]] == list(committed.shares)
+    assert body["shares"] == list(committed.shares) and body["salt"] == committed.salt.hex()
     await assert_money_conserved(services)
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report["mismatches"]
