@@ -69,13 +69,13 @@ end
 local function load_packet(now)
   local f = redis.call('HMGET', packet_hash, 'status', 'count', 'remaining_count',
                        'remaining_cents', 'expires_ms', 'sender_id', 'epoch', 'seq_gap',
-                       'gate')
+                       'gate', 'pw_hash')
   if not f[1] then
     return nil
   end
   local p = {status = f[1], count = tonumber(f[2]), remaining_count = tonumber(f[3]),
              remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6],
-             epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0'), gate = f[9]}
+             epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0'), gate = f[9], pw_hash = f[10]}
   if p.status == 'active' and now >= p.expires_ms then
     expire_packet(p)
   end
