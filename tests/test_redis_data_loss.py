@@ -155,6 +155,16 @@ async def test_a_rebuilt_packet_hands_out_exactly_its_committed_undrawn_shares(
     await assert_money_conserved(services)
     report = await services.reconciler.run()
     assert report["mismatch_count"] == 0, report["mismatches"]
+    # Once Redis has let the ended packet go, SQL answers as the script did.
+    await _lose_redis(services)
+    with pytest.raises(errors.NotARecipient):
+        await packets.grabs.grab("pk", "outsider", "sesame")
+    with pytest.raises(errors.SenderCannotGrab):
+        await packets.grabs.grab("pk", "sender", "sesame")
+    with pytest.raises(errors.SoldOut):
+        await packets.grabs.grab("pk", recipients[10], "sesame")
+    again = await packets.grabs.grab("pk", recipients[9], "sesame")
+    assert again == {"status": "already_grabbed", "amount_cents": committed.shares[9]}
 
 
 async def test_racing_callers_rebuild_a_packet_once(services: Services) -> None:
@@ -334,6 +344,14 @@ async def test_new_grabs_follow_every_recorded_seq(services: Services) -> None:
     assert len(rows) == 8  # no new grab collided with seq 5
     assert sorted(seq for seq, _ in rows.values()) == [1, 2, 3, 5, 6, 7, 8, 9]
     assert sum(c for _, c in rows.values()) == 800
+    # The rebuild handed out the committed shares no recorded grab took: u4's lost one
+    # among them, none of the recorded ones again.
+    async with services.database.sessions() as session:
+        contents = await session.get(PacketContentsRow, "pk")
+    assert contents is not None
+    assert sorted(c for _, c in rows.values()) == sorted(
+        Commitment.unpack(contents.shares, contents.shares_salt).shares
+    )
     await assert_money_conserved(services)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,9 +53,21 @@ class Commitment:
         """The commitment: hex SHA-256 of the salt then the packed shares."""
         return hashlib.sha256(self.salt + self.pack()).hexdigest()
 
-    def undrawn(self, grabbed: int) -> tuple[int, ...]:
-        """The shares after the first `grabbed` ones: what a rebuilt packet still holds."""
-        return self.shares[grabbed:]
+    def undrawn(self, grabbed: Sequence[int]) -> tuple[int, ...] | None:
+        """What a rebuilt packet still holds, given the recorded grabs' amounts in grab order:
+        the shares after them; when a grab Redis lost before SQL had it left a gap, every
+        share no recorded grab took, in committed order (so the packet still adds up to its
+        amount). None when a recorded amount is not among the shares."""
+        if holds(self.shares, grabbed):
+            return self.shares[len(grabbed) :]
+        taken = Counter(grabbed)
+        left: list[int] = []
+        for share in self.shares:
+            if taken[share]:
+                taken[share] -= 1
+            else:
+                left.append(share)
+        return None if +taken else tuple(left)
 
 
 def holds(shares: Sequence[int], grabbed: Sequence[int]) -> bool:

@@ -151,10 +151,14 @@ class RecoveryService(UsesBackends):
                         len(grabs),
                     )
             commitment, recipients = await self._sending.contents(row)
-            shares = commitment.undrawn(len(grabs))
-            if not commitment.salt:  # sent before commitments: what is left, drawn again
+            undrawn = commitment.undrawn([g.amount_cents for g in grabs])
+            if not commitment.salt or undrawn is None:
+                # sent before commitments (or SQL's grabs are not its shares): what is
+                # left, drawn again
                 left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
-                shares = tuple(split(row.strategy, left_cents, len(shares))) if shares else ()
+                left = row.count - len(grabs)
+                undrawn = tuple(split(row.strategy, left_cents, left)) if left else ()
+            shares = undrawn
             recorded: list[Any] = []
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
@@ -190,6 +194,11 @@ class RecoveryService(UsesBackends):
             grab = await session.get(GrabRow, (row.packet_id, user_id))
         if grab is not None:
             return already_grabbed(grab.amount_cents)
+        # The packet's terms refuse as packet_grab's do, before its status.
+        if not row.sender_may_grab and user_id == row.sender_id:
+            refuse(PacketCode.SENDER_CANNOT_GRAB, row.packet_id)
+        if row.recipients_count and user_id not in (await self._sending.contents(row))[1]:
+            refuse(PacketCode.NOT_A_RECIPIENT, row.packet_id)
         if row.status == "sold_out":
             refuse(PacketCode.SOLD_OUT, row.packet_id)
         if row.status == "expired":

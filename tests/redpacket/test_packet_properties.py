@@ -5,7 +5,8 @@ A hypothesis state machine drives the packet engine on fakeredis and SQLite, wit
 clock frozen (tests/support/engine_stack.py), through sends (either strategy, with or
 without recipients or a password, the sender allowed to grab or not), grabs by
 recipients, outsiders and the sender with right, wrong or missing passwords, withdrawals
-by the sender and by someone else, and time passing (with or without the expiry sweep).
+by the sender and by someone else, time passing (with or without the expiry sweep), and
+Redis losing everything (FLUSHALL) followed by grabs.
 
 A model predicts every answer: each grab's amount is the next committed share, each
 refusal its code (and `attempts_left`). After every step the write-behind is drained and
@@ -279,6 +280,22 @@ class PacketMachine(RuleBasedStateMachine):
         if sweep:
             swept = self.run(self.services.packets.sweeps.expire_due())
             assert swept == {"due": len(due), "expired": len(due)}, (swept, due)
+
+    @precondition(lambda self: self.packets)
+    @rule(
+        index=st.integers(0, PACKETS_AT_MOST - 1),
+        tries=st.lists(st.tuples(PERSON, GIVEN), max_size=4),
+    )
+    def redis_loses_everything(self, index: int, tries: list[tuple[str, str]]) -> None:
+        """FLUSHALL at a quiescent point, then grabs: a live packet comes back from SQL with
+        its undrawn committed shares, an ended one is answered from SQL. Wrong-password
+        counts lived only in Redis."""
+        self.run(self.services.packets.writer.drain_all())
+        self.run(self.services.redis.flushall())
+        for p in self.packets:
+            p.wrong.clear()
+        for user, given in tries:
+            self.grab(self.packet(index), user, given)
 
     def end(self, p: Model, status: str) -> None:
         """The packet ends now with what is left back to its sender."""
