@@ -31,7 +31,12 @@ if prior then
   if g[4] == request_token and now - tonumber(g[3]) <= tonumber(resend_window_ms) then
     local seq = tonumber(g[1])
     -- remaining_count as the first run answered it: the shares left after grab number seq
-    return {OK, tonumber(g[2]), p.count - (seq - p.seq_gap), seq, tonumber(p.epoch), g[3]}
+    -- (a rebuilt packet gives seqs out of line: there, the shares left now)
+    local left = p.remaining_count
+    if not p.seq_in_share then
+      left = p.count - (seq - p.seq_gap)
+    end
+    return {OK, tonumber(g[2]), left, seq, tonumber(p.epoch), g[3]}
   end
   return {ALREADY_GRABBED, tonumber(g[2])}
 end
@@ -77,14 +82,21 @@ local share = redis.call('LPOP', packet_shares)
 if not share then
   return redis.error_reply('packet ' .. packet_id .. ' is active but has no shares left')
 end
-local seq = p.count - p.remaining_count + 1 + p.seq_gap
+local seq
+if p.seq_in_share then  -- a rebuilt packet: each share carries its seq, "amount|seq"
+  local bar = string.find(share, '|', 1, true)
+  seq = tonumber(string.sub(share, bar + 1))
+  share = string.sub(share, 1, bar - 1)
+else
+  seq = p.count - p.remaining_count + 1 + p.seq_gap
+end
 local left = p.remaining_count - 1
 redis.call('HSET', packet_grabs, user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. request_token)
-redis.call('RPUSH', packet_order, user)
+redis.call('ZADD', packet_order, seq, user)
 redis.call('HSET', packet_hash, 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
 redis.call('HINCRBY', packet_hash, 'version', 1)
-if left == p.count - 1 then  -- the first grab creates the grabs hash and the order list
+if left == p.count - 1 then  -- the first grab creates the grabs hash and the order zset
   local expire_at = redis.call('HGET', packet_hash, 'expire_at_ms')
   redis.call('PEXPIREAT', packet_grabs, expire_at)
   redis.call('PEXPIREAT', packet_order, expire_at)

@@ -17,8 +17,8 @@ if not load_packet(now) then
 end
 local total = redis.call('HLEN', packet_grabs)
 local page = {}
-if redis.call('LLEN', packet_order) == total then
-  local users = redis.call('LRANGE', packet_order, first, first + count - 1)
+if redis.call('ZCARD', packet_order) == total then
+  local users = redis.call('ZRANGE', packet_order, first, first + count - 1)
   if #users > 0 then
     local values = redis.call('HMGET', packet_grabs, unpack(users))
     for i, user in ipairs(users) do

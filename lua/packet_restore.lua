@@ -6,14 +6,14 @@
 -- requires: _packet_terms
 -- KEYS and ARGV: docs/scripts.md (groupbuy.redpacket.recovery.PACKET_RESTORE); the first ones
 -- are named in _packet_lib, the packet as SQL records it in _packet_terms. After the named
--- ARGV: grab_count pairs (user_id, "seq|amount|at_ms") in seq order, then the committed
--- shares still to grab, in grab order (count - grab_count of them, summing to what is left),
--- then the recipients.
+-- ARGV: grab_count pairs (user_id, "seq|amount|at_ms") in seq order, then the shares still
+-- to grab as "amount|seq", in committed order (count - grab_count of them, summing to what is
+-- left: each goes with its seq, so a seq a lost grab left free is given again), then the
+-- recipients.
 local epoch = ARGV[16]
-local seq_gap = ARGV[17]
-local version = ARGV[18]
-local grab_count = ARGV[19]
-local grabs_at = 20
+local version = ARGV[17]
+local grab_count = ARGV[18]
+local grabs_at = 19
 -- Returns {OK, status} rebuilt (status active, or sold_out when SQL has every grab), or
 -- {EXISTING} Redis has the packet (another caller rebuilt it first; nothing changed).
 if redis.call('EXISTS', packet_hash) == 1 then
@@ -26,17 +26,17 @@ local left = tonumber(count) - grabs
 local last_share = first_share + left - 1
 local left_cents = 0
 for i = first_share, last_share do
-  left_cents = left_cents + tonumber(ARGV[i])
+  left_cents = left_cents + tonumber(split(ARGV[i])[1])
 end
 local expire_at = write_terms()
 redis.call('HSET', packet_hash, 'remaining_count', int(left), 'remaining_cents', int(left_cents),
-           'epoch', epoch, 'seq_gap', seq_gap, 'version', version)
+           'epoch', epoch, 'seq_in_share', 1, 'version', version)
 -- unpack() has a C-stack limit near 8000 values: write grabs in chunks.
 for first = grabs_at, first_share - 1, 1000 do
   redis.call('HSET', packet_grabs, unpack(ARGV, first, math.min(first + 999, first_share - 1)))
 end
-for first = grabs_at, first_share - 1, 2 do  -- the grabbing users, in grab order
-  redis.call('RPUSH', packet_order, ARGV[first])
+for first = grabs_at, first_share - 1, 2 do  -- the grabbing users by seq
+  redis.call('ZADD', packet_order, split(ARGV[first + 1])[1], ARGV[first])
 end
 if grabs > 0 then
   redis.call('PEXPIREAT', packet_grabs, expire_at)

@@ -64,6 +64,12 @@ def parse_grab(value: str) -> Grab:
     return Grab(seq, amount_cents, at_ms, parts[3] if len(parts) == 4 else "")
 
 
+def share_value(seq: int, amount_cents: int) -> str:
+    """A queued share of a rebuilt packet, ``amount_cents|seq``: the grab that takes it gets
+    that seq (the share's place in the commitment), not the next one in line."""
+    return FIELD.join((str(amount_cents), str(seq)))
+
+
 # -- ledger business keys -------------------------------------------------------------
 
 

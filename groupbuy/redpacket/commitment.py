@@ -1,17 +1,17 @@
 """A packet's shares, committed at send: drawn once, kept in SQL, proven by one SHA-256.
 
 The commitment is SHA-256 over the salt (16 random bytes) followed by each share in grab
-order as an 8-byte big-endian unsigned integer. It is answered at send (`shares_sha256`);
-the shares and the salt are revealed once the packet has ended, so anyone can check that
-the i-th grab got the i-th share (docs/concepts.md has a verifier).
+order as an 8-byte big-endian unsigned integer. The i-th share goes to the grab of seq i.
+It is answered at send (`shares_sha256`); the shares and the salt are revealed once the
+packet has ended, so anyone can check that the i-th grab got the i-th share
+(docs/concepts.md has a verifier).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from groupbuy.redpacket.split import split
@@ -53,23 +53,14 @@ class Commitment:
         """The commitment: hex SHA-256 of the salt then the packed shares."""
         return hashlib.sha256(self.salt + self.pack()).hexdigest()
 
-    def undrawn(self, grabbed: Sequence[int]) -> tuple[int, ...] | None:
-        """What a rebuilt packet still holds, given the recorded grabs' amounts in grab order:
-        the shares after them; when a grab Redis lost before SQL had it left a gap, every
-        share no recorded grab took, in committed order (so the packet still adds up to its
-        amount). None when a recorded amount is not among the shares."""
-        if holds(self.shares, grabbed):
-            return self.shares[len(grabbed) :]
-        taken = Counter(grabbed)
-        left: list[int] = []
-        for share in self.shares:
-            if taken[share]:
-                taken[share] -= 1
-            else:
-                left.append(share)
-        return None if +taken else tuple(left)
+    def undrawn(self, taken: Iterable[int]) -> list[tuple[int, int]]:
+        """What a rebuilt packet still holds: (seq, share) of every share whose seq no
+        recorded grab has, in committed order. The i-th share is seq i: a grab Redis lost
+        before SQL had it leaves its seq free, and the next grab takes that very share."""
+        gone = set(taken)
+        return [(seq, share) for seq, share in enumerate(self.shares, 1) if seq not in gone]
 
 
-def holds(shares: Sequence[int], grabbed: Sequence[int]) -> bool:
-    """True when the grabs' amounts, in grab order, are the first shares of the commitment."""
-    return list(grabbed) == list(shares[: len(grabbed)])
+def holds(shares: Sequence[int], grabs: Iterable[tuple[int, int]]) -> bool:
+    """True when every grab (seq, amount) got the share at its seq: the i-th share is seq i."""
+    return all(1 <= seq <= len(shares) and shares[seq - 1] == amount for seq, amount in grabs)

@@ -16,8 +16,9 @@ from sqlalchemy import select
 
 from groupbuy import errors, wire
 from groupbuy.metrics import RESTORED
-from groupbuy.redpacket.codec import grab_value
+from groupbuy.redpacket.codec import grab_value, share_value
 from groupbuy.redpacket.codes import PacketCode
+from groupbuy.redpacket.commitment import Commitment, holds
 from groupbuy.redpacket.grab import already_grabbed, refuse
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.read import packet_version, recorded_grabs, recorded_packet
@@ -50,15 +51,15 @@ PACKET_RESTORE = ScriptSpec(
         *RECORDED,
         *slots(
             ("epoch", "SQL's epoch, already raised (records of the lost epoch are fenced out)"),
-            ("seq_gap", "the highest recorded seq minus the number of recorded grabs"),
             ("version", "above every version the lost state can have had"),
             ("grab_count", "the number of recorded grabs"),
         ),
     ),
     more_args=Slot(
         "grabs",
-        "grab_count pairs (user_id, 'seq|amount|at_ms') in seq order, then the committed "
-        "shares still to grab (count - grab_count), then the recipients",
+        "grab_count pairs (user_id, 'seq|amount|at_ms') in seq order, then the shares still "
+        "to grab as 'amount|seq' (count - grab_count, in committed order), then the "
+        "recipients",
     ),
     replies={
         OK: shape("rebuilt: active, or sold_out when every share was recorded", ("status", str)),
@@ -151,14 +152,8 @@ class RecoveryService(UsesBackends):
                         len(grabs),
                     )
             commitment, recipients = await self._sending.contents(row)
-            undrawn = commitment.undrawn([g.amount_cents for g in grabs])
-            if not commitment.salt or undrawn is None:
-                # sent before commitments (or SQL's grabs are not its shares): what is
-                # left, drawn again
-                left_cents = row.amount_cents - sum(g.amount_cents for g in grabs)
-                left = row.count - len(grabs)
-                undrawn = tuple(split(row.strategy, left_cents, left)) if left else ()
-            shares = undrawn
+            undrawn = self._undrawn(row, commitment, grabs)
+            shares = [share for _seq, share in undrawn]
             recorded: list[Any] = []
             for g in grabs:
                 recorded += [g.user_id, grab_value(g.seq, g.amount_cents, to_ms(g.grabbed_at))]
@@ -166,10 +161,9 @@ class RecoveryService(UsesBackends):
             restored = await packet_restore(
                 self._packets,
                 packet_id,
-                [*recorded, *shares, *recipients],
+                [*recorded, *(share_value(seq, share) for seq, share in undrawn), *recipients],
                 **recorded_args(row, self._limits.retention_s),
                 epoch=epoch,
-                seq_gap=max((g.seq for g in grabs), default=0) - len(grabs),
                 version=packet_version(epoch, row.count, len(grabs), "active"),
                 grab_count=len(grabs),
             )
@@ -187,6 +181,26 @@ class RecoveryService(UsesBackends):
             restored.status,
         )
         return True
+
+    @staticmethod
+    def _undrawn(
+        row: PacketRow, commitment: Commitment, grabs: Sequence[GrabRow]
+    ) -> list[tuple[int, int]]:
+        """(seq, share) of each share a rebuilt packet still holds: the committed shares no
+        recorded grab took. A packet sent before commitments has its rest drawn again, after
+        the highest recorded seq, as it always was."""
+        recorded = [(g.seq, g.amount_cents) for g in grabs]
+        if commitment.salt:
+            if not holds(commitment.shares, recorded):
+                # SQL's grabs are not the committed shares: reconciliation reports it
+                # (packet_commitment); the shares no grab took still go out, never redrawn.
+                log.error("packet %s: recorded grabs off its committed shares", row.packet_id)
+            return commitment.undrawn(seq for seq, _cents in recorded)
+        left = row.count - len(grabs)
+        left_cents = row.amount_cents - sum(cents for _seq, cents in recorded)
+        after = max((seq for seq, _cents in recorded), default=0)
+        drawn = split(row.strategy, left_cents, left) if left else []
+        return list(enumerate(drawn, after + 1))
 
     async def _grab_from_record(self, row: PacketRow, user_id: str) -> wire.Grabbed:
         # Redis has let the ended packet go; its SQL record answers.

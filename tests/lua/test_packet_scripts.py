@@ -9,6 +9,7 @@ import pytest
 
 from groupbuy.redpacket import records as packet_records
 from groupbuy.redpacket.admission import packet_admit, packet_unadmit
+from groupbuy.redpacket.codec import share_value
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.read import packet_read
 from groupbuy.redpacket.recovery import packet_restore
@@ -185,14 +186,15 @@ async def test_outbox_ack_with_the_group(h: Harness) -> None:
 
 async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) -> PacketReply:
     """packet_restore of a 10-cent packet at epoch 1 (version 100) with these grabs and
-    shares (as many shares as both)."""
+    shares (as many shares as both), the shares given the seqs after the highest grab's."""
     now = await h.now_ms()
     flat = [part for grab in grabs for part in grab]
-    gap = max((int(v.split("|")[0]) for _u, v in grabs), default=0) - len(grabs)
+    after = max((int(v.split("|")[0]) for _u, v in grabs), default=0)
+    queued = [share_value(seq, share) for seq, share in enumerate(shares, after + 1)]
     return await packet_restore(
         h.packets,
         PID,
-        [*flat, *shares],
+        [*flat, *queued],
         sender_id="sender",
         amount_cents=10,
         count=len(grabs) + len(shares),
@@ -202,7 +204,6 @@ async def _restore(h: Harness, grabs: list[tuple[str, str]], shares: list[int]) 
         retention_ms=RETENTION_MS,
         **plain_terms(),
         epoch=1,
-        seq_gap=gap,
         version=100,
         grab_count=len(grabs),
     )

@@ -345,12 +345,13 @@ class PacketMachine(RuleBasedStateMachine):
             # §4.14: SQL's commitment while live, the revealed one once ended
             commitment = self.run(self.commitment(p.packet_id))
             assert commitment.sha256 == body["shares_sha256"] == p.sha256
-            assert holds(commitment.shares, amounts), (commitment, amounts)
+            by_seq = list(enumerate(amounts, 1))  # drained before every loss: no seq is skipped
+            assert holds(commitment.shares, by_seq), (commitment, amounts)
             if p.status in ENDED:
                 shares, salt = body["shares"], body["salt"]
                 assert shares is not None and salt is not None, body
                 revealed = Commitment(tuple(shares), bytes.fromhex(salt))
-                assert revealed.sha256 == p.sha256 and holds(revealed.shares, amounts)
+                assert revealed.sha256 == p.sha256 and holds(revealed.shares, by_seq)
             else:
                 assert body["shares"] is None and body["salt"] is None, body
             # SQL has the same grabs in the same order, and the packet's end and refund

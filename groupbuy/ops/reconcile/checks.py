@@ -117,8 +117,8 @@ class PacketChecks(_Checks):
         return result
 
     async def _commitments(self, chunk: Sequence[str]) -> list[Mismatch]:
-        """Each packet's grab rows in grab order against its committed shares (packets sent
-        before commitments have none to check)."""
+        """Each packet's grab rows against its committed shares, by seq (packets sent before
+        commitments have none to check)."""
         async with self._db.sessions() as session:
             kept = {
                 row.packet_id: (Commitment.unpack(row.shares, row.shares_salt), digest)
@@ -130,14 +130,14 @@ class PacketChecks(_Checks):
                     )
                 ).all()
             }
-            grabbed: dict[str, list[int]] = {packet_id: [] for packet_id in kept}
+            grabbed: dict[str, list[tuple[int, int]]] = {packet_id: [] for packet_id in kept}
             rows = await session.execute(
-                select(GrabRow.packet_id, GrabRow.amount_cents)
-                .where(GrabRow.packet_id.in_(list(kept)))
-                .order_by(GrabRow.packet_id, GrabRow.seq)
+                select(GrabRow.packet_id, GrabRow.seq, GrabRow.amount_cents).where(
+                    GrabRow.packet_id.in_(list(kept))
+                )
             )
-            for packet_id, cents in rows:
-                grabbed[packet_id].append(cents)
+            for packet_id, seq, cents in rows:
+                grabbed[packet_id].append((seq, cents))
         found: list[Mismatch] = []
         for packet_id, (commitment, digest) in kept.items():
             found += rules.packet_commitment(packet_id, commitment, digest, grabbed[packet_id])

@@ -29,8 +29,8 @@ KINDS = {
     "grab_credit_mismatch": "a grab's ledger credit has another amount or user",
     "credit_without_grab": "a grab credit in the ledger without its grab row",
     # a packet's commitment (SPEC §4.14)
-    "packet_commitment": "the grab rows, in grab order, are not the first committed shares "
-    "(position: the first that differs)",
+    "packet_commitment": "a grab row did not get the committed share of its seq (the first "
+    "such seq)",
     "packet_commitment_digest": "the kept shares and salt do not hash to shares_sha256",
     # a packet in Redis, and Redis against SQL once its outbox stream is empty
     "redis_packet_missing": "active in SQL, but unknown to Redis",
@@ -147,17 +147,17 @@ def packet_sql(p: dict[str, Any], grabs: GrabDetails) -> Findings:
 
 
 def packet_commitment(
-    packet_id: str, commitment: Commitment, digest: str | None, grabbed: Sequence[int]
+    packet_id: str, commitment: Commitment, digest: str | None, grabs: Sequence[tuple[int, int]]
 ) -> Findings:
-    """A packet's grab rows in grab order (`grabbed`) against the shares committed at send,
-    and the kept shares against the digest answered at send."""
+    """A packet's grab rows (seq, amount) against the shares committed at send (the i-th
+    share is seq i), and the kept shares against the digest answered at send."""
     found = Findings(packet_id=packet_id)
     if commitment.sha256 != digest:
         found.add("packet_commitment_digest", shares_sha256=digest)
-    if not holds(commitment.shares, grabbed):
-        shares = commitment.shares
-        position = next(i for i, got in enumerate(grabbed) if i >= len(shares) or got != shares[i])
-        found.add("packet_commitment", position=position, grabs=len(grabbed))
+    for seq, cents in grabs:
+        if not holds(commitment.shares, [(seq, cents)]):
+            found.add("packet_commitment", seq=seq, grab_cents=cents)
+            break
     return found
 
 
