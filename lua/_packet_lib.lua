@@ -9,13 +9,14 @@
 -- recipients, p a password, s not the sender), pw_salt and pw_hash; after a rebuild from
 -- SQL (packet_restore) also epoch (how many times it was rebuilt: every record carries it, so
 -- SQL can fence out records of a lost epoch) and seq_in_share (each queued share then reads
--- "amount|seq": the grab takes that seq, the share's place in the commitment); a packet
+-- "amount|seq": the grab takes that seq, the share's place in the commitment; top_seq is the
+-- highest seq given); a packet
 -- rebuilt by an older release has seq_gap instead (added to each new grab's seq). version
 -- counts its changes (1 when created, +1 for each grab, sold out, expiry, +2 for a
 -- withdrawal: withdrawn, then refunded), and every record carries the version after its
 -- change.
 -- The packet's own keys besides: its queued shares (list), grabs (hash user -> grab value),
--- order (zset of the grabbing users by seq: reads page through it in grab order), recipients
+-- order (hash seq -> grabbing user: reads page through it in seq order), recipients
 -- (set, only for a packet with recipients) and attempts (hash user -> wrong passwords).
 
 local packet_hash = KEYS[1]
@@ -71,14 +72,14 @@ end
 local function load_packet(now)
   local f = redis.call('HMGET', packet_hash, 'status', 'count', 'remaining_count',
                        'remaining_cents', 'expires_ms', 'sender_id', 'epoch', 'seq_gap',
-                       'gate', 'pw_hash', 'seq_in_share')
+                       'gate', 'pw_hash', 'seq_in_share', 'top_seq')
   if not f[1] then
     return nil
   end
   local p = {status = f[1], count = tonumber(f[2]), remaining_count = tonumber(f[3]),
              remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6],
              epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0'), gate = f[9], pw_hash = f[10],
-             seq_in_share = f[11]}
+             seq_in_share = f[11], top_seq = tonumber(f[12] or '0')}
   if p.status == 'active' and now >= p.expires_ms then
     expire_packet(p)
   end

@@ -87,16 +87,19 @@ if p.seq_in_share then  -- a rebuilt packet: each share carries its seq, "amount
   local bar = string.find(share, '|', 1, true)
   seq = tonumber(string.sub(share, bar + 1))
   share = string.sub(share, 1, bar - 1)
+  if seq > p.top_seq then
+    redis.call('HSET', packet_hash, 'top_seq', int(seq))
+  end
 else
   seq = p.count - p.remaining_count + 1 + p.seq_gap
 end
 local left = p.remaining_count - 1
 redis.call('HSET', packet_grabs, user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. request_token)
-redis.call('ZADD', packet_order, seq, user)
+redis.call('HSET', packet_order, seq, user)
 redis.call('HSET', packet_hash, 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
 redis.call('HINCRBY', packet_hash, 'version', 1)
-if left == p.count - 1 then  -- the first grab creates the grabs hash and the order zset
+if left == p.count - 1 then  -- the first grab creates the grabs hash and the order hash
   local expire_at = redis.call('HGET', packet_hash, 'expire_at_ms')
   redis.call('PEXPIREAT', packet_grabs, expire_at)
   redis.call('PEXPIREAT', packet_order, expire_at)

@@ -35,9 +35,13 @@ redis.call('HSET', packet_hash, 'remaining_count', int(left), 'remaining_cents',
 for first = grabs_at, first_share - 1, 1000 do
   redis.call('HSET', packet_grabs, unpack(ARGV, first, math.min(first + 999, first_share - 1)))
 end
+local top_seq = 0
 for first = grabs_at, first_share - 1, 2 do  -- the grabbing users by seq
-  redis.call('ZADD', packet_order, split(ARGV[first + 1])[1], ARGV[first])
+  local seq = tonumber(split(ARGV[first + 1])[1])
+  redis.call('HSET', packet_order, int(seq), ARGV[first])
+  top_seq = math.max(top_seq, seq)
 end
+redis.call('HSET', packet_hash, 'top_seq', int(top_seq))
 if grabs > 0 then
   redis.call('PEXPIREAT', packet_grabs, expire_at)
   redis.call('PEXPIREAT', packet_order, expire_at)

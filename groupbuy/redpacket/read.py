@@ -51,15 +51,16 @@ PACKET_READ = ScriptSpec(
     keys=PACKET_KEYS,
     args=(
         *PACKET_ARGV,
-        *slots(("cursor", "the first grab's position (0: the first grab)"), ("limit", "grabs")),
+        *slots(("cursor", "the page starts after this seq (0: the first grab)"), ("limit", "seqs")),
     ),
     replies={
         OK: shape(
-            "the packet hash, the page (user -> grab value, in grab order), the number of "
-            "grabs, at now_ms",
+            "the packet hash, the page (user -> grab value, in seq order), the number of "
+            "grabs, the next page's cursor (-1: none), at now_ms",
             ("packet", reply_dict),
             ("page", list),
             ("total", int),
+            ("next_cursor", int),
             ("now_ms", int),
         ),
         PACKET_NOT_FOUND: NO_PACKET,
@@ -95,7 +96,7 @@ class LostPacket(Protocol):
         """Put the packet back in Redis; False when its SQL record is the answer."""
 
 
-Grab = tuple[str, int, int]  # (user, amount_cents, grabbed_at_ms)
+Grab = tuple[str, int, int, int]  # (user, amount_cents, grabbed_at_ms, seq)
 
 
 class ReadService(UsesBackends):
@@ -114,7 +115,7 @@ class ReadService(UsesBackends):
         return view.body(revealed, luckiest)
 
     async def grabs(self, packet_id: str, cursor: str | None, limit: int) -> wire.GrabsPage:
-        """A page of the packet's grabs in grab order, from position `cursor`."""
+        """A page of the packet's grabs in grab order, after seq `cursor`."""
         view = await self._view(packet_id, int(cursor or 0), limit)
         return {"grabs": view.page_body(), "next_cursor": view.next_cursor()}
 
@@ -125,13 +126,13 @@ class ReadService(UsesBackends):
             if not reading.grab:
                 raise errors.NotGrabbed(f"{user_id!r} has not grabbed packet {packet_id!r}")
             grab = parse_grab(reading.grab[0])
-            return _grab_body((user_id, grab.amount_cents, grab.at_ms))
+            return _grab_body((user_id, grab.amount_cents, grab.at_ms, grab.seq))
         await recorded_packet(self._db, packet_id)  # 404 packet_not_found when SQL has none
         async with self._db.sessions() as session:
             row = await session.get(GrabRow, (packet_id, user_id))
         if row is None:
             raise errors.NotGrabbed(f"{user_id!r} has not grabbed packet {packet_id!r}")
-        return _grab_body((user_id, row.amount_cents, to_ms(row.grabbed_at)))
+        return _grab_body((user_id, row.amount_cents, to_ms(row.grabbed_at), row.seq))
 
     async def _view(self, packet_id: str, cursor: int, limit: int) -> PacketView:
         reading = await packet_read(self._packets, packet_id, cursor, limit)
@@ -141,7 +142,7 @@ class ReadService(UsesBackends):
                 reading = await packet_read(self._packets, packet_id, cursor, limit)
         if reading.code is PacketCode.OK:
             return PacketView.from_redis(
-                packet_id, reading.packet, reply_dict(reading.page), reading.total, cursor
+                packet_id, reading.packet, reply_dict(reading.page), reading.total, reading
             )
         row = await recorded_packet(self._db, packet_id)
         async with self._db.sessions() as session:
@@ -152,9 +153,12 @@ class ReadService(UsesBackends):
                     )
                 )
             ).one()
-            rows = await recorded_grabs(session, packet_id, cursor, limit)
+            rows = await recorded_grabs(session, packet_id, cursor, limit + 1)
             mark = await session.get(PacketEpochRow, packet_id)
-        return PacketView.from_rows(row, rows, (int(total), int(grabbed)), cursor, mark)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        after = rows[-1].seq if more else None
+        return PacketView.from_rows(row, rows, (int(total), int(grabbed)), after, mark)
 
     async def _revealed(self, packet_id: str) -> Commitment | None:
         """The committed shares and salt of an ended packet (None: sent before commitments)."""
@@ -171,10 +175,11 @@ class ReadService(UsesBackends):
         if revealed is None:  # sent before commitments: the largest among the first grabs
             return max(view.grabs, key=lambda grab: grab[1])[0]
         shares = revealed.shares
-        position = shares.index(max(shares))
-        if position < len(view.grabs):
-            return view.grabs[position][0]
-        further = await self._view(view.packet_id, position, 1)
+        seq = shares.index(max(shares)) + 1  # the i-th share is seq i
+        for user, _cents, _at, grab_seq in view.grabs:
+            if grab_seq == seq:
+                return user
+        further = await self._view(view.packet_id, seq - 1, 1)
         return further.grabs[0][0] if further.grabs else None
 
 
@@ -188,14 +193,13 @@ async def recorded_packet(db: Database, packet_id: str) -> PacketRow:
 
 
 async def recorded_grabs(
-    session: AsyncSession, packet_id: str, cursor: int = 0, limit: int | None = None
+    session: AsyncSession, packet_id: str, after: int = 0, limit: int | None = None
 ) -> Sequence[GrabRow]:
-    """A packet's grab rows in seq order (grab order), from position `cursor`."""
+    """A packet's grab rows in seq order (grab order), after seq `after`."""
     query = (
         select(GrabRow)
-        .where(GrabRow.packet_id == packet_id)
+        .where(GrabRow.packet_id == packet_id, GrabRow.seq > after)
         .order_by(GrabRow.seq)
-        .offset(cursor)
         .limit(limit)
     )
     return (await session.scalars(query)).all()
@@ -217,7 +221,7 @@ def packet_version(epoch: int, count: int, grabs: int, status: str) -> int:
 
 
 def _grab_body(grab: Grab) -> wire.PacketGrab:
-    user, amount_cents, at = grab
+    user, amount_cents, at, _seq = grab
     return {"user_id": user, "amount_cents": amount_cents, "grabbed_at": iso_ms(at)}
 
 
@@ -241,7 +245,7 @@ class PacketView:
     grabs: list[Grab]  # the page, in grab order
     grab_total: int  # every grab so far
     grabbed_cents: int  # their sum
-    cursor: int  # the page's first position
+    after: int | None  # the next page's cursor (the seq it starts after), None: no more
     version: int  # the packet's changes so far (SPEC §3); a newer body has a larger one
 
     @classmethod
@@ -251,10 +255,13 @@ class PacketView:
         packet: dict[str, str],
         page: dict[str, str],
         total: int,
-        cursor: int,
+        reading: PacketReply,
     ) -> PacketView:
         """From a packet_read reply: the packet hash and a page (user -> grab value)."""
-        grabs = [(user, *parse_grab(value)[1:3]) for user, value in page.items()]
+        grabs = []
+        for user, value in page.items():
+            grab = parse_grab(value)
+            grabs.append((user, grab.amount_cents, grab.at_ms, grab.seq))
         amount = int(packet["amount"])
         return cls(
             packet_id=packet_id,
@@ -272,7 +279,7 @@ class PacketView:
             grabs=grabs,
             grab_total=total,
             grabbed_cents=amount - int(packet["remaining_cents"]),
-            cursor=cursor,
+            after=reading.next_cursor if reading.next_cursor >= 0 else None,
             version=int(packet.get("version", 0)),
         )
 
@@ -282,7 +289,7 @@ class PacketView:
         packet: PacketRow,
         page: Sequence[GrabRow],
         totals: tuple[int, int],
-        cursor: int,
+        after: int | None,
         mark: PacketEpochRow | None,
     ) -> PacketView:
         """From the SQL record of a packet Redis no longer holds: a page of its grab rows,
@@ -305,17 +312,16 @@ class PacketView:
             recipients_count=packet.recipients_count,
             password_protected=packet.password_hash is not None,
             shares_sha256=packet.shares_sha256,
-            grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at)) for g in page],
+            grabs=[(g.user_id, g.amount_cents, to_ms(g.grabbed_at), g.seq) for g in page],
             grab_total=total,
             grabbed_cents=grabbed,
-            cursor=cursor,
+            after=after,
             version=packet_version(epoch, packet.count, total, status),
         )
 
     def next_cursor(self) -> str | None:
-        """The position after this page, while grabs follow it."""
-        after = self.cursor + len(self.grabs)
-        return str(after) if self.grabs and after < self.grab_total else None
+        """The cursor of the page after this one, while grabs may follow it."""
+        return None if self.after is None else str(self.after)
 
     def page_body(self) -> list[wire.PacketGrab]:
         """The page's grabs as the API shows them."""

@@ -37,7 +37,7 @@ PACKET_KEYS = slots(
     ("packet_pending", "pending index: zset packet_id -> ms of its oldest outbox record"),
     ("packet_due", "due index: zset packet_id -> expires_ms (active packets only)"),
     ("packet_blocklist", "blocked users hash (the copy of the packet's slot in a cluster)"),
-    ("packet_order", "zset of the grabbing users by seq, their grab order (reads page it)"),
+    ("packet_order", "hash seq -> the grabbing user (reads page through it in seq order)"),
     ("packet_recipients", "set of the users who may grab (a packet with recipients only)"),
     ("packet_attempts", "hash user -> wrong passwords given (a packet with a password only)"),
 )

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from groupbuy.redpacket.codec import share_value
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.read import PACKET_GRAB_READ, packet_read
+from groupbuy.redpacket.recovery import packet_restore
 from groupbuy.redpacket.sweeps import packet_expire
 from groupbuy.redpacket.terms import password_hash
 from groupbuy.redpacket.withdraw import packet_withdraw
@@ -93,7 +95,7 @@ async def test_reads_page_through_the_grab_order(h: Harness) -> None:
     for user in ("e", "d", "c", "b", "a"):
         await h.grab(user)
     page = await packet_read(h.packets, PID, cursor=1, limit=2)
-    assert page.page[0::2] == ["d", "c"] and page.total == 5
+    assert page.page[0::2] == ["d", "c"] and page.total == 5 and page.next_cursor == 3
     assert (await packet_read(h.packets, PID, cursor=4, limit=2)).page[0::2] == ["a"]
     assert (await packet_read(h.packets, PID, cursor=5, limit=2)).page == []
     one = await h.packets.run(PACKET_GRAB_READ, PID, user_id="c")
@@ -112,3 +114,33 @@ async def test_a_packet_from_before_the_order_list_is_read_in_seq_order(h: Harne
 
 def test_plain_terms_have_no_gate() -> None:
     assert plain_terms()["gate"] == "" and plain_terms(3)["gate"] == "r"
+
+
+async def test_a_rebuild_gives_a_lost_grab_s_seq_and_share_to_the_next_grab(h: Harness) -> None:
+    # SQL has seq 1 and 3; seq 2 was answered but lost with Redis. Its share comes back with
+    # its seq, so grabs in seq order stay the committed shares: 4, 3, 2, 1.
+    now = await h.now_ms()
+    recorded = ["u1", "1|4|1000", "u3", "3|2|1002"]
+    queued = [share_value(2, 3), share_value(4, 1)]
+    rebuilt = await packet_restore(
+        h.packets,
+        PID,
+        [*recorded, *queued],
+        sender_id="sender",
+        amount_cents=10,
+        count=4,
+        strategy="double_mean",
+        created_ms=now,
+        expires_ms=now + 60_000,
+        retention_ms=3_600_000,
+        **plain_terms(),
+        epoch=1,
+        version=100,
+        grab_count=2,
+    )
+    assert rebuilt == Reply(PacketCode.OK, status="active")
+    first, second = await h.grab("n1"), await h.grab("n2")
+    assert (first.seq, first.amount_cents, second.seq, second.amount_cents) == (2, 3, 4, 1)
+    page = await packet_read(h.packets, PID, cursor=0, limit=10)
+    assert page.page[0::2] == ["u1", "n1", "u3", "n2"] and page.next_cursor == -1
+    assert [v.split("|")[1] for v in page.page[1::2]] == ["4", "3", "2", "1"]

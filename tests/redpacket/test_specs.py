@@ -22,8 +22,13 @@ def test_each_shape_names_its_fields() -> None:
     )
     assert PACKET_GRAB.parse([3, 5]) == Reply(PacketCode.ALREADY_GRABBED, amount_cents=5)
     assert PACKET_GRAB.parse([4]) == Reply(PacketCode.SOLD_OUT)
-    assert PACKET_READ.parse([0, ["status", "active"], ["u1", "1|5|9"], 1, 12]) == Reply(
-        PacketCode.OK, packet={"status": "active"}, page=["u1", "1|5|9"], total=1, now_ms=12
+    assert PACKET_READ.parse([0, ["status", "active"], ["u1", "1|5|9"], 1, -1, 12]) == Reply(
+        PacketCode.OK,
+        packet={"status": "active"},
+        page=["u1", "1|5|9"],
+        total=1,
+        next_cursor=-1,
+        now_ms=12,
     )
     assert PACKET_GRAB.parse([10, 4]) == Reply(PacketCode.WRONG_PASSWORD, attempts_left=4)
     assert PACKET_GRAB_READ.parse([0]) == Reply(PacketCode.OK, grab=[])
