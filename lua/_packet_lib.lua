@@ -4,20 +4,20 @@
 -- Packet hash fields: sender_id, amount, count, strategy, status
 -- (active|sold_out|expired|withdrawn), remaining_count, remaining_cents, created_ms,
 -- expires_ms, sold_out_ms, expired_ms, withdrawn_ms, refunded, expire_at_ms (when Redis drops
--- the packet's keys: expiry + retention); the terms of the send: message, shares_sha256,
--- recipients_count, gate (absent for a packet anyone may grab; else its letters: r only
--- recipients, p a password, s not the sender), pw_salt and pw_hash; after a rebuild from
--- SQL (packet_restore) also epoch (how many times it was rebuilt: every record carries it, so
--- SQL can fence out records of a lost epoch) and seq_in_share (each queued share then reads
--- "amount|seq": the grab takes that seq, the share's place in the commitment; top_seq is the
--- highest seq given); a packet
--- rebuilt by an older release has seq_gap instead (added to each new grab's seq). version
--- counts its changes (1 when created, +1 for each grab, sold out, expiry, +2 for a
--- withdrawal: withdrawn, then refunded), and every record carries the version after its
--- change.
+-- the packet's keys: expiry + retention), gate (absent for a packet anyone may grab; else the
+-- letters of the grab's checks: r only recipients, p a password, s not the sender, then for
+-- a password ':' and its salted hash); after a rebuild from SQL (packet_restore) also epoch
+-- (how many times it was rebuilt: every record carries it, so SQL can fence out records of
+-- a lost epoch) and seq_gap: -1 when each queued share reads "amount|seq" (the grab takes
+-- that seq, the share's place in the commitment); a packet rebuilt by an older release has
+-- seq_gap >= 0 instead, added to each new grab's seq. version counts its changes (1 when
+-- created, +1 for each grab, sold out, expiry, +2 for a withdrawal: withdrawn, then
+-- refunded), and every record carries the version after its change.
 -- The packet's own keys besides: its queued shares (list), grabs (hash user -> grab value),
--- order (hash seq -> grabbing user: reads page through it in seq order), recipients
--- (set, only for a packet with recipients) and attempts (hash user -> wrong passwords).
+-- order (list: the i-th entry is the user of seq i, '' for a seq not taken; reads page
+-- through it), recipients (set, only for a packet with recipients), attempts (hash user ->
+-- wrong passwords) and terms (hash: message, shares_sha256, recipients_count, pw_salt: what
+-- reads show, apart from the hash every grab reads).
 
 local packet_hash = KEYS[1]
 local packet_shares = KEYS[2]
@@ -29,6 +29,7 @@ local packet_blocklist = KEYS[7]
 local packet_order = KEYS[8]
 local packet_recipients = KEYS[9]
 local packet_attempts = KEYS[10]
+local packet_terms = KEYS[11]
 local packet_id = ARGV[1]
 local shift_ms = ARGV[2]
 
@@ -72,14 +73,18 @@ end
 local function load_packet(now)
   local f = redis.call('HMGET', packet_hash, 'status', 'count', 'remaining_count',
                        'remaining_cents', 'expires_ms', 'sender_id', 'epoch', 'seq_gap',
-                       'gate', 'pw_hash', 'seq_in_share', 'top_seq')
+                       'gate')
   if not f[1] then
     return nil
   end
   local p = {status = f[1], count = tonumber(f[2]), remaining_count = tonumber(f[3]),
              remaining_cents = tonumber(f[4]), expires_ms = tonumber(f[5]), sender_id = f[6],
-             epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0'), gate = f[9], pw_hash = f[10],
-             seq_in_share = f[11], top_seq = tonumber(f[12] or '0')}
+             epoch = f[7] or '0', seq_gap = tonumber(f[8] or '0')}
+  if f[9] then  -- the grab's checks: "<letters>" or "<letters>:<password hash>"
+    local colon = string.find(f[9], ':', 1, true)
+    p.gate = colon and string.sub(f[9], 1, colon - 1) or f[9]
+    p.pw_hash = colon and string.sub(f[9], colon + 1)
+  end
   if p.status == 'active' and now >= p.expires_ms then
     expire_packet(p)
   end

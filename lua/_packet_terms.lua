@@ -23,15 +23,14 @@ local function write_terms()
              'count', count, 'strategy', strategy, 'status', 'active',
              'remaining_count', count, 'remaining_cents', amount_cents,
              'created_ms', created_ms, 'expires_ms', expires_ms,
-             'expire_at_ms', int(expire_at), 'version', 1, 'message', message,
-             'shares_sha256', shares_sha256, 'recipients_count', recipients_count)
+             'expire_at_ms', int(expire_at), 'version', 1)
   if gate ~= '' then
-    redis.call('HSET', packet_hash, 'gate', gate)
-  end
-  if pw_hash ~= '' then
-    redis.call('HSET', packet_hash, 'pw_salt', pw_salt, 'pw_hash', pw_hash)
+    redis.call('HSET', packet_hash, 'gate', pw_hash ~= '' and (gate .. ':' .. pw_hash) or gate)
   end
   redis.call('PEXPIREAT', packet_hash, expire_at)
+  redis.call('HSET', packet_terms, 'message', message, 'shares_sha256', shares_sha256,
+             'recipients_count', recipients_count, 'pw_salt', pw_salt)
+  redis.call('PEXPIREAT', packet_terms, expire_at)
   return expire_at
 end
 

@@ -33,7 +33,7 @@ if prior then
     -- remaining_count as the first run answered it: the shares left after grab number seq
     -- (a rebuilt packet gives seqs out of line: there, the shares left now)
     local left = p.remaining_count
-    if not p.seq_in_share then
+    if p.seq_gap >= 0 then
       left = p.count - (seq - p.seq_gap)
     end
     return {OK, tonumber(g[2]), left, seq, tonumber(p.epoch), g[3]}
@@ -67,7 +67,7 @@ if gate and string.find(gate, 'p', 1, true) then
   if wrong >= max_wrong_passwords then
     return {PASSWORD_LOCKED}
   end
-  if password_digest ~= redis.call('HGET', packet_hash, 'pw_hash') then
+  if password_digest ~= p.pw_hash then
     if password_digest ~= '' then
       wrong = redis.call('HINCRBY', packet_attempts, user, 1)
       if wrong == 1 then
@@ -83,23 +83,24 @@ if not share then
   return redis.error_reply('packet ' .. packet_id .. ' is active but has no shares left')
 end
 local seq
-if p.seq_in_share then  -- a rebuilt packet: each share carries its seq, "amount|seq"
+if p.seq_gap < 0 then  -- a rebuilt packet: each share carries its seq, "amount|seq"
   local bar = string.find(share, '|', 1, true)
   seq = tonumber(string.sub(share, bar + 1))
   share = string.sub(share, 1, bar - 1)
-  if seq > p.top_seq then
-    redis.call('HSET', packet_hash, 'top_seq', int(seq))
-  end
 else
   seq = p.count - p.remaining_count + 1 + p.seq_gap
 end
 local left = p.remaining_count - 1
 redis.call('HSET', packet_grabs, user, int(seq) .. '|' .. share .. '|' .. int(now) .. '|' .. request_token)
-redis.call('HSET', packet_order, seq, user)
+if p.seq_gap < 0 and seq <= redis.call('LLEN', packet_order) then
+  redis.call('LSET', packet_order, seq - 1, user)  -- a seq a lost grab left free
+else
+  redis.call('RPUSH', packet_order, user)  -- the next seq: seqs are given in order
+end
 redis.call('HSET', packet_hash, 'remaining_count', int(left),
            'remaining_cents', int(p.remaining_cents - tonumber(share)))
 redis.call('HINCRBY', packet_hash, 'version', 1)
-if left == p.count - 1 then  -- the first grab creates the grabs hash and the order hash
+if left == p.count - 1 then  -- the first grab creates the grabs hash and the order list
   local expire_at = redis.call('HGET', packet_hash, 'expire_at_ms')
   redis.call('PEXPIREAT', packet_grabs, expire_at)
   redis.call('PEXPIREAT', packet_order, expire_at)

@@ -7,49 +7,38 @@
 -- named in _packet_lib.
 local cursor = ARGV[3]
 local limit = ARGV[4]
--- Returns {OK, packet hash as flat list, the page as flat list (user, grab value): the grabs
--- of seq cursor + 1 to cursor + limit in seq order (fewer where a seq is not taken), the
--- number of grabs, the cursor of the next page or -1, now_ms}, or {PACKET_NOT_FOUND}.
+-- Returns {OK, packet hash and its terms as one flat list, the page as flat list (user, grab
+-- value): the grabs of seq cursor + 1 to cursor + limit in seq order (fewer where a seq is
+-- not taken), the number of grabs, the cursor of the next page or -1, now_ms}, or
+-- {PACKET_NOT_FOUND}.
 local now = now_ms(shift_ms)
 local after, count = tonumber(cursor), tonumber(limit)
-local p = load_packet(now)
-if not p then
+if not load_packet(now) then
   return {PACKET_NOT_FOUND}
 end
 local total = redis.call('HLEN', packet_grabs)
 local page = {}
 local next_cursor = -1
-if redis.call('HLEN', packet_order) == total then
-  -- The highest seq given so far: the grabs so far plus the seqs skipped by rebuilds.
-  local top = p.count - p.remaining_count + p.seq_gap
-  if p.seq_in_share then
-    top = tonumber(redis.call('HGET', packet_hash, 'top_seq'))
-  end
-  local last = math.min(after + count, top)
-  if last > after then
-    local seqs = {}
-    for seq = after + 1, last do
-      seqs[#seqs + 1] = seq
-    end
-    local users = redis.call('HMGET', packet_order, unpack(seqs))
-    local taken = {}
-    for _, user in ipairs(users) do
-      if user then
-        taken[#taken + 1] = user
-      end
-    end
-    if #taken > 0 then
-      local values = redis.call('HMGET', packet_grabs, unpack(taken))
-      for i, user in ipairs(taken) do
-        page[#page + 1] = user
-        page[#page + 1] = values[i]
-      end
-    end
-    if last < top then
-      next_cursor = last
+local seqs = redis.call('LLEN', packet_order)
+if seqs >= total then
+  local users = redis.call('LRANGE', packet_order, after, after + count - 1)
+  local taken = {}
+  for _, user in ipairs(users) do
+    if user ~= '' then
+      taken[#taken + 1] = user
     end
   end
-else  -- grabs taken before the order hash existed (a packet sent before the upgrade, read
+  if #taken > 0 then
+    local values = redis.call('HMGET', packet_grabs, unpack(taken))
+    for i, user in ipairs(taken) do
+      page[#page + 1] = user
+      page[#page + 1] = values[i]
+    end
+  end
+  if after + count < seqs then
+    next_cursor = after + count
+  end
+else  -- grabs taken before the order list existed (a packet sent before the upgrade, read
       -- while it is still live): sort the grabs hash by seq
   local all = redis.call('HGETALL', packet_grabs)
   local grabs = {}
@@ -68,4 +57,8 @@ else  -- grabs taken before the order hash existed (a packet sent before the upg
     next_cursor = grabs[count][1]
   end
 end
-return {OK, redis.call('HGETALL', packet_hash), page, total, next_cursor, int(now)}
+local packet = redis.call('HGETALL', packet_hash)
+for _, value in ipairs(redis.call('HGETALL', packet_terms)) do
+  packet[#packet + 1] = value
+end
+return {OK, packet, page, total, next_cursor, int(now)}

@@ -30,18 +30,23 @@ for i = first_share, last_share do
 end
 local expire_at = write_terms()
 redis.call('HSET', packet_hash, 'remaining_count', int(left), 'remaining_cents', int(left_cents),
-           'epoch', epoch, 'seq_in_share', 1, 'version', version)
+           'epoch', epoch, 'seq_gap', -1, 'version', version)
 -- unpack() has a C-stack limit near 8000 values: write grabs in chunks.
 for first = grabs_at, first_share - 1, 1000 do
   redis.call('HSET', packet_grabs, unpack(ARGV, first, math.min(first + 999, first_share - 1)))
 end
-local top_seq = 0
-for first = grabs_at, first_share - 1, 2 do  -- the grabbing users by seq
+-- The order list: the i-th entry the user of seq i ('' for a seq no recorded grab has).
+local order = {}
+for first = grabs_at, first_share - 1, 2 do
   local seq = tonumber(split(ARGV[first + 1])[1])
-  redis.call('HSET', packet_order, int(seq), ARGV[first])
-  top_seq = math.max(top_seq, seq)
+  for _ = #order + 1, seq - 1 do
+    order[#order + 1] = ''
+  end
+  order[seq] = ARGV[first]
 end
-redis.call('HSET', packet_hash, 'top_seq', int(top_seq))
+for at = 1, #order, 1000 do
+  redis.call('RPUSH', packet_order, unpack(order, at, math.min(at + 999, #order)))
+end
 if grabs > 0 then
   redis.call('PEXPIREAT', packet_grabs, expire_at)
   redis.call('PEXPIREAT', packet_order, expire_at)

@@ -121,7 +121,7 @@ class PasswordSalts:
             return ""
         salt = self._salts.get(packet_id)
         if salt is None:
-            found = await self._redis.hget(self._keys.packet_keys(packet_id).hash, "pw_salt")
+            found = await self._redis.hget(self._keys.packet_keys(packet_id).terms, "pw_salt")
             if not found:
                 return ""
             salt = found.decode() if isinstance(found, bytes) else str(found)
@@ -159,7 +159,8 @@ class GrabService:
         """
         token = secrets.token_urlsafe(REQUEST_TOKEN_BYTES)
         grab = (self._packets, packet_id, user_id, token, self._resend_window_ms)
-        reply = await packet_grab(*grab, await self._salts.digest(packet_id, password))
+        digest = "" if password is None else await self._salts.digest(packet_id, password)
+        reply = await packet_grab(*grab, digest)
         if reply.code is PacketCode.PACKET_NOT_FOUND:
             answer = await self._missing.grab_missing(packet_id, user_id)
             if answer is not None:

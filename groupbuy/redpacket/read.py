@@ -55,8 +55,8 @@ PACKET_READ = ScriptSpec(
     ),
     replies={
         OK: shape(
-            "the packet hash, the page (user -> grab value, in seq order), the number of "
-            "grabs, the next page's cursor (-1: none), at now_ms",
+            "the packet hash with its terms, the page (user -> grab value, in seq order), "
+            "the number of grabs, the next page's cursor (-1: none), at now_ms",
             ("packet", reply_dict),
             ("page", list),
             ("total", int),
@@ -274,7 +274,7 @@ class PacketView:
             refunded_cents=int(packet.get("refunded", 0)),
             message=packet.get("message") or None,
             recipients_count=int(packet.get("recipients_count") or 0),
-            password_protected="pw_hash" in packet,
+            password_protected="p" in packet.get("gate", "").partition(":")[0],
             shares_sha256=packet.get("shares_sha256") or None,
             grabs=grabs,
             grab_total=total,

@@ -37,9 +37,10 @@ PACKET_KEYS = slots(
     ("packet_pending", "pending index: zset packet_id -> ms of its oldest outbox record"),
     ("packet_due", "due index: zset packet_id -> expires_ms (active packets only)"),
     ("packet_blocklist", "blocked users hash (the copy of the packet's slot in a cluster)"),
-    ("packet_order", "hash seq -> the grabbing user (reads page through it in seq order)"),
+    ("packet_order", "list of the grabbing users, the i-th of seq i ('' for a seq not taken)"),
     ("packet_recipients", "set of the users who may grab (a packet with recipients only)"),
     ("packet_attempts", "hash user -> wrong passwords given (a packet with a password only)"),
+    ("packet_terms", "hash of what reads show of the send: message, shares_sha256, ..."),
 )
 PACKET_ARGV = slots(
     ("packet_id", "the packet"),

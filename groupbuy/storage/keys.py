@@ -152,8 +152,8 @@ class ActivityKeys(KeyGroup):
 class PacketKeys(KeyGroup):
     """The keys every packet script takes: state hash, queued shares, grabs, outbox (under
     the packet's tag), then the pending and due indexes and the blocked users (the copies
-    of the shared keys the layout gives the packet), then its grab order, recipients and
-    wrong-password counts (under its tag)."""
+    of the shared keys the layout gives the packet), then its grab order, recipients,
+    wrong-password counts and terms (under its tag)."""
 
     prefix = "packet_"
     hash: str
@@ -166,14 +166,20 @@ class PacketKeys(KeyGroup):
     order: str
     recipients: str
     attempts: str
+    terms: str
 
     def own(self) -> tuple[str, ...]:
         """The packet's own keys (under its tag), which go when it is released."""
-        return (self.hash, self.shares, self.grabs, self.outbox, *self.terms())
-
-    def terms(self) -> tuple[str, str, str]:
-        """The keys of its grab order and terms (recipients, wrong-password counts)."""
-        return (self.order, self.recipients, self.attempts)
+        return (
+            self.hash,
+            self.shares,
+            self.grabs,
+            self.outbox,
+            self.order,
+            self.recipients,
+            self.attempts,
+            self.terms,
+        )
 
 
 @dataclass(frozen=True)
@@ -281,6 +287,7 @@ class Keys:
             order=f"{tag}:order",
             recipients=f"{tag}:recipients",
             attempts=f"{tag}:attempts",
+            terms=f"{tag}:terms",
         )
 
     def packet_restoring(self, packet_id: str) -> str:

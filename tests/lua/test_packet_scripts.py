@@ -254,7 +254,8 @@ async def test_every_packet_key_but_the_global_indexes_shares_one_slot(h: Harnes
     # The documented exceptions (docs/architecture.md, for Cluster): the two indexes, and
     # the blocked users hash, which exists once a user is blocked.
     indexes = {h.keys.pending, h.keys.due}
-    assert indexes <= keys and len(keys - indexes) == 5  # hash, shares, grabs, outbox, order
+    # hash, shares, grabs, outbox, order, terms
+    assert indexes <= keys and len(keys - indexes) == 6
     assert {k[k.index("{") + 1 : k.index("}")] for k in keys - indexes} == {f"p:{PID}"}
 
 
