@@ -152,21 +152,31 @@ def send_packets(client: httpx.Client, tag: str, ids: list[str], cents: int, sha
     _parallel(send, ids)
 
 
+def _packet_with_every_grab(client: httpx.Client, pid: str) -> tuple[Any, list[Any]]:
+    """A packet and all its grabs (its body carries the first 100; the rest are paged)."""
+    packet = client.get(f"/v1/redpackets/{pid}").raise_for_status().json()
+    every, cursor = list(packet["grabs"]), packet["grabs_next_cursor"]
+    while cursor is not None:
+        page = client.get(f"/v1/redpackets/{pid}/grabs", params={"cursor": cursor, "limit": 100})
+        body = page.raise_for_status().json()
+        every += body["grabs"]
+        cursor = body["next_cursor"]
+    return packet, every
+
+
 def packet_checks(client: httpx.Client, ids: list[str]) -> dict[str, Any]:
     """Read every packet: grabs recorded = shares taken, users unique, amounts >= 1 and
     summing with the remainder to the packet's amount (so never above it)."""
-    packets = _parallel(
-        lambda pid: client.get(f"/v1/redpackets/{pid}").raise_for_status().json(), ids
-    )
+    packets = _parallel(lambda pid: _packet_with_every_grab(client, pid), ids)
     grabs = sold_out = inconsistent = 0
-    for packet in packets:
+    for packet, every in packets:
         taken = packet["count"] - packet["remaining_count"]
         grabs += taken
         sold_out += packet["remaining_count"] == 0
-        users = {g["user_id"] for g in packet["grabs"]}
-        amounts = [g["amount_cents"] for g in packet["grabs"]]
+        users = {g["user_id"] for g in every}
+        amounts = [g["amount_cents"] for g in every]
         inconsistent += not (
-            len(users) == len(packet["grabs"]) == taken
+            len(users) == len(every) == taken
             and all(a >= 1 for a in amounts)
             and sum(amounts) + packet["remaining_cents"] == packet["amount_cents"]
         )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from groupbuy import wire
 from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (
@@ -26,19 +27,7 @@ from tests.support.http import (
 
 pytestmark = pytest.mark.parametrize("backend", ALL)
 
-SUMMARY_KEYS = {
-    "packet_id",
-    "sender_id",
-    "amount_cents",
-    "count",
-    "strategy",
-    "status",
-    "remaining_count",
-    "remaining_cents",
-    "refunded_cents",
-    "expires_at",
-    "version",
-}
+SUMMARY_KEYS = set(wire.PacketSummary.__required_keys__)  # the shape's fields
 ENTRY_KEYS = {"kind", "amount_cents", "balance_after_cents", "reference", "at"}
 
 

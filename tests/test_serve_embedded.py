@@ -54,6 +54,17 @@ def get(service: Service, path: str) -> Any:
     return answer.json()
 
 
+def every_grab(service: Service, packet_id: str) -> list[dict[str, Any]]:
+    """All of a packet's grabs, page after page (its GET carries the first 100)."""
+    grabs, cursor = [], ""
+    while True:
+        page = get(service, f"/v1/redpackets/{packet_id}/grabs?limit=100{cursor}")
+        grabs += page["grabs"]
+        if page["next_cursor"] is None:
+            return grabs
+        cursor = f"&cursor={page['next_cursor']}"
+
+
 def send_packet(service: Service, packet_id: str, cents: int, shares: int) -> None:
     post(
         service,
@@ -187,7 +198,7 @@ def test_restart_of_the_embedded_service_mid_storm(
         restart_s = time.monotonic() - began
         assert second.engine_pid != engine
         packet = get(second, f"/v1/redpackets/{PACKET}")
-        kept = {grab["user_id"]: grab["amount_cents"] for grab in packet["grabs"]}
+        kept = {grab["user_id"]: grab["amount_cents"] for grab in every_grab(second, PACKET)}
         assert {user: kept.get(user) for user in storm.acknowledged} == storm.acknowledged
         assert set(kept) <= set(storm.acknowledged) | storm.unknown
         assert len(kept) == SHARES - packet["remaining_count"]

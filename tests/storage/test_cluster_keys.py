@@ -186,15 +186,17 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     await packets.sending.send("s1", 1000, 2, packet_id="pk1", expires_in_s=60)
     await packets.grabs.grab("pk1", "g1")
     await packets.reads.get("pk1")
+    await packets.reads.grab_of("pk1", "g1")  # packet_grab_read
     with pytest.raises(errors.InsufficientFunds):
         await packets.sending.send("poor", 1000, 2, packet_id="pk2")  # counted, then taken back
     await packets.sending.send("s1", 1000, 2, packet_id="pk3", expires_in_s=6000)
     await packets.writer.drain_all()
     pk3 = keys.packet_keys("pk3")
-    await redis.delete(pk3.hash, pk3.shares, pk3.grabs, pk3.outbox)
+    await redis.delete(*pk3.own())
     await packets.grabs.grab("pk3", "g2")  # rebuilt from SQL first
     await redis.xadd(keys.packet_outbox("pk3"), {"type": "grab", "packet_id": "pk3"})
     await packets.writer.drain_all()  # the malformed record goes to the dead letters
+    await packets.withdrawals.withdraw("pk3", "s1")  # packet_withdraw
     services.clock.advance(120)
     assert (await packets.sweeps.expire_due())["expired"] == 1
     await packets.sweeps.reindex()
