@@ -133,6 +133,8 @@ def clean_logging() -> Iterator[None]:
 def test_every_logger_writes_in_the_one_format(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
+    # uvicorn started in this process before (a test's receiver) set its logger's level
+    monkeypatch.setattr(logging.getLogger("uvicorn.error"), "level", logging.CRITICAL)
     configure_logging("info", True, form)
     configure_logging("info", True, form)  # again (a worker process, a second command): once
     logging.getLogger("groupbuy.somewhere").warning("careful: %d", 7)

@@ -84,10 +84,12 @@ def configure_logging(level: str, access_log: bool, form: str) -> None:
     for name in _UVICORN_LOGGERS:
         # uvicorn's own default set-up (a dictConfig run by anything that started uvicorn
         # in this process before) gives them handlers and stops them at "uvicorn": their
-        # lines would leave in uvicorn's format instead of this one.
+        # lines would leave in uvicorn's format instead of this one. Its log_level sets
+        # their level too: the settings' level is the one that counts.
         server_log = logging.getLogger(name)
         server_log.handlers.clear()
         server_log.propagate = True
+        server_log.setLevel(logging.NOTSET)
     for name in _QUIET_AT_INFO:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     access = logging.getLogger(ACCESS_LOGGER)
