@@ -187,11 +187,17 @@ async def pipelined(
 async def create_packets(services: Services, ids: list[str], shares: int, sender: str) -> None:
     """Live packets of `shares` 10-cent shares straight through packet_create (pipelined)."""
     now = await services.clock.now_ms(services.redis)
-    args = [0, sender, 10 * shares, shares, "equal", now, now + 3_600_000, 60_000]
+    # A plain packet: anyone may grab, no greeting, password or commitment.
+    recorded = {"shift_ms": 0, "sender_id": sender, "amount_cents": 10 * shares,
+                "count": shares, "strategy": "equal", "created_ms": now,
+                "expires_ms": now + 3_600_000, "retention_ms": 60_000, "recipients_count": 0,
+                **dict.fromkeys(("message", "shares_sha256", "gate", "pw_salt", "pw_hash"), ""),
+                }  # fmt: skip
     calls = [
-        (PACKET_CREATE.key_list(services.keys.packet_keys(pid)), [pid, *args, *[10] * shares])
+        (PACKET_CREATE.key_list(services.keys.packet_keys(pid)),
+         PACKET_CREATE.arg_list({"packet_id": pid, **recorded}, [10] * shares))
         for pid in ids
-    ]
+    ]  # fmt: skip
     await pipelined(services, "packet_create", calls)
 
 
