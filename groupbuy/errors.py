@@ -115,6 +115,10 @@ class DeliveryNotFound(NotFound):
     code, title = "delivery_not_found", "Webhook delivery not found"
 
 
+class NotWaiting(NotFound):
+    code, title = "not_waiting", "The user is not waiting in this activity's line"
+
+
 class MethodNotAllowed(GroupBuyError):
     status_code, code, title = 405, "method_not_allowed", "Method not allowed"
 
@@ -125,6 +129,14 @@ class Conflict(GroupBuyError):
 
 class TeamFull(Conflict):
     code, title = "team_full", "Every seat of the team is taken or locked"
+
+
+class WaitlistFull(Conflict):
+    code, title = "waitlist_full", "The activity's waitlist is at its max_len"
+
+
+class AlreadyLocked(Conflict):
+    code, title = "already_locked", "The user holds a live seat lock in this activity"
 
 
 class AlreadyMember(Conflict):

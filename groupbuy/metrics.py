@@ -63,6 +63,13 @@ LOCK_OUTCOMES = Counter(
     "outcome: locked, existing, or the refusal's error code.",
     ["operation", "outcome"],
 )
+WAITLIST_ENTRIES = Counter(
+    "groupbuy_waitlist_entries_total",
+    "Waitlist entries by what became of them: queued, offered (a seat lock given), taken (the "
+    "offer confirmed), dropped (the user could no longer take a seat), expired, removed (by "
+    "DELETE).",
+    ["outcome"],
+)
 GRAB_OUTCOMES = Counter(
     "groupbuy_grab_outcomes_total",
     "Red packet grabs by outcome: grabbed, already_grabbed, or the refusal's error code.",

@@ -317,6 +317,14 @@ class ActivityLimitsRule(TypedDict):
     open_teams_per_leader: int | None
 
 
+class WaitlistRules(TypedDict):
+    """An activity's waitlist: how many may wait, for how long, how long an offer lives."""
+
+    max_len: Annotated[int, Ge(1), "entries in the activity's lines at most (409 waitlist_full)"]
+    ttl_s: Annotated[int, Ge(1), "an entry leaves the line this long after it queued"]
+    offer_ttl_s: Annotated[int, Ge(1), "the lifetime of a lock the line offers"]
+
+
 class Activity(TypedDict):
     """An activity, the parameters its teams take, and its live counts."""
 
@@ -359,6 +367,12 @@ class Activity(TypedDict):
     max_hold_s: Annotated[int, Ge(1), "the longest a seat lock may be held (lock_ttl_s unless set)"]
     late_confirm: Annotated[
         bool, "a confirm after its lock expired still joins while a seat and a unit are free"
+    ]
+    waitlist: WaitlistRules
+    waiting: Annotated[int, Ge(0), "entries waiting in the activity's lines now"]
+    waiting_any_team: Annotated[int, Ge(0), "of those, entries waiting for any team"]
+    oldest_waiting_since: Annotated[
+        Timestamp | None, "when the entry waiting longest queued; null: nobody waits"
     ]
     teams_open: Annotated[int, Ge(0), "teams open now (a team past its deadline is not)"]
     teams_formed: Annotated[int, Ge(0), "teams formed, virtual completions included"]
@@ -442,6 +456,47 @@ class LockTaken(TypedDict):
     existing: NotRequired[
         Annotated[Literal[True], "present (true) only when the lock already existed"]
     ]
+
+
+class WaitlistQueued(TypedDict):
+    """A user waiting in an activity's line for the next free seat."""
+
+    status: Literal["queued"]
+    user_id: Id
+    team_id: Annotated[Id | None, "the team waited for; null: any team of the activity"]
+    position: Annotated[int, "1 is next: the next seat this line can take is offered to 1"]
+    queued_at: Timestamp
+    expires_at: Annotated[Timestamp, "the entry leaves the line then (waitlist.expired)"]
+
+
+class WaitlistOffered(TypedDict):
+    """The seat lock the line gave a user (the event lock.offered said so too)."""
+
+    status: Literal["offered"]
+    user_id: Id
+    team_id: Id
+    locked_at: Timestamp
+    expires_at: Annotated[Timestamp, "confirm (POST .../members) before this"]
+    version: Annotated[int, "the team's version after the offer"]
+
+
+WaitlistAnswer = Annotated[
+    LockTaken | WaitlistQueued | WaitlistOffered,
+    OneOf(tag="status"),
+    "A seat lock now (`locked`), a place in line (`queued`) or the lock the line gave "
+    "(`offered`).",
+]
+WaitlistEntry = Annotated[
+    WaitlistQueued | WaitlistOffered,
+    OneOf(tag="status"),
+    "A place in line (`queued`) or the lock the line gave (`offered`).",
+]
+
+
+class WaitlistRemoved(TypedDict):
+    """The answer of DELETE .../waitlist/{user_id}."""
+
+    removed: Annotated[bool, "true: the entry left the line; false: the user was not waiting"]
 
 
 class TeamsPage(TypedDict):

@@ -15,13 +15,20 @@
 -- after its change), failed_reason (deadline | dissolved | abandoned, set when failed),
 -- departed (members who left while it was open: a new member's seq is member_count +
 -- departed), left:<user> ('left|at_ms|order_id' or 'refunded|at_ms|order_id': the memory of
--- a member's leave, team_leave).
+-- a member's leave, team_leave), offer_ttl_ms (the lifetime of a lock the waitlist offers;
+-- absent: lock_ttl_ms).
 
 local A = {outbox = activity_outbox, lock_index = activity_lock_index,
            deadlines = activity_deadlines, pending = activity_pending,
            due_locks = activity_due_locks, due_deadlines = activity_due_deadlines,
            open_seats = activity_open_seats, counts = activity_counts,
-           lock_expiries = activity_lock_expiries}
+           lock_expiries = activity_lock_expiries, hash = activity_hash,
+           blocklist = activity_blocklist, waitlist = activity_waitlist, line = activity_line,
+           waitlist_due = activity_waitlist_due}
+
+-- The waitlist's hand-offs (lua/_waitlist_lib.lua, which every script requiring this file
+-- requires right after it): what frees a seat here offers it to the head of a line.
+local hand_off, hand_units, end_line
 
 -- Extended locks (team_extend). A lock's score in the team's locks zset is its expiry minus
 -- the team's lock_ttl_ms: locked_at for a lock never extended, later for one extended. So
@@ -162,7 +169,7 @@ local function forget_team(team_id)
 end
 
 -- A team that stops taking seats leaves every index and drops its locks (and their entries
--- in the activity's lock-expiry zset: at most `size` of them).
+-- in the activity's lock-expiry zset: at most `size` of them); returns how many it dropped.
 local function close_team(team, status, at_field, at)
   local users = redis.call('ZRANGE', team.locks, 0, -1)
   for _, user in ipairs(users) do
@@ -172,6 +179,8 @@ local function close_team(team, status, at_field, at)
   redis.call('DEL', team.locks)
   forget_team(team.id)
   redis.call('HSET', team.hash, 'status', status, at_field, int(at))
+  end_line(team, status)
+  return #users
 end
 
 -- Remove the locks that expired at or before `at`, one lock.expired record each;
@@ -231,13 +240,14 @@ local function fail_team(team, at, reason)
   if team.member_count > 0 then  -- (Redis refuses the '-0' Lua writes for -0)
     tally('members', -team.member_count)
   end
-  close_team(team, 'failed', 'failed_ms', at)
+  local units = team.member_count + close_team(team, 'failed', 'failed_ms', at)
   redis.call('HSET', team.hash, 'failed_reason', reason)
   emit({'type', 'team.failed', 'at_ms', int(at), 'activity_id', activity_id,
         'team_id', team.id, 'members', member_list(team), 'reason', reason,
         'version', bump(team.hash)})
   team.status = 'failed'
   team.ended_now = true
+  hand_units(team, units)  -- its members' and locks' units are free for the activity's line
 end
 
 -- A team past its deadline ends, in effect at the deadline, whoever notices first: formed
@@ -267,7 +277,7 @@ end
 local function load_team(now, team)
   local f = redis.call('HMGET', team.hash, 'status', 'size', 'lock_ttl_ms', 'deadline_ms',
                        'member_count', 'expire_at_ms', 'virtual_min', 'teams_limit',
-                       'led_limit', 'departed', 'extended')
+                       'led_limit', 'departed', 'extended', 'offer_ttl_ms')
   if not f[1] then
     return nil
   end
@@ -277,12 +287,17 @@ local function load_team(now, team)
   team.teams_limit, team.led_limit = tonumber(f[8] or '0'), tonumber(f[9] or '0')
   team.departed = tonumber(f[10] or '0')
   team.extended = f[11] == '1'
+  team.offer_ttl_ms = tonumber(f[12] or f[3])
+  team.now = now
   team.expired_locks = 0
   if team.status == 'open' then
     if now >= team.deadline_ms then
       end_at_deadline(team)
     else
       team.expired_locks = purge_expired(team, now)
+      if team.expired_locks > 0 then
+        hand_off(team)
+      end
     end
   end
   return team
@@ -304,12 +319,17 @@ local function closed_code(team)
   return nil
 end
 
--- Hold a free seat of an open team (loaded, `lock_count` locks now) for `user` from `now`,
--- and point the user's current-lock key at it; returns when the lock expires and the team's
--- version after the lock.
-local function take_seat(team, user, now, lock_count, user_key)
-  local expires = now + team.lock_ttl_ms
-  redis.call('ZADD', team.locks, now, user)
+-- Hold a free seat of an open team (loaded, `lock_count` locks now) for `user` from `now`
+-- for `ttl` ms (absent: the team's lock_ttl_ms), and point the
+-- user's current-lock key at it; returns when the lock expires and the team's version after
+-- the lock. A lock of another lifetime (a waitlist's offer) is kept as an extended one.
+local function take_seat(team, user, now, lock_count, user_key, ttl)
+  local expires = now + (ttl or team.lock_ttl_ms)
+  if expires ~= now + team.lock_ttl_ms then
+    redis.call('HSET', team.hash, 'locked_at:' .. user, int(now), 'extended', '1')
+    team.extended = true
+  end
+  redis.call('ZADD', team.locks, int(expires - team.lock_ttl_ms), user)
   redis.call('ZADD', A.lock_expiries, int(expires), expiry_entry(team.id, user))
   if lock_count == 0 then
     -- The first lock: it is the earliest (the index learns its expiry) and it creates the
@@ -324,7 +344,7 @@ local function take_seat(team, user, now, lock_count, user_key)
   end
   index_seats(team)
   redis.call('SET', user_key, team.id .. '|' .. int(now) .. '|' .. int(expires) .. '|' ..
-             int(team.deadline_ms), 'PX', team.lock_ttl_ms)
+             int(team.deadline_ms), 'PX', int(expires - now))
   return expires, bump(team.hash)
 end
 

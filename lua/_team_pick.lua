@@ -7,13 +7,6 @@
 -- _team_lib, these are the exceptions to "a script touches only KEYS" (docs/architecture.md,
 -- "Joining any team").
 
--- The keys of a team of this activity (load_team adds its state).
-local function activity_team(team_id)
-  local hash = team_key_prefix .. team_id
-  return {id = team_id, hash = hash, members = hash .. members_suffix,
-          locks = hash .. locks_suffix}
-end
-
 -- Apply time where it is due, up to `looks` teams from each index: the lock index lists the
 -- teams by their earliest lock's expiry, so the teams holding an expired lock come first
 -- (full ones too: a seat freed that way is free, swept or not), and the deadline index lists
@@ -25,7 +18,7 @@ local function apply_time(now, looks)
   for _, index in ipairs({A.lock_index, A.deadlines}) do
     local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, looks)
     for _, team_id in ipairs(due) do
-      local team = load_team(now, activity_team(team_id))
+      local team = load_team(now, team_keys_of(team_id))
       if team and team.status == 'open' then
         reindex(team.id, team.locks, team.lock_ttl_ms)
       else

@@ -10,10 +10,11 @@ local activity_due_deadlines = KEYS[5]
 local activity_outbox = KEYS[6]
 local activity_counts = KEYS[7]
 local activity_lock_expiries = KEYS[8]
+local activity_waitlist = KEYS[9]
 local activity_id = ARGV[1]
 -- Returns {1} released, {0} a team is still open or a record waits for SQL (nothing changed).
 if redis.call('EXISTS', activity_lock_index) == 1 or redis.call('EXISTS', activity_deadlines) == 1
-   or redis.call('EXISTS', activity_outbox) == 1 then
+   or redis.call('EXISTS', activity_outbox) == 1 or redis.call('EXISTS', activity_waitlist) == 1 then
   return {0}
 end
 redis.call('DEL', activity_hash, activity_counts, activity_lock_expiries)

@@ -7,10 +7,9 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- requires: _sale_lib
-local user_lock = KEYS[13]
-local blocklist = KEYS[14]
-local activity_hash = KEYS[15]
+local user_lock = KEYS[18]
 local user_id = ARGV[5]
 local order_id = ARGV[6]
 -- Returns {OK, formed 0|1, late 0|1, team...} joined (formed: this member completed the
@@ -42,7 +41,7 @@ end
 if has_left(team, user) then
   return {LEFT_TEAM}
 end
-if redis.call('HEXISTS', blocklist, user) == 1 then
+if redis.call('HEXISTS', activity_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 if closed_code(team) then
@@ -80,9 +79,15 @@ local current = redis.call('GET', user_lock)
 if current and split(current)[1] == team_id then
   redis.call('DEL', user_lock)
 end
+-- A seat the waitlist offered: its offer is taken (the record says so, for the metrics).
+local offered = redis.call('HGET', A.waitlist, user)
+local taken = offered and string.sub(offered, 1, #team_id + 3) == 'o|' .. team_id .. '|'
+if taken then
+  redis.call('HDEL', A.waitlist, user)
+end
 emit({'type', 'team.member_joined', 'at_ms', int(now), 'activity_id', activity_id,
       'team_id', team_id, 'user_id', user, 'order_id', order_id, 'seq', int(seq),
-      'version', bump(team_hash)})
+      'version', bump(team_hash), 'offered', taken and '1' or '0'})
 if joined < team.size then
   if late == 1 then
     index_seats(team)  -- one more seat taken

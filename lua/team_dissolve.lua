@@ -6,6 +6,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- Returns {OK, team...} failed now (its team.failed record lists the members to refund),
 -- {EXISTING, team...} dissolved before, {TEAM_FORMED}, {TEAM_FAILED} it failed otherwise
 -- (its deadline passed, found now or before, or its last member left), {TEAM_NOT_FOUND};

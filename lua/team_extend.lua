@@ -11,8 +11,8 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local user_lock = KEYS[13]
-local activity_hash = KEYS[14]
+-- requires: _waitlist_lib
+local user_lock = KEYS[18]
 local user_id = ARGV[5]
 local hold_ms = ARGV[6]
 -- Returns {OK, locked_at_ms, expires_at_ms, version, extended 0|1} the lock after the call

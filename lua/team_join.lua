@@ -10,10 +10,10 @@
 -- requires: _team_codes
 -- requires: _pick_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- requires: _team_pick
 -- requires: _sale_lib
-local user_lock = KEYS[11]
-local blocklist = KEYS[12]
+local user_lock = KEYS[15]
 local user_id = ARGV[10]
 -- Returns {OK, team_id, locked_at_ms, expires_at_ms, version} a new lock (version: the
 -- team's after the lock, as team_lock answers it),
@@ -49,7 +49,7 @@ end
 
 local current = redis.call('GET', user_lock)
 if current then
-  local held = load_team(now, activity_team(split(current)[1]))
+  local held = load_team(now, team_keys_of(split(current)[1]))
   local at = held and held.status == 'open' and redis.call('ZSCORE', held.locks, user)
   if at then
     at = tonumber(at)
@@ -57,15 +57,19 @@ if current then
             tonumber(redis.call('HGET', held.hash, 'version'))}
   end
 end
-if redis.call('HEXISTS', blocklist, user) == 1 then
+if redis.call('HEXISTS', activity_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 
 local cut = apply_time(now, looks)
+if redis.call('EXISTS', A.line) == 1 then
+  -- Someone waits for any team: every free seat is theirs (§4.13).
+  return {NO_TEAM_AVAILABLE, next_unlock(now)}
+end
 local start = rank_after(A.open_seats, cursor_score, cursor_team_id)
 local listed = redis.call('ZRANGE', A.open_seats, start, start + looks - 1, 'WITHSCORES')
 for i = 1, #listed, 2 do
-  local team = load_team(now, activity_team(listed[i]))
+  local team = load_team(now, team_keys_of(listed[i]))
   if not team then
     forget_team(listed[i])
   elseif team.status == 'open' and redis.call('HEXISTS', team.members, user) == 0

@@ -7,6 +7,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 local user_id = ARGV[5]
 local order_id = ARGV[6]
 local reason = ARGV[7]
@@ -51,6 +52,7 @@ if team.status == 'formed' then
   tally('members', -1)
   count(team, user, 'teams', team.teams_limit, -1)
   emit({'type', 'team.member_refunded', 'version', bump(team_hash), unpack(record)})
+  hand_units(team, 1)
   return {OK, 'refunded', snapshot(team)}
 end
 
@@ -83,4 +85,5 @@ if redis.call('HGET', team_hash, 'leader_id') == user then
         'version', bump(team_hash)})
 end
 index_seats(team)
+hand_off(team)
 return {OK, 'left', snapshot(team)}

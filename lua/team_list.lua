@@ -12,6 +12,7 @@
 -- requires: _team_codes
 -- requires: _pick_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- requires: _team_pick
 local page_size = ARGV[10]
 local full = ARGV[11]
@@ -50,7 +51,7 @@ while #page < limit and budget > 0 do
     -- A team whose expired locks go now moves down the index: it may be met again.
     if not seen[team_id] then
       seen[team_id] = true
-      local team = load_team(now, activity_team(team_id))
+      local team = load_team(now, team_keys_of(team_id))
       if not team then
         forget_team(team_id)
       elseif team.status == 'open' and wanted_team(team) then

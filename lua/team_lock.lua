@@ -6,12 +6,11 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- requires: _sale_lib
-local user_lock = KEYS[13]
-local blocklist = KEYS[14]
-local activity_hash = KEYS[15]
-local other_hash = KEYS[16]
-local other_locks = KEYS[17]
+local user_lock = KEYS[18]
+local other_hash = KEYS[19]
+local other_locks = KEYS[20]
 local user_id = ARGV[5]
 local other_team_id = ARGV[6]
 -- Returns {OK, locked_at_ms, expires_at_ms, released_team_id or '', version} new lock
@@ -67,7 +66,7 @@ if held then
           tonumber(redis.call('HGET', team_hash, 'version'))}
 end
 
-if redis.call('HEXISTS', blocklist, user) == 1 then
+if redis.call('HEXISTS', activity_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
@@ -76,7 +75,9 @@ if refused then
 end
 
 local lock_count = redis.call('ZCARD', team_locks)
-if team.member_count + lock_count >= team.size then
+-- While anyone waits in line, the line has every seat it can take (§4.13): a free seat
+-- here is not for a lock from outside it.
+if team.member_count + lock_count >= team.size or line_waits(team) then
   local first = redis.call('ZRANGE', team_locks, 0, 0, 'WITHSCORES')
   if first[2] then
     -- The lock that expires first (its score: expiry - lock_ttl_ms), and when it began.
@@ -112,7 +113,7 @@ if current then
       redis.call('ZREM', other_locks, user)
       redis.call('ZREM', A.lock_expiries, expiry_entry(other, user))
       reindex(other, other_locks, tonumber(o[1]))
-      index_seats({id = other, hash = other_hash, locks = other_locks})
+      index_seats(team_keys_of(other))
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
@@ -130,4 +131,7 @@ if current then
 end
 
 local expires, version = take_seat(team, user, now, lock_count, user_lock)
+if released ~= '' then
+  hand_off(load_team(now, team_keys_of(released)))  -- the seat released there
+end
 return {OK, int(now), int(expires), released, version}

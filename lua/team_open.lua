@@ -6,9 +6,8 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- requires: _sale_lib
-local activity_hash = KEYS[13]
-local blocklist = KEYS[14]
 local leader_id = ARGV[5]
 local leader_order_id = ARGV[6]
 local retention_ms = ARGV[7]
@@ -26,7 +25,7 @@ local retention_ms = ARGV[7]
 local now = now_ms(shift_ms)
 local activity = redis.call('HMGET', activity_hash, 'team_size', 'lock_ttl_ms', 'team_deadline_ms',
                             'virtual_min', 'teams_per_user', 'open_per_leader', 'status',
-                            'starts_ms', 'ends_ms', 'stock')
+                            'starts_ms', 'ends_ms', 'stock', 'offer_ttl_ms')
 if not activity[1] then
   return {ACTIVITY_NOT_FOUND}
 end
@@ -49,7 +48,7 @@ local sold_out = activity[10] and stock_refusal(now, activity[10], 0)
 if sold_out then
   return sold_out
 end
-if redis.call('HEXISTS', blocklist, leader_id) == 1 then
+if redis.call('HEXISTS', activity_blocklist, leader_id) == 1 then
   return {USER_BLOCKED}
 end
 
@@ -68,7 +67,7 @@ redis.call('HSET', team_hash, 'leader_id', leader_id, 'leader_order_id', leader_
            'size', activity[1], 'lock_ttl_ms', activity[2], 'created_ms', int(now),
            'deadline_ms', int(deadline), 'expire_at_ms', int(expire_at), 'member_count', 1,
            'version', 1, 'virtual_min', activity[4] or 0, 'teams_limit', teams_limit,
-           'led_limit', led_limit)
+           'led_limit', led_limit, 'offer_ttl_ms', activity[11] or activity[2])
 count(team, leader_id, 'teams', teams_limit, 1)
 count(team, leader_id, 'led', led_limit, 1)
 redis.call('HSET', team_members, leader_id, '1|' .. int(now) .. '|' .. leader_order_id)
@@ -83,4 +82,7 @@ redis.call('PEXPIREAT', team_members, expire_at)
 emit({'type', 'team.opened', 'at_ms', int(now), 'activity_id', activity_id, 'team_id', team_id,
       'leader_id', leader_id, 'order_id', leader_order_id, 'size', activity[1],
       'deadline_ms', int(deadline), 'version', 1})
+if redis.call('EXISTS', A.line) == 1 then
+  hand_off(load_team(now, named_team()))  -- its free seats are for those waiting
+end
 return {OK, snapshot(team)}

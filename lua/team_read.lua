@@ -5,6 +5,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- Returns {OK, now_ms, team hash as flat list, members hash as flat list, locks as flat
 -- [user, locked_at_ms, ...] oldest first}, or {TEAM_NOT_FOUND}.
 local now = now_ms(shift_ms)

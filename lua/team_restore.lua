@@ -6,6 +6,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 local leader_id = ARGV[5]
 local leader_order_id = ARGV[6]
 local size = ARGV[7]

@@ -5,6 +5,7 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
+-- requires: _waitlist_lib
 -- Returns {OK, locks expired now, status, 1 when this call ended it at its deadline else 0},
 -- or {TEAM_NOT_FOUND} (its index entries are dropped).
 local now = now_ms(shift_ms)

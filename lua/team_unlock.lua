@@ -6,7 +6,8 @@
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
-local user_lock = KEYS[13]
+-- requires: _waitlist_lib
+local user_lock = KEYS[18]
 local user_id = ARGV[5]
 -- Returns {OK, 1} released an unexpired lock, {OK, 0} there was none, {TEAM_NOT_FOUND}.
 local now = now_ms(shift_ms)
@@ -21,6 +22,7 @@ if released == 1 then
   reindex(team_id, team_locks, team.lock_ttl_ms)
   bump(team_hash)
   index_seats(team)
+  hand_off(team)
 end
 local current = redis.call('GET', user_lock)
 if current and split(current)[1] == team_id then

@@ -342,7 +342,7 @@ def test_db_current_in_an_empty_directory_creates_nothing(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []  # no groupbuy.db, not even an empty one
     assert done.stdout == (
         f"none: sqlite+aiosqlite:///{tmp_path}/groupbuy.db: no database file yet; "
-        "`groupbuy serve` creates it at 0007\n"
+        "`groupbuy serve` creates it at 0008\n"
     )
     assert "upgrade" not in done.stdout and done.stderr == ""
     checked = run_groupbuy(tmp_path, env, "db", "current", "--check")
@@ -356,7 +356,7 @@ def test_db_current_on_a_sqlite_file_behind_says_serve_upgrades_it(tmp_path: Pat
     assert done.returncode == 0, done
     assert done.stdout == (
         f"0004: sqlite+aiosqlite:///{tmp_path}/groupbuy.db: "
-        "`groupbuy serve` upgrades it to 0007 at start\n"
+        "`groupbuy serve` upgrades it to 0008 at start\n"
     )
 
 

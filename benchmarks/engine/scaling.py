@@ -41,10 +41,7 @@ async def create_teams(services: Services, aid: str, count: int) -> list[str]:
     await services.teams.activities.create_activity(aid, team_size=TEAM_SIZE)
 
     def team_open(tid: str) -> tuple[list[str], list[Any]]:
-        team_keys = TEAM_OPEN.key_list(
-            keys.team_keys(aid, tid), keys.activity_keys(aid),
-            activity_hash=keys.activity(aid), blocklist=keys.activity_blocklist(aid),
-        )  # fmt: skip
+        team_keys = TEAM_OPEN.key_list(keys.team_keys(aid, tid), keys.activity_keys(aid))
         args = TEAM_OPEN.arg_list(
             {"activity_id": aid, "team_id": tid, "shift_ms": 0, "leader_id": f"lead-{tid}",
              "user_key_prefix": keys.user_key_prefix(aid), "leader_order_id": "",

@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, webhooks
+from groupbuy.api import audit, blocklist, pages, redpackets, system, teams, waitlist, webhooks
 from groupbuy.api.access import Authenticator, FingerprintKey
 from groupbuy.api.endpoints import Endpoint, build_routes, configured
 from groupbuy.api.middleware import LimitBodyTime, ObserveRequests, RejectAmbiguousPaths
@@ -24,6 +24,7 @@ from groupbuy.storage.signatures import SeenSignatures
 ENDPOINTS = [
     *system.ENDPOINTS,
     *teams.ENDPOINTS,
+    *waitlist.ENDPOINTS,
     *redpackets.ENDPOINTS,
     *blocklist.ENDPOINTS,
     *webhooks.ENDPOINTS,

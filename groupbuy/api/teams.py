@@ -24,6 +24,7 @@ from groupbuy.api.endpoints import (
 from groupbuy.locks.codec import parse_page_cursor
 from groupbuy.locks.engine import TeamEngine
 from groupbuy.locks.sale import MAX_HOLD_S, MAX_STOCK, Sale
+from groupbuy.locks.waitlist_rules import WaitlistRules
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
 from groupbuy.wire import SaleStatus, from_ms, to_ms
 
@@ -57,6 +58,20 @@ class ActivityLimits(StrictBody):
     )
 
 
+class WaitlistCreate(StrictBody):
+    """An activity's waitlist; an omitted number takes its default."""
+
+    max_len: int | None = Field(
+        default=None, ge=1, le=100_000, description="entries in the lines at most (10000)"
+    )
+    ttl_s: LockTtlS | None = Field(
+        default=None, description="an entry leaves the line this long after it queued (600)"
+    )
+    offer_ttl_s: LockTtlS | None = Field(
+        default=None, description="the lifetime of a lock the line offers (lock_ttl_s)"
+    )
+
+
 class ActivityCreate(StrictBody):
     """Body of POST /v1/activities (omitted numbers take the configured defaults)."""
 
@@ -84,6 +99,7 @@ class ActivityCreate(StrictBody):
         default=False,
         description="a confirm whose lock expired still joins while a seat and a unit are free",
     )
+    waitlist: WaitlistCreate | None = None
 
     @model_validator(mode="after")
     def _ends_after_it_starts(self) -> ActivityCreate:
@@ -245,12 +261,13 @@ def _teams(request: Request) -> TeamEngine:
 async def create_activity(request: Request, body: ActivityCreate) -> Response:
     virtual, limits = body.virtual_completion, body.limits or ActivityLimits()
     sale_fields = {"starts_at", "ends_at", "stock", "max_hold_s", "late_confirm"}
-    fields = body.model_dump(exclude={"virtual_completion", "limits", *sale_fields})
+    fields = body.model_dump(exclude={"virtual_completion", "limits", "waitlist", *sale_fields})
+    waitlist = WaitlistRules(**body.waitlist.model_dump()) if body.waitlist else None
     outcome = await _teams(request).activities.create_activity(
         **fields,
         virtual_min_members=virtual.min_members if virtual else None,
         **limits.model_dump(),
-        sale=Sale(**body.model_dump(include=sale_fields)),
+        sale=Sale(**body.model_dump(include=sale_fields), waitlist=waitlist),
     )
     return created_response(outcome)
 
@@ -359,25 +376,25 @@ async def get_user_lock(request: Request) -> Response:
 
 
 _TEAM = "/v1/activities/{activity_id}/teams/{team_id}"
-_NO_ACTIVITY: Problems = {errors.ActivityNotFound: "no activity has this id"}
-_NO_TEAM: Problems = {errors.TeamNotFound: "the activity has no team with this id", **_NO_ACTIVITY}
-_OVER_LIMIT: Problems = {
+NO_ACTIVITY_PROBLEMS: Problems = {errors.ActivityNotFound: "no activity has this id"}
+NO_TEAM_PROBLEMS: Problems = {errors.TeamNotFound: "the activity has no team with this id", **NO_ACTIVITY_PROBLEMS}
+OVER_LIMIT_PROBLEMS: Problems = {
     errors.UserLimitReached: "the user is at one of the activity's limits: `limit`, `current` "
     "and `limit_name` (teams_per_user or open_teams_per_leader)"
 }
-_BLOCKED: Problems = {errors.UserBlocked: "an admin blocked the user (`user_id`)"}
-_CLOSED: Problems = {
+BLOCKED_PROBLEMS: Problems = {errors.UserBlocked: "an admin blocked the user (`user_id`)"}
+CLOSED_PROBLEMS: Problems = {
     errors.ActivityClosed: "an admin closed the activity: the sale is over (answered before "
     "any other refusal)"
 }
-_SALE: Problems = {
+SALE_PROBLEMS: Problems = {
     errors.ActivityNotStarted: "before the sale's `starts_at` (carried), right after "
     "`activity_closed`",
     errors.ActivityEnded: "the sale's `ends_at` has passed",
     errors.ActivitySoldOut: "every unit of the activity's stock is held by a member or a live "
     "lock; `next_unlock_at`: when the earliest live lock of the activity expires, or null",
 }
-_ENDED: Problems = {
+ENDED_PROBLEMS: Problems = {
     errors.TeamFormed: "the team is formed: it takes no more seats",
     errors.TeamFailed: "the team failed: its deadline passed (found now or earlier)",
 }
@@ -410,7 +427,7 @@ ENDPOINTS = [
         tag="activities",
         responses={200: "The activity"},
         answer=wire.Activity,
-        problems=_NO_ACTIVITY,
+        problems=NO_ACTIVITY_PROBLEMS,
     ),
     Endpoint(
         "PATCH",
@@ -426,7 +443,7 @@ ENDPOINTS = [
         answer=wire.Activity,
         problems={
             errors.Conflict: "`stock` is below the units held now (`stock_held`): nothing changed",
-            **_NO_ACTIVITY,
+            **NO_ACTIVITY_PROBLEMS,
         },
         audit="activity.update",
     ),
@@ -456,12 +473,12 @@ ENDPOINTS = [
         },
         answer=wire.Team,
         problems={
-            **_CLOSED,
-            **_SALE,
+            **CLOSED_PROBLEMS,
+            **SALE_PROBLEMS,
             errors.Conflict: "the team id exists with another leader or order",
-            **_OVER_LIMIT,
-            **_BLOCKED,
-            **_NO_ACTIVITY,
+            **OVER_LIMIT_PROBLEMS,
+            **BLOCKED_PROBLEMS,
+            **NO_ACTIVITY_PROBLEMS,
         },
     ),
     Endpoint(
@@ -480,7 +497,7 @@ ENDPOINTS = [
             "than `limit` teams while `next_cursor` is not null"
         },
         answer=wire.TeamsPage,
-        problems=_NO_ACTIVITY,
+        problems=NO_ACTIVITY_PROBLEMS,
     ),
     Endpoint(
         "POST",
@@ -499,14 +516,14 @@ ENDPOINTS = [
         },
         answer=wire.LockTaken,
         problems={
-            **_CLOSED,
-            **_SALE,
+            **CLOSED_PROBLEMS,
+            **SALE_PROBLEMS,
             errors.NoTeamAvailable: "no open team has a free seat for the user at this instant "
             "(a seat whose lock has expired counts as free); `next_unlock_at`: when the "
             "activity's earliest lock expires, or null. Open a new team instead",
-            **_OVER_LIMIT,
-            **_BLOCKED,
-            **_NO_ACTIVITY,
+            **OVER_LIMIT_PROBLEMS,
+            **BLOCKED_PROBLEMS,
+            **NO_ACTIVITY_PROBLEMS,
         },
     ),
     Endpoint(
@@ -518,7 +535,7 @@ ENDPOINTS = [
         tag="teams",
         responses={200: "The team: live from Redis, or from SQL once ended and released"},
         answer=wire.Team,
-        problems=_NO_TEAM,
+        problems=NO_TEAM_PROBLEMS,
     ),
     Endpoint(
         "POST",
@@ -535,19 +552,19 @@ ENDPOINTS = [
         },
         answer=wire.LockTaken,
         problems={
-            **_CLOSED,
-            **_SALE,
+            **CLOSED_PROBLEMS,
+            **SALE_PROBLEMS,
             errors.TeamFull: "every seat is a member or an unexpired lock; `next_unlock_at` "
             "(when the earliest lock expires, null if all seats are members) and "
             "`earliest_locked_at`",
             errors.AlreadyMember: "the user is a member of this team",
             errors.LeftTeam: "the user left this team (POST .../leave): no seat in it again",
-            **_OVER_LIMIT,
-            **_BLOCKED,
-            **_ENDED,
+            **OVER_LIMIT_PROBLEMS,
+            **BLOCKED_PROBLEMS,
+            **ENDED_PROBLEMS,
             errors.Conflict: "the user's lock in another team kept changing during the "
             "switch; retry",
-            **_NO_TEAM,
+            **NO_TEAM_PROBLEMS,
         },
     ),
     Endpoint(
@@ -560,7 +577,7 @@ ENDPOINTS = [
         tag="teams",
         responses={200: "Done, released or not (idempotent)"},
         answer=wire.Released,
-        problems=_NO_TEAM,
+        problems=NO_TEAM_PROBLEMS,
     ),
     Endpoint(
         "PATCH",
@@ -583,7 +600,7 @@ ENDPOINTS = [
             "the activity's `lock_ttl_s` or above its `max_hold_s` (the answer's `min_hold_s` "
             "and `max_hold_s`); nothing changed",
             errors.LockRequired: "the user holds no unexpired lock on this team",
-            **_NO_TEAM,
+            **NO_TEAM_PROBLEMS,
         },
     ),
     Endpoint(
@@ -608,10 +625,10 @@ ENDPOINTS = [
             errors.DatabaseUnavailable: "the membership is not recorded in SQL yet (the "
             "database is down, locked or slow): the seat stays the user's; retry the same "
             "confirm, which answers 200 once the record is in SQL (do not refund)",
-            **_OVER_LIMIT,
-            **_BLOCKED,
-            **_ENDED,
-            **_NO_TEAM,
+            **OVER_LIMIT_PROBLEMS,
+            **BLOCKED_PROBLEMS,
+            **ENDED_PROBLEMS,
+            **NO_TEAM_PROBLEMS,
         },
     ),
     Endpoint(
@@ -639,7 +656,7 @@ ENDPOINTS = [
             errors.DatabaseUnavailable: "the change is not recorded in SQL yet (the database "
             "is down, locked or slow): it is made in Redis; retry the same call, which "
             "answers 200 once the record is in SQL",
-            **_NO_TEAM,
+            **NO_TEAM_PROBLEMS,
         },
     ),
     Endpoint(
@@ -660,7 +677,7 @@ ENDPOINTS = [
             errors.TeamFormed: "the team is formed: it cannot be dissolved",
             errors.TeamFailed: "the team failed otherwise (its deadline passed, or its last "
             "member left)",
-            **_NO_TEAM,
+            **NO_TEAM_PROBLEMS,
         },
         audit="team.dissolve",
     ),
@@ -676,7 +693,7 @@ ENDPOINTS = [
         answer=wire.UserLock,
         problems={
             errors.NoLock: "the user holds no unexpired lock in the activity",
-            **_NO_ACTIVITY,
+            **NO_ACTIVITY_PROBLEMS,
         },
     ),
 ]

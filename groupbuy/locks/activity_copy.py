@@ -73,4 +73,8 @@ def copy_fields(row: ActivityRow) -> dict[str, int | str]:
         fields["stock"] = row.stock
     if row.late_confirm:
         fields["late_confirm"] = "1"
+    waitlist = row.waitlist
+    fields["waitlist_max"] = waitlist["max_len"]
+    fields["waitlist_ttl_ms"] = waitlist["ttl_s"] * 1000
+    fields["offer_ttl_ms"] = waitlist["offer_ttl_s"] * 1000
     return fields

@@ -25,7 +25,9 @@ def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]
         "status": sale_status(row, counts["now_ms"]),
         "max_hold_s": row.max_hold_s,
         "late_confirm": row.late_confirm,
-        **{name: value for name, value in counts.items() if name != "now_ms"},
+        "waitlist": row.waitlist,
+        **{name: value for name, value in counts.items() if name not in _NOT_SHOWN},
+        "oldest_waiting_since": _queued_at(counts, row.waitlist["ttl_s"]),
     }
     if row.starts_at is not None:
         body["starts_at"] = iso_ms(to_ms(row.starts_at))
@@ -37,6 +39,16 @@ def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]
         body["stock_left"] = max(0, row.stock - held)
         body["stock_held_by_locks"] = counts["live_locks"]
     return body
+
+
+# The counts that are not fields of the body as they are.
+_NOT_SHOWN = ("now_ms", "oldest_entry_expires_ms")
+
+
+def _queued_at(counts: Mapping[str, int], ttl_s: int) -> str | None:
+    """When the oldest waiting entry queued (every entry waits ttl_s), or None."""
+    expires = counts.get("oldest_entry_expires_ms", -1)
+    return None if expires < 0 else iso_ms(expires - ttl_s * 1000)
 
 
 def sale_status(row: ActivityRow, now_ms: int) -> SaleStatus:

@@ -37,6 +37,12 @@ class TeamCode(IntEnum):
     ORDER_MISMATCH = 21
     LEFT_TEAM = 22  # the user left this team: no seat in it again
     INVALID_REQUEST = 23  # team_extend: a hold outside the activity's bounds (422)
+    QUEUED = 24  # waitlist_join, waitlist_read: the user waits in line
+    OFFERED = 25  # waitlist_join, waitlist_read: the line gave the user a seat lock
+    TAKE_SEAT = 26  # waitlist_join: a seat is free now: lock (or join) instead of queueing
+    WAITLIST_FULL = 27
+    ALREADY_LOCKED = 28  # waitlist_join: the user holds a live lock in the activity
+    NOT_WAITING = 29
 
 
 # A lock's (or a join's, or a confirm's) new outcome, and the same again.

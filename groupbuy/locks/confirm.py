@@ -12,7 +12,6 @@ from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.specs import (
     BLOCKED,
-    BLOCKLIST_SLOT,
     EXISTING,
     FAILED,
     FORMED,
@@ -42,11 +41,7 @@ TEAM_CONFIRM = ScriptSpec(
     "with late_confirm, join without one while a seat and a unit are free).",
     keys=(
         *TEAM_KEYS,
-        *slots(
-            USER_LOCK_SLOT,
-            BLOCKLIST_SLOT,
-            ("activity_hash", "the activity's parameters (late_confirm, stock)"),
-        ),
+        *slots(USER_LOCK_SLOT),
     ),
     args=(*TEAM_ARGV, *slots(("user_id", "the user"), ("order_id", "the paid order"))),
     replies={
@@ -79,8 +74,6 @@ async def team_confirm(
     keys = TEAM_CONFIRM.key_list(
         *teams.team(activity_id, team_id),
         user_lock=teams.keys.user_lock(activity_id, user_id),
-        blocklist=teams.keys.activity_blocklist(activity_id),
-        activity_hash=teams.keys.activity(activity_id),
     )
     args = teams.team_args(activity_id, team_id, user_id=user_id, order_id=order_id)
     return await TEAM_CONFIRM.run(teams.caller, keys, args)

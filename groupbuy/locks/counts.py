@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.scripts import TeamReply, TeamScripts
-from groupbuy.locks.specs import COUNTS
+from groupbuy.locks.specs import COUNTS, WAITLIST_COUNTS
 from groupbuy.storage.backends import Backends, UsesBackends
 
 # An activity's live counts as its API body carries them (members: of open and formed
@@ -162,7 +162,10 @@ class ActivityCounts(UsesBackends):
 
 def _counts(reply: TeamReply) -> Counts:
     """activity_counts' OK: the counts as the activity's API body carries them, and now_ms."""
-    return {name: int(reply.fields[name]) for name in (*COUNTS, "now_ms")}
+    counts = {name: int(reply.fields[name]) for name in (*COUNTS, "now_ms", *WAITLIST_COUNTS)}
+    oldest = reply.fields["oldest_entry_expires_ms"]
+    counts["oldest_entry_expires_ms"] = -1 if oldest is None else int(oldest)
+    return counts
 
 
 async def _done(counts: Counts) -> Counts:

@@ -23,6 +23,8 @@ from groupbuy.locks.seats import SeatService
 from groupbuy.locks.specs import CONTRACTS as SHARED_CONTRACTS
 from groupbuy.locks.sweeps import TeamSweeps
 from groupbuy.locks.unlock import TEAM_UNLOCK
+from groupbuy.locks.waitlist import CONTRACTS as WAITLIST_CONTRACTS
+from groupbuy.locks.waitlist import Waitlist
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends
@@ -40,6 +42,7 @@ CONTRACTS: tuple[ScriptSpec[Any], ...] = (
     TEAM_EXTEND,
     TEAM_LEAVE,
     TEAM_DISSOLVE,
+    *WAITLIST_CONTRACTS,
 )
 
 
@@ -55,6 +58,7 @@ class TeamEngine:
     listings: Listings  # SQL pages: activities, an activity's formed or failed teams
     counts: ActivityCounts  # an activity's live counts (Redis; put back from SQL)
     dissolve: TeamDissolve  # an admin fails an open team now
+    waitlist: Waitlist  # a line for the next free seat
 
     @classmethod
     def build(
@@ -66,14 +70,16 @@ class TeamEngine:
         copies = ActivityCopy(backends, counts)
         history = TeamHistory(backends, copies)
         recovery = TeamRecovery(backends, defaults, scripts, copies)
+        seats = SeatService(scripts, outbox, defaults, copies, history, recovery)
         return cls(
             activities=ActivityService(
                 backends, defaults, outbox, scripts, copies, history, recovery
             ),
-            seats=SeatService(scripts, outbox, defaults, copies, history, recovery),
+            seats=seats,
             sweeps=TeamSweeps(backends, outbox, scripts, recovery),
             recovery=recovery,
             listings=Listings(backends, counts),
             counts=counts,
             dissolve=TeamDissolve(scripts, outbox, history, recovery),
+            waitlist=Waitlist(scripts, seats.lock, seats.join, copies, history, recovery),
         )

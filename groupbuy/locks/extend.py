@@ -31,7 +31,7 @@ TEAM_EXTEND = ScriptSpec(
     "Let a user's live seat lock expire at locked_at + hold_ms (never after the deadline).",
     keys=(
         *TEAM_KEYS,
-        *slots(USER_LOCK_SLOT, ("activity_hash", "the activity's copy (lock_ttl, max hold)")),
+        *slots(USER_LOCK_SLOT),
     ),
     args=(
         *TEAM_ARGV,
@@ -65,7 +65,6 @@ async def team_extend(
     keys = TEAM_EXTEND.key_list(
         *teams.team(activity_id, team_id),
         user_lock=teams.keys.user_lock(activity_id, user_id),
-        activity_hash=teams.keys.activity(activity_id),
     )
     args = teams.team_args(activity_id, team_id, user_id=user_id, hold_ms=hold_ms)
     return await TEAM_EXTEND.run(teams.caller, keys, args, team_id=team_id)

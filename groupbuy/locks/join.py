@@ -21,7 +21,6 @@ from groupbuy.locks.specs import (
     ACTIVITY_CLOSED,
     ACTIVITY_NOT_FOUND,
     BLOCKED,
-    BLOCKLIST_SLOT,
     CLOSED,
     EXISTING,
     LOOK_FURTHER,
@@ -46,7 +45,7 @@ _JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("ve
 TEAM_JOIN = ScriptSpec(
     "team_join",
     "Lock a free seat in the open team closest to forming (自动拼团).",
-    keys=(*PICK_KEYS, *slots(USER_LOCK_SLOT, BLOCKLIST_SLOT)),
+    keys=(*PICK_KEYS, *slots(USER_LOCK_SLOT)),
     args=(*PICK_ARGV, Slot("user_id", "the user")),
     replies={
         OK: shape("a new lock in team_id", *_JOINED),
@@ -75,9 +74,7 @@ async def team_join(
     """team_join from `cursor` (score, team_id; '' '' from the top)."""
     keys = TEAM_JOIN.key_list(
         teams.keys.activity_keys(activity_id),
-        activity_hash=teams.keys.activity(activity_id),
         user_lock=teams.keys.user_lock(activity_id, user_id),
-        blocklist=teams.keys.activity_blocklist(activity_id),
     )
     args = teams.pick_args(activity_id, candidates, cursor, user_id=user_id)
     return await TEAM_JOIN.run(teams.caller, keys, args)

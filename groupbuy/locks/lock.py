@@ -18,7 +18,6 @@ from groupbuy.locks.specs import (
     ACTIVITY_CLOSED,
     ACTIVITY_NOT_FOUND,
     BLOCKED,
-    BLOCKLIST_SLOT,
     CLOSED,
     EXISTING,
     FAILED,
@@ -54,8 +53,6 @@ TEAM_LOCK = ScriptSpec(
         *TEAM_KEYS,
         *slots(
             USER_LOCK_SLOT,
-            BLOCKLIST_SLOT,
-            ("activity_hash", "the activity's copy of its parameters and status"),
             ("other_hash", "hash of the team the caller believes the user holds a lock in"),
             ("other_locks", "locks zset of that team"),
         ),
@@ -115,8 +112,6 @@ async def team_lock(
     keys = TEAM_LOCK.key_list(
         *teams.team(activity_id, team_id),
         user_lock=k.user_lock(activity_id, user_id),
-        blocklist=k.activity_blocklist(activity_id),
-        activity_hash=k.activity(activity_id),
         **other,
     )
     args = teams.team_args(activity_id, team_id, user_id=user_id, other_team_id=other_team_id)

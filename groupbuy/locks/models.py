@@ -15,6 +15,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from groupbuy.locks.waitlist_rules import waitlist_body
 from groupbuy.storage.db import Base
 
 
@@ -78,6 +79,17 @@ class ActivityRow(Base):
         return held or self.lock_ttl_s
 
     @property
+    def waitlist(self) -> dict[str, int]:
+        """The waitlist's max_len, ttl_s and offer_ttl_s, defaults filled in."""
+        r = self.rules
+        return waitlist_body(
+            r.waitlist_max_len if r else None,
+            r.waitlist_ttl_s if r else None,
+            r.waitlist_offer_ttl_s if r else None,
+            self.lock_ttl_s,
+        )
+
+    @property
     def late_confirm(self) -> bool:
         """Whether a confirm after its lock expired may still join (SPEC §3 Teams)."""
         return bool(self.rules.late_confirm) if self.rules else False
@@ -108,6 +120,10 @@ class ActivityRulesRow(Base):
     stock: Mapped[int | None] = mapped_column(Integer)
     max_hold_s: Mapped[int | None] = mapped_column(Integer)
     late_confirm: Mapped[bool | None] = mapped_column(Boolean)
+    # the waitlist (SPEC §3 "Waitlist"): entries at most, an entry's and an offer's lifetime
+    waitlist_max_len: Mapped[int | None] = mapped_column(Integer)
+    waitlist_ttl_s: Mapped[int | None] = mapped_column(Integer)
+    waitlist_offer_ttl_s: Mapped[int | None] = mapped_column(Integer)
 
 
 class TeamRow(Base):

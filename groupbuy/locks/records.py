@@ -9,76 +9,33 @@ this module gains its record TypedDict (in TEAM_RECORDS), its key parts
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
-from groupbuy.locks.codec import int_field
+from groupbuy.locks.event_keys import (
+    EVENT_TYPES,
+    KEY,
+    TeamEventKey,
+    parse_event_key,
+    team_event_key,
+)
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.locks.waitlist_records import (
+    WAITLIST_RECORDS,
+    WaitlistRecord,
+    event_key_parts,
+    waitlist_event,
+)
+from groupbuy.metrics import WAITLIST_ENTRIES
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event
 from groupbuy.storage.typedrecords import parse_record
 from groupbuy.wire import from_ms, iso_ms
 
-KEY = ":"  # between the parts of an event key
-
-# Event types of the team engine, and how many parts follow "<type>:<aid>:<tid>".
-_EVENT_EXTRA_PARTS = {
-    "team.opened": 0,
-    "team.member_joined": 1,  # user_id
-    "team.formed": 0,
-    "team.failed": 0,
-    "lock.expired": 2,  # user_id, locked_at_ms
-    "lock.extended": 2,  # user_id, the team's version after it (one key per extension)
-    "team.member_left": 1,  # user_id (who left never joins the team again)
-    "team.leader_changed": 1,  # user_id: the new leader (a leader who leaves never returns)
-    "team.member_refunded": 1,  # user_id
-}
-EVENT_TYPES = tuple(_EVENT_EXTRA_PARTS)
-
-
-class TeamEventKey(NamedTuple):
-    """The identity of a team event: ``<type>:<aid>:<tid>[:<user>[:<locked_at_ms>]]``."""
-
-    type: str
-    activity_id: str
-    team_id: str
-    user_id: str | None = None  # team.member_*, team.leader_changed, lock.expired
-    locked_at_ms: int | None = None  # lock.expired (lock.extended: the version after it)
-
-
-def team_event_key(
-    event_type: str,
-    activity_id: str,
-    team_id: str,
-    user_id: str | None = None,
-    locked_at_ms: int | None = None,
-) -> str:
-    """The dedup key an event of the team engine is recorded under (one per fact)."""
-    extra = _EVENT_EXTRA_PARTS.get(event_type)
-    if extra is None:
-        raise ValueError(f"{event_type!r} is not an event of the team engine")
-    tail = [user_id, None if locked_at_ms is None else str(locked_at_ms)]
-    if None in tail[:extra] or any(part is not None for part in tail[extra:]):
-        raise ValueError(f"a {event_type} key has {extra} part(s) after the team id")
-    return KEY.join([event_type, activity_id, team_id, *(str(p) for p in tail[:extra])])
-
-
-def parse_event_key(key: str) -> TeamEventKey | None:
-    """A team event's dedup key, or None for an event of another engine."""
-    parts = key.split(KEY)
-    extra = _EVENT_EXTRA_PARTS.get(parts[0])
-    if extra is None:
-        return None
-    if len(parts) != 3 + extra or not all(parts):
-        raise ValueError(f"event key {key!r} does not have {3 + extra} ':'-separated parts")
-    event_type, activity_id, team_id, *tail = parts
-    user_id = tail[0] if extra >= 1 else None
-    locked_at_ms = int_field(tail[1], "event key", key) if extra == 2 else None
-    return TeamEventKey(event_type, activity_id, team_id, user_id, locked_at_ms)
-
+__all__ = ["EVENT_TYPES", "KEY", "TeamEventKey", "parse_event_key", "team_event_key"]
 
 # -- outbox records: the fields each `emit({...})` of the team scripts writes -------------
 
@@ -100,7 +57,11 @@ class TeamOpened(_Versioned):
     deadline_ms: str
 
 
-class MemberJoined(_Versioned):
+class _Offered(_Versioned, total=False):
+    offered: str  # '1' when the lock was the waitlist's offer
+
+
+class MemberJoined(_Offered):
     """lua/team_confirm.lua: a member whose seat lock was confirmed."""
 
     type: Literal["team.member_joined"]
@@ -197,8 +158,9 @@ class LeaderChanged(_Versioned):
 
 
 _SeatRecord = TeamOpened | MemberJoined | TeamFormed | TeamFailed | LockExpired | LockExtended
-TeamRecord = _SeatRecord | MemberLeft | MemberRefunded | LeaderChanged
+TeamRecord = _SeatRecord | MemberLeft | MemberRefunded | LeaderChanged | WaitlistRecord
 TEAM_RECORDS: dict[str, type[TeamRecord]] = {
+    **WAITLIST_RECORDS,
     "team.opened": TeamOpened,
     "team.member_joined": MemberJoined,
     "team.formed": TeamFormed,
@@ -340,7 +302,11 @@ def _project(
         members.append(_member_row(f, f["leader_id"], 1))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, team_event_key(kind, aid, tid), data)
+    if f["type"] in WAITLIST_RECORDS:
+        return waitlist_event(f, team_event_key(kind, aid, *event_key_parts(f)))
     if f["type"] == "team.member_joined":
+        if f.get("offered") == "1":
+            WAITLIST_ENTRIES.labels(outcome="taken").inc()
         members.append(_member_row(f, f["user_id"], int(f["seq"])))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)

@@ -16,6 +16,7 @@ from typing import Any
 from groupbuy import errors
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.scripts import TeamReply, TeamScripts
+from groupbuy.locks.waitlist_rules import WaitlistRules
 from groupbuy.storage.specs import ScriptSpec, shape, slots
 from groupbuy.wire import from_ms, iso_ms, to_ms
 
@@ -34,6 +35,7 @@ class Sale:
     stock: int | None = None
     max_hold_s: int | None = None
     late_confirm: bool = False
+    waitlist: WaitlistRules | None = None
 
     def check(self, lock_ttl_s: int) -> None:
         """InvalidRequest (422) for a sale no activity with `lock_ttl_s` may have."""
@@ -53,7 +55,7 @@ class Sale:
         """Whether the activity needs a rules row for it."""
         return self.late_confirm or any(
             value is not None
-            for value in (self.starts_at, self.ends_at, self.stock, self.max_hold_s)
+            for value in (self.starts_at, self.ends_at, self.stock, self.max_hold_s, self.waitlist)
         )
 
     def columns(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class Sale:
             "stock": self.stock,
             "max_hold_s": self.max_hold_s,
             "late_confirm": self.late_confirm or None,
+            **(self.waitlist or WaitlistRules()).columns(),
         }
 
     def shown(self, lock_ttl_s: int) -> dict[str, Any]:
@@ -74,6 +77,7 @@ class Sale:
             "stock": self.stock,
             "max_hold_s": self.max_hold_s or lock_ttl_s,
             "late_confirm": self.late_confirm,
+            "waitlist": (self.waitlist or WaitlistRules()).shown(lock_ttl_s),
         }
 
 

@@ -82,11 +82,7 @@ class TeamScripts:
         self, activity_id: str, team_id: str, leader_id: str, order_id: str, retention_ms: int
     ) -> TeamReply:
         """team_open."""
-        keys = TEAM_OPEN.key_list(
-            *self.team(activity_id, team_id),
-            activity_hash=self.keys.activity(activity_id),
-            blocklist=self.keys.activity_blocklist(activity_id),
-        )
+        keys = TEAM_OPEN.key_list(*self.team(activity_id, team_id))
         args = self.team_args(
             activity_id,
             team_id,
@@ -141,9 +137,7 @@ class TeamScripts:
         full: bool = False,
     ) -> TeamReply:
         """team_list from `cursor`: teams with a free seat, or (`full`) full open teams."""
-        keys = TEAM_LIST.key_list(
-            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
-        )
+        keys = TEAM_LIST.key_list(self.keys.activity_keys(activity_id))
         args = self.pick_args(
             activity_id, candidates, cursor, page_size=page_size, full="1" if full else "0"
         )
@@ -154,25 +148,25 @@ class TeamScripts:
         keys = USER_LOCK_READ.key_list(user_lock=self.keys.user_lock(activity_id, user_id))
         return await USER_LOCK_READ.run(self.caller, keys, {"shift_ms": self.clock.shift_ms})
 
-    async def reindex(self, activity_id: str, team_index: str, due_index: str) -> bool:
-        """activity_reindex; whether the activity is still due."""
-        keys = ACTIVITY_REINDEX.key_list(team_index=team_index, due_index=due_index)
+    async def reindex(
+        self, activity_id: str, team_index: str, due_index: str, also: str | None = None
+    ) -> bool:
+        """activity_reindex (`also`: a second index the activity is due by); whether the
+        activity is still due."""
+        more = {"also_index": also} if also else {}
+        keys = ACTIVITY_REINDEX.key_list(team_index=team_index, due_index=due_index, **more)
         reply = await ACTIVITY_REINDEX.run(self.caller, keys, {"activity_id": activity_id})
         return reply.code is Verdict.YES
 
     async def release(self, activity_id: str) -> bool:
         """activity_release; whether the copy was dropped."""
-        keys = ACTIVITY_RELEASE.key_list(
-            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
-        )
+        keys = ACTIVITY_RELEASE.key_list(self.keys.activity_keys(activity_id))
         reply = await ACTIVITY_RELEASE.run(self.caller, keys, {"activity_id": activity_id})
         return reply.code is Verdict.YES
 
     async def counts(self, activity_id: str, candidates: int) -> TeamReply:
         """activity_counts, applying time to at most `candidates` teams of each index."""
-        keys = ACTIVITY_COUNTS.key_list(
-            self.keys.activity_keys(activity_id), activity_hash=self.keys.activity(activity_id)
-        )
+        keys = ACTIVITY_COUNTS.key_list(self.keys.activity_keys(activity_id))
         args = self.pick_args(activity_id, candidates, ("", ""))
         return await ACTIVITY_COUNTS.run(self.caller, keys, args)
 

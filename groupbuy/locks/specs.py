@@ -36,6 +36,14 @@ _ACTIVITY_KEYS = slots(
     ("activity_open_seats", "zset team_id -> seat score of each open team with a free seat"),
     ("activity_counts", "hash of the activity's live counts (activity_counts reads it)"),
     ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
+    ("activity_hash", "the activity's copy of its parameters and status"),
+    ("activity_blocklist", "blocked users hash (the copy of the activity's slot in a cluster)"),
+    ("activity_waitlist", "hash user -> waitlist entry or offer, and '~seq'"),
+    (
+        "activity_line",
+        "zset user -> entry number: the line for any team ('<key>:<team>': a team's)",
+    ),
+    ("activity_waitlist_due", "zset user -> when each waiting entry expires (ms)"),
 )
 # The KEYS and ARGV every script naming a team starts with (lua/_team_keys.lua).
 TEAM_KEYS = (
@@ -53,10 +61,7 @@ TEAM_ARGV = slots(
     ("user_key_prefix", "what the activity's per-user keys start with (Keys.user_key_prefix)"),
 )
 # The KEYS and ARGV of the scripts that pick among an activity's teams (lua/_pick_keys.lua).
-PICK_KEYS = (
-    *_ACTIVITY_KEYS,
-    Slot("activity_hash", "the activity's copy of its parameters and status"),
-)
+PICK_KEYS = _ACTIVITY_KEYS
 PICK_ARGV = slots(
     ("activity_id", "the activity"),
     ("shift_ms", "clock shift in ms (0 in production)"),
@@ -96,7 +101,6 @@ USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
 )
-BLOCKLIST_SLOT = ("blocklist", "blocked users hash (the copy of the activity's slot in a cluster)")
 # The sale's refusals (lua/_sale_lib.lua) of the scripts that take a unit of the stock.
 SALE_REFUSALS = {
     C.ACTIVITY_NOT_STARTED: shape("before the sale's starts_at", ("starts_ms", int)),
@@ -110,10 +114,7 @@ SALE_REFUSALS = {
 TEAM_OPEN = ScriptSpec(
     "team_open",
     "Open a team whose leader is member 1, idempotently.",
-    keys=(
-        *TEAM_KEYS,
-        *slots(("activity_hash", "the activity's parameters and status"), BLOCKLIST_SLOT),
-    ),
+    keys=TEAM_KEYS,
     args=(
         *TEAM_ARGV,
         *slots(
@@ -229,7 +230,9 @@ ACTIVITY_REINDEX = ScriptSpec(
     keys=slots(
         ("team_index", "the activity's lock index or deadline index"),
         ("due_index", "the matching due index (of the activity's slot in a cluster)"),
+        ("also_index", "with the lock index: the waitlist's entry ends, due on the same sweep"),
     ),
+    optional_keys=("also_index",),
     args=slots(("activity_id", "the activity")),
     replies={
         Verdict.YES: shape("indexed", ("earliest_ms", int)),
@@ -249,16 +252,21 @@ ACTIVITY_RELEASE = ScriptSpec(
         ("activity_outbox", "the activity's outbox stream (gone once SQL has every record)"),
         ("activity_counts", "hash of the activity's live counts"),
         ("activity_lock_expiries", "zset 'team_id|user_id' -> expiry ms of each seat lock"),
+        ("activity_waitlist", "the waitlist's entries (the copy stays while it has any)"),
     ),
     args=slots(("activity_id", "the activity")),
     replies={
         Verdict.YES: shape("released"),
-        Verdict.NO: shape("a team is still open or a record waits (nothing changed)"),
+        Verdict.NO: shape(
+            "a team is still open, a record or a waitlist entry waits (nothing changed)"
+        ),
     },
 )
 _COUNTS = ("teams_open", "teams_formed", "teams_failed", "members", "virtual_completions")
 # activity_counts' fields; members: of open and formed teams, leaders included.
 COUNTS = (*_COUNTS[:4], "live_locks", _COUNTS[4])
+# What activity_counts says of the waitlist: entries waiting, those for any team.
+WAITLIST_COUNTS = ("waiting", "waiting_any_team")
 ACTIVITY_COUNTS = ScriptSpec(
     "activity_counts",
     "An activity's live counts, after time is applied where it is due.",
@@ -269,6 +277,8 @@ ACTIVITY_COUNTS = ScriptSpec(
             "the counts, and Redis's clock (the activity's status is judged on it)",
             *((name, int) for name in COUNTS),
             ("now_ms", int),
+            *((name, int) for name in WAITLIST_COUNTS),
+            ("oldest_entry_expires_ms", optional_int),
         ),
         LOOK_FURTHER: shape("more was due than one call applies: call again"),
         ACTIVITY_NOT_FOUND: shape("Redis has no counts (put them back from SQL)"),

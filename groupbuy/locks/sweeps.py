@@ -18,6 +18,7 @@ from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.locks.recovery import TeamRecovery
 from groupbuy.locks.scripts import TeamScripts
+from groupbuy.locks.waitlist import expire_entries
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.slots import due_in
@@ -70,6 +71,7 @@ class TeamSweeps(UsesBackends):
             "locks_expired": 0,
             "teams_failed": 0,
             "teams_formed_virtually": 0,
+            "waitlist_expired": 0,
         }
         seen: set[str] = set()
         # Each slot's due index is read in batches until it lists nothing new; the slots
@@ -93,9 +95,15 @@ class TeamSweeps(UsesBackends):
                         max_batches,
                         report,
                     )
+                    if index == "lock_due":  # entries in line expire on the same sweep
+                        expired = await expire_entries(self._teams, activity_id, batch)
+                        report["waitlist_expired"] += expired
+                        touched = touched or expired > 0
                     # Its entry becomes its earliest due team again (or goes): after the
                     # sweep, so a team indexed meanwhile is never hidden behind a later score.
-                    await self._teams.reindex(activity_id, team_index(activity_id), due_index)
+                    await self._teams.reindex(
+                        activity_id, team_index(activity_id), due_index, self._also(index, activity_id)
+                    )
                     if touched:
                         await self._outbox.drain_quietly(activity_id)
                 if len(due) == batch and fresh:
@@ -104,6 +112,11 @@ class TeamSweeps(UsesBackends):
                 break
             slots = more
         return report
+
+    def _also(self, index: str, activity_id: str) -> str | None:
+        """What else makes an activity due on the index: the waitlist's entry ends, on the
+        lock sweep."""
+        return self._keys.waitlist_due(activity_id) if index == "lock_due" else None
 
     async def _sweep_activity(
         self,
@@ -195,7 +208,8 @@ class TeamSweeps(UsesBackends):
                 (keys.lock_index(activity_id), keys.due_locks(slot)),
                 (keys.deadline_index(activity_id), keys.due_deadlines(slot)),
             ):
-                calls.append(partial(self._teams.reindex, activity_id, team_index, due_index))
+                also = None if team_index != keys.lock_index(activity_id) else keys.waitlist_due(activity_id)
+                calls.append(partial(self._teams.reindex, activity_id, team_index, due_index, also))
         for start in range(0, len(calls), _CALLS_AT_ONCE):
             await asyncio.gather(*(call() for call in calls[start : start + _CALLS_AT_ONCE]))
         self._reindex_after = ids[-1] if len(ids) == page else ""

@@ -133,8 +133,10 @@ class TeamKeys(KeyGroup):
 @dataclass(frozen=True)
 class ActivityKeys(KeyGroup):
     """The activity keys every team script takes: its outbox, lock, deadline and open-seat
-    indexes, its live counts and lock-expiry zset under its tag, and the pending, lock-due
-    and deadline-due indexes (the copies of the shared keys the layout gives the activity)."""
+    indexes, its live counts and lock-expiry zset under its tag, the pending, lock-due
+    and deadline-due indexes (the copies of the shared keys the layout gives the activity),
+    its parameters, the blocked users its scripts read, and its waitlist (entries, line,
+    entry ends)."""
 
     prefix = "activity_"
     outbox: str
@@ -146,6 +148,11 @@ class ActivityKeys(KeyGroup):
     open_seats: str
     counts: str
     lock_expiries: str
+    hash: str
+    blocklist: str
+    waitlist: str
+    line: str
+    waitlist_due: str
 
 
 @dataclass(frozen=True)
@@ -315,6 +322,22 @@ class Keys:
         free seat: the most taken seats first, then the oldest (what team_join reads)."""
         return f"{self._activity_tag(activity_id)}:open_seats"
 
+    def waitlist(self, activity_id: str) -> str:
+        """Hash user_id -> the user's waitlist entry ('q|team_id|queued_ms|expires_ms|seq'
+        while waiting, 'o|team_id|locked_at_ms|expires_at_ms|version' once offered) and
+        '~seq', the last entry's number (lua/_waitlist_lib.lua)."""
+        return f"{self._activity_tag(activity_id)}:waitlist"
+
+    def line(self, activity_id: str) -> str:
+        """Sorted set user_id -> entry number of those waiting for any team of an activity;
+        a team's own line is this key, ':' and the team id."""
+        return f"{self._activity_tag(activity_id)}:line"
+
+    def waitlist_due(self, activity_id: str) -> str:
+        """Sorted set user_id -> when the entry ends (ms): a waiting entry's expiry, an
+        offer's lock expiry (what the lock sweep's waitlist pass reads)."""
+        return f"{self._activity_tag(activity_id)}:waitlist_due"
+
     def pending_activities(self, slot: Slot = None) -> str:
         """Sorted set activity_id -> ms of the oldest record waiting in its outbox stream."""
         return self._shared("pending:activities", slot)
@@ -438,6 +461,11 @@ class Keys:
             open_seats=self.open_seats(activity_id),
             counts=self.activity_counts(activity_id),
             lock_expiries=self.lock_expiries(activity_id),
+            hash=self.activity(activity_id),
+            blocklist=self.activity_blocklist(activity_id),
+            waitlist=self.waitlist(activity_id),
+            line=self.line(activity_id),
+            waitlist_due=self.waitlist_due(activity_id),
         )
 
     # Built on every seat lock; a storm hits the same teams again and again (a visible

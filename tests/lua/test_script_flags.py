@@ -42,9 +42,11 @@ REFUSED_OVER_MAXMEMORY = {
     "team_open",
     "team_restore",
     "team_unlock",
+    "waitlist_join",
+    "waitlist_leave",
     "write_probe",
 }
-NO_WRITES = {"user_lock_read"}
+NO_WRITES = {"user_lock_read", "waitlist_read"}
 # Commands a no-writes script must not call (Redis refuses them there at run time).
 _WRITES = re.compile(
     r"redis\.p?call\('(SET|DEL|HSET|HINCRBY|HDEL|ZADD|ZREM|ZREMRANGEBYSCORE|XADD|XDEL|XACK|"

@@ -867,6 +867,22 @@ async def test_every_record_the_scripts_emit_has_exactly_its_typed_fields(h: Har
         "team.member_refunded",
         "team.failed",
     ]
+    await h.open("t7", "L7")
+    await h.lock("t7", "u7")
+    await h.lock("t7", "u8")
+    assert (await h.queue("w1", "t7")).code is TeamCode.QUEUED
+    assert (await h.queue("w2", "t7")).code is TeamCode.QUEUED
+    await h.redis.hset(h.keys.activity_blocklist(AID), "w1", "1")
+    await h.unlock("t7", "u7")  # w1 is blocked now: dropped; w2 takes the seat
+    await h.queue("w3", "t7")
+    h.shift_ms += 700_000  # past every entry's lifetime (600 s by default)
+    await h.expire_entries()
+    assert await emitted() == [
+        "team.opened",
+        "waitlist.dropped",
+        "lock.offered",
+        "waitlist.expired",
+    ]
 
     for fields in await h.records():
         record = team_records.parse_team_record(fields)

@@ -14,6 +14,7 @@ from groupbuy.locks.leave import team_leave
 from groupbuy.locks.lock import team_lock
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.unlock import team_unlock
+from groupbuy.locks.waitlist import expire_entries, waitlist_join, waitlist_leave, waitlist_read
 from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.specs import Scripts
@@ -80,6 +81,18 @@ class Harness:
         self, limit: int, cursor: tuple[Any, str] = ("", ""), candidates: int = 20
     ) -> TeamReply:
         return await self.teams.list(AID, limit, candidates, cursor)
+
+    async def queue(self, user: str, tid: str = "", force: bool = False) -> TeamReply:
+        return await waitlist_join(self.teams, AID, tid, user, force)
+
+    async def waiting(self, user: str) -> TeamReply:
+        return await waitlist_read(self.teams, AID, user)
+
+    async def unqueue(self, user: str) -> TeamReply:
+        return await waitlist_leave(self.teams, AID, user)
+
+    async def expire_entries(self, batch: int = 100) -> int:
+        return await expire_entries(self.teams, AID, batch)
 
     async def sweep(self, tid: str) -> TeamReply:
         return await self.teams.sweep(AID, tid)

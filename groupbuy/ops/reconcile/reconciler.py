@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 
 from groupbuy.locks import records as team_records
+from groupbuy.locks.waitlist_records import ANY_TEAM
 from groupbuy.locks.models import TeamRow
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.acks import unrecorded_acks
@@ -98,7 +99,7 @@ def _touch_by_event(key: str, touched: _Touched) -> None:
         return
     if packet is not None:
         touched.packets.add(packet.packet_id)
-    elif team is not None:
+    elif team is not None and team.team_id != ANY_TEAM:  # (a waitlist entry for any team)
         touched.teams.add((team.activity_id, team.team_id))
 
 
