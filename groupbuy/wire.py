@@ -214,6 +214,7 @@ class TeamSweepReport(_JobRun):
     locks_expired: int
     teams_failed: Annotated[int, "teams this run ended as failed"]
     teams_formed_virtually: Annotated[int, "teams this run formed by virtual completion"]
+    waitlist_expired: Annotated[int, "waitlist entries whose time ran out (sweep_locks)"]
 
 
 class ExpirePacketsReport(_JobRun):
