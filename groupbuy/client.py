@@ -63,6 +63,9 @@ from groupbuy.wire import (
     TeamsPage,
     Unblocked,
     UserLock,
+    WaitlistOffered,
+    WaitlistQueued,
+    WaitlistRemoved,
     WebhookAttemptsPage,
     WebhookDeleted,
     WebhookDeliveriesPage,
@@ -369,6 +372,9 @@ class GroupBuyClient:
         stock: int | None = None,
         max_hold_s: int | None = None,
         late_confirm: bool | None = None,
+        waitlist_max_len: int | None = None,
+        waitlist_ttl_s: int | None = None,
+        waitlist_offer_ttl_s: int | None = None,
     ) -> Activity:
         """POST /v1/activities (admin): create an activity, or find the same one again.
         `starts_at` and `ends_at` are ISO-8601 UTC text (e.g. 2026-11-21T20:00:00Z)."""
@@ -393,6 +399,15 @@ class GroupBuyClient:
         )
         if limits:
             body["limits"] = limits
+        waitlist = _drop_none(
+            {
+                "max_len": waitlist_max_len,
+                "ttl_s": waitlist_ttl_s,
+                "offer_ttl_s": waitlist_offer_ttl_s,
+            }
+        )
+        if waitlist:
+            body["waitlist"] = waitlist
         return cast(Activity, await self._json("POST", "/v1/activities", body))
 
     async def get_activity(self, activity_id: str) -> Activity:
@@ -510,6 +525,30 @@ class GroupBuyClient:
         """GET .../users/{user_id}/lock: the user's unexpired lock (404 no_lock raises)."""
         path = f"{self._activity(activity_id)}/users/{_segment(user_id)}/lock"
         return cast(UserLock, await self._json("GET", path))
+
+    async def wait(
+        self, activity_id: str, user_id: str, team_id: str | None = None
+    ) -> LockTaken | WaitlistQueued | WaitlistOffered:
+        """POST .../waitlist: a lock now if a seat is free and nobody waits (`status`
+        locked), else a place in line (`queued`, 202), or the lock the line gave (`offered`).
+        Without `team_id`: wait for any team of the activity."""
+        path = f"{self._activity(activity_id)}/waitlist"
+        body = _drop_none({"user_id": user_id, "team_id": team_id})
+        answer = await self._json("POST", path, body)
+        return cast(LockTaken | WaitlistQueued | WaitlistOffered, answer)
+
+    async def waitlist_entry(
+        self, activity_id: str, user_id: str
+    ) -> WaitlistQueued | WaitlistOffered:
+        """GET .../waitlist/{user_id}: the place in line, or the offer (404 not_waiting
+        raises)."""
+        path = f"{self._activity(activity_id)}/waitlist/{_segment(user_id)}"
+        return cast(WaitlistQueued | WaitlistOffered, await self._json("GET", path))
+
+    async def leave_waitlist(self, activity_id: str, user_id: str) -> WaitlistRemoved:
+        """DELETE .../waitlist/{user_id}: leave the line (an offered lock stays)."""
+        path = f"{self._activity(activity_id)}/waitlist/{_segment(user_id)}"
+        return cast(WaitlistRemoved, await self._json("DELETE", path))
 
     # -- accounts and red packets --------------------------------------------------------
 

@@ -119,7 +119,8 @@ local function offer(team, user, parts, now, lock_count)
   keep_until(A.waitlist, expires, now)
   emit({'type', 'lock.offered', 'at_ms', int(now), 'activity_id', activity_id,
         'team_id', team.id, 'user_id', user, 'locked_at_ms', int(now),
-        'expires_at_ms', int(expires), 'queued_ms', parts[3], 'version', version})
+        'expires_at_ms', int(expires), 'queued_ms', parts[3], 'seq', parts[5],
+        'version', version})
 end
 
 -- Offer the free seats of `team` (loaded) to its line, then the activity's, while a seat

@@ -29,6 +29,7 @@ class LockOffered(_Versioned):
     locked_at_ms: str
     expires_at_ms: str
     queued_ms: str
+    seq: str  # the entry's number in the activity's lines
 
 
 class _Ended(TypedDict):
