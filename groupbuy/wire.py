@@ -484,8 +484,7 @@ class WaitlistOffered(TypedDict):
 WaitlistAnswer = Annotated[
     LockTaken | WaitlistQueued | WaitlistOffered,
     OneOf(tag="status"),
-    "A seat lock now (`locked`), a place in line (`queued`) or the lock the line gave "
-    "(`offered`).",
+    "A seat lock now (`locked`), a place in line (`queued`) or the lock the line gave (`offered`).",
 ]
 WaitlistEntry = Annotated[
     WaitlistQueued | WaitlistOffered,

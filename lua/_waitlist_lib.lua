@@ -151,23 +151,30 @@ hand_off = function(team)
 end
 
 -- `units` of the stock came back without a seat of `ended` (a team that failed, a member of
--- a formed team refunded): the activity's line takes them in the teams with a free seat.
+-- a formed team refunded; a stock raised: `ended` only carries `now`): the activity's line
+-- takes them in the teams with a free seat. Returns how many it offered.
 hand_units = function(ended, units)
+  local given = 0
   if units <= 0 or redis.call('EXISTS', A.line) == 0 then
-    return
+    return given
   end
   for _ = 1, 8 do  -- teams looked at: each one filled leaves the open-seat index
     local first = redis.call('ZRANGE', A.open_seats, 0, 0)[1]
     if not first then
-      return
+      return given
     end
     local team = load_team(ended.now, team_keys_of(first))
     if not team then
       forget_team(first)
-    elseif hand_off(team) == 0 and team.status == 'open' then
-      return
+    else
+      local offered = hand_off(team)
+      given = given + offered
+      if offered == 0 and team.status == 'open' then
+        return given
+      end
     end
   end
+  return given
 end
 
 -- A team that stops taking seats (formed or failed) ends its line: its entries are dropped

@@ -377,7 +377,10 @@ async def get_user_lock(request: Request) -> Response:
 
 _TEAM = "/v1/activities/{activity_id}/teams/{team_id}"
 NO_ACTIVITY_PROBLEMS: Problems = {errors.ActivityNotFound: "no activity has this id"}
-NO_TEAM_PROBLEMS: Problems = {errors.TeamNotFound: "the activity has no team with this id", **NO_ACTIVITY_PROBLEMS}
+NO_TEAM_PROBLEMS: Problems = {
+    errors.TeamNotFound: "the activity has no team with this id",
+    **NO_ACTIVITY_PROBLEMS,
+}
 OVER_LIMIT_PROBLEMS: Problems = {
     errors.UserLimitReached: "the user is at one of the activity's limits: `limit`, `current` "
     "and `limit_name` (teams_per_user or open_teams_per_leader)"

@@ -18,7 +18,7 @@ from groupbuy.ops.jobs import JOBS
 from groupbuy.redpacket.read import GRABS_SHOWN
 
 PAGE = 50  # rows of a listed page
-ACTIVITY_FIELDS = ("teams_open", "teams_formed", "teams_failed", "members", "live_locks")
+ACTIVITY_FIELDS = ("teams_open", "teams_formed", "teams_failed", "members", "live_locks", "waiting")
 PACKET_FIELDS = ("remaining_count", "remaining_cents", "status")
 
 
@@ -109,6 +109,7 @@ async def activity(request: Request, ctx: Context, operator: Operator) -> Respon
     else:
         ended: EndedStatus = "formed" if status == "formed" else "failed"
         listed = await teams.listings.ended_teams(aid, ended, PAGE, cursor)
+    shown = [team["team_id"] for team in listed["teams"]] if status == "open" else []
     return page(
         request,
         "activity.html",
@@ -116,6 +117,7 @@ async def activity(request: Request, ctx: Context, operator: Operator) -> Respon
         activity=body,
         counts=_fields(body, ACTIVITY_FIELDS),
         teams=listed["teams"],
+        waiting=await teams.waitlist.lines(aid, shown),
         team_status=status,
         team_statuses=params.TEAM_STATUSES,
         cursor=cursor,

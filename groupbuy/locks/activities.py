@@ -28,6 +28,7 @@ from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.sale import Sale, activity_sale, refuse_for_sale
 from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.view import TeamView
+from groupbuy.locks.waitlist import serve_line
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
@@ -185,6 +186,8 @@ class ActivityService(UsesBackends):
         # carries the status. Never the other way round: Redis closed, SQL open.
         if row.status == "closed":
             await self._activities.put(row)
+        elif stock is not None:
+            await serve_line(self._teams, activity_id)  # units a raise gave: to the line
         return Outcome(await self._body(row), closed_now)
 
     async def _change_sale(

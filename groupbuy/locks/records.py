@@ -302,7 +302,11 @@ def _project(
         members.append(_member_row(f, f["leader_id"], 1))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, team_event_key(kind, aid, tid), data)
-    if f["type"] in WAITLIST_RECORDS:
+    if (
+        f["type"] == "lock.offered"
+        or f["type"] == "waitlist.dropped"
+        or f["type"] == "waitlist.expired"
+    ):
         return waitlist_event(f, team_event_key(kind, aid, *event_key_parts(f)))
     if f["type"] == "team.member_joined":
         if f.get("offered") == "1":

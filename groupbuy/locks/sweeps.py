@@ -102,7 +102,10 @@ class TeamSweeps(UsesBackends):
                     # Its entry becomes its earliest due team again (or goes): after the
                     # sweep, so a team indexed meanwhile is never hidden behind a later score.
                     await self._teams.reindex(
-                        activity_id, team_index(activity_id), due_index, self._also(index, activity_id)
+                        activity_id,
+                        team_index(activity_id),
+                        due_index,
+                        self._also(index, activity_id),
                     )
                     if touched:
                         await self._outbox.drain_quietly(activity_id)
@@ -208,7 +211,11 @@ class TeamSweeps(UsesBackends):
                 (keys.lock_index(activity_id), keys.due_locks(slot)),
                 (keys.deadline_index(activity_id), keys.due_deadlines(slot)),
             ):
-                also = None if team_index != keys.lock_index(activity_id) else keys.waitlist_due(activity_id)
+                also = (
+                    None
+                    if team_index != keys.lock_index(activity_id)
+                    else keys.waitlist_due(activity_id)
+                )
                 calls.append(partial(self._teams.reindex, activity_id, team_index, due_index, also))
         for start in range(0, len(calls), _CALLS_AT_ONCE):
             await asyncio.gather(*(call() for call in calls[start : start + _CALLS_AT_ONCE]))

@@ -10,6 +10,9 @@ queue, read, remove and expire entries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import TeamCode, raise_for
@@ -32,6 +35,8 @@ from groupbuy.locks.specs import (
     NO_TEAM,
     OK,
     OVER_LIMIT,
+    PICK_ARGV,
+    PICK_KEYS,
     SALE_REFUSALS,
     TEAM_ARGV,
     TEAM_KEYS,
@@ -42,8 +47,13 @@ from groupbuy.locks.specs import (
     C,
 )
 from groupbuy.metrics import WAITLIST_ENTRIES
-from groupbuy.storage.specs import ScriptSpec, flag, shape, slots
+from groupbuy.storage.specs import Field, ScriptSpec, Slot, flag, shape, slots
 from groupbuy.wire import Outcome, WaitlistOffered, WaitlistQueued, iso_ms
+
+
+def _ints(values: list[Any]) -> list[int]:
+    return [int(value) for value in values]
+
 
 _QUEUED = (("position", int), ("expires_at_ms", int), ("team_id", str), ("queued_at_ms", int))
 _OFFERED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
@@ -113,7 +123,31 @@ WAITLIST_EXPIRE = ScriptSpec(
         OK: shape("entries expired now; more: the batch was full", ("expired", int), ("more", flag))
     },
 )
-CONTRACTS = (WAITLIST_JOIN, WAITLIST_READ, WAITLIST_LEAVE, WAITLIST_EXPIRE)
+WAITLIST_LINES = ScriptSpec(
+    "waitlist_lines",
+    "How many wait in each named team's line.",
+    keys=slots(("activity_line", "the line for any team ('<key>:<team>': a team's)")),
+    args=(),
+    more_args=Slot("team_ids", "the teams whose lines to count"),
+    replies={OK: shape("the lengths, in the order named", Field("lengths", _ints, rest=True))},
+)
+WAITLIST_SERVE = ScriptSpec(
+    "waitlist_serve",
+    "Offer free seats of the activity's open teams to its line for any team.",
+    keys=PICK_KEYS,
+    args=PICK_ARGV,
+    replies={OK: shape("seats offered now (call again while any)", ("offered", int))},
+)
+CONTRACTS = (
+    WAITLIST_JOIN,
+    WAITLIST_READ,
+    WAITLIST_LEAVE,
+    WAITLIST_EXPIRE,
+    WAITLIST_LINES,
+    WAITLIST_SERVE,
+)
+# Calls of waitlist_serve after a raise of the stock: each one fills up to 8 teams.
+_SERVE_ROUNDS = 100
 
 
 async def waitlist_join(
@@ -140,6 +174,32 @@ async def waitlist_leave(teams: TeamScripts, activity_id: str, user_id: str) -> 
     return await WAITLIST_LEAVE.run(teams.caller, keys, {"user_id": user_id})
 
 
+async def line_lengths(
+    teams: TeamScripts, activity_id: str, team_ids: Sequence[str]
+) -> dict[str, int]:
+    """How many wait in each team's line (one page of teams: one ZCARD each)."""
+    if not team_ids:
+        return {}
+    keys = WAITLIST_LINES.key_list(activity_line=teams.keys.line(activity_id))
+    reply = await WAITLIST_LINES.run(teams.caller, keys, {}, team_ids)
+    return dict(zip(team_ids, reply.lengths, strict=True))
+
+
+async def serve_line(teams: TeamScripts, activity_id: str) -> int:
+    """Offer free seats to the activity's line for any team while units and seats allow
+    (after a raise of the stock); how many were offered."""
+    total = 0
+    for _ in range(_SERVE_ROUNDS):
+        keys = WAITLIST_SERVE.key_list(teams.keys.activity_keys(activity_id))
+        reply = await WAITLIST_SERVE.run(
+            teams.caller, keys, teams.pick_args(activity_id, 1, ("", ""))
+        )
+        total += int(reply.offered)
+        if not reply.offered:
+            break
+    return total
+
+
 async def expire_entries(teams: TeamScripts, activity_id: str, batch: int) -> int:
     """End the activity's waiting entries whose time ran out (one waitlist.expired each),
     `batch` per script call: the lock sweep's waitlist pass."""
@@ -150,7 +210,7 @@ async def expire_entries(teams: TeamScripts, activity_id: str, batch: int) -> in
             WAITLIST_EXPIRE.key_list(*teams.team(activity_id, "")),
             teams.team_args(activity_id, "", batch=batch),
         )
-        total += reply.expired
+        total += int(reply.expired)
         if not reply.more:
             return total
 
@@ -215,6 +275,10 @@ class Waitlist:
             WAITLIST_ENTRIES.labels(outcome="removed").inc()
         return bool(reply.removed)
 
+    async def lines(self, activity_id: str, team_ids: Sequence[str]) -> dict[str, int]:
+        """How many wait in each team's line (a page of teams, one ZCARD each)."""
+        return await line_lengths(self._teams, activity_id, team_ids)
+
     async def _queue(self, activity_id: str, team_id: str, user_id: str, force: bool) -> TeamReply:
         """waitlist_join, bringing back from SQL an activity or team Redis lost."""
         restored = copied = False
@@ -230,7 +294,9 @@ class Waitlist:
                     continue
             return reply
 
-    async def _refuse(self, reply: TeamReply, activity_id: str, team_id: str, user_id: str) -> None:
+    async def _refuse(
+        self, reply: TeamReply, activity_id: str, team_id: str, user_id: str
+    ) -> NoReturn:
         """Raise the API error of a refusal of waitlist_join."""
         if reply.code is TeamCode.WAITLIST_FULL:
             raise_for(reply.code, f"{reply.max_len} entries wait already", max_len=reply.max_len)

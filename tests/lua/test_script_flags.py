@@ -46,7 +46,7 @@ REFUSED_OVER_MAXMEMORY = {
     "waitlist_leave",
     "write_probe",
 }
-NO_WRITES = {"user_lock_read", "waitlist_read"}
+NO_WRITES = {"user_lock_read", "waitlist_lines", "waitlist_read"}
 # Commands a no-writes script must not call (Redis refuses them there at run time).
 _WRITES = re.compile(
     r"redis\.p?call\('(SET|DEL|HSET|HINCRBY|HDEL|ZADD|ZREM|ZREMRANGEBYSCORE|XADD|XDEL|XACK|"

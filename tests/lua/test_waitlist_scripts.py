@@ -11,6 +11,7 @@ import pytest
 
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.scripts import TeamReply
+from groupbuy.locks.waitlist import serve_line
 from tests.support.team_scripts import AID, TTL_MS, Harness
 
 QUEUED, OFFERED, OK = TeamCode.QUEUED, TeamCode.OFFERED, TeamCode.OK
@@ -183,3 +184,16 @@ async def test_refusals_change_nothing(h: Harness) -> None:
     code(await h.queue("x", "nope"), TeamCode.TEAM_NOT_FOUND)
     assert await h.records() == before
     assert await h.redis.zcard(h.keys.line(AID) + ":t1") == 1
+
+
+async def test_a_raised_stock_serves_the_line(h: Harness) -> None:
+    """Units a raise of the stock gives go to the line for any team, in order, as far as
+    seats and units allow (waitlist_serve, which the PATCH calls)."""
+    await h.redis.hset(h.keys.activity(AID), "stock", 1)
+    code(await h.open("t1", "L1"), OK)  # the one unit: t1 has 2 free seats, none sellable
+    for user in ("w1", "w2", "w3"):
+        code(await h.queue(user), QUEUED)
+    await h.redis.hset(h.keys.activity(AID), "stock", 3)
+    assert await serve_line(h.teams, AID) == 2
+    assert await offered_to(h) == [("w1", "t1"), ("w2", "t1")]
+    assert code(await h.waiting("w3"), QUEUED).position == 1

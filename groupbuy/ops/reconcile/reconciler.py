@@ -33,8 +33,8 @@ from sqlalchemy import (
 )
 
 from groupbuy.locks import records as team_records
-from groupbuy.locks.waitlist_records import ANY_TEAM
 from groupbuy.locks.models import TeamRow
+from groupbuy.locks.waitlist_records import ANY_TEAM
 from groupbuy.ops.reconcile import rules
 from groupbuy.ops.reconcile.acks import unrecorded_acks
 from groupbuy.ops.reconcile.checks import (
