@@ -249,17 +249,26 @@ def _team_versions(records: list[TeamRecord]) -> dict[tuple[str, str], int]:
     (records written before teams had versions carry none)."""
     versions: dict[tuple[str, str], int] = {}
     for f in records:
-        if "version" in f:
+        version = _version_of(f)
+        if version is not None:
             team = (f["activity_id"], f["team_id"])
-            versions[team] = max(versions.get(team, 0), int(f["version"]))
+            versions[team] = max(versions.get(team, 0), version)
     return versions
+
+
+def _version_of(f: TeamRecord) -> int | None:
+    """The team's version after the record's change; None for a record without one (one
+    from before versions, or a waitlist entry that ended without touching a team)."""
+    version = cast(Mapping[str, str], f).get("version")
+    return None if version is None else int(version)
 
 
 def _versioned(event: Event, f: TeamRecord) -> Event:
     """The event with the team's version after the change in its data (records written
     before teams had versions carry none)."""
-    if "version" in f:
-        event.data["version"] = int(f["version"])
+    version = _version_of(f)
+    if version is not None:
+        event.data["version"] = version
     return event
 
 

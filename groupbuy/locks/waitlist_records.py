@@ -32,7 +32,7 @@ class LockOffered(_Versioned):
     seq: str  # the entry's number in the activity's lines
 
 
-class _Ended(_Versioned):
+class _Ended(TypedDict):
     at_ms: str
     activity_id: str
     team_id: str  # '' for an entry waiting for any team
