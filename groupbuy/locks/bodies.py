@@ -26,8 +26,10 @@ def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]
         "max_hold_s": row.max_hold_s,
         "late_confirm": row.late_confirm,
         "waitlist": row.waitlist,
-        **{name: value for name, value in counts.items() if name not in _NOT_SHOWN},
+        "waiting": counts["waiting"],
+        "waiting_any_team": counts["waiting_any_team"],
         "oldest_waiting_since": _queued_at(counts, row.waitlist["ttl_s"]),
+        **{name: value for name, value in counts.items() if name not in _NOT_SHOWN},
     }
     if row.starts_at is not None:
         body["starts_at"] = iso_ms(to_ms(row.starts_at))
@@ -41,8 +43,8 @@ def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]
     return body
 
 
-# The counts that are not fields of the body as they are.
-_NOT_SHOWN = ("now_ms", "oldest_entry_expires_ms")
+# The counts that are not fields of the body as they are, or are placed before.
+_NOT_SHOWN = ("now_ms", "oldest_entry_expires_ms", "waiting", "waiting_any_team")
 
 
 def _queued_at(counts: Mapping[str, int], ttl_s: int) -> str | None:
