@@ -171,6 +171,10 @@ async def test_every_script_call_of_the_services_touches_one_slot(
     await teams.dissolve("act1", "t3")
     await teams.activities.open_team("act1", "lead2", team_id="t2")
     await teams.seats.lock("act1", "t2", "u3")
+    await teams.waitlist.join("act1", "w1", "t2")  # waitlist_join: t2 is full
+    await teams.waitlist.read("act1", "w1")
+    await teams.waitlist.lines("act1", ["t2"])
+    await teams.waitlist.leave("act1", "w1")
     await teams.seats.extend("act1", "t2", "u3", 60)
     services.clock.advance(61)
     assert (await teams.sweeps.expire_locks(100))["locks_expired"] == 1
