@@ -90,7 +90,7 @@ end
 
 -- A live lock in another team of this activity must be released first; its keys
 -- were not known to the caller if it did not name that team, so ask for them.
-local released = ''
+local released, freed = '', nil
 local current = redis.call('GET', user_lock)
 if current then
   local parts = split(current)
@@ -114,6 +114,7 @@ if current then
       redis.call('ZREM', A.lock_expiries, expiry_entry(other, user))
       reindex(other, other_locks, tonumber(o[1]))
       index_seats(team_keys_of(other))
+      freed = now < deadline and other or nil  -- a seat there for its line
       if expiry > math.min(now, deadline) then
         if now < deadline then
           released = other
@@ -131,7 +132,7 @@ if current then
 end
 
 local expires, version = take_seat(team, user, now, lock_count, user_lock)
-if released ~= '' then
-  hand_off(load_team(now, team_keys_of(released)))  -- the seat released there
+if freed then
+  hand_off(load_team(now, team_keys_of(freed)))  -- the seat released (or expired) there
 end
 return {OK, int(now), int(expires), released, version}

@@ -33,7 +33,8 @@ redis.call('HSET', team_hash, 'leader_id', leader_id, 'leader_order_id', leader_
            'status', 'open', 'size', size, 'lock_ttl_ms', lock_ttl_ms, 'created_ms', created_ms,
            'deadline_ms', deadline_ms, 'expire_at_ms', int(expire_at), 'member_count', members,
            'version', version, 'virtual_min', virtual_min, 'teams_limit', teams_limit,
-           'led_limit', led_limit, 'departed', departed)
+           'led_limit', led_limit, 'departed', departed,
+           'offer_ttl_ms', redis.call('HGET', activity_hash, 'offer_ttl_ms') or lock_ttl_ms)
 -- The members who left keep their memory (a repeated leave answers the same; they take no
 -- seat here again).
 for item in string.gmatch(left_members, '[^,]+') do

@@ -3,6 +3,7 @@
 -- KEYS and ARGV: docs/scripts.md (groupbuy.locks.waitlist.WAITLIST_JOIN); the first ones are
 -- named in _team_keys (team_id '' for any team).
 -- requires: _common
+-- requires: _waitlist_offer
 -- requires: _team_codes
 -- requires: _team_keys
 -- requires: _team_lib
@@ -43,12 +44,12 @@ if entry then
   if parts[1] == 'q' and tonumber(parts[4]) > now then
     return {QUEUED, redis.call('ZRANK', line_of(parts[2]), user) + 1, parts[4], parts[2],
             parts[3], 0}
-  elseif parts[1] == 'o' and tonumber(parts[4]) > now then
+  elseif parts[1] == 'o' and offer_held(parts, redis.call('GET', user_lock), now) then
     return {OFFERED, parts[2], parts[3], parts[4], parts[5]}
   elseif parts[1] == 'q' then
     end_entry(user, parts, 'waitlist.expired', tonumber(parts[4]))
   else
-    redis.call('HDEL', A.waitlist, user)  -- an offer that ended
+    redis.call('HDEL', A.waitlist, user)  -- an offer that ended (expired, released, moved)
   end
 end
 local current = redis.call('GET', user_lock)

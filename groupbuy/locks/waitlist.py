@@ -92,9 +92,12 @@ WAITLIST_JOIN = ScriptSpec(
 WAITLIST_READ = ScriptSpec(
     "waitlist_read",
     "A user's waitlist entry (its position a rank: no scan), or the offer the line made.",
-    keys=slots(
-        ("activity_waitlist", "hash user -> waitlist entry or offer"),
-        ("activity_line", "the line for any team ('<key>:<team>': a team's)"),
+    keys=(
+        *slots(
+            ("activity_waitlist", "hash user -> waitlist entry or offer"),
+            ("activity_line", "the line for any team ('<key>:<team>': a team's)"),
+        ),
+        *slots(USER_LOCK_SLOT),
     ),
     args=slots(("user_id", "the user"), ("shift_ms", "clock shift in ms (0 in production)")),
     replies={
@@ -163,7 +166,9 @@ async def waitlist_join(
 
 async def waitlist_read(teams: TeamScripts, activity_id: str, user_id: str) -> TeamReply:
     """waitlist_read."""
-    keys = WAITLIST_READ.key_list(teams.keys.activity_keys(activity_id))
+    keys = WAITLIST_READ.key_list(
+        teams.keys.activity_keys(activity_id), user_lock=teams.keys.user_lock(activity_id, user_id)
+    )
     args = {"user_id": user_id, "shift_ms": teams.clock.shift_ms}
     return await WAITLIST_READ.run(teams.caller, keys, args)
 

@@ -197,3 +197,18 @@ async def test_a_raised_stock_serves_the_line(h: Harness) -> None:
     assert await serve_line(h.teams, AID) == 2
     assert await offered_to(h) == [("w1", "t1"), ("w2", "t1")]
     assert code(await h.waiting("w3"), QUEUED).position == 1
+
+
+async def test_an_offer_released_or_moved_is_no_longer_answered(h: Harness) -> None:
+    """An offer its user released reads as nothing, and queueing again makes a new entry;
+    the seat went back to the line (the next in line got it)."""
+    await full_team(h, "t1", "u1", "u2")
+    code(await h.queue("w1", "t1"), QUEUED)
+    code(await h.queue("w2", "t1"), QUEUED)
+    await h.unlock("t1", "u1")
+    code(await h.waiting("w1"), OFFERED)
+    await h.unlock("t1", "w1")  # w1 lets the offer go: w2 is next
+    code(await h.waiting("w1"), TeamCode.NOT_WAITING)
+    assert await offered_to(h) == [("w1", "t1"), ("w2", "t1")]
+    again = code(await h.queue("w1", "t1"), QUEUED)
+    assert (again.position, again.new) == (1, 1)
