@@ -63,8 +63,8 @@ from groupbuy.wire import (
     TeamsPage,
     Unblocked,
     UserLock,
-    WaitlistOffered,
-    WaitlistQueued,
+    WaitlistAnswer,
+    WaitlistEntry,
     WaitlistRemoved,
     WebhookAttemptsPage,
     WebhookDeleted,
@@ -528,22 +528,20 @@ class GroupBuyClient:
 
     async def wait(
         self, activity_id: str, user_id: str, team_id: str | None = None
-    ) -> LockTaken | WaitlistQueued | WaitlistOffered:
+    ) -> WaitlistAnswer:
         """POST .../waitlist: a lock now if a seat is free and nobody waits (`status`
         locked), else a place in line (`queued`, 202), or the lock the line gave (`offered`).
         Without `team_id`: wait for any team of the activity."""
         path = f"{self._activity(activity_id)}/waitlist"
         body = _drop_none({"user_id": user_id, "team_id": team_id})
         answer = await self._json("POST", path, body)
-        return cast(LockTaken | WaitlistQueued | WaitlistOffered, answer)
+        return cast(WaitlistAnswer, answer)
 
-    async def waitlist_entry(
-        self, activity_id: str, user_id: str
-    ) -> WaitlistQueued | WaitlistOffered:
+    async def waitlist_entry(self, activity_id: str, user_id: str) -> WaitlistEntry:
         """GET .../waitlist/{user_id}: the place in line, or the offer (404 not_waiting
         raises)."""
         path = f"{self._activity(activity_id)}/waitlist/{_segment(user_id)}"
-        return cast(WaitlistQueued | WaitlistOffered, await self._json("GET", path))
+        return cast(WaitlistEntry, await self._json("GET", path))
 
     async def leave_waitlist(self, activity_id: str, user_id: str) -> WaitlistRemoved:
         """DELETE .../waitlist/{user_id}: leave the line (an offered lock stays)."""

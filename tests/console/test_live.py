@@ -101,7 +101,7 @@ async def test_the_packet_and_activity_streams_carry_their_hooks(
     body = (await client.get("/v1/activities/a1", headers=SERVICE)).json()
     expected = {
         k: body[k]
-        for k in ("teams_open", "teams_formed", "teams_failed", "members", "live_locks")
+        for k in ("teams_open", "teams_formed", "teams_failed", "members", "live_locks", "waiting")
         if k in body
     }
     assert activity == {"page": "activity", "id": "a1", "fields": expected}
