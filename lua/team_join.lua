@@ -75,7 +75,21 @@ for i = 1, #listed, 2 do
   elseif team.status == 'open' and redis.call('HEXISTS', team.members, user) == 0
       and not has_left(team, user) then
     local lock_count = redis.call('ZCARD', team.locks)
-    if team.member_count + lock_count < team.size then
+    local free = team.member_count + lock_count < team.size
+    if free and line_waits(team) then
+      -- Its own line waits (the stock held the seat back until now): the line first (the
+      -- user too, if queued there).
+      hand_off(team)
+      local at = redis.call('ZSCORE', team.locks, user)
+      if at then
+        at = tonumber(at)
+        return {EXISTING, team.id, int(held_since(team, user, at)), int(at + team.lock_ttl_ms),
+                tonumber(redis.call('HGET', team.hash, 'version'))}
+      end
+      lock_count = redis.call('ZCARD', team.locks)
+      free = team.member_count + lock_count < team.size and not line_waits(team)
+    end
+    if free then
       -- The activity's limit on the teams a user belongs to, as team_lock checks it.
       local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
       if refused then

@@ -75,9 +75,21 @@ if refused then
 end
 
 local lock_count = redis.call('ZCARD', team_locks)
--- While anyone waits in line, the line has every seat it can take (§4.13): a free seat
--- here is not for a lock from outside it.
-if team.member_count + lock_count >= team.size or line_waits(team) then
+local free = team.member_count + lock_count < team.size
+if free and line_waits(team) then
+  -- While anyone waits, the line has every seat it can take (§4.13): a free seat here (the
+  -- stock held it back until now) goes to the line first, the user too if queued here.
+  hand_off(team)
+  held = redis.call('ZSCORE', team_locks, user)
+  if held then
+    held = tonumber(held)
+    return {EXISTING, int(held_since(team, user, held)), int(held + team.lock_ttl_ms),
+            tonumber(redis.call('HGET', team_hash, 'version'))}
+  end
+  lock_count = redis.call('ZCARD', team_locks)
+  free = team.member_count + lock_count < team.size and not line_waits(team)
+end
+if not free then
   local first = redis.call('ZRANGE', team_locks, 0, 0, 'WITHSCORES')
   if first[2] then
     -- The lock that expires first (its score: expiry - lock_ttl_ms), and when it began.

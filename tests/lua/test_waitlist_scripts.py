@@ -212,3 +212,15 @@ async def test_an_offer_released_or_moved_is_no_longer_answered(h: Harness) -> N
     assert await offered_to(h) == [("w1", "t1"), ("w2", "t1")]
     again = code(await h.queue("w1", "t1"), QUEUED)
     assert (again.position, again.new) == (1, 1)
+
+
+async def test_a_seat_the_stock_held_back_goes_to_its_line_not_to_a_lock(h: Harness) -> None:
+    """Sold out, t2's free seat waits for a unit with its line; when a unit comes back
+    elsewhere, a lock on t2 from outside hands the seat to the line and is refused."""
+    await h.redis.hset(h.keys.activity(AID), "stock", 3)
+    await full_team(h, "t1", "u1")  # L-t1 and u1: 2 units; t1 keeps one free seat
+    code(await h.open("t2", "L2"), OK)  # the 3rd unit
+    code(await h.queue("w1", "t2"), QUEUED)  # a seat is free, no unit: wait
+    await h.redis.hset(h.keys.activity(AID), "stock", 4)  # a unit, but nothing offered yet
+    code(await h.lock("t2", "outsider"), TeamCode.TEAM_FULL)
+    assert await offered_to(h) == [("w1", "t2")]
