@@ -86,6 +86,9 @@ for i = 1, #listed, 2 do
         return {EXISTING, team.id, int(held_since(team, user, at)), int(at + team.lock_ttl_ms),
                 tonumber(redis.call('HGET', team.hash, 'version'))}
       end
+      if sold_out(now) then  -- the offers took the units the check above counted
+        return {ACTIVITY_SOLD_OUT, next_unlock(now)}
+      end
       lock_count = redis.call('ZCARD', team.locks)
       free = team.member_count + lock_count < team.size and not line_waits(team)
     end

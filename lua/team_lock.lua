@@ -86,6 +86,9 @@ if free and line_waits(team) then
     return {EXISTING, int(held_since(team, user, held)), int(held + team.lock_ttl_ms),
             tonumber(redis.call('HGET', team_hash, 'version'))}
   end
+  if sold_out(now) then  -- the offers took the units the check above counted
+    return {ACTIVITY_SOLD_OUT, next_unlock(now)}
+  end
   lock_count = redis.call('ZCARD', team_locks)
   free = team.member_count + lock_count < team.size and not line_waits(team)
 end

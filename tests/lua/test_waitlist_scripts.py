@@ -222,5 +222,9 @@ async def test_a_seat_the_stock_held_back_goes_to_its_line_not_to_a_lock(h: Harn
     code(await h.open("t2", "L2"), OK)  # the 3rd unit
     code(await h.queue("w1", "t2"), QUEUED)  # a seat is free, no unit: wait
     await h.redis.hset(h.keys.activity(AID), "stock", 4)  # a unit, but nothing offered yet
-    code(await h.lock("t2", "outsider"), TeamCode.TEAM_FULL)
+    code(await h.lock("t2", "outsider"), TeamCode.ACTIVITY_SOLD_OUT)
     assert await offered_to(h) == [("w1", "t2")]
+    await h.redis.hset(h.keys.activity(AID), "stock", 5)
+    code(await h.queue("w2", "t2", force=True), QUEUED)  # (as after a lost race for it)
+    code(await h.join("outsider"), TeamCode.ACTIVITY_SOLD_OUT)  # w2 took the last unit
+    assert await offered_to(h) == [("w1", "t2"), ("w2", "t2")]
