@@ -215,16 +215,16 @@ async def test_an_offer_released_or_moved_is_no_longer_answered(h: Harness) -> N
 
 
 async def test_a_seat_the_stock_held_back_goes_to_its_line_not_to_a_lock(h: Harness) -> None:
-    """Sold out, t2's free seat waits for a unit with its line; when a unit comes back
-    elsewhere, a lock on t2 from outside hands the seat to the line and is refused."""
-    await h.redis.hset(h.keys.activity(AID), "stock", 3)
-    await full_team(h, "t1", "u1")  # L-t1 and u1: 2 units; t1 keeps one free seat
-    code(await h.open("t2", "L2"), OK)  # the 3rd unit
-    code(await h.queue("w1", "t2"), QUEUED)  # a seat is free, no unit: wait
-    await h.redis.hset(h.keys.activity(AID), "stock", 4)  # a unit, but nothing offered yet
+    """Sold out, t2's free seats wait for units with its line; when a unit comes back (a
+    raise here), a lock or a join from outside hands the seat to the line instead."""
+    await h.redis.hset(h.keys.activity(AID), "stock", 4)
+    await full_team(h, "t1", "u1", "u2")  # 3 units
+    code(await h.open("t2", "L2"), OK)  # the 4th: t2 has 2 free seats and no unit
+    code(await h.queue("w1", "t2"), QUEUED)
+    await h.redis.hset(h.keys.activity(AID), "stock", 5)  # a unit, nothing offered yet
     code(await h.lock("t2", "outsider"), TeamCode.ACTIVITY_SOLD_OUT)
     assert await offered_to(h) == [("w1", "t2")]
-    await h.redis.hset(h.keys.activity(AID), "stock", 5)
+    await h.redis.hset(h.keys.activity(AID), "stock", 6)
     code(await h.queue("w2", "t2", force=True), QUEUED)  # (as after a lost race for it)
-    code(await h.join("outsider"), TeamCode.ACTIVITY_SOLD_OUT)  # w2 took the last unit
+    code(await h.join("outsider"), TeamCode.ACTIVITY_SOLD_OUT)
     assert await offered_to(h) == [("w1", "t2"), ("w2", "t2")]
