@@ -319,6 +319,17 @@ local function closed_code(team)
   return nil
 end
 
+-- Why `user` may take no seat of the loaded `team` (a member of it, left it, it formed or
+-- failed), or nil.
+local function seat_refusal(team, user)
+  if redis.call('HEXISTS', team.members, user) == 1 then
+    return ALREADY_MEMBER
+  elseif has_left(team, user) then
+    return LEFT_TEAM
+  end
+  return closed_code(team)
+end
+
 -- Hold a free seat of an open team (loaded, `lock_count` locks now) for `user` from `now`
 -- for `ttl` ms (absent: the team's lock_ttl_ms), and point the
 -- user's current-lock key at it; returns when the lock expires and the team's version after

@@ -49,14 +49,9 @@ local team = load_team(now, named_team())
 if not team then
   return {TEAM_NOT_FOUND}
 end
-if redis.call('HEXISTS', team_members, user) == 1 then
-  return {ALREADY_MEMBER}
-end
-if has_left(team, user) then
-  return {LEFT_TEAM}
-end
-if closed_code(team) then
-  return {closed_code(team)}
+local refused = seat_refusal(team, user)
+if refused then
+  return {refused}
 end
 
 local held = redis.call('ZSCORE', team_locks, user)
@@ -69,9 +64,9 @@ end
 if redis.call('HEXISTS', activity_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
-local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
-if refused then
-  return refused
+local over = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
+if over then
+  return over
 end
 
 local lock_count = redis.call('ZCARD', team_locks)

@@ -66,16 +66,11 @@ if team_id ~= '' then
   if not team then
     return {TEAM_NOT_FOUND}
   end
-  if redis.call('HEXISTS', team_members, user) == 1 then
-    return {ALREADY_MEMBER}
+  local refused = seat_refusal(team, user)
+  if refused then
+    return {refused}
   end
-  if has_left(team, user) then
-    return {LEFT_TEAM}
-  end
-  if closed_code(team) then
-    return {closed_code(team)}
-  end
-  local refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
+  refused = over_limit(team, user, 'teams', team.teams_limit, 'teams_per_user')
   if refused then
     return refused
   end

@@ -15,25 +15,12 @@ from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.sale import refuse_for_sale
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.specs import (
-    ACTIVITY_CLOSED,
-    ACTIVITY_NOT_FOUND,
-    BLOCKED,
-    CLOSED,
     EXISTING,
-    FAILED,
-    FORMED,
-    LEFT,
-    MEMBER,
-    NO_ACTIVITY,
-    NO_TEAM,
     OK,
-    OVER_LIMIT,
     SALE_REFUSALS,
+    SEAT_REFUSALS,
     TEAM_ARGV,
     TEAM_KEYS,
-    TEAM_NOT_FOUND,
-    USER_BLOCKED,
-    USER_LIMIT_REACHED,
     USER_LOCK_SLOT,
     C,
 )
@@ -86,15 +73,7 @@ TEAM_LOCK = ScriptSpec(
         C.SWITCH_NEEDED: shape(
             "the user holds a live lock in team_id: call again naming it", ("team_id", str)
         ),
-        C.ALREADY_MEMBER: MEMBER,
-        C.LEFT_TEAM: LEFT,
-        C.TEAM_FORMED: FORMED,
-        C.TEAM_FAILED: FAILED,
-        TEAM_NOT_FOUND: NO_TEAM,
-        USER_LIMIT_REACHED: OVER_LIMIT,
-        USER_BLOCKED: BLOCKED,
-        ACTIVITY_NOT_FOUND: NO_ACTIVITY,
-        ACTIVITY_CLOSED: CLOSED,
+        **SEAT_REFUSALS,
         **SALE_REFUSALS,
     },
 )

@@ -101,6 +101,18 @@ USER_LOCK_SLOT = (
     "user_lock",
     "the user's current lock: 'team_id|locked_at_ms|expires_at_ms|deadline_ms'",
 )
+# What a script that takes a seat of a named team for a user refuses before the seat.
+SEAT_REFUSALS = {
+    C.ALREADY_MEMBER: MEMBER,
+    C.LEFT_TEAM: LEFT,
+    C.TEAM_FORMED: FORMED,
+    C.TEAM_FAILED: FAILED,
+    TEAM_NOT_FOUND: NO_TEAM,
+    USER_LIMIT_REACHED: OVER_LIMIT,
+    USER_BLOCKED: BLOCKED,
+    ACTIVITY_NOT_FOUND: NO_ACTIVITY,
+    ACTIVITY_CLOSED: CLOSED,
+}
 # The sale's refusals (lua/_sale_lib.lua) of the scripts that take a unit of the stock.
 SALE_REFUSALS = {
     C.ACTIVITY_NOT_STARTED: shape("before the sale's starts_at", ("starts_ms", int)),
