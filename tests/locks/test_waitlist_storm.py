@@ -282,11 +282,9 @@ async def _queue_once(shopper: Shopper, named: bool) -> dict[str, Any] | None:
         storm.done["offers seen" if offer else "waits ended with no offer seen"] += 1
         return offer
     if answer.status == 200 and answer.body["status"] == "offered":
-        # An offer this shopper released (DELETE .../locks) is still answered as its offer
-        # until the lock would have run out: no entry, no lock. Queue again after that.
-        storm.done["queue answered a released offer"] += 1
-        await _until(answer.body["expires_at"])
-    elif answer.kind == "409 team_formed":
+        storm.done["queue answered a live offer"] += 1
+        return dict(answer.body)  # the line's offer, still this shopper's lock
+    if answer.kind == "409 team_formed":
         storm.formed.add(body["team_id"])
     return None
 
