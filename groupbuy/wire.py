@@ -479,6 +479,7 @@ class WaitlistOffered(TypedDict):
     locked_at: Timestamp
     expires_at: Annotated[Timestamp, "confirm (POST .../members) before this"]
     version: Annotated[int, "the team's version after the offer"]
+    queued_at: Annotated[Timestamp, "when the entry the offer ended queued"]
 
 
 WaitlistAnswer = Annotated[

@@ -7,7 +7,7 @@
 -- number of those waiting for any team, and A.line .. ':' .. team_id the same for one team;
 -- A.waitlist_due, a zset user -> expiry of each waiting entry (what waitlist_expire reads).
 -- An entry is 'q|team_id|queued_ms|expires_ms|seq' while it waits ('' team: any team) and
--- 'o|team_id|locked_at_ms|expires_at_ms|version' once offered: the offer stays readable
+-- 'o|team_id|locked_at_ms|expires_at_ms|version|queued_ms' once offered: the offer stays readable
 -- until the offered lock expires, the user confirms it or queues again.
 
 -- Entries a call may drop or expire on its way to a head that takes the seat: the work of
@@ -75,11 +75,13 @@ local function unfit(team, user, now)
   return nil
 end
 
--- The head of `line` that may take a seat of `team`, with its entry's parts, or nil; the
--- heads it passes on the way (expired, unfit) end here.
+-- The first entry of `line` that may take a seat of `team`, with its entry's parts, or nil;
+-- the entries it passes on the way end here (expired, unfit), except those waiting for any
+-- team that only this team's seat does not suit (a member of it, or who left it): they stay.
 local function head_of(line, team, now)
+  local rank = 0
   while skips_left > 0 do
-    local head = redis.call('ZRANGE', line, 0, 0)[1]
+    local head = redis.call('ZRANGE', line, rank, rank)[1]
     if not head then
       return nil
     end
@@ -93,8 +95,11 @@ local function head_of(line, team, now)
       local why = unfit(team, head, now)
       if not why then
         return head, parts
+      elseif parts[2] == '' and (why == 'member' or why == 'left') then
+        rank = rank + 1  -- another team's seat may suit it
+      else
+        end_entry(head, parts, 'waitlist.dropped', now, why)
       end
-      end_entry(head, parts, 'waitlist.dropped', now, why)
     end
     skips_left = skips_left - 1
   end
@@ -115,7 +120,7 @@ local function offer(team, user, parts, now, lock_count)
   local expires, version = take_seat(team, user, now, lock_count, user_counter(user, 'lock'),
                                      team.offer_ttl_ms)
   redis.call('HSET', A.waitlist, user, 'o|' .. team.id .. '|' .. int(now) .. '|' ..
-             int(expires) .. '|' .. version)
+             int(expires) .. '|' .. version .. '|' .. parts[3])
   keep_until(A.waitlist, expires, now)
   emit({'type', 'lock.offered', 'at_ms', int(now), 'activity_id', activity_id,
         'team_id', team.id, 'user_id', user, 'locked_at_ms', int(now),
@@ -193,8 +198,17 @@ end_line = function(team, status)
   skips_left = skips_left - #users
 end
 
--- Whether anyone waits for a seat of `team` (its line or the activity's): while someone
--- does, a lock from outside the line takes no seat (§4.13). One command.
+-- Whether anyone waits for a seat of `team` (its line or the activity's). One command.
 local function line_waits(team)
   return redis.call('EXISTS', team_line(team.id), A.line) > 0
+end
+
+-- Before a lock, a join or a queue takes a free seat of `team` (loaded) while someone waits:
+-- the line gets what it can take first (§4.13; the stock may have held the seat back, or the
+-- heads waited for other teams). Returns whether a seat is still free for the caller: the
+-- line was looked through and no entry could take it (a call that ran out of entries it may
+-- look at leaves it to the line).
+local function line_first(team)
+  hand_off(team)
+  return team.member_count + redis.call('ZCARD', team.locks) < team.size and skips_left > 0
 end

@@ -62,10 +62,6 @@ if redis.call('HEXISTS', activity_blocklist, user) == 1 then
 end
 
 local cut = apply_time(now, looks)
-if redis.call('EXISTS', A.line) == 1 then
-  -- Someone waits for any team: every free seat is theirs (§4.13).
-  return {NO_TEAM_AVAILABLE, next_unlock(now)}
-end
 local start = rank_after(A.open_seats, cursor_score, cursor_team_id)
 local listed = redis.call('ZRANGE', A.open_seats, start, start + looks - 1, 'WITHSCORES')
 for i = 1, #listed, 2 do
@@ -77,9 +73,7 @@ for i = 1, #listed, 2 do
     local lock_count = redis.call('ZCARD', team.locks)
     local free = team.member_count + lock_count < team.size
     if free and line_waits(team) then
-      -- Its own line waits (the stock held the seat back until now): the line first (the
-      -- user too, if queued there).
-      hand_off(team)
+      free = line_first(team)  -- the line first (the user too, if queued there)
       local at = redis.call('ZSCORE', team.locks, user)
       if at then
         at = tonumber(at)
@@ -90,7 +84,6 @@ for i = 1, #listed, 2 do
         return {ACTIVITY_SOLD_OUT, next_unlock(now)}
       end
       lock_count = redis.call('ZCARD', team.locks)
-      free = team.member_count + lock_count < team.size and not line_waits(team)
     end
     if free then
       -- The activity's limit on the teams a user belongs to, as team_lock checks it.

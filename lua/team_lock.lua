@@ -72,9 +72,7 @@ end
 local lock_count = redis.call('ZCARD', team_locks)
 local free = team.member_count + lock_count < team.size
 if free and line_waits(team) then
-  -- While anyone waits, the line has every seat it can take (§4.13): a free seat here (the
-  -- stock held it back until now) goes to the line first, the user too if queued here.
-  hand_off(team)
+  free = line_first(team)  -- the line first (the user too, if queued here)
   held = redis.call('ZSCORE', team_locks, user)
   if held then
     held = tonumber(held)
@@ -85,7 +83,6 @@ if free and line_waits(team) then
     return {ACTIVITY_SOLD_OUT, next_unlock(now)}
   end
   lock_count = redis.call('ZCARD', team_locks)
-  free = team.member_count + lock_count < team.size and not line_waits(team)
 end
 if not free then
   local first = redis.call('ZRANGE', team_locks, 0, 0, 'WITHSCORES')

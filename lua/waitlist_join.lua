@@ -13,7 +13,7 @@ local user_lock = KEYS[18]
 local user_id = ARGV[5]
 local force = ARGV[6]
 -- Returns {QUEUED, position, expires_at_ms, team_id, queued_at_ms, new} waiting now (new 0:
--- a repeat found the same entry), {OFFERED, team_id, locked_at_ms, expires_at_ms, version} the line gave
+-- a repeat found the same entry), {OFFERED, team_id, locked_at_ms, expires_at_ms, version, queued_at_ms} the line gave
 -- the user a lock, {TAKE_SEAT} a seat is free for the user now and nobody waits: lock (or
 -- join) instead (force '1': queue anyway, the lock found none),
 -- {WAITLIST_FULL, max_len}, {ALREADY_LOCKED, team_id} the user holds a live lock of the
@@ -45,7 +45,7 @@ if entry then
     return {QUEUED, redis.call('ZRANK', line_of(parts[2]), user) + 1, parts[4], parts[2],
             parts[3], 0}
   elseif parts[1] == 'o' and offer_held(parts, redis.call('GET', user_lock), now) then
-    return {OFFERED, parts[2], parts[3], parts[4], parts[5]}
+    return {OFFERED, parts[2], parts[3], parts[4], parts[5], parts[6]}
   elseif parts[1] == 'q' then
     end_entry(user, parts, 'waitlist.expired', tonumber(parts[4]))
   else
@@ -60,9 +60,9 @@ if redis.call('HEXISTS', activity_blocklist, user) == 1 then
   return {USER_BLOCKED}
 end
 
-local free
+local free, team
 if team_id ~= '' then
-  local team = load_team(now, named_team())
+  team = load_team(now, named_team())
   if not team then
     return {TEAM_NOT_FOUND}
   end
@@ -75,14 +75,16 @@ if team_id ~= '' then
     return refused
   end
   free = team.member_count + redis.call('ZCARD', team_locks) < team.size
-    and not line_waits(team)
+  if free and line_waits(team) then
+    free = line_first(team)
+  end
 else
   local limit = tonumber(activity[8] or '0')
   local refused = over_limit({}, user, 'teams', limit, 'teams_per_user')
   if refused then
     return refused
   end
-  free = redis.call('ZCARD', A.open_seats) > 0 and redis.call('EXISTS', A.line) == 0
+  free = redis.call('ZCARD', A.open_seats) > 0  -- a join hands the line its seats first
 end
 if force ~= '1' and free and not (activity[5] and stock_refusal(now, activity[5], 0)) then
   return {TAKE_SEAT}
@@ -102,5 +104,15 @@ redis.call('ZADD', A.waitlist_due, int(expires), user)
 redis.call('ZADD', A.due_locks, 'LT', int(expires), activity_id)
 for _, key in ipairs({A.waitlist, line, A.waitlist_due}) do
   keep_until(key, expires, now)
+end
+-- A seat free now (a lost race for it, a unit the stock held back) goes to the line at once.
+if team then
+  hand_off(team)
+else
+  hand_units({now = now}, 1)
+end
+local mine = split(redis.call('HGET', A.waitlist, user))
+if mine[1] == 'o' then
+  return {OFFERED, mine[2], mine[3], mine[4], mine[5], mine[6]}
 end
 return {QUEUED, redis.call('ZRANK', line, user) + 1, int(expires), team_id, int(now), 1}

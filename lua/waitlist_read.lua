@@ -10,7 +10,7 @@ local user_lock = KEYS[3]
 local user_id = ARGV[1]
 local shift_ms = ARGV[2]
 -- Returns {QUEUED, position, expires_at_ms, team_id, queued_at_ms} waiting,
--- {OFFERED, team_id, locked_at_ms, expires_at_ms, version} the offer (while it is the user's
+-- {OFFERED, team_id, locked_at_ms, expires_at_ms, version, queued_at_ms} the offer (while it is the user's
 -- live lock: not expired, released, moved or confirmed), {NOT_WAITING}. The position is a rank: no scan of the line.
 local entry = redis.call('HGET', activity_waitlist, user_id)
 if not entry then
@@ -23,7 +23,7 @@ if tonumber(parts[4]) <= now then
 end
 if parts[1] == 'o' then
   if offer_held(parts, redis.call('GET', user_lock), now) then
-    return {OFFERED, parts[2], parts[3], parts[4], parts[5]}
+    return {OFFERED, parts[2], parts[3], parts[4], parts[5], parts[6]}
   end
   return {NOT_WAITING}
 end

@@ -68,7 +68,8 @@ ENDPOINTS = [
         responses={
             201: "A seat was free and nobody waited: a new lock, as a lock (`team_id` given) "
             "or a join answers it",
-            200: "The user's existing lock, or the lock the line offered (`status` offered)",
+            200: "The user's existing lock, or the lock the line offered (`status` offered; "
+            "also at once, when a seat came free as the entry queued)",
             202: "Queued (or a repeat: the same entry): `position` 1 is next; the offer "
             "arrives as the event lock.offered",
         },

@@ -43,7 +43,13 @@ def _ints(values: list[Any]) -> list[int]:
 
 
 _QUEUED = (("position", int), ("expires_at_ms", int), ("team_id", str), ("queued_at_ms", int))
-_OFFERED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
+_OFFERED = (
+    ("team_id", str),
+    ("locked_at_ms", int),
+    ("expires_at_ms", int),
+    ("version", int),
+    ("queued_at_ms", int),
+)
 # Calls of one POST: a free seat another caller took first sends it back to queue.
 _ATTEMPTS = 4
 # The refusals of a lock or join that mean "no seat now": the entry queues instead.
@@ -318,4 +324,5 @@ def offered_body(user_id: str, reply: TeamReply) -> WaitlistOffered:
         "locked_at": iso_ms(reply.locked_at_ms),
         "expires_at": iso_ms(reply.expires_at_ms),
         "version": reply.version,
+        "queued_at": iso_ms(reply.queued_at_ms),
     }

@@ -3,10 +3,12 @@ locks, joins, unlocks, confirms, leaves, queues, unqueues, entry expiries, sweep
 steps through the team and waitlist scripts (tests/support/team_scripts.py), on fakeredis
 (with Lua) and on a real redis-server. After every step, from Redis and the outbox:
 
-1. a lock or join that took a new seat left the team's line and the activity's line empty
-   (while anyone waits, no outsider takes a seat the line could take);
-2. each line gives its offers in arrival order: the entry numbers (seq) it offered rise,
-   and no entry still waiting in it has a smaller number than one it offered;
+1. a lock or join that took a new seat left the team's line empty, and nobody in the
+   activity's line who could take it (while anyone waits, no outsider takes a seat the
+   line could take; an entry for any team that this team does not suit stays);
+2. each line gives its offers in arrival order: no entry a seat suited waited in the same
+   line with a smaller number (seq) than the entry offered it, then or later (an entry for
+   any team is passed over for a team it is a member of, or left);
 3. every entry ends at most once (offered, dropped, expired or removed), and an entry
    still in a line has not ended;
 4. '~waiting' counts exactly the entries in the lines, and the due index holds each once;
@@ -73,7 +75,7 @@ class WaitlistMachine(RuleBasedStateMachine):
         # The waiting entries after the last step: user -> (seq, line), line '' = any team.
         self.waiting: dict[str, tuple[int, str]] = {}
         self.ended: dict[tuple[str, int], str] = {}  # (user, seq) -> how it ended
-        self.offered: dict[str, list[int]] = {}  # line -> the seqs it offered, in order
+        self.offered: dict[str, list[tuple[int, str]]] = {}  # line -> (seq, team) offered
 
     def teardown(self) -> None:
         try:
@@ -252,12 +254,16 @@ class WaitlistMachine(RuleBasedStateMachine):
 
     def _check_no_line_passed_over(self, user: str, tid: str) -> None:
         """Property 1: a new lock taken outside the lines leaves nobody waiting who could
-        have taken that seat: the team's line and the activity's are empty (the caller's
-        own entry counts too: it would still wait while its user holds a lock)."""
-        redis = self.harness.redis
-        for line in (tid, ""):
-            waiting = self.run(redis.zrange(self._line_key(line), 0, -1))
-            assert not waiting, f"{user} took a seat of {tid} while line {line!r} held {waiting}"
+        have taken that seat: the team's line is empty, and whoever still waits for any team
+        is a member of that team or left it (the caller's own entry counts too: it would
+        still wait while its user holds a lock)."""
+        redis, keys = self.harness.redis, self.harness.keys
+        waiting = self.run(redis.zrange(self._line_key(tid), 0, -1))
+        assert not waiting, f"{user} took a seat of {tid} while its line held {waiting}"
+        members = self._members(tid)
+        for other in self.run(redis.zrange(self._line_key(""), 0, -1)):
+            left = self.run(redis.hexists(keys.team(AID, tid), f"left:{other}"))
+            assert other in members or left, f"{user} took a seat of {tid} {other} could take"
 
     def _members(self, tid: str) -> dict[str, str]:
         """The team's members: user -> 'seq|joined_at_ms|order_id'."""
@@ -302,12 +308,16 @@ class WaitlistMachine(RuleBasedStateMachine):
             )
             line = self.waiting[user][1]
             if how == "offered":
-                assert line in ("", record["team_id"]), (record, line)  # a team's line: its seat
-                offered = self.offered.setdefault(line, [])
-                assert not offered or offered[-1] < seq, (
-                    f"line {line!r} offered seq {seq} after {offered}"
-                )
-                offered.append(seq)
+                tid = record["team_id"]
+                assert line in ("", tid), (record, line)  # a team's line: its seat
+                ahead = [
+                    u
+                    for u, (s, at) in self.waiting.items()
+                    if at == line and s < seq and (u, s) not in self.ended
+                ]
+                passed = [u for u in ahead if self._suits(u, tid)]
+                assert not passed, f"line {line!r} offered seq {seq} of {tid} before {passed}"
+                self.offered.setdefault(line, []).append((seq, tid))
             else:
                 assert record["team_id"] == line, (record, line)
             self._end(user, seq, how)
@@ -330,8 +340,16 @@ class WaitlistMachine(RuleBasedStateMachine):
             assert (user, seq) not in self.ended, (
                 f"{user} (seq {seq}) waits in {line!r} but ended {self.ended[(user, seq)]}"
             )
-            passed = [s for s in self.offered.get(line, []) if s > seq]
+            offers = self.offered.get(line, [])
+            passed = [s for s, tid in offers if s > seq and self._suits(user, tid)]
             assert not passed, f"line {line!r} offered {passed} while {user} (seq {seq}) waits"
+
+    def _suits(self, user: str, tid: str) -> bool:
+        """Whether a seat of the team suits the user: not a member of it, never left it (an
+        entry for any team is passed over for a team that does not suit it)."""
+        keys = self.harness.keys
+        left = self.run(self.harness.redis.hexists(keys.team(AID, tid), f"left:{user}"))
+        return user not in self._members(tid) and not left
 
     def _check_counts(self, lines: dict[str, tuple[int, str]]) -> None:
         """Property 4, and each waiting entry's hash entry agrees with its line."""

@@ -31,6 +31,7 @@ import aiohttp
 import pytest
 import redis
 
+from groupbuy.wire import iso_ms
 from tests.support.http import ADMIN, SERVICE, ms
 from tests.support.service import service_environment, start_service
 
@@ -282,8 +283,18 @@ async def _queue_once(shopper: Shopper, named: bool) -> dict[str, Any] | None:
         storm.done["offers seen" if offer else "waits ended with no offer seen"] += 1
         return offer
     if answer.status == 200 and answer.body["status"] == "offered":
-        storm.done["queue answered a live offer"] += 1
-        return dict(answer.body)  # the line's offer, still this shopper's lock
+        # The line's offer, still this shopper's lock: made by this very call when a seat
+        # came free as the entry queued (an entry the shopper learns of by its offer).
+        offer = answer.body
+        key = (shopper.user, offer["queued_at"])
+        if key not in {entry.key for entry in storm.entries}:
+            queued = {
+                "queued_at": offer["queued_at"],
+                "expires_at": iso_ms(ms(offer["queued_at"]) + ENTRY_TTL_S * 1000),
+            }
+            storm.entries.append(Entry.told(shopper.user, body.get("team_id", ""), queued))
+        storm.done["queue answered an offer"] += 1
+        return dict(offer)
     if answer.kind == "409 team_formed":
         storm.formed.add(body["team_id"])
     return None

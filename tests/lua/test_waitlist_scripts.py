@@ -221,10 +221,10 @@ async def test_a_seat_the_stock_held_back_goes_to_its_line_not_to_a_lock(h: Harn
     await full_team(h, "t1", "u1", "u2")  # 3 units
     code(await h.open("t2", "L2"), OK)  # the 4th: t2 has 2 free seats and no unit
     code(await h.queue("w1", "t2"), QUEUED)
+    code(await h.queue("w2", "t2"), QUEUED)
     await h.redis.hset(h.keys.activity(AID), "stock", 5)  # a unit, nothing offered yet
     code(await h.lock("t2", "outsider"), TeamCode.ACTIVITY_SOLD_OUT)
     assert await offered_to(h) == [("w1", "t2")]
     await h.redis.hset(h.keys.activity(AID), "stock", 6)
-    code(await h.queue("w2", "t2", force=True), QUEUED)  # (as after a lost race for it)
     code(await h.join("outsider"), TeamCode.ACTIVITY_SOLD_OUT)
     assert await offered_to(h) == [("w1", "t2"), ("w2", "t2")]
