@@ -25,6 +25,7 @@ from tests.support.http import ADMIN_KEY, SERVICE_KEY
 from tests.support.receiver import Receiver, running_receiver
 from tests.support.servers import free_port
 from tests.support.service import Service, service_environment, start_service
+from tests.support.settings import TEST_GUESS_LIMIT
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         GROUPBUY_EMBEDDED_ENGINE="fakeredis",
         GROUPBUY_WEBHOOKS_ALLOW_HTTP="true",
         GROUPBUY_WEBHOOKS_ALLOW_PRIVATE_NETWORKS="true",
+        # Each family's test sends an unsigned call on purpose: on a fast machine more than
+        # the default 10 fall within the key-guessing window, and the next call is a 429.
+        **TEST_GUESS_LIMIT,
     )
     service = start_service(directory, env=env)
     try:
