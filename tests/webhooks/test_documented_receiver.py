@@ -1,6 +1,6 @@
 """The "Receiving webhooks" receiver of docs/webhooks.md, as written there, under uvicorn on
-loopback: the service's deliverer reaches it, it verifies with standardwebhooks, handles
-each webhook-id once, and refuses what another secret signed."""
+loopback: the service's deliverer reaches it, it verifies with standardwebhooks, answers the
+`webhook.test` ping, handles each webhook-id once, and refuses what another secret signed."""
 
 from __future__ import annotations
 
@@ -25,6 +25,11 @@ def documented_receiver() -> str:
     """The Python block of the "Receiving webhooks" section of docs/webhooks.md."""
     section = WEBHOOKS_DOC.read_text(encoding="utf-8").split("## Receiving webhooks", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def failing_print(*_args: Any) -> None:
+    """The receiver's work failing (its `print` stands for the shop's own work)."""
+    raise RuntimeError("the shop's work failed")
 
 
 async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
@@ -58,6 +63,9 @@ async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
                 ("delivered", 204),
             ]
             assert scope["handled"] == {"evt_1", "evt_2"}
+            ping = await hooks.test("shop")  # the ping the same page says to send
+            assert (ping["succeeded"], ping["status_code"]) == (True, 204)
+            assert ping["webhook_id"] not in scope["handled"]
             printed = capsys.readouterr().out.splitlines()
             assert [line.split()[0] for line in printed] == ["team.formed", "team.failed"]
             # The same webhook-id again (a retry after a lost answer): answered, handled once.
@@ -72,5 +80,22 @@ async def test_the_documented_receiver_verifies_and_dedups_real_deliveries(
                 answer = await http.post(url, content=body, headers=forged)
             assert answer.status_code == 400
             assert "evt_9" not in scope["handled"]
+            # Work that fails answers 500 and leaves the id unhandled: the retry does it.
+            event = b'{"id":7,"type":"team.formed","at":"x","data":{"team_id":"t7"}}'
+            body = b'{"type":"team.formed","timestamp":"x","data":' + event + b"}"
+            signed = headers([secret], "evt_7", clock() // 1000, body)
+            scope["print"] = failing_print
+            async with httpx.AsyncClient() as http:
+                try:
+                    failed: int | None = (
+                        await http.post(url, content=body, headers=signed)
+                    ).status_code
+                except httpx.TransportError:
+                    failed = None  # uvicorn dropped the connection: a failed attempt as well
+                assert failed in (500, None) and "evt_7" not in scope["handled"]
+            scope["print"] = print
+            async with httpx.AsyncClient() as http:  # (a new connection: that one was cut)
+                retried = await http.post(url, content=body, headers=signed)
+            assert retried.status_code == 204 and "evt_7" in scope["handled"]
         finally:
             await hooks.deliverer.stop()
