@@ -111,7 +111,11 @@ def url_problem(url: str, allow_http: bool) -> str | None:
         return f"is not a URL: {error}"
     schemes = ("https", "http") if allow_http else ("https",)
     if parts.scheme not in schemes:
-        allowed = "https:// or http://" if allow_http else "https:// (http:// is not allowed)"
+        allowed = (
+            "https:// or http://"
+            if allow_http
+            else "https:// (http:// only with [webhooks] allow_http, for development)"
+        )
         return f"must start with {allowed}"
     if not parts.hostname:
         return "must name a host"

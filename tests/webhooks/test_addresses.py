@@ -101,7 +101,7 @@ def test_public_addresses_are_allowed(address: str) -> None:
     ("url", "allow_http", "problem"),
     [
         ("https://shop.example/hooks", False, None),
-        ("http://shop.example/hooks", False, "must start with https://"),
+        ("http://shop.example/hooks", False, "[webhooks] allow_http"),  # names the setting
         ("http://shop.example/hooks", True, None),
         ("ftp://shop.example/", True, "must start with"),
         ("https:///nohost", False, "must name a host"),
@@ -123,6 +123,7 @@ def test_url_rules(url: str, allow_http: bool, problem: str | None) -> None:
 async def test_a_host_on_loopback_is_refused_at_registration() -> None:
     problem = await host_problem("https://localhost/hooks")
     assert problem is not None and "127.0.0.1" in problem
+    assert "[webhooks] allow_private_networks" in problem  # names the setting
     assert await host_problem("https://127.0.0.1:8443/") is not None
     assert await host_problem("https://no-such-host.invalid/") is not None
 
