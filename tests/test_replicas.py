@@ -635,6 +635,20 @@ def check_lock_expiries(
     assert all((key[0], key[2]) in traffic.uncertain_joins for key in unknown), unknown
 
 
+async def every_grab(
+    replicas: ReplicaSet, packet_id: str, view: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A packet's grabs: the first page its GET carries, then the pages after it (a big
+    packet grabbed more than a page's worth on a fast machine)."""
+    listed, cursor = list(view["grabs"]), view.get("grabs_next_cursor")
+    while cursor:
+        path = f"/v1/redpackets/{packet_id}/grabs?cursor={cursor}&limit=100"
+        page = await replicas.must("GET", path, None, 200)
+        listed += page["grabs"]
+        cursor = page.get("next_cursor") if page["grabs"] else None
+    return listed
+
+
 async def check_packets(
     replicas: ReplicaSet,
     traffic: Traffic,
@@ -677,7 +691,8 @@ async def check_packets(
         assert sum(amounts_grabbed) <= amount
         view = await replicas.must("GET", f"/v1/redpackets/{packet_id}", None, 200)
         assert view["status"] == packet.status, (view, packet.status)
-        assert sorted(g["amount_cents"] for g in view["grabs"]) == sorted(amounts_grabbed)
+        listed = await every_grab(replicas, packet_id, view)
+        assert sorted(g["amount_cents"] for g in listed) == sorted(amounts_grabbed)
         if packet.status == "sold_out":
             assert len(amounts_grabbed) == shares and sum(amounts_grabbed) == amount
             assert (sold_out[packet_id], refunded[packet_id]) == (1, 0), packet_id
