@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from groupbuy import errors
-from groupbuy.wire import Outcome
+from groupbuy_client.wire import Outcome
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

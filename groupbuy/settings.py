@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from groupbuy_client.signing import SIGNED_SUFFIX
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,8 +29,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from groupbuy.signing import SIGNED_SUFFIX
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from groupbuy.wire import ID_PATTERN
-from groupbuy.wire import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
+from groupbuy_client.wire import ID_PATTERN
+from groupbuy_client.wire import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
 
 REGENERATE = "python -m scripts.api_reference --write docs/api.md"
 DEFAULT_PATH = "docs/api.md"
@@ -84,7 +84,7 @@ signature seen before (a replay). Its `reason` says which: `missing`, `malformed
 timestamp is not Unix seconds), `stale`, `wrong` or `replayed`. A request that
 carries the two headers is checked even when its key need not sign. Two equal requests
 signed in the same second have the same signature: the second is refused as `replayed`,
-and signing it again with a later timestamp sends it (`groupbuy.client.GroupBuyClient(...,
+and signing it again with a later timestamp sends it (`groupbuy_client.GroupBuyClient(...,
 sign=True)` signs, and does that by itself).
 
 **Ids.** Every id, in a path or a body (`activity_id`, `team_id`, `user_id`,

@@ -35,9 +35,19 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "== installing groupbuy with its test, dev and docs tools (versions pinned in pyproject.toml)"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,postgres,dev,docs]'
+.venv/bin/python -m pip install -q -e ./client -e '.[test,postgres,dev,docs]'
 
-CHECKED=(groupbuy tests benchmarks scripts)
+# The client's distribution alone, built as a wheel and installed into a clean virtualenv of
+# its own: tests/test_client_alone.py runs the walk-through with it, and checks that nothing
+# of the server is there.
+echo "== installing groupbuy-client alone into .venv-client"
+rm -rf .venv-client dist-client
+python3 -m venv .venv-client
+.venv/bin/python -m pip wheel -q --no-deps --wheel-dir dist-client ./client
+.venv-client/bin/python -m pip install -q dist-client/groupbuy_client-*.whl
+rm -rf dist-client
+
+CHECKED=(groupbuy client tests benchmarks scripts)
 echo "== ruff check"
 .venv/bin/ruff check "${CHECKED[@]}"
 echo "== ruff format --check"

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from groupbuy_client.wire import iso_ms
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse
@@ -20,7 +21,6 @@ from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
 from groupbuy.api.endpoints import FastJSONResponse
 from groupbuy.api.logformat import JsonFormatter, configure_logging, flush_logs
-from groupbuy.wire import iso_ms
 
 
 def _logger(handler: logging.Handler, name: str) -> logging.Logger:

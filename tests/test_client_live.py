@@ -1,4 +1,4 @@
-"""groupbuy.client on its own wire (an aiohttp session) against a live `groupbuy serve` that
+"""groupbuy_client.client on its own wire (an aiohttp session) against a live `groupbuy serve` that
 requires signed requests: one test per family of methods, each signed call accepted
 (queries included: the target is signed as sent) and an unsigned one refused; and what a
 request that gets no answer raises."""
@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from groupbuy_client.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
+from groupbuy_client.client_sync import GroupBuySyncClient
 
-from groupbuy.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
-from groupbuy.client_sync import GroupBuySyncClient
 from tests.support.http import ADMIN_KEY, SERVICE_KEY
 from tests.support.receiver import Receiver, running_receiver
 from tests.support.servers import free_port
@@ -298,7 +298,7 @@ def test_the_module_needs_no_httpx_without_a_transport(tmp_path: Path) -> None:
     """Callers on the network need aiohttp and orjson, not httpx."""
     probe = (
         "import sys; sys.modules['httpx'] = None\n"
-        "import groupbuy.client as c\n"
+        "import groupbuy_client.client as c\n"
         "c.GroupBuyClient('http://127.0.0.1:1', 'k')\n"
         "print('ok')\n"
     )

@@ -1,4 +1,4 @@
-"""groupbuy.client_sync: generated from the async client (one definition of the API), with
+"""groupbuy_client.client_sync: generated from the async client (one definition of the API), with
 the same methods, parameters and answers; its requests through an httpx transport."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from groupbuy_client.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
+from groupbuy_client.client_sync import GroupBuySyncClient
+from groupbuy_client.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 
-from groupbuy.client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportError
-from groupbuy.client_sync import GroupBuySyncClient
-from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 from tests.support.http import SERVICE_KEY
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from groupbuy_client import wire
 from starlette.testclient import TestClient
 
-from groupbuy import wire
 from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (

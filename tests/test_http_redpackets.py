@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from groupbuy_client import wire
 from starlette.testclient import TestClient
 
-from groupbuy import wire
 from tests.support.backends import ALL
 from tests.support.fixtures import FundUser, SendPacket
 from tests.support.http import (
@@ -36,7 +36,7 @@ from tests.support.http import (
 pytestmark = pytest.mark.parametrize("backend", ALL)
 
 
-# The shapes' fields, as groupbuy.wire names them.
+# The shapes' fields, as groupbuy_client.wire names them.
 SENT_KEYS = set(wire.PacketSent.__required_keys__)
 PACKET_KEYS = set(wire.Packet.__required_keys__)
 GRAB_KEYS = {"user_id", "amount_cents", "grabbed_at"}

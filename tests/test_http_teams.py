@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from groupbuy_client.wire import LockTaken
 from starlette.testclient import TestClient
 
 from groupbuy.storage.clock import RedisClock
-from groupbuy.wire import LockTaken
 from tests.support.backends import ALL
 from tests.support.fixtures import OpenTeam
 from tests.support.http import (

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from groupbuy_client import wire
 from openapi_spec_validator import OpenAPIV31SpecValidator
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from groupbuy import wire
 from groupbuy.api import answers
 from groupbuy.api.app import create_app, openapi_document
 from groupbuy.ops.jobs import JOBS

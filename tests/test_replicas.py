@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from groupbuy_client.wire import to_ms
 from sqlalchemy import func, select
 
 from groupbuy.locks.models import MemberRow, TeamRow
@@ -34,7 +35,6 @@ from groupbuy.services import Services, build_services
 from groupbuy.settings import load_settings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
-from groupbuy.wire import to_ms
 from tests.support.database import start_postgres_or_skip
 from tests.support.http import ADMIN, ms
 from tests.support.money import assert_money_conserved

@@ -2,7 +2,7 @@
 within a clock skew, each signature accepted once.
 
 The signatures here are computed from the SPEC's words with hashlib and hmac directly, not
-with groupbuy.signing, so the server is checked against the contract rather than against
+with groupbuy_client.signing, so the server is checked against the contract rather than against
 its own helper. Every test runs on fakeredis and on a real redis-server.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from groupbuy_client.signing import canonical_request, signature
 from starlette.testclient import TestClient
 
 from groupbuy.api.app import create_app
 from groupbuy.settings import Settings
-from groupbuy.signing import canonical_request, signature
 from tests.support.http import (
     ADMIN_KEY,
     SERVICE_KEY,
@@ -56,7 +56,7 @@ def signed_headers(
     """Authorization (the bearer of `secret` unless told), timestamp and signature headers.
 
     The same request twice in one second would have the same signature (a replay): without
-    an explicit `stamp` each repeat takes the next second, as groupbuy.client does.
+    an explicit `stamp` each repeat takes the next second, as groupbuy_client.client does.
     """
     if stamp is None:
         same = (secret, method, target, body)

@@ -1,4 +1,4 @@
-"""groupbuy.wire: each answer shape written once, in a module the client can depend on alone;
+"""groupbuy_client.wire: each answer shape written once, in a module the client can depend on alone;
 the OpenAPI document's models are derived from it field for field."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from groupbuy_client import wire
 from pydantic import ValidationError
 
-from groupbuy import wire
 from groupbuy.api import answers
 
 WIRE = Path(wire.__file__)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from groupbuy_client.wire import from_ms
 from sqlalchemy import delete, select
 
 from benchmarks.engine.common import create_packets, flash_requests, groupbuy_grab, say
@@ -23,7 +24,6 @@ from groupbuy.locks.models import ActivityRow, TeamRow
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.models import LedgerEntryRow, PacketRow
 from groupbuy.services import Services, build_scheduler
-from groupbuy.wire import from_ms
 from tests.support.console_seed import bulk_insert
 
 ROUND_BUDGET_S = 90.0  # stop measuring rounds after this long (the old code took minutes)

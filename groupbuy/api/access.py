@@ -47,12 +47,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from groupbuy_client.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature, target_of
 from redis.exceptions import RedisError
 from starlette.requests import Request
 
 from groupbuy import errors, metrics
 from groupbuy.settings import ApiKey
-from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature, target_of
 from groupbuy.storage.signatures import SeenSignatures
 from groupbuy.storage.throttles import GuessThrottle, RateDecision, RateLimitService, RatePlan
 

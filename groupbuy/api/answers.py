@@ -1,4 +1,4 @@
-"""The answer shapes of groupbuy.wire as pydantic models: for the OpenAPI document, and for
+"""The answer shapes of groupbuy_client.wire as pydantic models: for the OpenAPI document, and for
 tests that validate real answers against what is documented.
 
 Each model is derived from its TypedDict, field for field: a plain string in the field's
@@ -14,10 +14,9 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NotRequired, Required, Union
 
+from groupbuy_client import wire
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 from pydantic.fields import FieldInfo
-
-from groupbuy import wire
 
 _built: dict[object, type[BaseModel]] = {}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from groupbuy_client import wire
 from pydantic import Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import wire
 from groupbuy.api.endpoints import TEXT_PATTERN, Endpoint, LaxQuery, StrictBody, json_response
 from groupbuy.ops.audit import REASON_CHARS, AuditLog
 

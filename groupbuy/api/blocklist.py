@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from groupbuy_client import wire
+from groupbuy_client.wire import ID_PATTERN
 from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import wire
 from groupbuy.api.audit import ReasonText
 from groupbuy.api.endpoints import (
     Endpoint,
@@ -16,7 +17,6 @@ from groupbuy.api.endpoints import (
 )
 from groupbuy.ops.audit import AuditLog, AuditRow
 from groupbuy.ops.blocklist import BlocklistService
-from groupbuy.wire import ID_PATTERN
 
 
 class BlockBody(StrictBody):

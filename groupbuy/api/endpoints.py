@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Self
 
 import orjson
+from groupbuy_client.wire import ID_PATTERN, Outcome
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,7 +26,6 @@ from groupbuy import errors
 from groupbuy.api import access, auditing
 from groupbuy.api.access import Authenticator, actor
 from groupbuy.settings import ApiKey, Settings
-from groupbuy.wire import ID_PATTERN, Outcome
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -175,7 +175,7 @@ class Endpoint:
     responses: dict[int, str] = field(default_factory=dict)
     tag: str = "operations"
     media_type: str = "application/json"  # of the answers in `responses`
-    # The shape of those answers' JSON body: a groupbuy.wire TypedDict (or OneOf union).
+    # The shape of those answers' JSON body: a groupbuy_client.wire TypedDict (or OneOf union).
     answer: object | None = None
     # The problems this endpoint answers beyond the ones every endpoint of its kind does
     # (invalid_request, unauthorized, ...): each error class, and when it happens here.

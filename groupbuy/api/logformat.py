@@ -15,10 +15,10 @@ import sys
 from typing import Any
 
 import orjson
+from groupbuy_client.wire import iso_ms
 
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.accesslog import BufferedLineHandler, CachedTimeFormatter
-from groupbuy.wire import iso_ms
 
 # No Starlette here: `groupbuy worker` configures logging without importing the API.
 

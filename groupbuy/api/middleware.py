@@ -16,11 +16,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from groupbuy_client.wire import ID_PATTERN
+
 from groupbuy import errors
 from groupbuy.api import ACCESS_LOGGER
 from groupbuy.api.problems import problem_response
 from groupbuy.metrics import HTTP_DURATION, REQUEST_OUTCOME, series
-from groupbuy.wire import ID_PATTERN
 
 REQUEST_ID_HEADER = b"x-request-id"
 UNMATCHED = "unmatched"

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document, generated from the same Endpoint list that builds the routes.
 
-Answer bodies are the shapes of groupbuy.wire (as groupbuy.api.answers models them), under
+Answer bodies are the shapes of groupbuy_client.wire (as groupbuy.api.answers models them), under
 components/schemas. Problem
 answers list their stable `code`s (each with when it happens) in the schema of `code`,
 taken from the error classes an Endpoint declares plus the ones every endpoint of its
@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from groupbuy_client.wire import ID_PATTERN
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
@@ -21,7 +22,6 @@ from groupbuy.api import answers
 from groupbuy.api.access import accepted_roles
 from groupbuy.api.endpoints import Endpoint
 from groupbuy.settings import ROLES
-from groupbuy.wire import ID_PATTERN
 
 _REF = "#/components/schemas/{model}"
 

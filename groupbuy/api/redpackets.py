@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
+from groupbuy_client import wire
+from groupbuy_client.wire import ID_PATTERN, PacketStatus, SplitStrategy
 from pydantic import Field, StringConstraints, create_model
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.api.endpoints import (
     Endpoint,
     Id,
@@ -21,7 +23,6 @@ from groupbuy.api.endpoints import (
 from groupbuy.redpacket.engine import RedPackets
 from groupbuy.redpacket.terms import Terms
 from groupbuy.settings import AmountCents, PacketLifetimeS, Settings, ShareCount
-from groupbuy.wire import ID_PATTERN, PacketStatus, SplitStrategy
 
 
 class Deposit(StrictBody):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from groupbuy_client import wire
 from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, metrics, wire
+from groupbuy import errors, metrics
 from groupbuy.api.endpoints import Endpoint, LaxQuery, json_response
 from groupbuy.ops.jobs import JOBS
 from groupbuy.storage.events import read_feed

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
+from groupbuy_client import wire
+from groupbuy_client.wire import SaleStatus, from_ms, to_ms
 from pydantic import AfterValidator, AwareDatetime, Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.api.audit import ActionReason
 from groupbuy.api.endpoints import (
     TEXT_PATTERN,
@@ -26,7 +28,6 @@ from groupbuy.locks.engine import TeamEngine
 from groupbuy.locks.sale import MAX_HOLD_S, MAX_STOCK, Sale
 from groupbuy.locks.waitlist_rules import WaitlistRules
 from groupbuy.settings import LockTtlS, TeamDeadlineS, TeamSize, UserLimit
-from groupbuy.wire import SaleStatus, from_ms, to_ms
 
 
 def _on_the_ms(moment: datetime) -> datetime:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from groupbuy_client import wire
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.api.endpoints import Endpoint, Id, StrictBody, json_response
 from groupbuy.api.teams import (
     BLOCKED_PROBLEMS,

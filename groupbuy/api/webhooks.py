@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from groupbuy_client import wire
+from groupbuy_client.wire import ID_PATTERN
 from pydantic import Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.api.endpoints import (
     TEXT_PATTERN,
     Endpoint,
@@ -20,7 +22,6 @@ from groupbuy.api.endpoints import (
 from groupbuy.webhooks.addresses import MAX_URL_LENGTH
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
-from groupbuy.wire import ID_PATTERN
 
 EventType = Annotated[
     str,

@@ -8,7 +8,7 @@ from typing import get_args
 from groupbuy import errors
 from groupbuy.api.endpoints import is_id
 from groupbuy.locks.codec import parse_page_cursor
-from groupbuy.wire import ID_PATTERN, PacketStatus
+from groupbuy_client.wire import ID_PATTERN, PacketStatus
 
 # Every pattern here is matched against the whole value (fullmatch): `$` alone would let a
 # trailing newline through.

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import redis.exceptions
+from groupbuy_client.wire import Outcome, Team, TeamsPage, from_ms, to_ms
 from sqlalchemy import delete
 
 from groupbuy import errors
@@ -34,7 +35,6 @@ from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import write_probe
 from groupbuy.storage.db import insert_ignore
-from groupbuy.wire import Outcome, Team, TeamsPage, from_ms, to_ms
 
 _log = logging.getLogger(__name__)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from groupbuy_client.wire import to_ms
+
 from groupbuy import errors
 from groupbuy.locks.counts import ACTIVITY_COPY_TTL_MS, ActivityCounts
 from groupbuy.locks.models import ActivityRow
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.wire import to_ms
 
 
 class ActivityCopy(UsesBackends):

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from groupbuy_client.wire import SaleStatus, iso_ms, to_ms
+
 from groupbuy.locks.models import ActivityRow
-from groupbuy.wire import SaleStatus, iso_ms, to_ms
 
 
 def activity_body(row: ActivityRow, counts: Mapping[str, int]) -> dict[str, Any]:

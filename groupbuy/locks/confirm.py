@@ -6,6 +6,8 @@ hands out as `seats.confirm`) with its answer: the team and whether this confirm
 
 from __future__ import annotations
 
+from groupbuy_client.wire import Confirmed, Outcome
+
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.refusals import refuse_for_user
@@ -32,7 +34,6 @@ from groupbuy.locks.specs import (
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.specs import ScriptSpec, flag, shape, slots
-from groupbuy.wire import Confirmed, Outcome
 
 _CONFIRMED = (("formed", flag), TEAM)
 TEAM_CONFIRM = ScriptSpec(

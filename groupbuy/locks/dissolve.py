@@ -7,6 +7,8 @@ out as `teams.dissolve`) with its answer.
 
 from __future__ import annotations
 
+from groupbuy_client.wire import Dissolved
+
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.scripts import TeamReply, TeamScripts
@@ -24,7 +26,6 @@ from groupbuy.locks.specs import (
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.specs import ScriptSpec, shape
-from groupbuy.wire import Dissolved
 
 TEAM_DISSOLVE = ScriptSpec(
     "team_dissolve",

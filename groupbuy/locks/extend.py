@@ -8,6 +8,8 @@ answers it). How an extended lock is kept in Redis: "Extended locks" in lua/_tea
 
 from __future__ import annotations
 
+from groupbuy_client.wire import LockTaken, iso_ms
+
 from groupbuy import errors
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
@@ -24,7 +26,6 @@ from groupbuy.locks.specs import (
     C,
 )
 from groupbuy.storage.specs import ScriptSpec, flag, shape, slots
-from groupbuy.wire import LockTaken, iso_ms
 
 TEAM_EXTEND = ScriptSpec(
     "team_extend",

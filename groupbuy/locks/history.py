@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
+from groupbuy_client.wire import Dissolved, MemberLeft, Outcome, Team
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -14,7 +15,6 @@ from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.wire import Dissolved, MemberLeft, Outcome, Team
 
 
 class MissingTeam(Protocol):

@@ -39,7 +39,7 @@ from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.specs import ScriptSpec, Slot, optional_int, shape, slots
-from groupbuy.wire import Outcome, iso_ms
+from groupbuy_client.wire import Outcome, iso_ms
 
 _JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
 TEAM_JOIN = ScriptSpec(

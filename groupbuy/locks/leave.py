@@ -10,6 +10,8 @@ answer waits for the change's record in SQL.
 
 from __future__ import annotations
 
+from groupbuy_client.wire import MemberLeft
+
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.scripts import TeamReply, TeamScripts
@@ -27,7 +29,6 @@ from groupbuy.locks.specs import (
 from groupbuy.locks.view import TeamView
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.storage.specs import ScriptSpec, shape, slots
-from groupbuy.wire import MemberLeft
 
 _LEFT = (("kind", str), TEAM)
 TEAM_LEAVE = ScriptSpec(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from groupbuy_client.wire import TeamsPage, from_ms, to_ms
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -21,7 +22,6 @@ from groupbuy.locks.history import members_of_teams
 from groupbuy.locks.models import ActivityRow, ActivityRulesRow, TeamRow
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.backends import Backends, UsesBackends
-from groupbuy.wire import TeamsPage, from_ms, to_ms
 
 EndedStatus = Literal["formed", "failed"]
 

@@ -27,7 +27,7 @@ from groupbuy.locks.specs import (
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.storage.specs import ScriptSpec, optional_int, shape, slots
-from groupbuy.wire import LockTaken, Outcome, iso_ms
+from groupbuy_client.wire import LockTaken, Outcome, iso_ms
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.

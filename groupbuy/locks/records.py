@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict, cast
 
+from groupbuy_client.wire import from_ms, iso_ms
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,7 +34,6 @@ from groupbuy.metrics import WAITLIST_ENTRIES
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event
 from groupbuy.storage.typedrecords import parse_record
-from groupbuy.wire import from_ms, iso_ms
 
 __all__ = ["EVENT_TYPES", "KEY", "TeamEventKey", "parse_event_key", "team_event_key"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from groupbuy_client.wire import to_ms
 from sqlalchemy import select, tuple_
 
 from groupbuy.locks.activity_copy import ActivityCopy
@@ -22,7 +23,6 @@ from groupbuy.metrics import RESTORED
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding
-from groupbuy.wire import to_ms
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
+
 from groupbuy import errors
 from groupbuy.locks.codes import TeamCode, raise_for
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.waitlist_rules import WaitlistRules
 from groupbuy.storage.specs import ScriptSpec, shape, slots
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The longest a seat lock may be held, in seconds (SPEC: lock_ttl_s..86400).
 MAX_HOLD_S = 86_400

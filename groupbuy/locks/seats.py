@@ -14,6 +14,8 @@ record (`TeamHistory`).
 
 from __future__ import annotations
 
+from groupbuy_client.wire import UserLock, iso_ms
+
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import TeamCode, raise_for
@@ -27,7 +29,6 @@ from groupbuy.locks.scripts import TeamScripts
 from groupbuy.locks.unlock import SeatUnlock
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.settings import TeamSettings
-from groupbuy.wire import UserLock, iso_ms
 
 
 class SeatService:

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from groupbuy_client.wire import Member, Team, TeamStatus, iso_ms, to_ms
+
 from groupbuy.locks.codec import LEFT_FIELD, parse_leave, parse_member
 from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.storage.specs import optional_int, reply_dict
-from groupbuy.wire import Member, Team, TeamStatus, iso_ms, to_ms
 
 
 class TeamSnapshot(NamedTuple):

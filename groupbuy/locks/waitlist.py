@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from groupbuy_client.wire import Outcome, WaitlistOffered, WaitlistQueued, iso_ms
+
 from groupbuy import errors
 from groupbuy.locks.activity_copy import ActivityCopy
 from groupbuy.locks.codes import TeamCode, raise_for
@@ -35,7 +37,6 @@ from groupbuy.locks.specs import (
 )
 from groupbuy.metrics import WAITLIST_ENTRIES
 from groupbuy.storage.specs import Field, ScriptSpec, Slot, flag, shape, slots
-from groupbuy.wire import Outcome, WaitlistOffered, WaitlistQueued, iso_ms
 
 
 def _ints(values: list[Any]) -> list[int]:

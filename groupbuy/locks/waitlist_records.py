@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from groupbuy_client.wire import iso_ms
+
 from groupbuy.metrics import WAITLIST_ENTRIES
 from groupbuy.storage.events import Event
-from groupbuy.wire import iso_ms
 
 # An entry for any team has no team: its events' keys carry this in the team's place.
 ANY_TEAM = "*"

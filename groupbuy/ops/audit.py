@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from groupbuy_client import wire
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy import wire
 from groupbuy.storage.db import Base, Database
 from groupbuy.storage.paging import newest_by_id
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The longest reason kept: an operator's sentence, not a document.
 REASON_CHARS = 500

@@ -18,15 +18,15 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from groupbuy_client import wire
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
 from sqlalchemy import DateTime, String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from groupbuy import wire
 from groupbuy.ops.audit import AuditRow, jsonable
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Base
 from groupbuy.storage.slots import COPY_VALUE, each_slot
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 REASON_MAX = 500  # characters of an admin's note on a block

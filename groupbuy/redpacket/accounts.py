@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import cast
 
+from groupbuy_client import wire
+from groupbuy_client.wire import Outcome, from_ms, iso_ms, to_ms
 from sqlalchemy import select
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.codec import BusinessKey, deposit_key, parse_business_key
 from groupbuy.redpacket.models import LedgerEntryRow
 from groupbuy.storage.backends import UsesBackends
 from groupbuy.storage.db import Database
 from groupbuy.storage.paging import newest_by_id
-from groupbuy.wire import Outcome, from_ms, iso_ms, to_ms
 
 # The ledger's kinds -> the words of the API (SPEC §3, accounts).
 ENTRY_KINDS = {

@@ -14,9 +14,10 @@ import asyncio
 import contextlib
 import logging
 
+from groupbuy_client.wire import from_ms
+
 from groupbuy.redpacket.models import AcknowledgedGrabRow
 from groupbuy.storage.db import Database, dialect_insert
-from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import secrets
 from typing import NoReturn, Protocol
 
+from groupbuy_client import wire
 from redis.asyncio import Redis
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.metrics import GRAB_OUTCOMES, counts_outcomes, grab_outcome
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.codes import PacketCode, raise_for

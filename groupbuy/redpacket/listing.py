@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from groupbuy_client.wire import from_ms, to_ms
 from sqlalchemy import and_, func, or_, select
 
 from groupbuy.redpacket.models import GrabRow, PacketEpochRow, PacketRow
 from groupbuy.redpacket.read import packet_version
 from groupbuy.redpacket.send import sent_body
 from groupbuy.storage.backends import UsesBackends
-from groupbuy.wire import from_ms, to_ms
 
 # A packet's status as the API names it -> the SQL statuses it covers (a `pending` packet
 # is sent and being put in Redis: the API already shows it active).

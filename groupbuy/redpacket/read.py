@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from groupbuy_client import wire
+from groupbuy_client.wire import iso_ms, to_ms
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.redpacket.codec import parse_grab
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.commitment import Commitment
@@ -40,7 +42,6 @@ from groupbuy.redpacket.specs import (
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import Database
 from groupbuy.storage.specs import Field, ScriptSpec, reply_dict, shape, slots
-from groupbuy.wire import iso_ms, to_ms
 
 # The grabs a packet's body carries; the rest are paged (GET .../grabs).
 GRABS_SHOWN = 100

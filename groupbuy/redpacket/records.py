@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Literal, NamedTuple, Required, TypedDict, cast
 
+from groupbuy_client.wire import from_ms
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,7 +22,6 @@ from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochR
 from groupbuy.storage.db import dialect_insert
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.typedrecords import parse_record
-from groupbuy.wire import from_ms
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from groupbuy_client import wire
+from groupbuy_client.wire import from_ms, to_ms
 from sqlalchemy import select
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.metrics import RESTORED
 from groupbuy.redpacket.codec import grab_value, share_value
 from groupbuy.redpacket.codes import PacketCode
@@ -38,7 +40,6 @@ from groupbuy.settings import RedPacketSettings
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.restore import rebuilding
 from groupbuy.storage.specs import ScriptSpec, Slot, shape, slots
-from groupbuy.wire import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 

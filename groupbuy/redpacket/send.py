@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import redis.exceptions
+from groupbuy_client import wire
+from groupbuy_client.wire import Outcome, from_ms, iso_ms, to_ms
 from sqlalchemy import CursorResult, delete, select, update
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.redpacket import ledger
 from groupbuy.redpacket.admission import Admission
 from groupbuy.redpacket.codec import packet_debit_key
@@ -44,7 +46,6 @@ from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.db import insert_ignore
 from groupbuy.storage.events import Event, EventRow, record_event
 from groupbuy.storage.specs import ScriptSpec, Slot, shape
-from groupbuy.wire import Outcome, from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from groupbuy_client.wire import to_ms
+
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.storage.clock import RedisClock
@@ -26,7 +28,6 @@ from groupbuy.storage.specs import (
     shape,
     slots,
 )
-from groupbuy.wire import to_ms
 
 # The KEYS and ARGV every packet script starts with (named in lua/_packet_lib.lua).
 PACKET_KEYS = slots(

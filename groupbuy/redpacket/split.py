@@ -48,7 +48,7 @@ def equal(amount: int, count: int, randbelow: RandomBelow = secrets.randbelow) -
 Split = Callable[[int, int, RandomBelow], list[int]]
 """A strategy: (amount, count, randbelow) -> the shares, in grab order."""
 
-# Every strategy by its name (groupbuy.wire.SplitStrategy lists the same names): a new one
+# Every strategy by its name (groupbuy_client.wire.SplitStrategy lists the same names): a new one
 # is a function above and a line here.
 SPLITS: dict[str, Split] = {"double_mean": double_mean, "equal": equal}
 STRATEGIES = tuple(SPLITS)

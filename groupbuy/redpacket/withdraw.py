@@ -8,7 +8,9 @@ the two comes first ends the packet, and the refund is paid exactly once.
 
 from __future__ import annotations
 
-from groupbuy import errors, wire
+from groupbuy_client import wire
+
+from groupbuy import errors
 from groupbuy.redpacket.codes import PacketCode
 from groupbuy.redpacket.read import LostPacket, ReadService, recorded_packet
 from groupbuy.redpacket.specs import (

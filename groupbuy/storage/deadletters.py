@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
 from sqlalchemy import (
     BigInteger,
     DateTime,
@@ -37,7 +38,6 @@ from groupbuy import errors, metrics
 from groupbuy.storage.backends import Backends, UsesBackends
 from groupbuy.storage.calls import outbox_bury
 from groupbuy.storage.db import Base, causes, dialect_insert, sqlstate, unavailable
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 log = logging.getLogger(__name__)
 

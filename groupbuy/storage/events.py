@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
 from sqlalchemy import (
     BigInteger,
     CursorResult,
@@ -33,7 +34,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, aliased, mapped_column
 
 from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore, mark_committing
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 # The on_commit topic of transactions that recorded events (the webhook deliverer listens).
 FEED_COMMITTED = "feed"

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from groupbuy_client import wire
+from groupbuy_client.wire import ATTEMPTS_SHOWN, iso_ms, to_ms
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import aliased
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.storage.db import Database, dialect_insert
 from groupbuy.storage.events import EventRow
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.queue import delivery_row, webhook_id
 from groupbuy.webhooks.store import subscribes
-from groupbuy.wire import ATTEMPTS_SHOWN, iso_ms, to_ms
 
 # Events one replay transaction queues.
 REPLAY_BATCH = 2000

@@ -10,8 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import orjson
-
-from groupbuy.wire import iso_ms, to_ms
+from groupbuy_client.wire import iso_ms, to_ms
 
 # How the envelope's rendering ends: the inner "data" (the last key of both objects) is
 # null, then the two objects close.

@@ -7,6 +7,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from groupbuy_client.wire import Outcome, iso_ms
+
 from groupbuy import errors
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
@@ -18,7 +20,6 @@ from groupbuy.webhooks.sender import Sender
 from groupbuy.webhooks.signing import headers
 from groupbuy.webhooks.store import EndpointSpec, EndpointStore, secrets_in_use
 from groupbuy.webhooks.thread import DelivererThread
-from groupbuy.wire import Outcome, iso_ms
 
 TEST_EVENT = "webhook.test"
 

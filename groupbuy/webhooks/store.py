@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from groupbuy_client.wire import Outcome, iso_ms
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,7 +17,6 @@ from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, assign_positions
 from groupbuy.webhooks.models import AttemptRow, DeliveryRow, EndpointRow
 from groupbuy.webhooks.signing import new_secret
-from groupbuy.wire import Outcome, iso_ms
 
 ORDERINGS = ("feed", "entity")
 ALL_TYPES = "*"

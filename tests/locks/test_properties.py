@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from groupbuy_client.wire import Team, iso_ms
 from hypothesis import event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -33,7 +34,6 @@ from hypothesis.stateful import (
 )
 
 from groupbuy import errors
-from groupbuy.wire import Team, iso_ms
 from tests.support.engine_stack import EngineStack
 from tests.support.seats import indexed_open_seats, recomputed_open_seats
 

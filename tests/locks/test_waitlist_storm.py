@@ -11,7 +11,7 @@ seat of that team; and no seat an expired lock freed was passed over while someo
 An entry is the 202 of a POST .../waitlist, told apart by its user and `queued_at` (what its
 events carry). Times compared are Redis's clock as answers and events carry it (ms), except
 for a removal: when its DELETE was sent, by the test's clock (the same host's wall clock).
-The shoppers call over aiohttp, as groupbuy.client does: with httpx's pool the test process
+The shoppers call over aiohttp, as groupbuy_client.client does: with httpx's pool the test process
 alone filled both cores at a few hundred calls a second, and a 1 s lock ran out before its
 confirm was answered."""
 
@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 import pytest
 import redis
+from groupbuy_client.wire import iso_ms
 
-from groupbuy.wire import iso_ms
 from tests.support.http import ADMIN, SERVICE, ms
 from tests.support.service import service_environment, start_service
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from groupbuy_client.wire import to_ms
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -29,7 +30,6 @@ from groupbuy.redpacket.models import GrabRow, LedgerEntryRow, PacketRow
 from groupbuy.redpacket.specs import PacketReply, PacketScripts
 from groupbuy.services import Services
 from groupbuy.storage.events import EventRow
-from groupbuy.wire import to_ms
 
 AID = "act_1-x"
 TID = "team-A_1"

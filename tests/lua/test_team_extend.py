@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from groupbuy_client.wire import iso_ms
 
 from groupbuy.locks.codes import TeamCode
 from groupbuy.locks.extend import team_extend
 from groupbuy.locks.scripts import TeamReply
 from groupbuy.locks.view import TeamView
 from groupbuy.storage.specs import Reply
-from groupbuy.wire import iso_ms
 from tests.support.team_scripts import AID, DEADLINE_MS, TTL_MS
 from tests.support.team_scripts import Harness as TeamHarness
 

@@ -21,12 +21,12 @@ from fractions import Fraction
 from typing import get_args
 
 import pytest
+from groupbuy_client.wire import SplitStrategy
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from groupbuy.redpacket.split import SPLITS, STRATEGIES, RandomBelow, double_mean, equal, split
-from groupbuy.wire import SplitStrategy
 
 Splitter = Callable[[int, int, RandomBelow], list[int]]
 

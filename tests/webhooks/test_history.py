@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from groupbuy_client import wire
+from groupbuy_client.wire import ATTEMPTS_SHOWN
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
-from groupbuy import errors, wire
+from groupbuy import errors
 from groupbuy.api import answers
 from groupbuy.api.app import create_app
 from groupbuy.settings import Settings
@@ -18,7 +20,6 @@ from groupbuy.storage.db import Database
 from groupbuy.webhooks.models import AttemptRow
 from groupbuy.webhooks.service import WebhookService
 from groupbuy.webhooks.store import EndpointSpec
-from groupbuy.wire import ATTEMPTS_SHOWN
 from tests.support.http import ADMIN, assert_ok, assert_problem
 from tests.support.webhooks import delivery_tried
 

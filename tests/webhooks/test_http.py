@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from groupbuy_client import wire
 from starlette.testclient import TestClient
 
-from groupbuy import wire
 from groupbuy.api import answers
 from groupbuy.api.app import ENDPOINTS, create_app
 from groupbuy.settings import Settings

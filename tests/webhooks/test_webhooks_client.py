@@ -1,4 +1,4 @@
-"""groupbuy.client's webhook methods against the in-process app (lifespan running, the
+"""groupbuy_client.client's webhook methods against the in-process app (lifespan running, the
 deliverer included), and their typed answers against the documented ones."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from groupbuy_client.client import GroupBuyAPIError, GroupBuyClient
 
 from groupbuy.api.app import create_app
-from groupbuy.client import GroupBuyAPIError, GroupBuyClient
 from groupbuy.settings import Settings
 from tests.support.http import ADMIN_KEY
 from tests.support.receiver import Receiver

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from groupbuy_client.wire import iso_ms, to_ms
 from sqlalchemy import and_, delete, exists, select
 
 from groupbuy.ops.reconcile.rules import Findings, Mismatch
@@ -19,7 +20,6 @@ from groupbuy.redpacket.models import AcknowledgedGrabRow, GrabRow, PacketEpochR
 from groupbuy.storage.db import Database
 from groupbuy.storage.deadletters import DeadLetterRow
 from groupbuy.storage.keys import Keys
-from groupbuy.wire import iso_ms, to_ms
 
 _Ack = AcknowledgedGrabRow
 

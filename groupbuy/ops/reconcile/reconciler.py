@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from groupbuy_client.wire import from_ms, iso_ms, to_ms
 from sqlalchemy import (
     func,
     literal,
@@ -53,7 +54,6 @@ from groupbuy.storage.clock import RedisClock
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, assign_positions
 from groupbuy.storage.keys import Keys
-from groupbuy.wire import from_ms, iso_ms, to_ms
 
 S = TypeVar("S", bound=Hashable)
 

@@ -1,6 +1,6 @@
 """The shapes of the API's answers on the wire, each written once, as a TypedDict.
 
-The services build their answers to these shapes, the typed client (groupbuy.client)
+The services build their answers to these shapes, the typed client (groupbuy_client.client)
 returns them, and the OpenAPI document describes them (groupbuy.api.answers derives its
 models from them). How a time is written on the wire (`iso_ms`) and what a create
 answers (`Outcome`: the body, and whether this call created it) sit here too. This module

@@ -6,19 +6,20 @@ async with GroupBuyClient("http://127.0.0.1:8000", key, sign=True) as gb:
 ```
 
 Every operation of docs/api.md is one method answering the JSON body as a TypedDict; an
-error answer raises `GroupBuyAPIError` carrying its problem+json. A request that gets no
-answer (refused or broken connection, `timeout_s` passed) raises `GroupBuyTransportError`,
-its cause the HTTP library's own exception: retrying is safe, every call of the API is
-idempotent. Requests go out on an aiohttp session (httpx's pool fell far behind it under
-hundreds of concurrent callers, docs/benchmarks-findings.md), which reads no proxy
-settings from the environment (httpx did); an httpx transport handed in replaces the
-network, e.g. to call an app in-process.
-A blocking flavour with the same methods: groupbuy.client_sync. The answers' TypedDicts
-are the server's own, from groupbuy.wire. This module imports nothing of the server but
-`groupbuy.signing` and `groupbuy.wire` (standard library only), so callers need only
-aiohttp and orjson besides it.
+error answer raises `GroupBuyAPIError` carrying its problem+json. A request that got no
+answer, a 503, or a 429 with `Retry-After` is sent again, a bounded number of times
+(groupbuy_client.retries); when the tries run out, no answer raises
+`GroupBuyTransportError`, its cause the HTTP library's own exception.
+Requests go out on an aiohttp session (httpx's pool fell far behind it under hundreds of
+concurrent callers, docs/benchmarks-findings.md), which reads no proxy settings from the
+environment (httpx did); an httpx transport handed in replaces the network, e.g. to call
+an app in-process. The blocking flavour with the same methods: groupbuy_client.client_sync.
+The answers' TypedDicts are the server's own (groupbuy_client.wire, standard library only):
+the server depends on this package, never the reverse.
 """
 
+import asyncio
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from groupbuy.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
-from groupbuy.wire import (
+from groupbuy_client.retries import DEFAULT_RETRIES, Retries
+from groupbuy_client.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, body_hash, signature
+from groupbuy_client.wire import (
     Account,
     ActivitiesPage,
     Activity,
@@ -286,8 +288,10 @@ class GroupBuyClient:
     also signed with it (`X-Groupbuy-Timestamp`, `X-Groupbuy-Signature`). `transport`, an
     httpx transport, replaces the network (e.g. to call an app in-process); without one,
     requests go out on the module's own pool of connections (see the module's docstring).
-    `timeout_s` bounds each request as a whole. Use it as an async context manager, or
-    call `aclose()`.
+    `timeout_s` bounds each try of a request. A request that gets no answer, a 503, or a
+    429 with `Retry-After` is sent again as `retries` says (4 tries in all by default,
+    with growing, jittered waits; `retries=None` never retries): every call of the API is
+    idempotent. Use it as an async context manager, or call `aclose()`.
 
     Two equal requests signed in one second would carry one signature (the server takes
     the second for a replay), so a repeat is signed with the next second, and a request
@@ -305,9 +309,12 @@ class GroupBuyClient:
         sign: bool = False,
         transport: "httpx.AsyncBaseTransport | None" = None,
         timeout_s: float = 10.0,
+        retries: Retries | None = DEFAULT_RETRIES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._api_key = api_key
+        self._retries = retries
+        self._rng = random.Random()
         self._bearer = f"Bearer {api_key}"
         self._sign = sign
         self._clock = clock
@@ -340,7 +347,8 @@ class GroupBuyClient:
     async def ready(self) -> Readiness:
         """GET /readyz: whether Redis and SQL answer and the scripts are loaded (a 503 `not
         ready` is answered, not raised)."""
-        response = await self._send("GET", "/readyz", authenticated=False)
+        # A 503 is its answer here, not a fault to wait out.
+        response = await self._send("GET", "/readyz", authenticated=False, retried=False)
         if response.status_code not in (200, 503):
             raise GroupBuyAPIError.from_response(response)
         return cast(Readiness, response.json())
@@ -852,7 +860,9 @@ class GroupBuyClient:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         authenticated: bool = True,
+        retried: bool = True,
     ) -> _Answer:
+        """The answer of a request, sent again as `retries` allows (see groupbuy_client.retries)."""
         headers: dict[str, str] = {}
         content = b""
         if body is not None:
@@ -861,7 +871,33 @@ class GroupBuyClient:
         if authenticated:
             headers["Authorization"] = self._bearer
         target = _target(path, params)
-        if not (authenticated and self._sign):
+        signed = authenticated and self._sign
+        retries = self._retries if retried else None
+        attempt = 1
+        while True:
+            try:
+                response = await self._send_once(method, target, headers, content, signed)
+            except GroupBuyTransportError:
+                wait = retries.wait_after_no_answer(attempt, self._rng) if retries else None
+                if wait is None:
+                    raise
+            else:
+                wait = (
+                    retries.wait_after_answer(
+                        attempt, response.status_code, response.headers, self._rng
+                    )
+                    if retries
+                    else None
+                )
+                if wait is None:
+                    return response
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _send_once(
+        self, method: str, target: str, headers: dict[str, str], content: bytes, signed: bool
+    ) -> _Answer:
+        if not signed:
             return await self._wire.exchange(method, target, headers, content)
         for _ in range(_REPLAY_RETRIES):
             self._sign_request(method, target, headers, content)

@@ -1,5 +1,5 @@
 """Request signatures (signed requests): what is signed and how, shared by the server and
-`groupbuy.client`.
+`groupbuy_client.client`.
 
 A signed request carries `X-Groupbuy-Timestamp` (Unix seconds) and `X-Groupbuy-Signature`,
 the lowercase hex HMAC-SHA256 keyed by the API key's secret over
