@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import httpx
+import orjson
 import pytest
 from groupbuy_client import (
     GroupBuyAPIError,
@@ -143,3 +144,43 @@ def test_retry_after_in_seconds_or_as_a_date() -> None:
     assert retry_after_s("Wed, 02 Dec 2026 11:00:00 GMT", now) == 0
     assert retry_after_s("soon") is None
     assert retry_after_s(None) is None
+
+
+async def _dropping_server(drops: int) -> tuple[asyncio.Server, list[int]]:
+    """A loopback HTTP server that cuts its first `drops` connections without a word, then
+    answers an account; and the count of connections it took."""
+    taken = [0]
+    body = orjson.dumps(ACCOUNT)
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        taken[0] += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if taken[0] > drops:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, taken
+
+
+async def test_a_connection_cut_without_an_answer_is_sent_again() -> None:
+    """Over real sockets, both flavours send again after a connection closed unanswered."""
+    server, taken = await _dropping_server(drops=2)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        async with GroupBuyClient(url, SERVICE_KEY, retries=QUICK) as gb:
+            assert await gb.account("u1") == ACCOUNT
+        assert taken[0] == 3
+        taken[0] = 0
+
+        def blocking() -> object:
+            with GroupBuySyncClient(url, SERVICE_KEY, retries=QUICK) as gb:
+                return gb.account("u1")
+
+        assert await asyncio.to_thread(blocking) == ACCOUNT
+        assert taken[0] == 3
