@@ -2,7 +2,8 @@
 
 The reference is generated so that it cannot drift from the routes: endpoints, roles,
 parameters, bodies, answers and problem codes all come from `build_openapi(ENDPOINTS)`.
-Only the introduction below is written by hand.
+Only the introduction below is written by hand; the closing table of event types comes
+from groupbuy.event_types (scripts/event_docs.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from groupbuy_client.wire import ID_PATTERN
 from groupbuy_client.wire import TIMESTAMP_PATTERN as _TIMESTAMP_PATTERN
+
+from scripts.event_docs import render_table
 
 REGENERATE = "python -m scripts.api_reference --write docs/api.md"
 DEFAULT_PATH = "docs/api.md"
@@ -184,6 +187,15 @@ refused. A client that closes its connection before its body has arrived gets no
 answer. The access log and the latency metric record that request with status 499
 ("client closed request", as nginx does), at INFO, never as an error or a 500.
 """
+
+
+_EVENT_TYPES_INTRO = [
+    "## Event types",
+    "",
+    "Every `type` of an [Event](#event) of the feed, and of a webhook delivery",
+    "([webhooks.md](webhooks.md#event-types)), with its `data` fields.",
+    "",
+]
 
 
 def _cell(text: Any) -> str:
@@ -392,6 +404,7 @@ def render_markdown(openapi: dict[str, Any]) -> str:
             lines += [f"One of {render_type(schema)}" + (f", by `{by}`." if by else "."), ""]
         else:
             lines += [*_fields_table(schema, with_rules=False), ""]
+    lines += [*_EVENT_TYPES_INTRO, *render_table(), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
