@@ -350,7 +350,8 @@ def section(console: dict[str, Any]) -> str:
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}: {meta['seeded']}. "
         "One `groupbuy serve` worker, signed in with an admin key; each page is asked "
         f"{meta['requests']} times in a row{counted}. Target: p99 within {BOUND_MS:.0f} ms "
-        "(SPEC §3 Console). The load average (1 min) is the machine's when the figure "
+        "([benchmarks-findings.md](benchmarks-findings.md#the-recorded-run-against-the-targets)). "
+        "The load average (1 min) is the machine's when the figure "
         "was taken: the machine is shared.",
         "",
         "| page | requests | p50 ms | p99 ms | within 200 ms | load |",

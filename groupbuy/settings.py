@@ -250,7 +250,8 @@ def _parse_key(entry: str) -> ApiKey | None:
 
 class AuthSettings(_Section):
     """Bearer keys, each `role:secret` (`role+signed:secret`: that key must sign), and
-    signed requests (SPEC §3): required of every key, and the accepted clock skew."""
+    signed requests ([api.md](api.md#conventions)): required of every key, and the
+    accepted clock skew."""
 
     api_keys: tuple[str, ...] = ()
     signed_requests: bool = False
@@ -373,7 +374,8 @@ class SchedulerSettings(_Section):
 
 
 class WebhookSettings(_Section):
-    """Webhooks (SPEC §3): how deliveries are attempted and which URLs they may reach."""
+    """Webhooks ([webhooks.md](webhooks.md)): how deliveries are attempted and which URLs
+    they may reach."""
 
     # Run the deliverer in this process (`groupbuy serve` and `groupbuy worker`); several
     # processes share the work through claims in SQL.
@@ -447,7 +449,7 @@ class RateLimitSettings(_Section):
 
 
 class ConsoleSettings(_Section):
-    """The operator console (SPEC §3 Console): its session cookie and its live updates."""
+    """The operator console ([console.md](console.md)): its session cookie and its live updates."""
 
     # Signs the session cookie; empty: derived from the API keys (the same in every worker
     # and across restarts while the keys stay the same).

@@ -4,6 +4,7 @@ the README is not a page of the site) and the configuration that keeps the site 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -91,3 +92,32 @@ def test_prose_stats_counts_sentences_outside_code_and_tables(tmp_path: Path) ->
     assert stats.sentences == [3, 4, 6]
     assert stats.longest_cell == len("a longer cell")
     assert stats.lines == 12
+
+
+# The product's specification is beside the repository, not in it: a reader of the docs
+# cannot follow "SPEC §3". CHANGELOG.md (docs/changelog.md includes it) keeps its history.
+_SPEC_CITATION = re.compile(r"\bSPEC\b")
+
+
+def _pages() -> list[Path]:
+    """README.md and every page of the site but the changelog's."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    return [ROOT / "README.md", *(page for page in pages if page.name != "changelog.md")]
+
+
+def test_no_page_cites_the_specification() -> None:
+    """Each page cites the project's own pages, never SPEC (SPEC.md is not in the repo)."""
+    citing = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in _pages()
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if _SPEC_CITATION.search(line)
+    ]
+    assert not citing, "\n".join(citing)
+
+
+def test_the_specification_check_finds_a_citation() -> None:
+    """The pattern finds the forms the docs used, and not a word that contains it."""
+    cited = ["the contract is SPEC §3", "(SPEC: 2 s)", "SPEC's promise", "SPEC.md's table"]
+    assert all(_SPEC_CITATION.search(line) for line in cited)
+    assert not _SPEC_CITATION.search("INSPECT the SPECS")
