@@ -1,5 +1,6 @@
 """The `groupbuy` command: `groupbuy serve` runs the HTTP API (and, in the same process, the
-scheduled jobs); `groupbuy worker` runs only the scheduled jobs, beside a service elsewhere."""
+scheduled jobs); `groupbuy worker` runs only the scheduled jobs, beside a service elsewhere;
+`groupbuy demo` plays a small flash sale against a running service."""
 
 from __future__ import annotations
 
@@ -662,6 +663,20 @@ _DB_STEPS = {
     "history": "the revisions this version ships, newest first",
     "revision": "for developers: write a new revision file into the package",
 }
+_DEMO_HELP = (
+    "Play a small flash sale against a running service, at most --rate requests/s for "
+    "--duration seconds: shoppers lock seats, most pay, some abandon, some wait in line; "
+    "a red-packet storm; a webhook receiver on 127.0.0.1 verifies every delivery. It prints "
+    "a line a second and a summary, then removes the webhook endpoint it registered. "
+    "Ctrl-C stops it early, cleanly."
+)
+_DEMO_EPILOG = """\
+Webhooks need the service started with GROUPBUY_WEBHOOKS_ALLOW_HTTP=true and
+GROUPBUY_WEBHOOKS_ALLOW_PRIVATE_NETWORKS=true (development only); without them the sale
+runs without webhooks.
+exit status: 0 once the demo ended (its time was up, or Ctrl-C), 1 when the service could
+not be reached, 2 for wrong options or a set-up the service refused (it needs an admin key).
+"""
 _CONFIG_HELP = "path to config.toml (default: $GROUPBUY_CONFIG or ./config.toml)"
 
 
@@ -729,8 +744,58 @@ def _add_db_parser(commands: Any) -> None:
     )
 
 
+def demo(args: argparse.Namespace) -> int:
+    """Play the demo sale against --url (groupbuy.demo)."""
+    from groupbuy.demo.plan import DemoOptions
+    from groupbuy.demo.runner import main as play
+
+    options = DemoOptions(
+        url=args.url.rstrip("/"),
+        key=args.key or os.environ.get("GROUPBUY_KEY", ""),
+        duration_s=args.duration,
+        rate=args.rate,
+        seed=args.seed,
+        sign=args.sign,
+        summary_path=args.summary,
+    )
+    return play(options)
+
+
+def _add_demo_parser(commands: Any) -> None:
+    """`groupbuy demo`: a client of a running service, so no --config of its own."""
+    from groupbuy.demo.plan import DEFAULT_DURATION_S, DEFAULT_RATE, DEFAULT_URL
+
+    play = commands.add_parser(
+        "demo",
+        help="play a small flash sale against a running service",
+        description=_paragraph(_DEMO_HELP),
+        epilog=_DEMO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    play.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
+    play.add_argument("--key", help="an admin key's secret (default: $GROUPBUY_KEY)")
+    play.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_DURATION_S,
+        help=f"seconds of sale at most (default {DEFAULT_DURATION_S:g})",
+    )
+    play.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"requests/s at most (default {DEFAULT_RATE:g})",
+    )
+    play.add_argument("--seed", type=int, help="the shoppers' choices repeat with the same seed")
+    play.add_argument(
+        "--sign", action="store_true", help="sign each request (a service with signed_requests)"
+    )
+    play.add_argument("--summary", type=Path, help="also write the summary as JSON to this file")
+    play.set_defaults(func=demo)
+
+
 def _parser() -> argparse.ArgumentParser:
-    """The whole command line: `groupbuy [--config C] serve|worker|db ...`."""
+    """The whole command line: `groupbuy [--config C] serve|worker|db|demo ...`."""
     parser = argparse.ArgumentParser(
         prog="groupbuy",
         description=_paragraph(" ".join(str(__doc__).split())),
@@ -741,7 +806,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.set_defaults(config=None)
     parser.add_argument("--version", action="version", version=f"groupbuy {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker,db}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,worker,db,demo}"
+    )
     run = _command(commands, "serve", "run the HTTP API", _SERVE_HELP, _SERVE_EPILOG)
     run.add_argument("--host", help="interface to listen on (default from config)")
     run.add_argument("--port", type=int, help="port to listen on (default from config)")
@@ -756,6 +823,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     work.set_defaults(func=worker)
     _add_db_parser(commands)
+    _add_demo_parser(commands)
     return parser
 
 

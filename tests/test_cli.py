@@ -63,7 +63,7 @@ def test_the_description_is_a_whole_sentence(capsys: pytest.CaptureFixture[str])
     assert "`groupbuy worker` runs only the scheduled jobs" in " ".join(text.split())
 
 
-@pytest.mark.parametrize("command", [["serve"], ["worker"], ["db"]])
+@pytest.mark.parametrize("command", [["serve"], ["worker"], ["db"], ["demo"]])
 def test_each_command_is_one_wrapped_paragraph_then_its_exit_status(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
