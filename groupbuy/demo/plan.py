@@ -43,6 +43,7 @@ RESTOCK_SHARE = 0.25  # by this share of the first stock (or more, one for each 
 
 STORM_AT_SHARE = 0.3  # the storm comes this far into the run
 STORM_MAX_AT_S = 20.0  # and no later than this, so a long run shows it early
+STORM_SHARE_OF_REQUESTS = 0.1  # its shares: a tenth of the run's requests, within these
 STORM_MIN_SHARES, STORM_MAX_SHARES = 10, 100
 STORM_CENTS_PER_SHARE = 100  # 1.00 a share on average
 STORM_EXTRA_GRABBERS = 0.2  # more grabbers than shares: the last ones find it sold out
@@ -91,7 +92,7 @@ class Plan:
         started = now or datetime.now(UTC)
         run_id = f"demo-{started:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         arrivals = options.rate / REQUESTS_PER_SHOPPER * options.duration_s
-        shares = round(options.rate * options.duration_s * 0.1)
+        shares = round(options.rate * options.duration_s * STORM_SHARE_OF_REQUESTS)
         return cls(
             run_id=run_id,
             duration_s=options.duration_s,

@@ -96,8 +96,11 @@ class WebhookReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
                 length = int(self.headers.get("Content-Length") or 0)
-                if self.path != PATH or length > MAX_BODY_BYTES:
+                if self.path != PATH:
                     self.send_error(HTTPStatus.NOT_FOUND)
+                    return
+                if length > MAX_BODY_BYTES:
+                    self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
                     return
                 body = self.rfile.read(length)
                 headers = {name.lower(): value for name, value in self.headers.items()}

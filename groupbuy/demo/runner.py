@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import signal
 import sys
 import time
@@ -67,7 +66,7 @@ async def run(options: DemoOptions, out: Callable[[str], None] = say) -> int:
             endpoint = False
             try:
                 endpoint = await _register(gb, pacer, plan, receiver, tally, out)
-                sale = Sale(gb, pacer, plan, tally, random.Random(options.seed), out)
+                sale = Sale(gb, pacer, plan, tally, options.seed, out)
                 await sale.create()
             except (SetUpRefused, GroupBuyAPIError) as error:
                 out(f"groupbuy demo: the service refused the set-up: {error}")

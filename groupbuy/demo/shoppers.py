@@ -46,14 +46,14 @@ class Sale:
         pacer: Pacer,
         plan: Plan,
         tally: Tally,
-        rng: random.Random,
+        seed: int | None,
         say: Callable[[str], None],
     ) -> None:
         self._gb = gb
         self._pacer = pacer
         self._plan = plan
         self._tally = tally
-        self._rng = rng
+        self._seed = seed
         self._say = say
         self._shoppers = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -80,15 +80,21 @@ class Sale:
             )
         )
 
+    def _random(self, stream: str) -> random.Random:
+        """The choices of one stream (the arrivals, a shopper): the same for the same seed
+        whatever the order the service answers in; unseeded without a seed."""
+        return random.Random(None if self._seed is None else f"{self._seed}:{stream}")
+
     async def run(self) -> None:
         """Let shoppers arrive (spaced at random around the plan's pace) and the shop watch
         its line, until cancelled; then cancel every shopper still busy."""
         restocking = asyncio.create_task(self._restock())
+        arrivals = self._random("arrivals")
         try:
             while True:
                 self._shoppers += 1
                 self._start(self._shopper(self._plan.user(self._shoppers)))
-                await asyncio.sleep(self._rng.expovariate(self._plan.arrivals_per_s))
+                await asyncio.sleep(arrivals.expovariate(self._plan.arrivals_per_s))
         finally:
             for task in [*self._tasks, restocking]:
                 task.cancel()
@@ -119,12 +125,13 @@ class Sale:
 
     async def _decide(self, user: str, team_id: str) -> None:
         """On the payment page: pay, unlock, or walk off and let the lock expire."""
-        choice = self._rng.random()
+        rng = self._random(user)
+        choice = rng.random()
         if choice < PAY_SHARE:
-            await asyncio.sleep(self._rng.uniform(*PAY_DELAY_S))
+            await asyncio.sleep(rng.uniform(*PAY_DELAY_S))
             await self._pay(user, team_id)
         elif choice < PAY_SHARE + UNLOCK_SHARE:
-            await asyncio.sleep(self._rng.uniform(*UNLOCK_DELAY_S))
+            await asyncio.sleep(rng.uniform(*UNLOCK_DELAY_S))
             if await self._answered(lambda: self._unlock(user, team_id)):
                 self._tally.unlocked += 1
         else:
