@@ -166,7 +166,7 @@ class Event(TypedDict):
         "later gets a higher id, never one below a cursor already passed); pass the last "
         "one seen as `after`",
     ]
-    type: Annotated[str, "e.g. team.opened, team.formed, lock.expired, packet.refunded"]
+    type: Annotated[str, "one of the event types of docs/api.md#event-types"]
     at: Annotated[Timestamp, "when it took effect"]
     data: Annotated[
         dict[str, Any],

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from groupbuy_client import wire
 from groupbuy_client.wire import ID_PATTERN
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,15 +19,27 @@ from groupbuy.api.endpoints import (
     created_response,
     json_response,
 )
+from groupbuy.event_types import EVENT_TYPES
 from groupbuy.webhooks.addresses import MAX_URL_LENGTH
 from groupbuy.webhooks.service import WebhookService
-from groupbuy.webhooks.store import EndpointSpec
+from groupbuy.webhooks.store import ALL_TYPES, EndpointSpec
+
+SUBSCRIBABLE = (ALL_TYPES, *EVENT_TYPES)
+
+
+def _known_type(name: str) -> str:
+    """An event type of the registry, or `*`: a misspelt type would never deliver."""
+    if name not in SUBSCRIBABLE:
+        raise ValueError(f"unknown event type {name!r}: see docs/webhooks.md#event-types")
+    return name
+
 
 EventType = Annotated[
     str,
-    StringConstraints(pattern=r"^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+)$", max_length=64),
+    StringConstraints(max_length=64),
+    AfterValidator(_known_type),
 ]
-"""An event type such as `team.formed`, or `*` for every type."""
+"""An event type such as `team.formed` (groupbuy/event_types.py), or `*` for every type."""
 EventTypes = Annotated[list[EventType], Field(min_length=1, max_length=100)]
 Url = Annotated[str, Field(min_length=1, max_length=MAX_URL_LENGTH)]
 Description = Annotated[str, Field(max_length=500, pattern=TEXT_PATTERN)]
@@ -41,7 +53,9 @@ class CreateWebhookBody(StrictBody):
         description="https:// (http:// only with `[webhooks] allow_http`); a host on a "
         "loopback, private, link-local or multicast address is refused"
     )
-    event_types: EventTypes = Field(description='the types to deliver, or ["*"]')
+    event_types: EventTypes = Field(
+        description='the types to deliver (see Event types, below), or ["*"]; another is a 422'
+    )
     description: Description | None = None
     ordering: Literal["feed", "entity"] = "feed"
 

@@ -175,3 +175,20 @@ def test_urls_that_are_not_allowed_are_422(client: TestClient, url: str, detail:
 )
 def test_bad_bodies_are_422(client: TestClient, body: dict[str, Any]) -> None:
     assert_problem(client.post(HOOKS, json=body, headers=ADMIN), 422, "invalid_request")
+
+
+def test_a_misspelt_event_type_is_refused_where_it_would_never_deliver(
+    admin_client: TestClient, receiver: Receiver
+) -> None:
+    """A type outside the registry is a 422 naming it, on create and on change; nothing is
+    stored."""
+    client = admin_client
+    body = {"endpoint_id": "shop", "url": receiver.url, "event_types": ["team.fromed"]}
+    problem = assert_problem(client.post(HOOKS, json=body, headers=ADMIN), 422, "invalid_request")
+    assert "team.fromed" in problem["detail"]
+    assert client.get(f"{HOOKS}/shop", headers=ADMIN).status_code == 404
+    created = client.post(HOOKS, json={**body, "event_types": ["team.formed"]}, headers=ADMIN)
+    assert created.status_code == 201, created.text
+    changed = client.patch(f"{HOOKS}/shop", json={"event_types": ["lock.expird"]}, headers=ADMIN)
+    assert_problem(changed, 422, "invalid_request")
+    assert client.get(f"{HOOKS}/shop", headers=ADMIN).json()["event_types"] == ["team.formed"]
