@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from groupbuy_client.wire import Outcome
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -31,7 +32,6 @@ from prometheus_client import (
 )
 
 from groupbuy import errors
-from groupbuy_client.wire import Outcome
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -74,6 +74,13 @@ GRAB_OUTCOMES = Counter(
     "groupbuy_grab_outcomes_total",
     "Red packet grabs by outcome: grabbed, already_grabbed, or the refusal's error code.",
     ["outcome"],
+)
+PROBLEMS = Counter(
+    "groupbuy_http_problems_total",
+    "Problems answered (application/problem+json) by status and code: the expected outcomes "
+    "of a sale (409 team_full, activity_sold_out, ...) apart from the real errors. Codes are "
+    "the fixed set of groupbuy.errors.",
+    ["status", "code"],
 )
 HTTP_DURATION = Histogram(
     "groupbuy_http_request_duration_seconds",
@@ -235,6 +242,14 @@ def counts_outcomes(
         return counted
 
     return decorate
+
+
+_PROBLEM_SERIES = series(PROBLEMS)
+
+
+def count_problem(error: errors.GroupBuyError) -> None:
+    """Count one problem answered, by its status and code."""
+    _PROBLEM_SERIES(str(error.status_code), error.code).inc()
 
 
 def lock_outcome(outcome: Outcome) -> str:

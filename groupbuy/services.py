@@ -16,6 +16,7 @@ from typing import Any
 
 from groupbuy import metrics, migrations
 from groupbuy.locks.engine import TeamEngine
+from groupbuy.locks.funnel import FunnelFlusher, FunnelStore
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.audit import AuditLog
 from groupbuy.ops.blocklist import BlocklistService
@@ -70,6 +71,7 @@ class Services:
     webhooks: WebhookService
     audit: AuditLog  # who changed what, why and when (SQL)
     guesses: GuessThrottle  # failed authentications per client address (SPEC §3)
+    funnel: FunnelFlusher  # the console's sale funnel: this process's counts into Redis
 
     @property
     def writers(self) -> tuple[RecordWriter, ...]:
@@ -127,6 +129,7 @@ def build_services(
         webhooks=WebhookService(database, settings.webhooks),
         audit=AuditLog(database),
         guesses=GuessThrottle(settings.auth, scripts, keys),
+        funnel=FunnelFlusher(FunnelStore(redis, keys, clock)),
     )
 
 
@@ -178,6 +181,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         # Start anyway: the repair job rebuilds Redis's copy of the blocked users.
         if not services.reachability.failed(error):
             log.warning("could not copy the blocked users into Redis at start-up", exc_info=True)
+    services.funnel.start()
     jobs = build_scheduler(services)
     if scheduler and services.settings.scheduler.enabled:
         jobs.start()
@@ -189,6 +193,7 @@ async def running(services: Services, scheduler: bool = True) -> AsyncIterator[S
         yield services
     finally:
         await jobs.stop()
+        await services.funnel.stop()
         await services.webhooks.stop_delivering()
         await services.packets.acks.stop()
         await services.database.dispose()

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from groupbuy import errors
 from groupbuy.api.access import SCOPE_KEY as RATELIMIT_FIELDS
 from groupbuy.api.endpoints import FastJSONResponse
-from groupbuy.metrics import BACKEND_ERRORS, note_outcome
+from groupbuy.metrics import BACKEND_ERRORS, count_problem, note_outcome
 from groupbuy.storage.db import FAILURES as DATABASE_FAILURES
 from groupbuy.storage.db import unavailable as database_unavailable
 from groupbuy.storage.reachability import UNREACHABLE, unreachable
@@ -51,6 +51,7 @@ def problem_body(error: errors.GroupBuyError) -> dict[str, Any]:
 def problem_response(error: errors.GroupBuyError) -> JSONResponse:
     """An application/problem+json answer for an error (its code is the request's outcome)."""
     note_outcome(error.code)
+    count_problem(error)  # the console's outcomes by code (groupbuy/console/sampler.py)
     headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
     if isinstance(error, errors.RateLimited):
         headers = {"Retry-After": str(error.extra["retry_after_s"])}

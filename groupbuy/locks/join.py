@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from groupbuy_client.wire import Outcome, iso_ms
+
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
+from groupbuy.locks.funnel import counts_seats
 from groupbuy.locks.history import MissingTeam
 from groupbuy.locks.lock import lock_outcome
 from groupbuy.locks.refusals import refuse_for_user
@@ -39,7 +42,6 @@ from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.settings import TeamSettings
 from groupbuy.storage.specs import ScriptSpec, Slot, optional_int, shape, slots
-from groupbuy_client.wire import Outcome, iso_ms
 
 _JOINED = (("team_id", str), ("locked_at_ms", int), ("expires_at_ms", int), ("version", int))
 TEAM_JOIN = ScriptSpec(
@@ -88,6 +90,7 @@ class SeatJoin:
         self._defaults = defaults
         self._recovery = recovery
 
+    @counts_seats
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "join")
     async def __call__(self, activity_id: str, user_id: str) -> Outcome:
         """Hold a free seat for the user in the open team of the activity closest to forming

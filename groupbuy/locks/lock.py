@@ -8,8 +8,11 @@ operation shares sits beside: the key groups and reply shapes (specs), the calli
 
 from __future__ import annotations
 
+from groupbuy_client.wire import LockTaken, Outcome, iso_ms
+
 from groupbuy import errors
 from groupbuy.locks.codes import LOCKED, TeamCode, raise_for
+from groupbuy.locks.funnel import counts_seats
 from groupbuy.locks.history import MissingTeam, TeamHistory
 from groupbuy.locks.refusals import refuse_for_user
 from groupbuy.locks.sale import refuse_for_sale
@@ -27,7 +30,6 @@ from groupbuy.locks.specs import (
 from groupbuy.metrics import LOCK_OUTCOMES, counts_outcomes
 from groupbuy.metrics import lock_outcome as lock_outcome_label
 from groupbuy.storage.specs import ScriptSpec, optional_int, shape, slots
-from groupbuy_client.wire import LockTaken, Outcome, iso_ms
 
 # A user switching teams needs a second call naming the old team; more tries than
 # this means the same user is racing with themselves, and they may simply retry.
@@ -105,6 +107,7 @@ class SeatLock:
         self._history = history
         self._recovery = recovery
 
+    @counts_seats
     @counts_outcomes(LOCK_OUTCOMES, lock_outcome_label, "lock")
     async def __call__(self, activity_id: str, team_id: str, user_id: str) -> Outcome:
         """Hold a free seat of the team for the user (releasing their lock in another team)."""

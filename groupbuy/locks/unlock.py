@@ -7,6 +7,7 @@ hands out as `seats.unlock`; its answer is whether a live lock was released).
 from __future__ import annotations
 
 from groupbuy.locks.codes import TeamCode, raise_for
+from groupbuy.locks.funnel import counts_release
 from groupbuy.locks.history import TeamHistory
 from groupbuy.locks.scripts import TeamReply, TeamScripts
 from groupbuy.locks.specs import (
@@ -49,6 +50,7 @@ class SeatUnlock:
         self._teams = teams
         self._history = history
 
+    @counts_release
     async def __call__(self, activity_id: str, team_id: str, user_id: str) -> bool:
         """Release the user's lock on the team; False when there was none."""
         reply = await team_unlock(self._teams, activity_id, team_id, user_id)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from groupbuy.locks.funnel import count_when_committed
 from groupbuy.locks.records import parse_team_record, project_team_records
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
@@ -184,6 +185,7 @@ class TeamRecordWriter(RecordWriter):
         transaction."""
         records = [parse_team_record(f) for f in fields]
         await record_events(session, await self._project(session, records))
+        count_when_committed(session, records)  # the console's funnel (groupbuy/locks/funnel.py)
 
     async def ack(self, activity_id: str, ids: list[str]) -> int:
         """Delete recorded entries and set the stream's pending-index entry from what is
