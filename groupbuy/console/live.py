@@ -21,7 +21,9 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from groupbuy.console import feed, params
 from groupbuy.console.context import Context
+from groupbuy.console.overview import TABLES
 from groupbuy.console.pages import ACTIVITY_FIELDS, PACKET_FIELDS, PAGE
+from groupbuy.console.sale import sale_view
 from groupbuy.console.streams import LiveStreams
 
 PAGES = ("overview", "activity", "packet", "events", "activities", "packets")
@@ -83,11 +85,15 @@ class Watched:
             for endpoint, values in lag.items():
                 numbers[f"webhook_lag.{endpoint}"] = values["lag_s"]
                 numbers[f"webhook_pending.{endpoint}"] = values["pending"]
-            return {"page": self.page, "fields": numbers}
+            tables = {name: numbers.pop(name) for name in TABLES}
+            return {"page": self.page, "fields": numbers, "tables": tables}
         if self.page == "activity":
             body = await services.teams.activities.get_activity(self.id)
             fields = {name: body[name] for name in ACTIVITY_FIELDS if name in body}
-            return {"page": self.page, "id": self.id, "fields": fields}
+            sale = await sale_view(services, body)
+            fields.update(sale.fields)
+            tables = {"refused_by_code": sale.refused}
+            return {"page": self.page, "id": self.id, "fields": fields, "tables": tables}
         if self.page == "packet":
             packet: dict[str, Any] = dict(await services.packets.reads.get(self.id))
             fields = {name: packet[name] for name in PACKET_FIELDS}

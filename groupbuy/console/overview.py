@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from groupbuy.console.sampler import Sampler
+from groupbuy.console.sampler import OUTCOME_STATUSES, Rates, Sample, Sampler
 from groupbuy.ops.scheduler import LEASE
 from groupbuy.services import Services
 from groupbuy.storage.deadletters import DeadLetterRow
@@ -76,6 +76,7 @@ class Overview:
             "requests_per_s": _round(rates.requests if rates else None),
             "locks_per_s": _round(rates.locks if rates else None),
             "grabs_per_s": _round(rates.grabs if rates else None),
+            "outcomes_per_s": _round(rates.outcomes if rates else None),
             "client_errors_per_s": _round(rates.client_errors if rates else None),
             "server_errors_per_s": _round(rates.server_errors if rates else None),
             "p99_ms": rates.p99_ms if rates else None,
@@ -88,6 +89,7 @@ class Overview:
             "dead_letters": dead,
             "scheduler_leader": leader,
             "webhook_lag": webhooks,
+            **by_code(sample, rates),
         }
 
     async def _check(self, call: Any) -> str:
@@ -127,6 +129,23 @@ class Overview:
             endpoint: {"pending": depth, "lag_s": round(lag_s, 1)}
             for endpoint, (depth, lag_s) in sorted(measured.items())
         }
+
+
+TABLES = ("outcomes_by_code", "errors_by_code")
+"""The overview's tables keyed by problem code (a live update carries them as `tables`)."""
+
+
+def by_code(sample: Sample, rates: Rates | None) -> dict[str, dict[str, float]]:
+    """Problems per second by code over the recent window: the expected outcomes of a sale
+    (OUTCOME_STATUSES) apart from the errors (another 4xx, a 5xx). Every code answered since
+    the processes started is listed (0 when idle, or before a second sample)."""
+    tables: dict[str, dict[str, float]] = {name: {} for name in TABLES}
+    recent = rates.problems if rates else {}
+    for (status, code), _total in sample.problems:
+        table = tables["outcomes_by_code" if status in OUTCOME_STATUSES else "errors_by_code"]
+        per_s = recent.get((status, code), 0.0)
+        table[code] = round(table.get(code, 0.0) + per_s, 2)
+    return tables
 
 
 def _round(value: float | None) -> float | None:

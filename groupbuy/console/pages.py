@@ -13,6 +13,7 @@ from groupbuy.console.charts import line_chart
 from groupbuy.console.context import Context
 from groupbuy.console.identity import Operator
 from groupbuy.console.render import page
+from groupbuy.console.sale import sale_view
 from groupbuy.locks.listings import EndedStatus
 from groupbuy.ops.jobs import JOBS
 from groupbuy.redpacket.read import GRABS_SHOWN
@@ -101,21 +102,23 @@ async def activity(request: Request, ctx: Context, operator: Operator) -> Respon
     aid = params.an_id(request.path_params["aid"], "activity id")
     query = request.query_params
     status = params.one_of(query.get("teams"), params.TEAM_STATUSES, "teams") or "open"
-    cursor = params.page_cursor(query.get("cursor"), dated=status != "open")
+    live = status in params.LIVE_TEAM_STATUSES
+    cursor = params.page_cursor(query.get("cursor"), dated=not live)
     teams = ctx.services.teams
     body = await teams.activities.get_activity(aid)
-    if status == "open":
-        listed = await teams.activities.list_open_teams(aid, PAGE, cursor)
+    if live:  # `full`: the teams full of members and locks, the hottest of a sale
+        listed = await teams.activities.list_open_teams(aid, PAGE, cursor, full=status == "full")
     else:
         ended: EndedStatus = "formed" if status == "formed" else "failed"
         listed = await teams.listings.ended_teams(aid, ended, PAGE, cursor)
-    shown = [team["team_id"] for team in listed["teams"]] if status == "open" else []
+    shown = [team["team_id"] for team in listed["teams"]] if live else []
     return page(
         request,
         "activity.html",
         operator,
         activity=body,
         counts=_fields(body, ACTIVITY_FIELDS),
+        sale=await sale_view(ctx.services, body),
         teams=listed["teams"],
         waiting=await teams.waitlist.lines(aid, shown),
         team_status=status,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from typing import get_args
 
+from groupbuy_client.wire import ID_PATTERN, PacketStatus
+
 from groupbuy import errors
 from groupbuy.api.endpoints import is_id
 from groupbuy.locks.codec import parse_page_cursor
-from groupbuy_client.wire import ID_PATTERN, PacketStatus
 
 # Every pattern here is matched against the whole value (fullmatch): `$` alone would let a
 # trailing newline through.
@@ -62,7 +63,8 @@ def delivery_status(value: object) -> str | None:
 
 ACTIVITY_STATUSES = ("open", "closed")
 PACKET_STATUSES: tuple[str, ...] = get_args(PacketStatus)
-TEAM_STATUSES = ("open", "formed", "failed")
+TEAM_STATUSES = ("open", "full", "formed", "failed")  # full: open, no seat free (members+locks)
+LIVE_TEAM_STATUSES = ("open", "full")  # listed from Redis's index of open teams, not SQL
 _PACKET_CURSOR = re.compile(r"[0-9]{1,13}\.[A-Za-z0-9_-]{1,64}")
 _GRABS_CURSOR = re.compile(r"[0-9]{1,6}")  # a grab's position, as GET .../grabs takes it
 _MAX_CURSOR_MS = 253_402_300_799_999  # the last ms of year 9999: SQL times stop there

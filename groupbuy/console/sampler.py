@@ -17,6 +17,11 @@ from typing import Any
 from groupbuy import metrics
 
 _REQUESTS = "groupbuy_http_request_duration_seconds"
+_PROBLEMS = "groupbuy_http_problems"  # a counter family is named without _total
+# The statuses of a sale's expected outcomes: a state the request met (409 team_full,
+# activity_sold_out, already_locked, ...) or a packet that ended (410), not a mistake of
+# the caller's nor of the service's.
+OUTCOME_STATUSES = ("409", "410")
 _LOCKS = "groupbuy_lock_outcomes"
 _GRABS = "groupbuy_grab_outcomes"
 _LOCKED = ("locked",)
@@ -29,10 +34,13 @@ class Sample:
 
     at: float
     requests: float = 0.0
-    client_errors: float = 0.0
+    outcomes: float = 0.0  # answered with an OUTCOME_STATUSES status
+    client_errors: float = 0.0  # another 4xx
     server_errors: float = 0.0
     locks: float = 0.0
     grabs: float = 0.0
+    # problems answered: ((status, code), total), every worker's summed
+    problems: tuple[tuple[tuple[str, str], float], ...] = ()
     # request latency: (upper bound in s, cumulative count), summed over routes and statuses
     buckets: tuple[tuple[float, float], ...] = ()
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -40,9 +48,10 @@ class Sample:
 
 def read_sample(families: Iterable[Any], at: float) -> Sample:
     """One Sample from prometheus-client metric families."""
-    totals = {"requests": 0.0, "client_errors": 0.0, "server_errors": 0.0}
+    totals = {"requests": 0.0, "outcomes": 0.0, "client_errors": 0.0, "server_errors": 0.0}
     locks = grabs = 0.0
     buckets: dict[float, float] = {}
+    problems: dict[tuple[str, str], float] = {}
     gauges: dict[str, dict[str, float]] = {}
     for family in families:
         for sample in family.samples:
@@ -50,13 +59,18 @@ def read_sample(families: Iterable[Any], at: float) -> Sample:
             if family.name == _REQUESTS and name.endswith("_count"):
                 totals["requests"] += value
                 status = str(labels.get("status", ""))
-                if status.startswith("4"):
+                if status in OUTCOME_STATUSES:
+                    totals["outcomes"] += value
+                elif status.startswith("4"):
                     totals["client_errors"] += value
                 elif status.startswith("5"):
                     totals["server_errors"] += value
             elif family.name == _REQUESTS and name.endswith("_bucket"):
                 bound = float(labels["le"])
                 buckets[bound] = buckets.get(bound, 0.0) + value
+            elif family.name == _PROBLEMS and name.endswith("_total"):
+                answered = (str(labels["status"]), str(labels["code"]))
+                problems[answered] = problems.get(answered, 0.0) + value
             elif family.name == _LOCKS and labels.get("outcome") in _LOCKED:
                 locks += value if name.endswith("_total") else 0.0
             elif family.name == _GRABS and labels.get("outcome") in _GRABBED:
@@ -73,6 +87,7 @@ def read_sample(families: Iterable[Any], at: float) -> Sample:
         locks=locks,
         grabs=grabs,
         buckets=tuple(sorted(buckets.items())),
+        problems=tuple(sorted(problems.items())),
         gauges=gauges,
         **totals,
     )
@@ -104,11 +119,13 @@ class Rates:
 
     seconds: float
     requests: float
+    outcomes: float
     client_errors: float
     server_errors: float
     locks: float
     grabs: float
     p99_ms: float | None
+    problems: dict[tuple[str, str], float] = field(default_factory=dict)  # by (status, code)
 
 
 def rates_between(old: Sample, new: Sample) -> Rates:
@@ -121,14 +138,20 @@ def rates_between(old: Sample, new: Sample) -> Rates:
     before = dict(old.buckets)
     delta = [(bound, max(0.0, count - before.get(bound, 0.0))) for bound, count in new.buckets]
     p99 = quantile(0.99, delta)
+    answered = dict(old.problems)
+    problems = {
+        key: max(0.0, total - answered.get(key, 0.0)) / seconds for key, total in new.problems
+    }
     return Rates(
         seconds,
         rate("requests"),
+        rate("outcomes"),
         rate("client_errors"),
         rate("server_errors"),
         rate("locks"),
         rate("grabs"),
         None if p99 is None else round(p99 * 1000, 2),
+        problems,
     )
 
 

@@ -110,6 +110,7 @@ def _pages(api: httpx.Client) -> list[tuple[str, str]]:
         ("/console", "h1"),
         ("/console/activities", f'[data-activity="{aid}"]'),
         (f"/console/activities/{aid}", f'[data-activity="{aid}"]'),
+        (f"/console/activities/{aid}?teams=full", f'[data-activity="{aid}"]'),
         (f"/console/activities/{aid}/teams/{tid}", ".timeline"),
         ("/console/redpackets", f'[data-packet="{pid}"]'),
         (f"/console/redpackets/{pid}", f'[data-packet="{pid}"]'),
@@ -185,6 +186,29 @@ def test_an_activitys_counts_change_on_screen(browser: Browser, api: httpx.Clien
     _call(api, "POST", f"/v1/activities/{aid}/teams/{tid}/members", "service", **order)
     _wait_field(browser, f'data-activity="{aid}"', "teams_formed", 1)
     _wait_field(browser, f'data-activity="{aid}"', "teams_open", 0)
+
+
+def test_an_activitys_sale_figures_change_on_screen(browser: Browser, api: httpx.Client) -> None:
+    """The funnel's figures update without a reload: a lock taken, a refusal's code gets
+    its row in the table, a confirm moves the conversion."""
+    aid, tid = _activity(api, size=2)
+    locks = f"/v1/activities/{aid}/teams/{tid}/locks"
+    sign_in(browser, KEYS["admin"])
+    browser.open(f"/console/activities/{aid}")
+    _wait_live(browser)
+    marker = _mark(browser)
+    hook = f'data-activity="{aid}"'
+    user = _fresh("u")
+    _call(api, "POST", locks, "service", user_id=user)
+    _wait_field(browser, hook, "locks_taken_window", 1)
+    refused = api.post(locks, json={"user_id": _fresh("u")}, headers=bearer("service"))
+    assert refused.status_code == 409 and refused.json()["code"] == "team_full", refused.text
+    _wait_field(browser, hook, "refused_by_code.team_full", 1)
+    order = {"user_id": user, "order_id": _fresh("o")}
+    _call(api, "POST", f"/v1/activities/{aid}/teams/{tid}/members", "service", **order)
+    _wait_field(browser, hook, "conversion", 100)
+    _assert_not_reloaded(browser, marker)
+    browser.assert_clean_console(f"on /console/activities/{aid}")
 
 
 def test_an_admin_closes_an_activity_and_finds_it_audited(

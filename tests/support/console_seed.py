@@ -269,6 +269,7 @@ def pages(seeded: Seeded) -> list[tuple[str, str | None]]:
         ("/console/redpackets", None),
         ("/console/redpackets?status=active", None),
         (f"/console/activities/{aid}", None),
+        (f"/console/activities/{aid}?teams=full", None),  # the teams full of locks
         (f"/console/activities/{seeded.closed_activity}", None),
         (f"/console/activities/{tid_aid}/teams/{tid}", None),
         (f"/console/activities/{fid_aid}/teams/{fid}", None),

@@ -44,6 +44,38 @@
     });
   }
 
+  // A table of counts by key (problem codes): each key's row, added when first seen; a key
+  // the update no longer carries (out of the window) shows 0.
+  function setTables(tables) {
+    Object.keys(tables || {}).forEach(function (name) {
+      var body = root.querySelector('[data-table="' + CSS.escape(name) + '"]');
+      if (!body) { return; }
+      var values = tables[name] || {};
+      body.querySelectorAll("[data-key]").forEach(function (row) {
+        if (!(row.getAttribute("data-key") in values)) { values[row.getAttribute("data-key")] = 0; }
+      });
+      Object.keys(values).forEach(function (key) {
+        var row = body.querySelector('[data-key="' + CSS.escape(key) + '"]');
+        if (!row) {
+          row = document.createElement("tr");
+          row.setAttribute("data-key", key);
+          var label = document.createElement("td");
+          label.textContent = key;
+          var cell = document.createElement("td");
+          cell.setAttribute("data-field", name + "." + key);
+          row.appendChild(label);
+          row.appendChild(cell);
+          body.appendChild(row);
+        }
+        var text = String(values[key]);
+        var value = row.querySelector("[data-field]");
+        if (value.textContent !== text) { value.textContent = text; }
+      });
+      var empty = root.querySelector('[data-table-empty="' + CSS.escape(name) + '"]');
+      if (empty) { empty.hidden = Object.keys(values).length > 0; }
+    });
+  }
+
   function addEvents(events) {
     var body = root.querySelector("[data-events]");
     if (!body || !events) { return; }
@@ -69,6 +101,7 @@
   function apply(update) {
     setFields(update.fields, root);
     setRows(update.rows);
+    setTables(update.tables);
     addEvents(update.events);
     if (update.next_after !== undefined) { after = String(update.next_after); }
   }
