@@ -3,12 +3,13 @@
 
 Starts `groupbuy serve` in a temp dir (the embedded default; webhooks to a loopback receiver
 allowed), runs `groupbuy demo` against it (DEMO_ARGS, about a minute) and meanwhile, signed
-in to the console in headless Chromium at 1280x800, saves one PNG per shot of SHOTS: the
-overview once the red-packet storm is under way, the demo's activity later. Beside them,
-DIR/demo-shots.json records each picture's page, time, the figures it shows (the text of
-each `data-field`) and its SHA-256, and the demo's summary. A shot whose key figures stay
-idle ("–" or 0) fails the run, as does a page that logs a console error. DIR is
-docs/console/ by default, where README.md and docs/console.md show them. Needs Chromium and
+in to the console as a viewer in headless Chromium at 1280x800, saves one PNG per shot of
+SHOTS: the overview once the red-packet storm is under way, then the demo's activity (its
+sale view, then its full teams and their lines). Beside them, DIR/demo-shots.json records
+each picture's page, time, the figures it shows (the text of each `data-field`) and its
+SHA-256, and the demo's summary. A shot whose key figures stay idle ("–" or 0) fails the
+run, as does a page that logs a console error. DIR is docs/console/ by default, where
+README.md and docs/console.md show them. Needs Chromium and
 chromedriver (`apt-get install -y chromium chromium-driver`).
 """
 
@@ -55,6 +56,10 @@ FIGURES = (
     "return Object.fromEntries(Array.from(document.querySelectorAll('[data-field]'))"
     ".map(e => [e.dataset.field, e.textContent.trim()]))"
 )
+SCROLL_TO_HEADING = (
+    "Array.from(document.querySelectorAll('h2'))"
+    ".find(h => h.textContent.trim() === arguments[0]).scrollIntoView()"
+)
 IDLE = {"", "–", "-"}
 _ACTIVITY = re.compile(r"^activity (\S+):")
 _ELAPSED = re.compile(r"^t=(\d+)s ")
@@ -72,6 +77,7 @@ class Shot:
     key_figures: tuple[str, ...]
     after_storm_s: float | None = None  # this long after the storm started
     at_s: float | None = None  # at this second of the demo
+    heading: str | None = None  # scrolled to this h2 (else the page's top)
 
 
 SHOTS: tuple[Shot, ...] = (
@@ -86,10 +92,19 @@ SHOTS: tuple[Shot, ...] = (
         "demo-activity",
         "/console/activities/{activity}",
         ".live-state.on",
-        ("members", "live_locks", "teams_formed"),
+        ("seats_held", "locks_taken_window", "confirmed_window", "conversion"),
         at_s=40,
     ),
+    Shot(
+        "demo-activity-teams",
+        "/console/activities/{activity}?teams=full",
+        "table[data-teams=full]",
+        ("members", "teams_formed", "locks_taken_window"),
+        at_s=44,
+        heading="Now",
+    ),
 )
+ROLE = "viewer"  # the pictures show what an operator watches, without the action forms
 
 
 def idle_figures(shot: dict[str, Any]) -> list[str]:
@@ -196,6 +211,8 @@ def take(browser: Browser, demo: Demo, shot: Shot, out: Path) -> dict[str, Any]:
     except Exception as error:
         raise RuntimeError(f"{path} stayed idle: {entry['figures']}") from error
     browser.assert_clean_console(f"on {path}")
+    if shot.heading is not None:
+        browser.driver.execute_script(SCROLL_TO_HEADING, shot.heading)
     target = out / f"{shot.name}.png"
     if not browser.driver.save_screenshot(str(target)):
         raise RuntimeError(f"no screenshot of {path}")
@@ -228,7 +245,7 @@ def shoot(out: Path, shots: Sequence[Shot] = SHOTS) -> list[Path]:
             driver = start_chromium()
             try:
                 browser = Browser(driver, served.url)
-                sign_in(browser, KEYS["admin"])
+                sign_in(browser, KEYS[ROLE])
                 with demo_against(served.url, summary) as demo:
                     demo.wait_for("its activity", lambda: demo.activity_id is not None, 60)
                     for shot in shots:
