@@ -1,10 +1,10 @@
 """Live updates: one server-sent-events stream per open page, pushing what the page shows
 every `[console] live_interval_s`, and its JSON twin for browsers that cannot stream.
 
-Each update is one bounded read: the overview's shared snapshot, one activity row (and its
-sale's funnel: a TIME and one pipeline of HGETALL in its slot), one packet script call, one
-page of the feed, or a list's page again (the service call of its API listing: one SQL page
-and its live values). Streams per process are capped, and so are
+Each update is one bounded read: the overview's shared snapshot, one activity row (and
+its sale's funnel: a TIME and one pipeline of HGETALL and SCARD in its slot), one packet
+script call, one page of the feed, or a list's page again (the service call of its API
+listing: one SQL page and its live values). Streams per process are capped, and so are
 those of one signed-in session (one operator cannot take every place); a stream
 ends after `[console] live_stream_s` (the browser reconnects, and its session is checked
 again) or when the server shuts down (`streams.stop_all`).

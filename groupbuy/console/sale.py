@@ -2,7 +2,8 @@
 waitlist, and the funnel of its seat locks over the last minutes (groupbuy/locks/funnel.py).
 
 One view costs the activity's body (the read the page makes anyway), a TIME and one
-pipeline of HGETALL in the activity's slot: the same for the page and each live update.
+pipeline of HGETALL and SCARD in the activity's slot: the same for the page and each live
+update.
 """
 
 from __future__ import annotations

@@ -6,18 +6,19 @@ outcome is counted once, where its one path passes in Python:
 
 - `taken`, `released` and `refused.<code>`: by the seat operations (`counts_seats` on the
   lock and the join, `counts_release` on the unlock), as they answer;
-- `confirmed`, `expired` and `offered`: from the scripts' outbox records
+- `confirmed`, `expired` and `offered`: from the events of the scripts' outbox records
   (`team.member_joined`, `lock.expired` by the lazy purge or the sweep, `lock.offered` by
-  the waitlist), once the write-behind's SQL transaction that applied them commits.
+  the waitlist), once the write-behind's SQL transaction that applied them commits. A
+  record may be applied more than once (two processes drain one stream at once, a batch
+  is retried): these count their events' dedup keys, as digests in a set, not applications.
 
 A process adds to its `TALLY` in memory; its `FunnelFlusher` moves the tally to Redis every
-`FLUSH_INTERVAL_S` in one pipeline: HINCRBY into the activity's hash of the minute
-(`Keys.funnel`, in the activity's slot) and an EXPIRE, so the hash goes `KEEP_S` after its
-last count (SPEC §4.9). Every worker and replica adds to the same hashes: the console reads
-their sum. A crash loses what the tally held (at most `FLUSH_INTERVAL_S` of counts); a
-batch of records applied again after a crash between its commit and its acknowledgement
-counts again. The console reads one activity's last `WINDOW_MINUTES` with one pipeline
-of HGETALL (`FunnelStore.window`).
+`FLUSH_INTERVAL_S` in one pipeline: HINCRBY into the activity's hash of the minute and SADD
+into its sets of digests (`Keys.funnel`, in the activity's slot), each with an EXPIRE, so
+they go `KEEP_S` after their last count (SPEC §4.9). Every worker and replica adds to the
+same keys: the console reads their sum. A crash loses what the tally held (at most
+`FLUSH_INTERVAL_S` of counts). The console reads one activity's last `WINDOW_MINUTES` with
+one pipeline of HGETALL and SCARD (`FunnelStore.window`).
 """
 
 from __future__ import annotations
@@ -25,17 +26,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy import event
+from sqlalchemy import event as orm_events
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.storage.clock import RedisClock
+from groupbuy.storage.events import Event
 from groupbuy.storage.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -57,30 +60,54 @@ REFUSED = "refused."  # a refused lock or join: the problem's code follows
 OUTCOMES = (TAKEN, OFFERED, CONFIRMED, EXPIRED, RELEASED)
 """Every outcome but the refusals, in the order the console shows them."""
 
-_FROM_RECORDS = {"team.member_joined": CONFIRMED, "lock.expired": EXPIRED, "lock.offered": OFFERED}
+_FROM_EVENTS = {"team.member_joined": CONFIRMED, "lock.expired": EXPIRED, "lock.offered": OFFERED}
+DIGEST_BYTES = 8  # an event's digest: collisions are ~1e-9 likely at 100,000 a minute
 
 # (activity id, minute or None: the minute of the flush, outcome)
 _Slot = tuple[str, int | None, str]
+
+
+@dataclass
+class Counts:
+    """Counts by slot, and the digests of the events counted once each by slot."""
+
+    plain: Counter[_Slot] = field(default_factory=Counter)
+    events: dict[_Slot, set[bytes]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.plain or self.events)
+
+    def update(self, other: Counts) -> None:
+        """Add `other`'s counts to these."""
+        self.plain.update(other.plain)
+        for slot, digests in other.events.items():
+            self.events.setdefault(slot, set()).update(digests)
 
 
 class Tally:
     """What one process counted since its last flush."""
 
     def __init__(self) -> None:
-        self._counts: Counter[_Slot] = Counter()
+        self._counts = Counts()
 
     def add(self, activity_id: str, outcome: str, at_ms: int | None = None) -> None:
-        """Count one outcome: in the minute of `at_ms` (Redis's clock, from a record) or,
-        without it, in the minute the count reaches Redis (at most a second later)."""
+        """Count one outcome: in the minute of `at_ms` (Redis's clock) or, without it, in the
+        minute the count reaches Redis (at most a second later)."""
         minute = None if at_ms is None else at_ms // MINUTE_MS
-        self._counts[(activity_id, minute, outcome)] += 1
+        self._counts.plain[(activity_id, minute, outcome)] += 1
 
-    def take(self) -> Counter[_Slot]:
+    def add_event(self, activity_id: str, outcome: str, event: Event) -> None:
+        """Count an event's outcome once in its minute, however often it is counted."""
+        digest = hashlib.blake2b(event.dedup_key.encode(), digest_size=DIGEST_BYTES).digest()
+        slot = (activity_id, event.at_ms // MINUTE_MS, outcome)
+        self._counts.events.setdefault(slot, set()).add(digest)
+
+    def take(self) -> Counts:
         """Everything counted so far; the tally starts again from nothing."""
-        taken, self._counts = self._counts, Counter()
+        taken, self._counts = self._counts, Counts()
         return taken
 
-    def put_back(self, counts: Counter[_Slot]) -> None:
+    def put_back(self, counts: Counts) -> None:
         """Counts a flush could not write: the next flush tries them again."""
         self._counts.update(counts)
 
@@ -143,22 +170,22 @@ def counts_release(
     return counted
 
 
-def count_when_committed(session: AsyncSession, records: Iterable[Mapping[str, object]]) -> None:
-    """Count the funnel's records of a write-behind batch once `session`'s transaction
-    commits (a batch rolled back and applied again counts once)."""
+def count_when_committed(session: AsyncSession, events: Iterable[Event]) -> None:
+    """Count the funnel's events of a write-behind batch once `session`'s transaction
+    commits (a batch rolled back counts nothing; one applied again, nothing more)."""
     counted = [
-        (str(record["activity_id"]), _FROM_RECORDS[str(record["type"])], int(str(record["at_ms"])))
-        for record in records
-        if record["type"] in _FROM_RECORDS
+        (str(event.data["activity_id"]), _FROM_EVENTS[event.type], event)
+        for event in events
+        if event.type in _FROM_EVENTS
     ]
     if not counted:
         return
 
     def committed(_session: Any) -> None:
-        for activity_id, outcome, at_ms in counted:
-            TALLY.add(activity_id, outcome, at_ms)
+        for activity_id, outcome, event in counted:
+            TALLY.add_event(activity_id, outcome, event)
 
-    event.listen(session.sync_session, "after_commit", committed, once=True)
+    orm_events.listen(session.sync_session, "after_commit", committed, once=True)
 
 
 @dataclass(frozen=True)
@@ -207,33 +234,50 @@ class FunnelStore:
             tally.put_back(counts)
             raise
 
-    async def _write(self, counts: Counter[_Slot]) -> int:
+    async def _write(self, counts: Counts) -> int:
         now = await self._clock.now_ms(self._redis) // MINUTE_MS
+        shown = now - WINDOW_MINUTES  # a minute at or before this one is shown no more
         hashes: dict[str, Counter[str]] = {}
-        for (activity_id, minute, outcome), number in counts.items():
+        for (activity_id, minute, outcome), number in counts.plain.items():
             minute = now if minute is None else minute
-            if minute > now - WINDOW_MINUTES:
+            if minute > shown:
                 key = self._keys.funnel(activity_id, minute)
                 hashes.setdefault(key, Counter())[outcome] += number
+        sets = {
+            self._keys.funnel(activity_id, minute, outcome): digests
+            for (activity_id, minute, outcome), digests in counts.events.items()
+            if minute is not None and minute > shown
+        }
         async with self._redis.pipeline(transaction=False) as pipe:
             for key, fields in hashes.items():
                 for outcome, number in fields.items():
                     pipe.hincrby(key, outcome, number)
                 pipe.expire(key, KEEP_S)
+            for key, digests in sets.items():
+                pipe.sadd(key, *digests)
+                pipe.expire(key, KEEP_S)
             await pipe.execute()
-        return sum(sum(fields.values()) for fields in hashes.values())
+        written = sum(sum(fields.values()) for fields in hashes.values())
+        return written + sum(len(digests) for digests in sets.values())
 
     async def window(self, activity_id: str) -> Window:
         """The activity's funnel over the current minute and the ones before it
-        (`WINDOW_MINUTES` in all): a TIME and one pipeline of HGETALL, in its slot."""
+        (`WINDOW_MINUTES` in all): a TIME and one pipeline of HGETALL and SCARD, in its
+        slot."""
         now = await self._clock.now_ms(self._redis) // MINUTE_MS
+        once = tuple(_FROM_EVENTS.values())
         async with self._redis.pipeline(transaction=False) as pipe:
             for minute in range(now - WINDOW_MINUTES + 1, now + 1):
                 pipe.hgetall(self._keys.funnel(activity_id, minute))
-            buckets = await pipe.execute()
+                for outcome in once:
+                    pipe.scard(self._keys.funnel(activity_id, minute, outcome))
+            replies = await pipe.execute()
         totals: Counter[str] = Counter()
-        for bucket in buckets:
+        step = 1 + len(once)
+        for at in range(0, len(replies), step):
+            bucket, cards = replies[at], replies[at + 1 : at + step]
             totals.update({_text(name): int(value) for name, value in bucket.items()})
+            totals.update(dict(zip(once, (int(card) for card in cards), strict=True)))
         refused = {
             name.removeprefix(REFUSED): number
             for name, number in sorted(totals.items())

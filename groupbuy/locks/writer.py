@@ -184,8 +184,9 @@ class TeamRecordWriter(RecordWriter):
         """Parse records, project them into rows and record their events, in the caller's
         transaction."""
         records = [parse_team_record(f) for f in fields]
-        await record_events(session, await self._project(session, records))
-        count_when_committed(session, records)  # the console's funnel (groupbuy/locks/funnel.py)
+        events = await self._project(session, records)
+        await record_events(session, events)
+        count_when_committed(session, events)  # the console's funnel (groupbuy/locks/funnel.py)
 
     async def ack(self, activity_id: str, ids: list[str]) -> int:
         """Delete recorded entries and set the stream's pending-index entry from what is

@@ -432,11 +432,13 @@ class Keys:
         """Sorted set 'team_id|user_id' -> expiry ms of each of an activity's seat locks."""
         return f"{self._activity_tag(activity_id)}:lock_expiries"
 
-    def funnel(self, activity_id: str, minute: int) -> str:
+    def funnel(self, activity_id: str, minute: int, outcome: str = "") -> str:
         """Hash outcome -> count of an activity's seat locks in one minute (ms // 60,000 on
-        Redis's clock): groupbuy/locks/funnel.py adds to it, and it expires a little after
-        the console stops showing that minute."""
-        return f"{self._activity_tag(activity_id)}:funnel:{minute}"
+        Redis's clock), or with `outcome` the set of the digests of that outcome's events
+        (counted once however often their records are applied): groupbuy/locks/funnel.py
+        adds to them, and they expire a little after the console stops showing that minute."""
+        tail = f":{outcome}" if outcome else ""
+        return f"{self._activity_tag(activity_id)}:funnel:{minute}{tail}"
 
     def lease(self, name: str) -> str:
         """The key of a lease that lets one process at a time do something."""

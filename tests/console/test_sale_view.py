@@ -17,6 +17,7 @@ from groupbuy.console.sampler import rates_between, read_sample
 from groupbuy.locks import funnel
 from groupbuy.locks.funnel import FunnelStore, Tally
 from groupbuy.storage.clock import RedisClock
+from groupbuy.storage.events import Event
 from groupbuy.storage.keys import Keys
 from tests.support.backends import ALL
 from tests.support.console import assert_no_inline_script, sign_in
@@ -180,30 +181,39 @@ def test_the_full_teams_are_listed_apart_from_those_with_a_free_seat(sale: TestC
 
 async def test_workers_counts_add_up_in_redis(redis_client: Any) -> None:
     """Two processes' tallies (each a worker of `serve --workers 2`) flushed to one Redis:
-    the window is their sum, counts of one minute and of the flush's minute together, and a
-    count of a minute the window no longer shows is left out."""
+    the window is their sum, counts of one minute and of the flush's minute together, an
+    event both applied (they drained one stream at once) counts once, and a count of a
+    minute the window no longer shows is left out."""
     keys, clock = Keys("gbtest"), RedisClock()
     store = FunnelStore(redis_client, keys, clock)
     now_ms = await clock.now_ms(redis_client)
+    gone_ms = now_ms - funnel.WINDOW_MINUTES * funnel.MINUTE_MS
     first, second = Tally(), Tally()
-    for tally in (first, second):
+    for number, tally in enumerate((first, second)):
         tally.add("a1", funnel.TAKEN)
         tally.add("a1", funnel.REFUSED + "activity_sold_out")
-        tally.add("a1", funnel.CONFIRMED, now_ms)
-        tally.add("a1", funnel.EXPIRED, now_ms - funnel.WINDOW_MINUTES * funnel.MINUTE_MS)
+        tally.add("a1", funnel.RELEASED, now_ms)
+        tally.add("a1", funnel.EXPIRED, gone_ms)
         tally.add("a2", funnel.TAKEN)
-    assert await store.flush(first) == 4 and await store.flush(second) == 4
+        joined = Event("team.member_joined", now_ms, "team.member_joined:a1:t1:u1", {})
+        tally.add_event("a1", funnel.CONFIRMED, joined)  # the same record, applied twice
+        expired = Event("lock.expired", now_ms, f"lock.expired:a1:t1:u{number}:1", {})
+        tally.add_event("a1", funnel.EXPIRED, expired)
+        old = Event("lock.expired", gone_ms, f"lock.expired:a1:t1:v{number}:1", {})
+        tally.add_event("a1", funnel.EXPIRED, old)
+    assert await store.flush(first) == 6 and await store.flush(second) == 6
     assert await store.flush(first) == 0  # taken: nothing is written twice
     window = await store.window("a1")
     assert window.counts == {
         funnel.TAKEN: 2,
         funnel.OFFERED: 0,
-        funnel.CONFIRMED: 2,
-        funnel.EXPIRED: 0,
-        funnel.RELEASED: 0,
+        funnel.CONFIRMED: 1,
+        funnel.EXPIRED: 2,
+        funnel.RELEASED: 2,
     }
     assert window.refused == {"activity_sold_out": 2}
-    assert (window.locks, window.share(funnel.CONFIRMED)) == (2, 100.0)
+    shares = (window.share(funnel.CONFIRMED), window.share(funnel.EXPIRED))
+    assert (window.locks, shares) == (2, (50, 100))
     assert (await store.window("a2")).count(funnel.TAKEN) == 2
 
 
@@ -218,7 +228,7 @@ async def test_a_failed_flush_keeps_its_counts_for_the_next() -> None:
     tally.add("a1", funnel.TAKEN)
     with pytest.raises(ConnectionError):
         await FunnelStore(Away(), Keys("gbtest"), RedisClock()).flush(tally)
-    assert tally.take() == {("a1", None, funnel.TAKEN): 1}
+    assert tally.take().plain == {("a1", None, funnel.TAKEN): 1}
 
 
 def test_the_overview_tells_expected_outcomes_from_errors() -> None:
