@@ -31,7 +31,7 @@ class Pacer:
             await asyncio.sleep(at - now)
         self.requests += 1  # counted once due: a caller cancelled meanwhile sent nothing
 
-    async def call(self, request: Callable[[], Awaitable[T]]) -> T:
+    async def send(self, request: Callable[[], Awaitable[T]]) -> T:
         """Send `request()` on its turn; its answer."""
         await self.turn()
         return await request()

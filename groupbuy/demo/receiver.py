@@ -12,20 +12,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from standardwebhooks.webhooks import Webhook
+
 from groupbuy.demo.tally import WebhookCounts
 
 PATH = "/groupbuy-events"
 MAX_BODY_BYTES = 1 << 20  # the service sends at most 64 KiB ([webhooks] max_payload_bytes)
-INSTALL = "pip install standardwebhooks"
-
-
-def missing_library() -> str | None:
-    """Why deliveries cannot be verified here, or None."""
-    try:
-        import standardwebhooks  # noqa: F401
-    except ImportError:
-        return f"the demo verifies deliveries with the Standard Webhooks library: {INSTALL}"
-    return None
 
 
 class WebhookReceiver:
@@ -56,8 +48,6 @@ class WebhookReceiver:
 
     def received(self, body: bytes, headers: dict[str, str]) -> HTTPStatus:
         """Verify and count one delivery; the status to answer."""
-        from standardwebhooks.webhooks import Webhook
-
         secret = self._secret
         if secret is None:
             return HTTPStatus.SERVICE_UNAVAILABLE

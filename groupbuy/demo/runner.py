@@ -22,7 +22,7 @@ from groupbuy_client import GroupBuyAPIError, GroupBuyClient, GroupBuyTransportE
 
 from groupbuy.demo.pacer import Pacer
 from groupbuy.demo.plan import LOCK_TTL_S, TEAM_SIZE, WAITLIST_MAX_LEN, DemoOptions, Plan, problem
-from groupbuy.demo.receiver import WebhookReceiver, missing_library, receiving
+from groupbuy.demo.receiver import WebhookReceiver, receiving
 from groupbuy.demo.shoppers import Sale
 from groupbuy.demo.storm import Storm
 from groupbuy.demo.tally import Tally, WebhookCounts
@@ -106,13 +106,9 @@ async def _register(
     out: Callable[[str], None],
 ) -> bool:
     """Register the receiver as an endpoint for every event; False (said why) when the
-    library is missing or the service refuses a loopback http:// URL."""
-    missing = missing_library()
-    if missing is not None:
-        out(f"webhooks: off: {missing}")
-        return False
+    service refuses a loopback http:// URL."""
     try:
-        created = await pacer.call(
+        created = await pacer.send(
             lambda: gb.create_webhook(
                 plan.endpoint_id,
                 receiver.url,

@@ -66,7 +66,7 @@ class Sale:
     async def create(self) -> None:
         """Create the activity: teams of TEAM_SIZE, short locks, the plan's stock, a line."""
         plan = self._plan
-        await self._pacer.call(
+        await self._pacer.send(
             lambda: self._gb.create_activity(
                 plan.activity_id,
                 name="Demo flash sale",
@@ -108,7 +108,7 @@ class Sale:
     async def _shopper(self, user: str) -> None:
         """One shopper: a seat in any team, else a team of their own, else the line."""
         try:
-            taken = await self._pacer.call(lambda: self._gb.join(self.aid, user))
+            taken = await self._pacer.send(lambda: self._gb.join(self.aid, user))
         except GroupBuyAPIError as error:
             if error.code == NO_SEAT:
                 await self._open_team(user)
@@ -139,12 +139,12 @@ class Sale:
             self._tally.expired += 1
 
     async def _unlock(self, user: str, team_id: str) -> None:
-        await self._pacer.call(lambda: self._gb.unlock(self.aid, team_id, user))
+        await self._pacer.send(lambda: self._gb.unlock(self.aid, team_id, user))
 
     async def _pay(self, user: str, team_id: str) -> None:
         order = f"{user}-order"
         try:
-            confirmed = await self._pacer.call(
+            confirmed = await self._pacer.send(
                 lambda: self._gb.confirm(self.aid, team_id, user, order)
             )
         except GroupBuyAPIError as error:
@@ -159,7 +159,7 @@ class Sale:
     async def _open_team(self, user: str) -> None:
         """No free seat: the shopper leads a team of their own (a member at once)."""
         try:
-            await self._pacer.call(
+            await self._pacer.send(
                 lambda: self._gb.open_team(self.aid, user, order_id=f"{user}-order")
             )
         except GroupBuyAPIError as error:
@@ -199,7 +199,7 @@ class Sale:
     async def _lock_from_line(self, user: str) -> str | None:
         """The team whose seat the line (or a free seat at once) gave the user; None when
         the entry ended without an offer (expired, dropped)."""
-        answer = await self._pacer.call(lambda: self._gb.wait(self.aid, user))
+        answer = await self._pacer.send(lambda: self._gb.wait(self.aid, user))
         if answer["status"] == "locked":
             return answer["team_id"]
         if answer["status"] == "queued":
@@ -216,7 +216,7 @@ class Sale:
         while True:
             await asyncio.sleep(WAIT_POLL_S)
             try:
-                entry = await self._pacer.call(lambda: self._gb.waitlist_entry(self.aid, user))
+                entry = await self._pacer.send(lambda: self._gb.waitlist_entry(self.aid, user))
             except GroupBuyAPIError as error:
                 if error.code == NOT_WAITING:
                     return None
@@ -233,13 +233,13 @@ class Sale:
             await self._answered(self._restock_once)
 
     async def _restock_once(self) -> None:
-        activity = await self._pacer.call(lambda: self._gb.get_activity(self.aid))
+        activity = await self._pacer.send(lambda: self._gb.get_activity(self.aid))
         waiting = activity["waiting"]
         if waiting == 0 or activity.get("stock_left", 1) > 0:
             return
         units = max(waiting, round(self._plan.stock * RESTOCK_SHARE))
         stock = activity.get("stock", 0) + units
-        await self._pacer.call(lambda: self._gb.update_activity(self.aid, stock=stock))
+        await self._pacer.send(lambda: self._gb.update_activity(self.aid, stock=stock))
         self._tally.restocked += units
         self._say(f"restock: {units} more units, {waiting} waiting (stock {stock})")
 

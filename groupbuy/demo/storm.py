@@ -42,10 +42,10 @@ class Storm:
         amount = plan.storm_shares * STORM_CENTS_PER_SHARE
         grabbers = math.ceil(plan.storm_shares * (1 + STORM_EXTRA_GRABBERS))
         try:
-            await self._pacer.call(
+            await self._pacer.send(
                 lambda: self._gb.deposit(plan.sender_id, amount, f"{plan.run_id}-topup")
             )
-            await self._pacer.call(
+            await self._pacer.send(
                 lambda: self._gb.send_packet(
                     plan.sender_id,
                     amount,
@@ -73,7 +73,7 @@ class Storm:
 
     async def _grab(self, user: str) -> None:
         try:
-            grabbed = await self._pacer.call(lambda: self._gb.grab(self._plan.packet_id, user))
+            grabbed = await self._pacer.send(lambda: self._gb.grab(self._plan.packet_id, user))
         except GroupBuyAPIError as error:
             if error.code == SOLD_OUT:
                 self._tally.grabs_sold_out += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from scripts import screenshots as demo_screenshots
 from tests.support.screenshots import OUT, SHOTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,9 +20,13 @@ def _shown(page: Path) -> list[Path]:
 
 
 def test_the_default_directory_holds_one_png_per_shot() -> None:
-    assert Path("docs/console") == OUT
+    """docs/console/ holds the pictures of both commands, and nothing else: the pages with
+    fixed data (tests/support/screenshots.py) and the console during `groupbuy demo`
+    (scripts/screenshots.py)."""
+    assert Path("docs/console") == OUT == demo_screenshots.OUT
     held = sorted(path.name for path in (REPO / OUT).glob("*.png"))
-    assert held == sorted(f"{shot.name}.png" for shot in SHOTS)
+    names = [shot.name for shot in SHOTS] + [shot.name for shot in demo_screenshots.SHOTS]
+    assert held == sorted(f"{name}.png" for name in names)
 
 
 def test_every_image_the_docs_show_is_a_screenshot_of_the_command() -> None:
