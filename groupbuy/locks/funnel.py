@@ -117,7 +117,7 @@ TALLY = Tally()
 operations and the write-behind add to it wherever they were built."""
 
 
-class _Answer(Protocol):
+class _Outcome(Protocol):
     """A lock's or a join's answer (`Outcome`): its body, and whether the call created it."""
 
     @property
@@ -129,7 +129,7 @@ class _Answer(Protocol):
 
 S = TypeVar("S")
 P = ParamSpec("P")
-A = TypeVar("A", bound=_Answer)
+A = TypeVar("A", bound=_Outcome)
 
 
 def counts_seats(
