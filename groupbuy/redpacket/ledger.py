@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
+from groupbuy.storage.bulk import bind, execute_many, fetch, placeholders
 from groupbuy.storage.db import dialect_insert
 
 
@@ -19,7 +20,9 @@ async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> 
 
     Five statements whatever the batch size: make sure each user has an account row, lock
     those rows and read their balances, find the keys applied before, insert the new
-    entries with their `balance_after_cents`, then write the new balances.
+    entries with their `balance_after_cents`, then write the new balances. A batch (the
+    write-behind's credits) sends them as driver SQL (groupbuy/storage/bulk.py), 1.6x
+    as fast on SQLite as through SQLAlchemy's statements (docs/benchmarks-findings.md).
     Each entry has user_id, kind, amount_cents (signed), business_key and created_at.
     Returns how many entries were applied now.
     """
@@ -31,6 +34,8 @@ async def _apply(
 ) -> int:
     if not entries:
         return 0
+    if len(entries) > 1 and not require_funds:
+        return await _apply_many(session, entries)
     users = sorted({entry["user_id"] for entry in entries})
     await session.execute(
         dialect_insert(session, AccountRow.__table__).on_conflict_do_nothing(),
@@ -169,3 +174,60 @@ async def entry(session: AsyncSession, business_key: str) -> LedgerEntryRow | No
     return await session.scalar(
         select(LedgerEntryRow).where(LedgerEntryRow.business_key == business_key)
     )
+
+
+_NEW_ACCOUNT = "INSERT INTO accounts (user_id, balance_cents) VALUES (?, 0) ON CONFLICT DO NOTHING"
+_NEW_ENTRY = (
+    "INSERT INTO ledger_entries (business_key, user_id, kind, amount_cents, "
+    "balance_after_cents, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SET_BALANCE = "UPDATE accounts SET balance_cents = ? WHERE user_id = ?"
+
+
+async def _apply_many(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
+    """`_apply` of a batch (the write-behind's credits), in the driver's own statements:
+    five whatever the batch's size, no row built as a dict or an object on the way."""
+    connection = await session.connection()
+    dialect = connection.dialect
+    users = sorted({entry["user_id"] for entry in entries})
+    await execute_many(session, _NEW_ACCOUNT, [(user_id,) for user_id in users])
+    # Locked in user order (PostgreSQL), as _apply does: see there.
+    lock = " FOR UPDATE" if dialect.name == "postgresql" else ""
+    held = await fetch(
+        session,
+        f"SELECT user_id, balance_cents FROM accounts WHERE user_id IN "
+        f"({placeholders(len(users))}) ORDER BY user_id{lock}",
+        tuple(users),
+    )
+    balances = {user_id: int(cents) for user_id, cents in held}
+    keys = tuple({entry["business_key"] for entry in entries})
+    known = {
+        key
+        for (key,) in await fetch(
+            session,
+            f"SELECT business_key FROM ledger_entries WHERE business_key IN "
+            f"({placeholders(len(keys))})",
+            keys,
+        )
+    }
+    at = bind(LedgerEntryRow.__table__.c.created_at, dialect)
+    fresh = []
+    for entry in entries:
+        key, user_id, cents = entry["business_key"], entry["user_id"], entry["amount_cents"]
+        if key in known:
+            continue
+        known.add(key)
+        balances[user_id] += cents
+        created = entry["created_at"]
+        fresh.append(
+            (key, user_id, entry["kind"], cents, balances[user_id], at(created) if at else created)
+        )
+    if not fresh:
+        return 0
+    # A plain INSERT: the accounts are locked and these keys were not there. A key taken
+    # meanwhile (a deposit's, by another user's transaction) fails the batch; the
+    # write-behind then splits it, and an entry alone takes `_apply`'s one-entry path.
+    await execute_many(session, _NEW_ENTRY, fresh)
+    changed = sorted({row[1] for row in fresh})
+    await execute_many(session, _SET_BALANCE, [(balances[u], u) for u in changed])
+    return len(fresh)

@@ -1,0 +1,62 @@
+"""Statements the write-behind sends in bulk, as the driver takes them.
+
+SQLAlchemy's executemany of a Core statement spends more time per row than the database:
+it builds a dict per row, runs each value's bind processor, and renders RETURNING and
+IN lists anew. On the write-behind's path, rows are plain tuples and the SQL text is the
+driver's own (`exec_driver_sql`): one call per table per batch, in the batch's
+transaction. Placeholders are written `?`, and turned into the driver's own (`$1` for
+asyncpg) once per text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import ColumnElement
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncSession
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+@lru_cache(maxsize=256)
+def in_paramstyle(sql: str, paramstyle: str) -> str:
+    """`sql` with its `?` placeholders in the driver's style (qmark or numeric_dollar)."""
+    if paramstyle == "qmark":
+        return sql
+    if paramstyle != "numeric_dollar":
+        raise ValueError(f"paramstyle {paramstyle!r} is not one of the databases served")
+    numbers = iter(range(1, sql.count("?") + 1))
+    return _PLACEHOLDER.sub(lambda _match: f"${next(numbers)}", sql)
+
+
+def placeholders(count: int) -> str:
+    """`?, ?, ...`: `count` placeholders for an IN list."""
+    return ", ".join("?" * count)
+
+
+async def execute_many(session: AsyncSession, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Run `sql` once per row of `rows`, as the driver's executemany, in the session's
+    transaction."""
+    if not rows:
+        return
+    connection = await session.connection()
+    text = in_paramstyle(sql, connection.dialect.paramstyle)
+    await connection.exec_driver_sql(text, list(rows))
+
+
+async def fetch(session: AsyncSession, sql: str, values: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The rows of one query, its parameters `values`."""
+    connection = await session.connection()
+    text = in_paramstyle(sql, connection.dialect.paramstyle)
+    result = await connection.exec_driver_sql(text, values)
+    return [tuple(row) for row in result.all()]
+
+
+def bind(column: ColumnElement[Any], dialect: Dialect) -> Any:
+    """The function that writes a Python value of `column` as the driver takes it (its
+    type's bind processor: datetimes as text on SQLite), or `None` for no change."""
+    return column.type.bind_processor(dialect)
