@@ -13,12 +13,16 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
-from collections import Counter
-from collections.abc import Callable
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +30,7 @@ import redis
 
 from benchmarks import harness
 from benchmarks.harness import (
+    ADMIN_KEY,
     REPO,
     SERVICE_KEY,
     Bench,
@@ -37,6 +42,7 @@ from benchmarks.harness import (
     bare_command,
     comparison,
     groupbuy,
+    groupbuy_command,
     make_row,
     plan_of,
     run_sync,
@@ -45,6 +51,8 @@ from benchmarks.harness import (
     trials_row,
     wait_idle,
 )
+from benchmarks.harness import _cpu_seconds as cpu_seconds
+from benchmarks.harness import _tree as process_tree
 from tests.support.servers import server_binary
 
 THREADS, CONNECTIONS = 2, 64
@@ -126,6 +134,121 @@ def open_loop(url: str, rate: float, seconds: float, tag: str, mode: str, *param
     if done.returncode != 0:
         raise RuntimeError(f"open-loop generator failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
+
+
+# -- layouts and their CPU --------------------------------------------------------------
+
+LEASE_LINE = b"holds the scheduler lease"  # the worker's log line once it runs the jobs
+WORKER_START_S = 30.0  # longest a `groupbuy worker` may take to hold the lease (loaded machine)
+STOP_WAIT_S = 10.0  # longest a SIGTERM'd worker may take to stop before it is killed
+
+
+@dataclass
+class Split(Groupbuy):
+    """`groupbuy serve` with its scheduled jobs off and a `groupbuy worker` running them
+    (the write-behind included) on the same Redis keys and SQLite file."""
+
+    worker: Server | None = None
+
+    def settle(self) -> float:
+        """Wait until the server and the worker are both idle (the backlog written)."""
+        return round(wait_idle(list(roles(self).values())), 2)
+
+
+def roles(target: Groupbuy) -> dict[str, Server]:
+    """The processes whose CPU a grab costs, by role: the server, and the worker if any."""
+    found = {"serve": target.server}
+    if isinstance(target, Split) and target.worker is not None:
+        found["worker"] = target.worker
+    return found
+
+
+def cpu_by_role(target: Groupbuy) -> dict[str, float]:
+    """CPU seconds used so far by each role's process and its children (all threads)."""
+    return {role: cpu_seconds(process_tree(s.process.pid)) for role, s in roles(target).items()}
+
+
+def spent_since(before: dict[str, float], target: Groupbuy) -> dict[str, float]:
+    """CPU seconds each role used since `before`."""
+    return {role: now - before[role] for role, now in cpu_by_role(target).items()}
+
+
+@dataclass
+class CpuBook:
+    """CPU seconds and requests of each contender's measured rounds, by role."""
+
+    cpu_s: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    requests: Counter[str] = field(default_factory=Counter)
+
+    def add(self, name: str, index: int, result: dict[str, Any]) -> None:
+        """Count one round's CPU (the warm-up round, index 0, is not counted)."""
+        if index:
+            self.cpu_s[name].update(result["cpu_s"])
+            self.requests[name] += int(result["requests"])
+
+    def per_request_us(self, name: str) -> dict[str, float]:
+        """CPU µs per answered request of each role, over the contender's rounds."""
+        done = max(1, self.requests[name])
+        return {role: round(spent * 1e6 / done, 1) for role, spent in self.cpu_s[name].items()}
+
+    def note(self, name: str) -> str:
+        """The CPU per request for a row's note."""
+        shown = ", ".join(f"{r} {us:,.0f}" for r, us in self.per_request_us(name).items())
+        return f"CPU µs per request: {shown}"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL the process group if it has not stopped in time."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def job_worker(env: dict[str, str], log: Path) -> Iterator[Server]:
+    """`groupbuy worker` in its own process group, yielded once it holds the jobs' lease."""
+    args = [sys.executable, "-m", "groupbuy.cli", "worker"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + WORKER_START_S
+            while LEASE_LINE not in log.read_bytes():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"groupbuy worker did not take the lease; see {log}")
+                time.sleep(0.1)
+            yield Server("", process, log)
+        finally:
+            _stop(process)
+
+
+@contextlib.contextmanager
+def split_groupbuy(redis_url: str, workdir: Path, tag: str) -> Iterator[Split]:
+    """One `groupbuy serve` worker with GROUPBUY_SCHEDULER_ENABLED=false and one `groupbuy
+    worker` beside it that runs the jobs."""
+    args, env, port = groupbuy_command(
+        redis_url, workdir, 1, tag, GROUPBUY_SCHEDULER_ENABLED="false"
+    )
+    with (
+        serve(args, env, port, workdir / f"groupbuy-{tag}.log") as running,
+        job_worker(
+            {**env, "GROUPBUY_SCHEDULER_ENABLED": "true"}, workdir / f"worker-{tag}.log"
+        ) as worker,
+        httpx.Client(
+            base_url=running.url,
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=60,
+            limits=httpx.Limits(max_connections=16),
+        ) as client,
+    ):
+        yield Split(running, client, tag, worker)
 
 
 # -- set-up and checks ----------------------------------------------------------------
@@ -255,8 +378,12 @@ def flash_grab(target: Groupbuy, seconds: int, tag: str) -> Measured:
     packets = math.ceil(EXPECTED_MAX_GRABS_PER_S * seconds / SHARES) + 1
     ids = [f"pk-{tag}-{i}" for i in range(packets)]
     send_packets(target.client, tag, ids, PACKET_CENTS, SHARES)
+    before = cpu_by_role(target)
     result = load(target.server.url, seconds, "grab", *ids)
     idle_after_s = target.settle()
+    # The load and the write-behind it left (settle waits for both), not the set-up and
+    # the checks' reads.
+    result["cpu_s"] = spent_since(before, target)
     checks = packet_checks(target.client, ids)
     grabs, counted, already = (
         checks["grabs_recorded"],
@@ -304,8 +431,10 @@ def seat_locks(target: Groupbuy, seconds: int, tag: str) -> Measured:
     activity = f"locks-{tag}"
     teams = math.ceil(EXPECTED_MAX_LOCKS_PER_S * seconds / SEATS_USED) + 1
     open_teams(target.client, [activity], teams, lock_ttl_s=300)
+    before = cpu_by_role(target)
     result = load(target.server.url, seconds, "lock", activity, str(teams))
     idle_after_s = target.settle()
+    result["cpu_s"] = spent_since(before, target)
     checks = team_checks(target.client, [activity], teams)
     refused = int(result.get("c201", 0)) + int(result.get("c409", 0)) != int(result["requests"])
     return result, {
@@ -329,27 +458,49 @@ def wrk_trial(result: dict[str, Any], correct: dict[str, Any]) -> Trial:
 Scenario = Callable[[Groupbuy, int, str], Measured]
 
 
-def groupbuy_trial(scenario: Scenario, target: Groupbuy, seconds: int) -> Callable[[int], Trial]:
-    """A round of one scenario on one server (the warm-up round lasts 1 s)."""
-    return lambda index: wrk_trial(
-        *scenario(target, seconds if index else 1, f"{target.tag}r{index}")
-    )
+def groupbuy_trial(
+    scenario: Scenario, target: Groupbuy, seconds: int, book: tuple[CpuBook, str] | None = None
+) -> Callable[[int], Trial]:
+    """A round of one scenario on one server (the warm-up round lasts 1 s); its CPU is
+    counted in `book` under the given name when the scenario measures it."""
 
-
-def _bare_trial(server: Server, seconds: int) -> Callable[[int], Trial]:
     def trial(index: int) -> Trial:
+        result, correct = scenario(target, seconds if index else 1, f"{target.tag}r{index}")
+        if book is not None:
+            book[0].add(book[1], index, result)
+        return wrk_trial(result, correct)
+
+    return trial
+
+
+def _bare_trial(server: Server, seconds: int, book: CpuBook) -> Callable[[int], Trial]:
+    def trial(index: int) -> Trial:
+        before = cpu_seconds(process_tree(server.process.pid))
         result = load(server.url, seconds if index else 1, "bare")
+        wait_idle([server])  # the same window as a grab's, which waits for its write-behind
+        result["cpu_s"] = {"serve": cpu_seconds(process_tree(server.process.pid)) - before}
+        book.add(BARE, index, result)
         ok = result.get("c200", 0) == result["requests"]
         return wrk_trial(result, {"answers": answers(result), "ok": ok})
 
     return trial
 
 
-def rounds_row(scenario: str, implementation: str, trials: list[Trial], note: str) -> Row:
+def rounds_row(
+    scenario: str, implementation: str, trials: list[Trial], note: str, **extra: Any
+) -> Row:
     """A row for the rounds of one contender: ops and seconds summed, each percentile the
     median of the rounds' (wrk reports percentiles, not its samples)."""
     return trials_row(scenario, implementation, trials, f"{note}; {len(trials)} rounds",
-                      level="http")  # fmt: skip
+                      level="http", **extra)  # fmt: skip
+
+
+def costed_row(
+    scenario: str, implementation: str, trials: list[Trial], note: str, book: CpuBook, name: str
+) -> Row:
+    """rounds_row with the contender's CPU per request in its note and in `cpu_us`."""
+    return rounds_row(scenario, implementation, trials, f"{note}; {book.note(name)}",
+                      cpu_us=book.per_request_us(name))  # fmt: skip
 
 
 def wrk_note(seconds: int) -> str:
@@ -365,36 +516,48 @@ def log_errors(rows: list[Row], server: Server) -> None:
 
 
 GRAB, BARE, STORM = "groupbuy flash grab", "bare", "groupbuy lock storm"
+SPLIT = "groupbuy flash grab, write-behind in groupbuy worker"
 
 
 def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
     """Interleaved rounds of groupbuy's flash grab and the bare endpoint (and, on 1 worker,
-    groupbuy's lock storm, then the open-loop rows): their rows and comparisons."""
+    the grab with its write-behind in `groupbuy worker`, groupbuy's lock storm, then the
+    open-loop rows): their rows, with CPU per request, and comparisons."""
     n = f"{workers} worker{'s' if workers > 1 else ''}"
     how = wrk_note(plan.round_s)
     args, env, port = bare_command(bench.redis_url, workers)
+    book = CpuBook()
     with (
         groupbuy(bench.redis_url, bench.workdir, workers, f"u{workers}") as uv,
         serve(args, env, port, bench.workdir / f"bare-w{workers}.log") as bare,
+        _split_if(workers == 1, bench) as split,
     ):
         servers = [uv.server, bare]
-        contenders = {GRAB: groupbuy_trial(flash_grab, uv, plan.round_s),
-                      BARE: _bare_trial(bare, plan.round_s)}  # fmt: skip
-        if workers == 1:
+        contenders = {GRAB: groupbuy_trial(flash_grab, uv, plan.round_s, (book, GRAB)),
+                      BARE: _bare_trial(bare, plan.round_s, book)}  # fmt: skip
+        if split is not None:
+            servers += roles(split).values()
+            contenders[SPLIT] = groupbuy_trial(flash_grab, split, plan.round_s, (book, SPLIT))
             contenders[STORM] = groupbuy_trial(lock_storm, uv, plan.round_s)
         say(f"{n}: {', '.join(contenders)}; {plan.rounds} rounds")
         trials = run_sync(contenders, plan.rounds, between=lambda: wait_idle(servers), say=say)
-        mine = [rounds_row("flash_grab", f"groupbuy ({n})", trials[GRAB], how)]
-        if workers == 1:
+        mine = [costed_row("flash_grab", f"groupbuy ({n})", trials[GRAB], how, book, GRAB)]
+        beside: list[Row] = []
+        if split is not None:
+            beside.append(costed_row("flash_grab", f"groupbuy ({n}, write-behind in groupbuy "
+                                     "worker)", trials[SPLIT], how, book, SPLIT))  # fmt: skip
+            log_errors(beside, split.server)
             mine.append(rounds_row("lock_storm", f"groupbuy ({n})", trials[STORM], how))
             grab_max = statistics.median(t.rate for t in trials[GRAB])
             mine += _open_loop_rows(uv, plan, servers, grab_max)
-        base = rounds_row("flash_grab", f"bare starlette + 1 redis call ({n})", trials[BARE], how)
+        name = f"bare starlette + 1 redis call ({n})"
+        base = costed_row("flash_grab", name, trials[BARE], how, book, BARE)
         log_errors(mine, uv.server)
         log_errors([base], bare)
     to_bare = "/ bare Starlette + one Redis call (interleaved)"
     rows = [
         *mine,
+        *beside,
         base,
         comparison(
             f"http_grab_vs_bare_{workers}",
@@ -405,9 +568,22 @@ def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
         ),
     ]
     if workers == 1:
+        rows.append(comparison("http_grab_worker_vs_bare_1",
+                               f"HTTP grab, {n}, write-behind in groupbuy worker {to_bare}",
+                               trials[SPLIT], trials[BARE], 0.9))  # fmt: skip
         rows.append(comparison("http_lock_vs_bare_1", f"HTTP lock storm, {n} {to_bare}",
                                trials[STORM], trials[BARE], 0.7))  # fmt: skip
     return rows
+
+
+@contextlib.contextmanager
+def _split_if(wanted: bool, bench: Bench) -> Iterator[Split | None]:
+    """The split layout (split_groupbuy) when wanted, else None."""
+    if not wanted:
+        yield None
+        return
+    with split_groupbuy(bench.redis_url, bench.workdir, "w1") as split:
+        yield split
 
 
 def _embedded(bench: Bench, plan: Plan) -> list[Row]:

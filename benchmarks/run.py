@@ -23,6 +23,7 @@ from benchmarks.engine import run_engine
 from benchmarks.harness import Bench, Row
 from benchmarks.http_level import run_http
 from benchmarks.webhooks import run_webhooks
+from benchmarks.write_behind import run_write_behind
 from tests.support.servers import server_binary, start_redis
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -67,10 +68,12 @@ INTERLEAVED = (
     "engine_lock_pipeline",
     "engine_lock_off_vs_seed",
     "http_grab_vs_bare_1",
+    "http_grab_worker_vs_bare_1",
     "http_lock_vs_bare_1",
     "http_grab_vs_bare_2",
     "http_grab_embedded_vs_redis_1",
-    "write_behind_postgresql_vs_sqlite",
+    "write_behind_vs_raw_sqlite",
+    "write_behind_vs_raw_postgresql",
     "http_grab_webhooks_vs_none",
     "http_locks_webhooks_vs_none",
 )
@@ -239,6 +242,7 @@ SCENARIOS: list[tuple[str, Callable[[Bench], list[Row]]]] = [
     ("HTTP level", run_http),
     ("confirms among grabs and locks, open loop, on SQLite and PostgreSQL", run_confirm_mix),
     ("webhooks: lag, delivery while serving, grab and lock rates with endpoints", run_webhooks),
+    ("the write-behind against the raw driver, on SQLite and PostgreSQL", run_write_behind),
 ]
 
 
