@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import httptools
 
 from benchmarks.harness import percentile
+from groupbuy.redpacket.codec import grab_credit_key
 
 SAMPLE = 2000  # latencies kept for the plot
 KEPT_UP_RATE = 0.95
@@ -68,11 +69,13 @@ def request_builder(mode: str, key: str, tag: str, params: list[str]) -> Callabl
 class Mix:
     """Several kinds of request in one schedule, and follow-ups due some time after an
     answer: `kind(i)` names request i's kind, `follow(i, status)` is the request (kind,
-    bytes) to send `after_s` after request i was answered with `status`, or None."""
+    bytes) to send `after_s` after request i was answered with `status`, or None;
+    `credit(i)` is the ledger's business key of grab i's credit."""
 
     kind: Callable[[int], str]
     follow: Callable[[int, int], tuple[str, bytes] | None]
     after_s: float
+    credit: Callable[[int], str]
 
 
 def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int], bytes], Mix]:
@@ -85,11 +88,14 @@ def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int
         a, t = n % activities + 1, (n // activities) % teams + 1
         return f"/v1/activities/{activity}-{a}/teams/t{t}", f"m{tag}-{i}"
 
+    def grab(i: int) -> tuple[str, str]:
+        g = i // 3 * 2 + i % 3  # the g-th grab: a new user, round-robin over the packets
+        return packets[g % len(packets)], f"g{tag}-{g}"
+
     def build(i: int) -> bytes:
         if i % 3 != 2:
-            g = i // 3 * 2 + i % 3  # the g-th grab: a new user, round-robin over the packets
-            packet = packets[g % len(packets)]
-            return post(key, f"/v1/redpackets/{packet}/grab", f'{{"user_id":"g{tag}-{g}"}}')
+            packet, user = grab(i)
+            return post(key, f"/v1/redpackets/{packet}/grab", f'{{"user_id":"{user}"}}')
         path, user = team_path(i)
         return post(key, f"{path}/locks", f'{{"user_id":"{user}"}}')
 
@@ -101,7 +107,10 @@ def mixed_workload(key: str, tag: str, params: list[str]) -> tuple[Callable[[int
             key, f"{path}/members", f'{{"user_id":"{user}","order_id":"{user}"}}'
         )
 
-    return build, Mix(lambda i: "lock" if i % 3 == 2 else "grab", follow, CONFIRM_AFTER_S)
+    def kind(i: int) -> str:
+        return "lock" if i % 3 == 2 else "grab"
+
+    return build, Mix(kind, follow, CONFIRM_AFTER_S, lambda i: grab_credit_key(*grab(i)))
 
 
 class Connection(asyncio.Protocol):
@@ -165,6 +174,7 @@ async def run(
     late: list[float] = []
     statuses: Counter[str] = Counter()
     bodies: Counter[str] = Counter()
+    credits_due: dict[str, float] = {}  # (mix) a grabbed grab's credit key: when answered
     # due, waiting for a free connection: (index, due, kind, request or None to build)
     pending: deque[tuple[int, float, str, bytes | None]] = deque()
     in_flight: dict[Connection, tuple[int, float, str]] = {}
@@ -201,6 +211,8 @@ async def run(
                 loop.call_later(mix.after_s, follow_up, then[0], then[1], at)
         if b'"grabbed"' in body:
             bodies["grabbed"] += 1
+            if mix is not None and index >= 0:
+                credits_due[mix.credit(index)] = due + latency  # answered
         elif b'"already_grabbed"' in body:
             bodies["already"] += 1
         answered += 1
@@ -264,6 +276,8 @@ async def run(
     if mix is not None:
         result["by_kind"] = {kind: _summary(sorted(values), kind_statuses[kind])
                              for kind, values in sorted(by_kind.items())}  # fmt: skip
+        # perf_counter is the system's monotonic clock: another process can compare.
+        result["credits_due"] = credits_due
     return result
 
 

@@ -17,7 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.confirm_mix import TARGET_CONFIRM_OVER_GRAB, TARGET_CONFIRM_P99_MS, run_confirm_mix
+from benchmarks.confirm_mix import (
+    TARGET_CONFIRM_OVER_GRAB,
+    TARGET_CONFIRM_P99_MS,
+    TARGET_CREDIT_P99_MS,
+    run_confirm_mix,
+)
 from benchmarks.console_cost import run_console_cost, section
 from benchmarks.engine import run_engine
 from benchmarks.harness import Bench, Row
@@ -119,22 +124,49 @@ def ratios(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
 
 
 def confirm_targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
-    """Issue 24's target for the confirm mix (benchmarks/confirm_mix.py), per database:
-    confirm p99 within 30 ms and within twice the grab p99 of the same runs."""
+    """Issue 41's targets for the confirm mix (benchmarks/confirm_mix.py), per database:
+    confirm p99 within 3x the grab p99 of the same run (issue 24's 30 ms shown beside it,
+    not graded), and a grab's credit in SQL within 250 ms at p99, none missing."""
     out = []
     for row in measured(rows):
-        if not (row["scenario"].startswith("confirm mix") and row["scenario"].endswith("confirm")):
+        scenario, p99 = row["scenario"], row.get("p99_ms")
+        if not scenario.startswith("confirm mix") or p99 is None:
             continue
-        grab = _find(rows, row["scenario"].replace(": confirm", ": grab"), "http",
-                     row["implementation"])  # fmt: skip
-        p99, grab_p99 = row.get("p99_ms"), grab.get("p99_ms") if grab else None
-        if p99 is None or grab_p99 is None:
-            continue
-        met = p99 <= TARGET_CONFIRM_P99_MS and p99 <= TARGET_CONFIRM_OVER_GRAB * grab_p99
-        what = f"{row['scenario']} p99, {row['implementation']} (grab p99 {grab_p99:.1f} ms)"
-        target = f"<= {TARGET_CONFIRM_P99_MS:.0f} ms and <= {TARGET_CONFIRM_OVER_GRAB:.0f}x grab"
-        out.append((what, f"{p99:.1f} ms", target, _met(met)))
+        if scenario.endswith(": confirm"):
+            out += _confirm_target(rows, row, p99)
+        elif scenario.endswith(": credit"):
+            out.append(_credit_target(row, p99))
     return out
+
+
+def _confirm_target(
+    rows: list[dict[str, Any]], row: dict[str, Any], p99: float
+) -> list[tuple[str, str, str, str]]:
+    """The confirm p99 against the grab p99 of the same run (none without that grab row)."""
+    scenario, implementation = row["scenario"], row["implementation"]
+    grab = _find(rows, scenario.replace(": confirm", ": grab"), "http", implementation)
+    grab_p99 = grab.get("p99_ms") if grab else None
+    if not grab_p99:
+        return []
+    within_24 = _met(p99 <= TARGET_CONFIRM_P99_MS)
+    figure = (
+        f"{p99:.1f} ms, {p99 / grab_p99:.1f}x grab "
+        f"(issue 24's <= {TARGET_CONFIRM_P99_MS:.0f} ms: {within_24})"
+    )
+    what = f"{scenario} p99, {implementation} (grab p99 {grab_p99:.1f} ms)"
+    met = _met(p99 <= TARGET_CONFIRM_OVER_GRAB * grab_p99)
+    return [(what, figure, f"<= {TARGET_CONFIRM_OVER_GRAB:.0f}x grab", met)]
+
+
+def _credit_target(row: dict[str, Any], p99: float) -> tuple[str, str, str, str]:
+    """The credit delay's p99 (and max); a credit never seen misses the target."""
+    missing = row["correct"].get("missing", 0)
+    figure = f"{p99:.1f} ms (max {row.get('max_ms')} ms)"
+    if missing:
+        figure += f", {missing} credits never seen"
+    what = f"{row['scenario']} p99 (grab answered to credit in SQL), {row['implementation']}"
+    met = _met(p99 <= TARGET_CREDIT_P99_MS and not missing)
+    return (what, figure, f"<= {TARGET_CREDIT_P99_MS:.0f} ms", met)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

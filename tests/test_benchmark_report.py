@@ -11,6 +11,7 @@ from benchmarks.engine.versus import grade_locks
 from benchmarks.harness import Trial, comparison, merge_correct, rotation, run_sync
 from benchmarks.openloop import mixed_workload, request_builder, run
 from benchmarks.run import confirm_targets, markdown, ratios
+from groupbuy.redpacket.codec import grab_credit_key
 from tests.support.joins import Tap, grade_joins
 
 
@@ -227,7 +228,9 @@ async def test_mixed_open_loop_confirms_each_lock_30_ms_after_its_answer() -> No
                 # every other lock is refused: no confirm may follow it
                 refused = path.endswith("/locks") and len(seen) % 2 == 0
                 status = b"409 Conflict" if refused else b"201 Created"
-                writer.write(b"HTTP/1.1 %s\r\nContent-Length: 2\r\n\r\n{}" % status)
+                answer = b'{"status":"grabbed"}' if path.endswith("/grab") else b"{}"
+                writer.write(b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n%s"
+                             % (status, len(answer), answer))  # fmt: skip
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -257,26 +260,56 @@ async def test_mixed_open_loop_confirms_each_lock_30_ms_after_its_answer() -> No
             lock = (path.rsplit("/", 1)[0], b'{"user_id":"%s"}' % user)
             assert at - answered_at[lock] >= 0.029  # the payment's 30 ms, after the answer
             assert body == b'{"user_id":"%s","order_id":"%s"}' % (user, user)
-    grabs = [path for _, path, _ in seen if "/grab" in path]
-    assert {p.split("/")[3] for p in grabs} == {"p1", "p2"}
+    grabs = [(at, path, body) for at, path, body in seen if "/grab" in path]
+    assert {path.split("/")[3] for _, path, _ in grabs} == {"p1", "p2"}
+    # each grab answered `grabbed` gives its credit's business key and its answer's time
+    received = {
+        grab_credit_key(path.split("/")[3], body.split(b'"')[3].decode()): at
+        for at, path, body in grabs
+    }
+    due = result["credits_due"]
+    assert result["grabbed"] == 100 and set(due) == set(received)
+    assert all(received[key] < due[key] < time.perf_counter() for key in due)
 
 
-def test_confirm_targets_compare_each_database_with_its_grabs() -> None:
-    def mix(kind: str, impl: str, p99: float) -> dict[str, object]:
-        return _row(f"confirm mix @ 2,400/s: {kind}", "http", impl, 600, p99_ms=p99)
+def test_confirm_targets_grade_confirms_against_their_grabs_and_credits_within_250_ms() -> None:
+    """Per database: the confirm p99 against 3x the grab p99 of its run (issue 24's 30 ms
+    shown, not graded); the credit p99 against 250 ms, a credit never seen failing it."""
 
+    def mix(kind: str, impl: str, p99: float, **extra: object) -> dict[str, object]:
+        return _row(f"confirm mix @ half capacity: {kind}", "http", impl, 600, p99_ms=p99, **extra)
+
+    sqlite, postgres = "groupbuy (1 worker, SQLite)", "groupbuy (1 worker, PostgreSQL)"
     rows = [
-        mix("grab", "groupbuy (1 worker, SQLite)", 10.0),
-        mix("confirm", "groupbuy (1 worker, SQLite)", 25.0),  # over twice the grab
-        mix("grab", "groupbuy (1 worker, PostgreSQL)", 20.0),
-        mix("confirm", "groupbuy (1 worker, PostgreSQL)", 28.0),
+        mix("grab", sqlite, 10.0),
+        mix("confirm", sqlite, 31.0),  # over 3x the grab
+        mix("credit", sqlite, 240.0, max_ms=300.0, correct={"missing": 0}),
+        mix("grab", postgres, 20.0),
+        mix("confirm", postgres, 45.0),  # within 3x, over issue 24's 30 ms
+        mix("credit", postgres, 120.0, max_ms=130.0, correct={"missing": 2}),
+        mix("confirm", "groupbuy (1 worker, MySQL)", 5.0),  # no grab row: not graded
     ]
-    found = {what: (figure, met) for what, figure, _target, met in confirm_targets(rows)}
-    sqlite = "confirm mix @ 2,400/s: confirm p99, groupbuy (1 worker, SQLite) (grab p99 10.0 ms)"
-    postgres = (
-        "confirm mix @ 2,400/s: confirm p99, groupbuy (1 worker, PostgreSQL) (grab p99 20.0 ms)"
-    )
-    assert found == {sqlite: ("25.0 ms", "no"), postgres: ("28.0 ms", "yes")}
+    found = {what: (figure, target, met) for what, figure, target, met in confirm_targets(rows)}
+    confirm = "confirm mix @ half capacity: confirm p99, groupbuy (1 worker, {}) (grab p99 {} ms)"
+    credit = "confirm mix @ half capacity: credit p99 (grab answered to credit in SQL), {}"
+    assert found == {
+        confirm.format("SQLite", "10.0"): (
+            "31.0 ms, 3.1x grab (issue 24's <= 30 ms: no)",
+            "<= 3x grab",
+            "no",
+        ),
+        confirm.format("PostgreSQL", "20.0"): (
+            "45.0 ms, 2.2x grab (issue 24's <= 30 ms: no)",
+            "<= 3x grab",
+            "yes",
+        ),
+        credit.format(sqlite): ("240.0 ms (max 300.0 ms)", "<= 250 ms", "yes"),
+        credit.format(postgres): (
+            "120.0 ms (max 130.0 ms), 2 credits never seen",
+            "<= 250 ms",
+            "no",
+        ),
+    }
 
 
 def test_a_join_flash_is_graded_from_its_answers_and_their_times() -> None:

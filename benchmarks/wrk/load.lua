@@ -1,6 +1,6 @@
--- The closed-loop load of benchmarks/http_level.py: wrk -s load.lua URL -- MODE KEY ARG...
--- (the modes: docs/benchmarking.md). done() prints "wrk_result", "wrk_status" and (storm)
--- "wrk_ops op_<op>_<status>" lines.
+-- The closed-loop load of benchmarks/http_level.py and benchmarks/confirm_mix.py:
+-- wrk -s load.lua URL -- MODE KEY ARG... (the modes: docs/benchmarking.md). done() prints
+-- "wrk_result", "wrk_status" and (storm, mixed) "wrk_ops op_<op>_<status>" lines.
 
 local threads = {}
 local next_id = 0
@@ -12,6 +12,7 @@ function setup(thread)
 end
 
 local OPS = {"lock", "unlock", "confirm"}
+local MIXED_OPS = {"grab", "lock", "confirm"}
 local STATUSES = {"200", "201", "404", "409", "410", "4xx", "5xx"}
 local NAMES = {"c200", "c201", "c404", "c409", "c410", "c4xx", "c5xx", "cother",
                "grabbed", "already", "unmatched", "switched"}
@@ -24,6 +25,7 @@ local activity, n_teams, n_users
 local slots = {}          -- storm: slot -> {user=, team= or nil}
 local pending = {}        -- storm: request id -> {op, slot, user, team}
 local fresh = 0
+local confirms = {}       -- mixed: confirms due, sent before the next scheduled request
 
 c200, c201, c404, c409, c410, c4xx, c5xx, cother = 0, 0, 0, 0, 0, 0, 0, 0
 grabbed, already, unmatched, switched = 0, 0, 0, 0
@@ -44,6 +46,9 @@ function init(args)
   elseif mode == "storm" then
     n_users, n_teams, activity = tonumber(args[3]), tonumber(args[4]), args[5]
     for slot = 1, n_users do new_user(slot) end
+  elseif mode == "mixed" then
+    activity, n_activities, n_teams = args[3], tonumber(args[4]), tonumber(args[5])
+    for i = 6, #args do table.insert(packets, args[i]) end
   end
 end
 
@@ -72,8 +77,32 @@ local function storm_request()
   return wrk.format(method, path, headers, body)
 end
 
+-- As benchmarks/openloop.py's mixed mode, closed loop: request i a grab by a new user
+-- unless i % 3 == 2, a seat lock by a new user; a lock answered 201 is confirmed by the
+-- thread's next request (no payment's delay: this measures the rate, not the latency).
+local function mixed_request()
+  local confirm = table.remove(confirms, 1)
+  if confirm then return confirm end
+  counter = counter + 1
+  local user = "m" .. tid .. "-" .. counter
+  local body = '{"user_id":"' .. user .. '"}'
+  if counter % 3 ~= 2 then
+    headers["X-Request-Id"] = "g." .. tid .. "." .. counter
+    local path = "/v1/redpackets/" .. packets[counter % #packets + 1] .. "/grab"
+    return wrk.format("POST", path, headers, body)
+  end
+  local n = math.floor(counter / 3)   -- this thread's n-th lock
+  local team = "/v1/activities/" .. activity .. "-" .. (n % n_activities + 1) ..
+    "/teams/t" .. (math.floor(n / n_activities) % n_teams + 1)
+  local id = "l." .. tid .. "." .. counter
+  headers["X-Request-Id"] = id
+  pending[id] = {team, user}
+  return wrk.format("POST", team .. "/locks", headers, body)
+end
+
 function request()
   if mode == "storm" then return storm_request() end
+  if mode == "mixed" then return mixed_request() end
   counter = counter + 1
   local user = '{"user_id":"u' .. tid .. '-' .. counter .. '"}'
   if mode == "lock" then
@@ -130,6 +159,25 @@ local function storm_response(status, hdrs, body)
   end
 end
 
+local function mixed_response(status, hdrs)
+  local id = hdrs["x-request-id"] or hdrs["X-Request-Id"] or ""
+  local op = ({g = "grab", l = "lock", c = "confirm"})[string.sub(id, 1, 1)]
+  if not op then
+    unmatched = unmatched + 1
+    return
+  end
+  local name = "op_" .. op .. "_" .. status_name(status)
+  _G[name] = (_G[name] or 0) + 1
+  local sent = pending[id]
+  pending[id] = nil
+  if sent and status == 201 then
+    local body = '{"user_id":"' .. sent[2] .. '","order_id":"' .. sent[2] .. '"}'
+    local h = {["Authorization"] = headers["Authorization"],
+               ["Content-Type"] = "application/json", ["X-Request-Id"] = "c" .. string.sub(id, 2)}
+    table.insert(confirms, wrk.format("POST", sent[1] .. "/members", h, body))
+  end
+end
+
 function response(status, hdrs, body)
   if status == 200 then c200 = c200 + 1
   elseif status == 201 then c201 = c201 + 1
@@ -142,6 +190,8 @@ function response(status, hdrs, body)
   end
   if mode == "storm" then
     storm_response(status, hdrs, body)
+  elseif mode == "mixed" then
+    mixed_response(status, hdrs)
   elseif mode == "grab" and status == 200 then
     if string.find(body, '"grabbed"', 1, true) then
       grabbed = grabbed + 1
@@ -170,9 +220,9 @@ function done(summary, latency, requests)
     latency:percentile(99), latency.max, latency.mean, e.connect, e.read, e.write, e.status,
     e.timeout))
   io.write("wrk_status " .. totals(NAMES) .. "\n")
-  if mode == "storm" then
+  if mode == "storm" or mode == "mixed" then
     local ops = {}
-    for _, op in ipairs(OPS) do
+    for _, op in ipairs(mode == "storm" and OPS or MIXED_OPS) do
       for _, st in ipairs(STATUSES) do table.insert(ops, "op_" .. op .. "_" .. st) end
     end
     io.write("wrk_ops " .. totals(ops) .. "\n")
