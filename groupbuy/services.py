@@ -20,7 +20,7 @@ from groupbuy.locks.funnel import FunnelFlusher, FunnelStore
 from groupbuy.locks.writer import TeamRecordWriter
 from groupbuy.ops.audit import AuditLog
 from groupbuy.ops.blocklist import BlocklistService
-from groupbuy.ops.jobs import JobRunner, build_jobs
+from groupbuy.ops.jobs import JobRunner, Wakeup, build_jobs
 from groupbuy.ops.reconcile import Reconciler
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.acks import AckJournal
@@ -100,14 +100,28 @@ def build_services(
         backends, batch_size, limits.reclaim_idle_s, dead_letters=dead_letters
     )
     acks = AckJournal(database, settings.outbox.ack_journal_interval_s)
+    recorded = Wakeup()  # a grab's record written: flush_records runs now in the lease holder
     packets = RedPackets.build(
-        backends, limits, packet_writer, acks, resend_window_ms=resend_window_ms(settings.redis)
+        backends,
+        limits,
+        packet_writer,
+        acks,
+        resend_window_ms=resend_window_ms(settings.redis),
+        recorded=recorded,
     )
     reconciler = Reconciler(redis, database, keys, clock=clock)
     blocklist = BlocklistService(backends)
     jobs = JobRunner(
         build_jobs(
-            settings, teams, packets, team_writer, packet_writer, reconciler, redis, blocklist
+            settings,
+            teams,
+            packets,
+            team_writer,
+            packet_writer,
+            reconciler,
+            redis,
+            blocklist,
+            recorded,
         )
     )
     return Services(

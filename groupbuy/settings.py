@@ -350,7 +350,12 @@ class RedPacketSettings(_Section):
 class OutboxSettings(_Section):
     """How records travel from Redis to SQL."""
 
+    # the write-behind's longest gap: it runs at once when this process wrote records, and
+    # again at once while its runs find records
     flush_interval_s: Annotated[float, Field(ge=0.01, le=3600)] = 1.0
+    # how often the process holding the scheduler lease reads the pending indexes (one read
+    # per engine and slot in use) for records other processes wrote, between flushes
+    flush_poll_s: Annotated[float, Field(ge=0.01, le=60)] = 0.1
     # a batch's ids go to one script call as ARGV; Lua's unpack() stops near 8000
     batch_size: Annotated[int, Field(ge=1, le=5000)] = 500
     # how often each process writes the grabs it answered `grabbed` to SQL (the trace

@@ -7,6 +7,7 @@ keys. The scheduler's lease only saves the duplicated work.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -42,6 +43,41 @@ JOBS: dict[str, str] = {
 POST /v1/admin/jobs/{name}/run (the API lists them from here)."""
 
 
+class Wakeup:
+    """Work for a job was done in this process: each scheduler running the job (see
+    `Prompt`) starts a run now rather than at its next poll. Call it on the event loop the
+    scheduler runs on; a call costs an Event.set() per started scheduler."""
+
+    def __init__(self) -> None:
+        self._events: set[asyncio.Event] = set()  # one per scheduler that follows the job
+
+    def __call__(self) -> None:
+        for event in self._events:
+            event.set()
+
+    def listen(self, event: asyncio.Event) -> None:
+        """Have each call set `event` (a scheduler's, while it runs)."""
+        self._events.add(event)
+
+    def forget(self, event: asyncio.Event) -> None:
+        """Stop setting `event` (its scheduler stopped)."""
+        self._events.discard(event)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What lets a job run as soon as there is work, not only every interval: the leader
+    runs it when this process's work wakes it, when a poll finds work another process left,
+    and again at once after a run that found work; at least once per interval anyway."""
+
+    wakeup: Wakeup
+    # Whether work is waiting (another process's): one cheap read, asked every `poll_s`.
+    waiting: Callable[[], Awaitable[bool]]
+    poll_s: float
+    # Whether a run's report says it did work: then the next run starts at once.
+    busy: Callable[[Report], bool]
+
+
 @dataclass(frozen=True)
 class Job:
     """One scheduled job: its name (as in POST /v1/admin/jobs/{name}/run), how often it runs,
@@ -53,6 +89,8 @@ class Job:
     # For a job that can stop when its time is up and leave the rest to its next run: the
     # call a scheduled run makes instead of `run`, given the seconds it may take.
     run_within: Callable[[float], Awaitable[Report]] | None = None
+    # For a job that work wakes (flush_records): run as soon as there is work.
+    prompt: Prompt | None = None
 
 
 def build_jobs(
@@ -64,12 +102,15 @@ def build_jobs(
     reconciler: Reconciler,
     redis: Any,
     blocklist: BlocklistService,
+    recorded: Wakeup,
 ) -> list[Job]:
     """Every job, built from the services it calls (the writers: each engine's
-    write-behind)."""
+    write-behind; `recorded`: what this process's engines call when they wrote a record that
+    flush_records should write to SQL soon)."""
     schedule = settings.scheduler
     batch = schedule.sweep_batch
     flush_interval_s = settings.outbox.flush_interval_s
+    writers = (team_writer, packet_writer)
 
     async def sweep_locks() -> Report:
         return await teams.sweeps.expire_locks(batch)
@@ -81,7 +122,6 @@ def build_jobs(
         # A scheduled run has `seconds` (less than its interval): it stops in time for its next
         # tick, and what is left is that run's. A run by hand writes everything waiting.
         within = RunTime(seconds)
-        writers = (team_writer, packet_writer)
         try:
             team_records = await team_writer.drain_all(within)
             packet_records = await packet_writer.drain_all(within)
@@ -102,6 +142,20 @@ def build_jobs(
             "lag_s": max((w["lag_seconds"] for w in writebacks), default=0.0),
         }
 
+    async def records_waiting() -> bool:
+        # One read of each pending index (per slot in use): the streams another process's
+        # scripts wrote to are listed there until their records are in SQL.
+        for writer in writers:
+            if await writer.pending(1):
+                return True
+        return False
+
+    def flushed_some(report: Report) -> bool:
+        applied = int(report["team_records"]) + int(report["packet_records"])
+        return applied > 0 or not report["complete"]
+
+    flush_soon = Prompt(recorded, records_waiting, settings.outbox.flush_poll_s, flushed_some)
+
     async def repair() -> Report:
         return {
             **await packets.sending.repair_pending(),
@@ -119,7 +173,9 @@ def build_jobs(
         "expire_packets": Job(
             "expire_packets", schedule.expire_packets_interval_s, packets.sweeps.expire_due
         ),
-        "flush_records": Job("flush_records", flush_interval_s, flush_records, flush_records),
+        "flush_records": Job(
+            "flush_records", flush_interval_s, flush_records, flush_records, flush_soon
+        ),
         "repair": Job("repair", schedule.repair_interval_s, repair),
         "reconcile": Job("reconcile", schedule.reconcile_interval_s, reconciler.run),
     }

@@ -5,11 +5,17 @@ for one lease (token + TTL, renewed at a third of the TTL, released on shutdown)
 only the holder runs jobs. If it dies, the lease runs out and another takes over. The
 jobs are idempotent anyway, so a short overlap while a lease changes hands, or an
 operator running a job by hand, changes nothing twice.
+
+A job with a `Prompt` (flush_records) is not on APScheduler's clock: a task of its own
+follows it, and the holder runs it when this process's work wakes it, when a poll finds
+work another process left, again at once after a run that found work, and at least once
+per interval.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -21,7 +27,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from groupbuy import errors, metrics
-from groupbuy.ops.jobs import JobRunner
+from groupbuy.ops.jobs import Job, JobRunner, Prompt, Report
 from groupbuy.settings import SchedulerSettings
 from groupbuy.storage.calls import lease_hold, lease_release
 from groupbuy.storage.db import unavailable
@@ -48,6 +54,16 @@ class _Run:
 
     began: float
     overran: bool = False
+
+
+@dataclass
+class _Follower:
+    """The task that runs a prompt job when there is work, and the event its wakeup sets."""
+
+    job: Job
+    prompt: Prompt
+    woken: asyncio.Event
+    task: asyncio.Task[None] | None = None
 
 
 class Scheduler:
@@ -78,6 +94,7 @@ class Scheduler:
         self._late: set[str] = set()  # jobs whose overrun was logged (one line per episode)
         self._refused: set[str] = set()  # jobs whose 503-kind failure was logged (the same)
         self._aps: AsyncIOScheduler | None = None
+        self._followers: list[_Follower] = []  # one per prompt job, once started
 
     async def hold_lease(self) -> bool:
         """Take or renew the lease; whether this process is the one that runs jobs (never
@@ -104,7 +121,7 @@ class Scheduler:
             if not self._reachability.failed(error):
                 log.warning("could not renew the scheduler lease", exc_info=True)
 
-    async def _in_own_task(self, work: Coroutine[Any, Any, None]) -> None:
+    async def _in_own_task(self, work: Coroutine[Any, Any, object]) -> None:
         """Run `work` in a task of its own, noted while it runs: stop() waits for exactly
         that (APScheduler does not promise a task per job run)."""
         task = asyncio.create_task(work)
@@ -135,16 +152,63 @@ class Scheduler:
         self._runs[name] = _Run(time.monotonic())
         await self._in_own_task(self._run(name))
 
-    async def _run(self, name: str) -> None:
+    async def _run(self, name: str) -> Report | None:
+        """One scheduled run of the job: its report, or None when it failed (said here)."""
         try:
-            await self._runner.run(name, self._runner.jobs[name].interval_s * _RUN_SHARE)
+            report = await self._runner.run(name, self._runner.jobs[name].interval_s * _RUN_SHARE)
             self._refused.discard(name)
+            return report
         except Exception as error:
             self._failed(name, error)
+            return None
         finally:
             run = self._runs.pop(name)
             if not run.overran:  # on time: a later overrun is a new episode, said again
                 self._late.discard(name)
+
+    async def _follow(self, follower: _Follower) -> None:
+        """Run a prompt job whenever there is work, while this process holds the lease."""
+        job, prompt, woken = follower.job, follower.prompt, follower.woken
+        last = time.monotonic()  # the last run's start: the next is due an interval later
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), prompt.poll_s)
+            if not self.is_leader:
+                woken.clear()  # the holder finds this work by its poll
+                continue
+            due = woken.is_set() or time.monotonic() - last >= job.interval_s
+            if not due and not await self._work_waits(job.name, prompt):
+                continue
+            if self._stopping:  # checked with no await before the run starts: stop() sees it
+                return
+            woken.clear()
+            last = time.monotonic()
+            report = await self._watched(job)
+            if report is not None and prompt.busy(report):
+                woken.set()  # a backlog drains run after run
+
+    @staticmethod
+    async def _work_waits(name: str, prompt: Prompt) -> bool:
+        """The prompt's poll; a failure is left to the run due at the interval to say (once
+        per outage), rather than said at every poll."""
+        try:
+            return await prompt.waiting()
+        except Exception:
+            log.debug("could not poll for %s's work", name, exc_info=True)
+            return False
+
+    async def _watched(self, job: Job) -> Report | None:
+        """Run the job in a task of its own (stop() waits for it); each interval it takes
+        counts as a skipped tick and makes it late, as an APScheduler tick would."""
+        run = self._runs[job.name] = _Run(time.monotonic())
+        task = asyncio.create_task(self._run(job.name))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        while not task.done():
+            await asyncio.wait({task}, timeout=job.interval_s)
+            if not task.done():
+                self._overran(job.name, run)
+        return task.result()
 
     def _failed(self, name: str, error: Exception) -> None:
         """A run that failed: Redis or the database away is said once by their reachability;
@@ -191,6 +255,9 @@ class Scheduler:
             next_run_time=datetime.now(UTC),
         )
         for job in self._runner.jobs.values():
+            if job.prompt is not None:
+                self._start_following(job, job.prompt)
+                continue
             # A tick while the job's run goes on returns at once (_tick says it is late):
             # APScheduler's own refusal would log a warning on every tick instead.
             aps.add_job(
@@ -204,13 +271,27 @@ class Scheduler:
         aps.start()
         self._aps = aps
 
+    def _start_following(self, job: Job, prompt: Prompt) -> None:
+        follower = _Follower(job, prompt, asyncio.Event())
+        prompt.wakeup.listen(follower.woken)
+        follower.task = asyncio.create_task(self._follow(follower), name=f"follow-{job.name}")
+        self._followers.append(follower)
+
     async def stop(self) -> None:
         """Stop scheduling, let running jobs finish (cancelling mid-SQL can hang), release."""
         self._stopping = True
         if self._aps is not None:
             self._aps.pause()
-        if self._running:
-            await asyncio.wait(set(self._running), timeout=_STOP_WAIT_S)
+        for follower in self._followers:
+            follower.prompt.wakeup.forget(follower.woken)
+            follower.woken.set()  # a follower waiting for work sees the stop now
+        following = {f.task for f in self._followers if f.task is not None}
+        if self._running or following:
+            await asyncio.wait(self._running | following, timeout=_STOP_WAIT_S)
+        for task in following:
+            # Left waiting for a run that outlived the wait: cancelling it leaves the run be.
+            task.cancel()
+        await asyncio.gather(*following, return_exceptions=True)
         if self._aps is not None:
             self._aps.shutdown(wait=False)
         if self.is_leader:

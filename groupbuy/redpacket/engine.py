@@ -7,13 +7,14 @@ path reaches recovery only through the hook it is handed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from groupbuy.redpacket.accounts import AccountService
 from groupbuy.redpacket.acks import AckJournal
 from groupbuy.redpacket.admission import PACKET_ADMIT, PACKET_UNADMIT
-from groupbuy.redpacket.grab import PACKET_GRAB, GrabService, PasswordSalts
+from groupbuy.redpacket.grab import PACKET_GRAB, GrabService, PasswordSalts, nothing_recorded
 from groupbuy.redpacket.listing import ListingService
 from groupbuy.redpacket.read import PACKET_GRAB_READ, PACKET_READ, ReadService
 from groupbuy.redpacket.recovery import PACKET_RESTORE, RecoveryService
@@ -64,8 +65,10 @@ class RedPackets:
         writer: PacketRecordWriter,
         acks: AckJournal,
         resend_window_ms: int = 60_000,
+        recorded: Callable[[], None] = nothing_recorded,
     ) -> RedPackets:
-        """Wire the parts over one set of backends (the composition root calls this)."""
+        """Wire the parts over one set of backends (the composition root calls this);
+        `recorded` is called after each grab that wrote a record (it wakes the write-behind)."""
         scripts = PacketScripts(backends.scripts, backends.keys, backends.clock)
         sending = SendService(backends, scripts, limits)
         recovery = RecoveryService(backends, scripts, limits, sending)
@@ -74,7 +77,7 @@ class RedPackets:
         return cls(
             accounts=AccountService(backends),
             sending=sending,
-            grabs=GrabService(scripts, acks, recovery, salts, resend_window_ms),
+            grabs=GrabService(scripts, acks, recovery, salts, resend_window_ms, recorded),
             reads=reads,
             withdrawals=WithdrawService(backends, scripts, recovery, writer, reads),
             listing=ListingService(backends),

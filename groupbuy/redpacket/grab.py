@@ -11,6 +11,7 @@ handed in, and nothing else here knows how a packet comes back.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from groupbuy_client import wire
@@ -132,8 +133,13 @@ class PasswordSalts:
         return password_hash(salt, password)
 
 
+def nothing_recorded() -> None:
+    """The `recorded` hook of a grab service that no write-behind follows (tools, tests)."""
+
+
 class GrabService:
-    """Grabs: one share per user and packet, decided by packet_grab."""
+    """Grabs: one share per user and packet, decided by packet_grab; `recorded` is called
+    after each grab that wrote a record to the packet's outbox stream."""
 
     def __init__(
         self,
@@ -142,12 +148,14 @@ class GrabService:
         missing: MissingPacket,
         salts: PasswordSalts,
         resend_window_ms: int = 60_000,
+        recorded: Callable[[], None] = nothing_recorded,
     ) -> None:
         self._packets = scripts
         self._acks = acks
         self._missing = missing
         self._salts = salts
         self._resend_window_ms = resend_window_ms
+        self._recorded = recorded
 
     @counts_outcomes(GRAB_OUTCOMES, grab_outcome)
     async def grab(self, packet_id: str, user_id: str, password: str | None = None) -> wire.Grabbed:
@@ -173,6 +181,7 @@ class GrabService:
             self._acks.note(
                 packet_id, user_id, reply.epoch, reply.seq, reply.amount_cents, reply.grabbed_at_ms
             )
+            self._recorded()  # the credit reaches SQL with the flush this starts
             return grabbed(reply.amount_cents, reply.remaining_count)
         if reply.code is PacketCode.ALREADY_GRABBED:
             return already_grabbed(reply.amount_cents)
