@@ -144,11 +144,13 @@ STOP_WAIT_S = 10.0  # longest a SIGTERM'd worker may take to stop before it is k
 
 
 @dataclass
-class Split(Groupbuy):
-    """`groupbuy serve` with its scheduled jobs off and a `groupbuy worker` running them
-    (the write-behind included) on the same Redis keys and SQLite file."""
+class Layout(Groupbuy):
+    """A `groupbuy serve` under test and what else a request's CPU is counted on: a `groupbuy
+    worker` running its jobs (the write-behind included), if any, on the same Redis keys and
+    SQLite file, and `meters` of other processes (name -> seconds used so far)."""
 
     worker: Server | None = None
+    meters: dict[str, Callable[[], float]] = field(default_factory=dict)
 
     def settle(self) -> float:
         """Wait until the server and the worker are both idle (the backlog written)."""
@@ -158,14 +160,18 @@ class Split(Groupbuy):
 def roles(target: Groupbuy) -> dict[str, Server]:
     """The processes whose CPU a grab costs, by role: the server, and the worker if any."""
     found = {"serve": target.server}
-    if isinstance(target, Split) and target.worker is not None:
+    if isinstance(target, Layout) and target.worker is not None:
         found["worker"] = target.worker
     return found
 
 
 def cpu_by_role(target: Groupbuy) -> dict[str, float]:
-    """CPU seconds used so far by each role's process and its children (all threads)."""
-    return {role: cpu_seconds(process_tree(s.process.pid)) for role, s in roles(target).items()}
+    """CPU seconds used so far by each role's process and its children (all threads), and
+    by the layout's other meters."""
+    used = {role: cpu_seconds(process_tree(s.process.pid)) for role, s in roles(target).items()}
+    if isinstance(target, Layout):
+        used.update((name, meter()) for name, meter in target.meters.items())
+    return used
 
 
 def spent_since(before: dict[str, float], target: Groupbuy) -> dict[str, float]:
@@ -230,7 +236,7 @@ def job_worker(env: dict[str, str], log: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def split_groupbuy(redis_url: str, workdir: Path, tag: str) -> Iterator[Split]:
+def split_groupbuy(redis_url: str, workdir: Path, tag: str) -> Iterator[Layout]:
     """One `groupbuy serve` worker with GROUPBUY_SCHEDULER_ENABLED=false and one `groupbuy
     worker` beside it that runs the jobs."""
     args, env, port = groupbuy_command(
@@ -248,7 +254,7 @@ def split_groupbuy(redis_url: str, workdir: Path, tag: str) -> Iterator[Split]:
             limits=httpx.Limits(max_connections=16),
         ) as client,
     ):
-        yield Split(running, client, tag, worker)
+        yield Layout(running, client, tag, worker)
 
 
 # -- set-up and checks ----------------------------------------------------------------
@@ -577,7 +583,7 @@ def _against_bare(bench: Bench, plan: Plan, workers: int) -> list[Row]:
 
 
 @contextlib.contextmanager
-def _split_if(wanted: bool, bench: Bench) -> Iterator[Split | None]:
+def _split_if(wanted: bool, bench: Bench) -> Iterator[Layout | None]:
     """The split layout (split_groupbuy) when wanted, else None."""
     if not wanted:
         yield None

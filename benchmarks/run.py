@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.capacity import run_capacity
 from benchmarks.confirm_mix import (
     TARGET_CONFIRM_OVER_GRAB,
     TARGET_CONFIRM_P99_MS,
@@ -275,6 +276,7 @@ SCENARIOS: list[tuple[str, Callable[[Bench], list[Row]]]] = [
     ("confirms among grabs and locks, open loop, on SQLite and PostgreSQL", run_confirm_mix),
     ("webhooks: lag, delivery while serving, grab and lock rates with endpoints", run_webhooks),
     ("the write-behind against the raw driver, on SQLite and PostgreSQL", run_write_behind),
+    ("capacity: per-call costs and the sizing model's checks (docs/capacity.md)", run_capacity),
 ]
 
 
