@@ -5,13 +5,15 @@ with its scheduler."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
-from groupbuy.ops.jobs import JobRunner
+from groupbuy.ops.jobs import Job, JobRunner, Prompt, Report, Wakeup
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.services import Services, build_scheduler, build_services
@@ -188,3 +190,61 @@ class TestIdle:
         before = await commands_processed(services.redis)
         await asyncio.sleep(window_s / 2)
         assert await commands_processed(services.redis) - before == 0
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+@pytest.mark.parametrize("backend", ["fake"])  # Redis only holds the lease here
+async def test_a_woken_run_that_outlasts_its_interval_is_late_as_a_ticked_one_was(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A prompt job's run that goes on past its interval counts a skipped tick per interval
+    and is said once, as APScheduler's ticks made it; the next run starts after it ends."""
+    interval_s = 0.05
+    release = asyncio.Event()
+    runs: list[float] = []
+
+    async def slow(seconds: float) -> Report:
+        runs.append(seconds)
+        if len(runs) == 1:
+            await release.wait()
+        return {}
+
+    async def nothing() -> Report:
+        return {}
+
+    async def no_work() -> bool:
+        return False
+
+    async def skipped_at_least(ticks: float) -> bool:
+        return (REGISTRY.get_sample_value("groupbuy_job_ticks_skipped_total", labels) or 0) >= ticks
+
+    labels = {"job": "slow_prompt"}
+    before = REGISTRY.get_sample_value("groupbuy_job_ticks_skipped_total", labels) or 0
+    wakeup = Wakeup()
+    prompt = Prompt(wakeup, no_work, NO_POLL_S, lambda report: False)
+    job = Job("slow_prompt", interval_s, nothing, run_within=slow, prompt=prompt)
+    scheduler = Scheduler(
+        JobRunner([job]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        flush_settings(services.settings, NO_POLL_S).scheduler,
+    )
+    caplog.set_level(logging.INFO)
+    scheduler.start()
+    try:
+        await leading(scheduler)
+        wakeup()
+        await until(lambda: skipped_at_least(before + 3), CREDIT_WITHIN_S, "skipped ticks")
+        release.set()
+        wakeup()
+
+        async def ran_again() -> bool:
+            return len(runs) >= 2
+
+        await until(ran_again, CREDIT_WITHIN_S, "the next run")
+    finally:
+        await asyncio.wait_for(scheduler.stop(), STOP_WITHIN_S)
+    late = [r.getMessage() for r in caplog.records if "has been running for" in r.getMessage()]
+    assert len(late) == 1, late
+    assert late[0].endswith(" s (interval 0.05 s); its next run waits"), late
+    assert all(0 < seconds < interval_s for seconds in runs), runs
