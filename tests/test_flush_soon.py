@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from groupbuy import errors
 from groupbuy.ops.jobs import Job, JobRunner, Prompt, Report, Wakeup
 from groupbuy.ops.scheduler import LEASE, Scheduler
 from groupbuy.redpacket.models import GrabRow
@@ -248,3 +249,45 @@ async def test_a_woken_run_that_outlasts_its_interval_is_late_as_a_ticked_one_wa
     assert len(late) == 1, late
     assert late[0].endswith(" s (interval 0.05 s); its next run waits"), late
     assert all(0 < seconds < interval_s for seconds in runs), runs
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+@pytest.mark.parametrize("backend", ["fake"])  # Redis only holds the lease here
+async def test_a_failing_run_is_retried_at_its_interval_however_often_work_wakes_it(
+    services: Services,
+) -> None:
+    """SQL away: a woken run fails, and the next waits for the interval, not for the next
+    grab's wakeup (a fast failure would otherwise repeat as fast as grabs come)."""
+    interval_s, window_s, wake_every_s = 0.2, 0.6, 0.01
+    runs = 0
+
+    async def failing(seconds: float) -> Report:
+        nonlocal runs
+        runs += 1
+        raise errors.DatabaseUnavailable("the database is away")
+
+    async def nothing() -> Report:
+        return {}
+
+    async def no_work() -> bool:
+        return False
+
+    wakeup = Wakeup()
+    prompt = Prompt(wakeup, no_work, NO_POLL_S, lambda report: True)
+    job = Job("failing_prompt", interval_s, nothing, run_within=failing, prompt=prompt)
+    scheduler = Scheduler(
+        JobRunner([job]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        flush_settings(services.settings, NO_POLL_S).scheduler,
+    )
+    scheduler.start()
+    try:
+        await leading(scheduler)
+        began = time.monotonic()
+        while time.monotonic() - began < window_s:  # grabs waking it all along
+            wakeup()
+            await asyncio.sleep(wake_every_s)
+    finally:
+        await asyncio.wait_for(scheduler.stop(), STOP_WITHIN_S)
+    assert 1 <= runs <= round(window_s / interval_s) + 1, runs

@@ -63,6 +63,7 @@ class _Follower:
     job: Job
     prompt: Prompt
     woken: asyncio.Event
+    halt: asyncio.Event  # set by stop(): ends a wait after a failed run
     task: asyncio.Task[None] | None = None
 
 
@@ -170,22 +171,37 @@ class Scheduler:
         """Run a prompt job whenever there is work, while this process holds the lease."""
         job, prompt, woken = follower.job, follower.prompt, follower.woken
         last = time.monotonic()  # the last run's start: the next is due an interval later
+        # A run the poll started found nothing to do (a stream it cannot write yet, such as
+        # a dead writer's batch not yet reclaimable): the poll starts no run until one did
+        # some work, so such a stream costs a run per interval, not one per poll.
+        fruitless = False
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), prompt.poll_s)
             if not self.is_leader:
                 woken.clear()  # the holder finds this work by its poll
                 continue
+            polled = False
             due = woken.is_set() or time.monotonic() - last >= job.interval_s
-            if not due and not await self._work_waits(job.name, prompt):
+            if not due and not fruitless:
+                due = polled = await self._work_waits(job.name, prompt)
+            if not due:
                 continue
             if self._stopping:  # checked with no await before the run starts: stop() sees it
                 return
             woken.clear()
             last = time.monotonic()
             report = await self._watched(job)
-            if report is not None and prompt.busy(report):
+            if report is None:
+                # Failed (said once per outage): tried again at the interval, as a ticked
+                # job is, not at each wakeup while SQL or Redis is away.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(follower.halt.wait(), job.interval_s)
+            elif prompt.busy(report):
+                fruitless = False
                 woken.set()  # a backlog drains run after run
+            else:
+                fruitless = polled
 
     @staticmethod
     async def _work_waits(name: str, prompt: Prompt) -> bool:
@@ -272,7 +288,7 @@ class Scheduler:
         self._aps = aps
 
     def _start_following(self, job: Job, prompt: Prompt) -> None:
-        follower = _Follower(job, prompt, asyncio.Event())
+        follower = _Follower(job, prompt, asyncio.Event(), asyncio.Event())
         prompt.wakeup.listen(follower.woken)
         follower.task = asyncio.create_task(self._follow(follower), name=f"follow-{job.name}")
         self._followers.append(follower)
@@ -285,6 +301,7 @@ class Scheduler:
         for follower in self._followers:
             follower.prompt.wakeup.forget(follower.woken)
             follower.woken.set()  # a follower waiting for work sees the stop now
+            follower.halt.set()
         following = {f.task for f in self._followers if f.task is not None}
         if self._running or following:
             await asyncio.wait(self._running | following, timeout=_STOP_WAIT_S)
