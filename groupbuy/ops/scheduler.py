@@ -172,8 +172,9 @@ class Scheduler:
         job, prompt, woken = follower.job, follower.prompt, follower.woken
         last = time.monotonic()  # the last run's start: the next is due an interval later
         # A run the poll started found nothing to do (a stream it cannot write yet, such as
-        # a dead writer's batch not yet reclaimable): the poll starts no run until one did
-        # some work, so such a stream costs a run per interval, not one per poll.
+        # a dead writer's batch not yet reclaimable): the poll starts no run until another
+        # run (woken, or due at the interval) ran, so such a stream costs a run or two per
+        # interval, not one per poll.
         fruitless = False
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
