@@ -37,6 +37,7 @@ end
 
 function init(args)
   mode = args[1]
+  load_mode = mode   -- a global: done() runs in the main state, which init() never sees
   headers = {["Authorization"] = "Bearer " .. args[2], ["Content-Type"] = "application/json"}
   math.randomseed(os.time() * 1000 + (tid or 0))
   if mode == "grab" then
@@ -213,6 +214,7 @@ end
 
 function done(summary, latency, requests)
   local e = summary.errors
+  local mode = threads[1] and threads[1]:get("load_mode")
   io.write(string.format(
     "wrk_result requests=%d duration_us=%d p50_us=%d p95_us=%d p99_us=%d max_us=%d " ..
     "mean_us=%.1f err_connect=%d err_read=%d err_write=%d err_status=%d err_timeout=%d\n",
