@@ -12,11 +12,8 @@ from sqlalchemy import insert, select
 
 from benchmarks.write_behind import write_raw
 from groupbuy.redpacket.models import AccountRow, GrabRow, LedgerEntryRow, PacketRow
-from groupbuy.redpacket.records import (
-    apply_packet_records,
-    packet_event_key,
-    parse_packet_record,
-)
+from groupbuy.redpacket.recording import apply_packet_records
+from groupbuy.redpacket.records import packet_event_key, parse_packet_record
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow
 

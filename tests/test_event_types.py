@@ -18,6 +18,7 @@ from groupbuy.event_types import EVENT_TYPES
 from groupbuy.locks import records as team_records
 from groupbuy.locks.models import ActivityRow
 from groupbuy.redpacket import records as packet_records
+from groupbuy.redpacket.recording import apply_packet_records
 from groupbuy.settings import WebhookSettings
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import EventRow, read_feed, record_events
@@ -110,7 +111,7 @@ async def test_each_packet_ending_projects_to_its_registered_fields(db: Database
         for name, shape in packet_records.PACKET_RECORDS.items()
     ]
     async with db.transaction() as session:
-        await packet_records.apply_packet_records(session, records)
+        await apply_packet_records(session, records)
     found = await recorded(db)
     assert set(found) == set(packet_records.PACKET_RECORDS) - {"grab"}  # a grab is no event
     for kind, fields in found.items():

@@ -37,6 +37,7 @@ from groupbuy.services import Services
 from groupbuy.settings import Settings
 from groupbuy.storage.db import unavailable
 from groupbuy.storage.reachability import Reachability
+from tests.support.database import fail_writes
 from tests.support.fixtures import OpenTeam
 from tests.support.http import ADMIN, ADMIN_KEY, SERVICE, SERVICE_KEY, app_services, portal
 from tests.support.settings import settings_without_redis
@@ -322,10 +323,10 @@ async def test_the_backlog_gauges_rise_while_the_flush_keeps_failing(
     for user in ("u1", "u2", "u3"):
         await packets.grabs.grab("p1", user)
 
-    def locked() -> Any:
-        raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+    def locked() -> Exception:
+        return sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(services.database, "transaction", locked)
+    fail_writes(monkeypatch, services.database, locked)
     with pytest.raises(sqlalchemy.exc.OperationalError):
         await services.jobs.run("flush_records")
     assert metrics.WRITEBACK_BACKLOG.labels(engine="packets")._value.get() == 3
@@ -410,6 +411,7 @@ def test_the_gauges_are_the_backlog_in_redis_at_each_scrape_while_it_drains(
             for n in range(12):
                 assert grab(client, packet, f"u{n}") == 200
         monkeypatch.setattr(writer, "_batch_size", 5)  # 3 batches of each: 5, 5, 2
+        monkeypatch.setattr("groupbuy.redpacket.writer.LANES", 1)  # a batch at a time
         paused, go = asyncio.Event(), asyncio.Event()
         real_ack = writer.ack
         holding = [True]  # until the checks end, however they end

@@ -23,7 +23,8 @@ from groupbuy.redpacket.models import (
     PacketContentsRow,
     PacketEpochRow,
 )
-from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
+from groupbuy.redpacket.recording import apply_packet_records
+from groupbuy.redpacket.records import parse_packet_record
 from groupbuy.redpacket.terms import Terms
 from groupbuy.services import Services
 from groupbuy.settings import Settings

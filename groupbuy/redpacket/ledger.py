@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -11,8 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy import errors
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
-from groupbuy.storage.bulk import bind, execute_many, fetch, placeholders
+from groupbuy.storage.bulk import bind, dialect_of, placeholders
 from groupbuy.storage.db import dialect_insert
+from groupbuy.storage.steps import Statement, Steps, run_on_session
 
 
 async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
@@ -21,8 +23,8 @@ async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> 
     Five statements whatever the batch size: make sure each user has an account row, lock
     those rows and read their balances, find the keys applied before, insert the new
     entries with their `balance_after_cents`, then write the new balances. A batch (the
-    write-behind's credits) sends them as driver SQL (groupbuy/storage/bulk.py), 1.6x
-    as fast on SQLite as through SQLAlchemy's statements (docs/benchmarks-findings.md).
+    write-behind's credits) sends them as driver SQL (`entry_steps`), 1.6x as fast on
+    SQLite as through SQLAlchemy's statements (docs/benchmarks-findings.md).
     Each entry has user_id, kind, amount_cents (signed), business_key and created_at.
     Returns how many entries were applied now.
     """
@@ -35,7 +37,10 @@ async def _apply(
     if not entries:
         return 0
     if len(entries) > 1 and not require_funds:
-        return await _apply_many(session, entries)
+        dialect = await dialect_of(session)
+        created_at = bind(LedgerEntryRow.__table__.c.created_at, dialect)
+        batch = [entry_of(entry, created_at) for entry in entries]
+        return await run_on_session(session, entry_steps(batch, dialect.name == "postgresql"))
     users = sorted({entry["user_id"] for entry in entries})
     await session.execute(
         dialect_insert(session, AccountRow.__table__).on_conflict_do_nothing(),
@@ -183,51 +188,57 @@ _NEW_ENTRY = (
 )
 _SET_BALANCE = "UPDATE accounts SET balance_cents = ? WHERE user_id = ?"
 
+Entry = tuple[str, str, str, int, Any]
+"""A ledger entry of a batch, as the driver takes it: (business_key, user_id, kind,
+amount_cents, created_at in the driver's form: see groupbuy/storage/bulk.py `bind`)."""
 
-async def _apply_many(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
-    """`_apply` of a batch (the write-behind's credits), in the driver's own statements:
-    five whatever the batch's size, no row built as a dict or an object on the way."""
-    connection = await session.connection()
-    dialect = connection.dialect
-    users = sorted({entry["user_id"] for entry in entries})
-    await execute_many(session, _NEW_ACCOUNT, [(user_id,) for user_id in users])
+
+def entry_of(entry: dict[str, Any], created_at: Callable[[Any], Any] | None) -> Entry:
+    """An entry given as a dict (post_entries') as the tuple `entry_steps` takes."""
+    created = entry["created_at"]
+    return (
+        entry["business_key"],
+        entry["user_id"],
+        entry["kind"],
+        entry["amount_cents"],
+        created_at(created) if created_at else created,
+    )
+
+
+def entry_steps(entries: Sequence[Entry], postgresql: bool) -> Steps[int]:
+    """`_apply` of a batch without `require_funds` (the write-behind's credits), as steps
+    (groupbuy/storage/steps.py): five statements whatever the batch's size, no row built
+    as a dict or an object on the way. Returns how many entries were applied now."""
+    users = sorted({entry[1] for entry in entries})
+    yield Statement(_NEW_ACCOUNT, [(user_id,) for user_id in users], many=True)
     # Locked in user order (PostgreSQL), as _apply does: see there.
-    lock = " FOR UPDATE" if dialect.name == "postgresql" else ""
-    held = await fetch(
-        session,
+    lock = " FOR UPDATE" if postgresql else ""
+    held = yield Statement(
         f"SELECT user_id, balance_cents FROM accounts WHERE user_id IN "
         f"({placeholders(len(users))}) ORDER BY user_id{lock}",
-        tuple(users),
+        users,
     )
     balances = {user_id: int(cents) for user_id, cents in held}
-    keys = tuple({entry["business_key"] for entry in entries})
-    known = {
-        key
-        for (key,) in await fetch(
-            session,
-            f"SELECT business_key FROM ledger_entries WHERE business_key IN "
-            f"({placeholders(len(keys))})",
-            keys,
-        )
-    }
-    at = bind(LedgerEntryRow.__table__.c.created_at, dialect)
+    keys = list({entry[0] for entry in entries})
+    applied = yield Statement(
+        f"SELECT business_key FROM ledger_entries WHERE business_key IN "
+        f"({placeholders(len(keys))})",
+        keys,
+    )
+    known = {key for (key,) in applied}
     fresh = []
-    for entry in entries:
-        key, user_id, cents = entry["business_key"], entry["user_id"], entry["amount_cents"]
+    for key, user_id, kind, cents, created in entries:
         if key in known:
             continue
         known.add(key)
         balances[user_id] += cents
-        created = entry["created_at"]
-        fresh.append(
-            (key, user_id, entry["kind"], cents, balances[user_id], at(created) if at else created)
-        )
+        fresh.append((key, user_id, kind, cents, balances[user_id], created))
     if not fresh:
         return 0
     # A plain INSERT: the accounts are locked and these keys were not there. A key taken
     # meanwhile (a deposit's, by another user's transaction) fails the batch; the
     # write-behind then splits it, and an entry alone takes `_apply`'s one-entry path.
-    await execute_many(session, _NEW_ENTRY, fresh)
+    yield Statement(_NEW_ENTRY, fresh, many=True)
     changed = sorted({row[1] for row in fresh})
-    await execute_many(session, _SET_BALANCE, [(balances[u], u) for u in changed])
+    yield Statement(_SET_BALANCE, [(balances[user_id], user_id) for user_id in changed], many=True)
     return len(fresh)

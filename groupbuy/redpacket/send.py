@@ -28,7 +28,8 @@ from groupbuy.redpacket.admission import Admission
 from groupbuy.redpacket.codec import packet_debit_key
 from groupbuy.redpacket.commitment import Commitment
 from groupbuy.redpacket.models import PacketContentsRow, PacketRow
-from groupbuy.redpacket.records import PacketRefunded, apply_packet_records, packet_event_key
+from groupbuy.redpacket.recording import apply_packet_records
+from groupbuy.redpacket.records import PacketRefunded, packet_event_key
 from groupbuy.redpacket.specs import (
     EXISTING,
     OK,

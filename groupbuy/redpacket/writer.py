@@ -35,8 +35,8 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.exceptions
@@ -44,7 +44,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.redpacket.models import ENDED, PacketRow
-from groupbuy.redpacket.records import apply_packet_records, parse_packet_record
+from groupbuy.redpacket.recording import apply_packet_records, record_packet_batch
+from groupbuy.redpacket.records import parse_packet_record
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, apply_isolating
@@ -57,6 +58,12 @@ GROUP = "writers"
 # Script calls in flight at once (coalesced into pipelines when auto_pipeline is on; a
 # connection each otherwise, so fewer than the pool holds).
 CALLS_AT_ONCE = 32
+# Packets whose batches drain_all has on their way at once: two keep both sides busy (one
+# writes SQL while the other talks to Redis); more would only queue for SQLite's writer.
+LANES = 2
+# Packets whose batches drain_all has on their way at once: two keep both sides busy (one
+# writes SQL while the other talks to Redis); more would only queue for SQLite's writer.
+LANES = 2
 
 Entries = list[tuple[str, dict[str, str]]]
 
@@ -155,12 +162,8 @@ class PacketRecordWriter(RecordWriter):
 
         async def apply(batch: Entries) -> None:
             nonlocal status
-            async with self._db.transaction() as session:
-                records = [parse_packet_record(fields) for _entry_id, fields in batch]
-                await apply_packet_records(session, records)
-                status = await session.scalar(
-                    select(PacketRow.status).where(PacketRow.packet_id == packet_id)
-                )
+            records = [parse_packet_record(fields) for _entry_id, fields in batch]
+            status = await record_packet_batch(self._db, packet_id, records)
 
         poisoned = await apply_isolating(entries, apply)
         if poisoned:
@@ -257,27 +260,40 @@ class PacketRecordWriter(RecordWriter):
         a batch of each in turn (one huge stream does not hold up the others), until nothing
         is left or `within` runs out (the first batch always runs). One read of the index
         when nothing waits; returns how many records were applied."""
-        within = within or RunTime()
+        run = _Round(within or RunTime())
         listed = await self.pending()
-        applied = 0
-        first = True
-        while listed:
-            more: list[str] = []
-            for packet_id in listed:
-                if not first and not within.allows():
-                    return applied
-                first = False
-                with within.step():
+        while listed and not run.failures and not run.within.ran_out:
+            run.visits, run.more = iter(listed), []
+            # Two lanes (LANES): while one batch's SQL transaction runs, the other's records
+            # are read from Redis or acknowledged there.
+            await asyncio.gather(*(self._lane(run) for _ in range(LANES)))
+            listed = run.more
+        if run.failures:
+            raise run.failures[0]
+        return run.applied
+
+    async def _lane(self, run: _Round) -> None:
+        """Visit the round's packets one batch each, with the other lanes, until the round
+        is done, its time is out or a lane failed."""
+        for packet_id in run.visits:  # shared by the lanes: each packet is visited once
+            if run.failures or (run.started and not run.within.allows()):
+                return
+            run.started = True
+            try:
+                with run.within.step():
                     done, left = await self._next_of(packet_id)
                 if not done:
                     # Listed, yet nothing to apply: its records wait for another writer (the
                     # entry stays, scored by the oldest), or the entry was stale (it goes).
                     await self.ack(packet_id, [])
-                applied += done
-                if left:
-                    more.append(packet_id)
-            listed = more
-        return applied
+            except Exception as error:
+                # SQL or Redis away: the other lanes finish the batch they hold, then stop,
+                # and drain_all raises this once they have.
+                run.failures.append(error)
+                return
+            run.applied += done
+            if left:
+                run.more.append(packet_id)
 
     async def reindex(self, packet_ids: list[str]) -> None:
         """Set these packets' pending-index entries from their streams: listed, scored by
@@ -285,6 +301,19 @@ class PacketRecordWriter(RecordWriter):
         for start in range(0, len(packet_ids), CALLS_AT_ONCE):
             chunk = packet_ids[start : start + CALLS_AT_ONCE]
             await asyncio.gather(*(self.ack(packet_id, []) for packet_id in chunk))
+
+
+@dataclass
+class _Round:
+    """A drain_all run as its lanes share it: the time it may take, the packets left to
+    visit this round, those to visit again, what was applied, and the failures met."""
+
+    within: RunTime
+    visits: Iterator[str] = iter(())
+    more: list[str] = field(default_factory=list)
+    applied: int = 0
+    started: bool = False  # the first batch always runs
+    failures: list[Exception] = field(default_factory=list)
 
 
 def _entries(reply: Any) -> Entries:

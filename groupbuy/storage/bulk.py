@@ -56,7 +56,14 @@ async def fetch(session: AsyncSession, sql: str, values: tuple[Any, ...]) -> lis
     return [tuple(row) for row in result.all()]
 
 
+async def dialect_of(session: AsyncSession) -> Dialect:
+    """The dialect of the session's connection (the one its transaction runs on)."""
+    return (await session.connection()).dialect
+
+
 def bind(column: ColumnElement[Any], dialect: Dialect) -> Any:
     """The function that writes a Python value of `column` as the driver takes it (its
     type's bind processor: datetimes as text on SQLite), or `None` for no change."""
-    return column.type.bind_processor(dialect)
+    # The dialect's own type (SQLite's DATETIME writes its text form); the generic type's
+    # processor would leave the value to the driver, which writes another form.
+    return column.type.dialect_impl(dialect).bind_processor(dialect)

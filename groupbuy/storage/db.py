@@ -8,7 +8,7 @@ import importlib.util
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import CursorResult, event, exc, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -23,10 +23,13 @@ from sqlalchemy.orm import DeclarativeBase
 
 from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
+from groupbuy.storage.sqlite_thread import SQLiteThread, sqlite_pragmas
+from groupbuy.storage.steps import Steps, run_on_session
 from groupbuy.storage.turns import WriterTurns
 
 # The session.info key of the topics whose listeners run after the transaction commits.
 _COMMIT_TOPICS = "groupbuy_commit_topics"
+R = TypeVar("R")
 
 # The async driver of each URL scheme the service takes, and how to install it.
 _DRIVERS = {
@@ -171,7 +174,7 @@ class Database:
             event.listen(
                 self.engine.sync_engine,
                 "connect",
-                lambda connection, _record: _sqlite_pragmas(connection, busy_timeout_ms),
+                lambda connection, _record: sqlite_pragmas(connection, busy_timeout_ms),
             )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         # SQLite takes one writer at a time; a second one waits in its busy handler, which
@@ -180,6 +183,10 @@ class Database:
         # out the handler's sleeps), urgent ones first (groupbuy/storage/turns.py).
         # Other processes still meet the busy handler.
         self._writers = WriterTurns() if self.is_sqlite else None
+        # The write-behind's batches on a SQLite file: a statement per hop between threads
+        # is most of their time through the pool (groupbuy/storage/sqlite_thread.py).
+        path = sqlite_path(url)
+        self._bulk = SQLiteThread(path, timeout_s) if path is not None else None
         # Called after a transaction that marked their topic commits (mark_committing).
         self._listeners: dict[str, list[Callable[[], None]]] = {}
 
@@ -208,6 +215,18 @@ class Database:
         for topic in session.info.pop(_COMMIT_TOPICS, ()):
             for listener in list(self._listeners.get(topic, ())):
                 listener()
+
+    async def run_steps(self, steps: Callable[[], Steps[R]]) -> R:
+        """Run a stepped transaction (groupbuy/storage/steps.py) and commit it: on a SQLite
+        file in the bulk writer's thread, in one hop, during this process's writer turn;
+        elsewhere on a pooled connection."""
+        if self._bulk is None:
+            async with self.transaction() as session:
+                return await run_on_session(session, steps())
+        async with self._turn(urgent=False):
+            result = await self._bulk.transaction(steps)
+        self.reachability.answered()
+        return result
 
     def held(self) -> HeldConnection:
         """One connection kept across transactions, for a loop that writes often."""
@@ -240,7 +259,9 @@ class Database:
             await conn.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection, and the bulk writer's."""
+        if self._bulk is not None:
+            await self._bulk.close()
         await self.engine.dispose()
 
 
@@ -307,15 +328,6 @@ def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
         return dialect.connect(*cargs, **cparams)
     except OSError as error:
         raise DatabaseUnreachable(str(error) or type(error).__name__) from error
-
-
-def _sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
-    # WAL lets readers run while the outbox writer commits; busy_timeout waits for the lock.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 def dialect_insert(session: AsyncSession, table: Any) -> Any:

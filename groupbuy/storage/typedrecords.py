@@ -8,25 +8,36 @@ parser and the tests that hold the scripts to the types share one definition.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any, TypeVar, cast
 
 R = TypeVar("R")
 
 
+@cache
 def record_keys(shape: Any) -> tuple[frozenset[str], frozenset[str]]:
     """(required, optional) keys of a TypedDict class."""
     return frozenset(shape.__required_keys__), frozenset(shape.__optional_keys__)
+
+
+@cache
+def _known_keys(shape: Any) -> frozenset[str]:
+    required, optional = record_keys(shape)
+    return required | optional
 
 
 def record_fields(shape: Any, fields: Mapping[str, str]) -> dict[str, str]:
     """The fields of TypedDict `shape` out of `fields`: KeyError for a missing required
     one; fields the type does not have are left out (a newer script's, written during a
     rolling deploy, for a writer that does not know them yet)."""
-    required, optional = record_keys(shape)
-    for key in sorted(required):
-        if key not in fields:
-            raise KeyError(key)
-    return {key: value for key, value in fields.items() if key in required or key in optional}
+    required, _optional = record_keys(shape)
+    if not required <= fields.keys():
+        raise KeyError(min(required - fields.keys()))
+    known = _known_keys(shape)
+    if fields.keys() <= known:
+        # The common case, on the write-behind's path: the entry is the record as it is.
+        return fields if isinstance(fields, dict) else dict(fields)
+    return {key: value for key, value in fields.items() if key in known}
 
 
 def parse_record(engine: str, shapes: Mapping[str, type[R]], fields: Mapping[str, str]) -> R:

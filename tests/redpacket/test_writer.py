@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -20,11 +20,13 @@ from groupbuy.redpacket.models import (
     LedgerEntryRow,
     PacketRow,
 )
-from groupbuy.redpacket.records import PacketRecord, apply_packet_records
+from groupbuy.redpacket.recording import record_packet_batch
+from groupbuy.redpacket.records import PacketRecord
 from groupbuy.redpacket.writer import PacketRecordWriter
 from groupbuy.services import Services
 from groupbuy.storage.backends import Backends
 from groupbuy.storage.events import EventRow
+from tests.support.database import fail_writes
 from tests.support.money import assert_money_conserved, count
 
 
@@ -90,7 +92,7 @@ async def test_killed_before_the_insert(
     async def die(*_args: Any) -> None:
         raise Killed()
 
-    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", die)
+    monkeypatch.setattr("groupbuy.redpacket.writer.record_packet_batch", die)
     with pytest.raises(Killed):
         await first.drain("pk")
     monkeypatch.undo()
@@ -104,16 +106,7 @@ async def test_a_writer_retries_its_own_pending_batch(
 ) -> None:
     won = await grabbed_packet(services, users=2)
     writer = services.packets.writer
-    real = writer._db.transaction
-    failures = {"left": 3}
-
-    def flaky_transaction() -> Any:
-        if failures["left"]:
-            failures["left"] -= 1
-            raise sqlalchemy.exc.OperationalError("BEGIN", {}, Exception("database is down"))
-        return real()
-
-    monkeypatch.setattr(writer._db, "transaction", flaky_transaction)
+    fail_writes(monkeypatch, writer._db, _database_down("BEGIN"), times=3)
     for _ in range(3):  # SQL is down: the records wait in Redis
         with pytest.raises(sqlalchemy.exc.OperationalError):
             await writer.drain("pk")
@@ -146,15 +139,15 @@ async def test_a_drain_waits_for_the_batch_another_drain_of_the_packet_holds(
             await caller_go_on.wait()
         return await real_xautoclaim(*args, **kwargs)
 
-    async def apply(session: Any, records: list[PacketRecord]) -> None:
+    async def apply(database: Any, packet_id: str, records: list[PacketRecord]) -> str | None:
         if asyncio.current_task() is drains.get("flush"):  # delivered to it, not committed yet
             flush_holds_batch.set()
             await flush_go_on.wait()
-        await apply_packet_records(session, records)
+        return await record_packet_batch(database, packet_id, records)
 
     monkeypatch.setattr(services.redis, "xreadgroup", xreadgroup)
     monkeypatch.setattr(services.redis, "xautoclaim", xautoclaim)
-    monkeypatch.setattr("groupbuy.redpacket.writer.apply_packet_records", apply)
+    monkeypatch.setattr("groupbuy.redpacket.writer.record_packet_batch", apply)
     caller = drains["caller"] = asyncio.create_task(writer.drain("pk"))
     await caller_between_reads.wait()
     flush = drains["flush"] = asyncio.create_task(writer.drain("pk"))
@@ -237,16 +230,7 @@ async def test_a_failed_commit_leaves_the_packet_listed_and_a_later_flush_record
 ) -> None:
     won = await grabbed_packet(services, users=3)
     writer, pending = services.packets.writer, services.keys.pending_packets()
-    real = writer._db.transaction
-    failures = {"left": 1}
-
-    def failing_transaction() -> Any:
-        if failures["left"]:
-            failures["left"] -= 1
-            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("database is down"))
-        return real()
-
-    monkeypatch.setattr(writer._db, "transaction", failing_transaction)
+    fail_writes(monkeypatch, writer._db, _database_down("COMMIT"), times=1)
     with pytest.raises(sqlalchemy.exc.OperationalError):
         await services.jobs.run("flush_records")
     assert await services.redis.zscore(pending, "pk") is not None  # still listed
@@ -373,3 +357,8 @@ async def test_packet_versions_count_its_changes_in_bodies_and_events(
     pv = services.keys.packet_keys("pv")
     await services.redis.delete(pv.hash, pv.shares, pv.grabs, pv.outbox)
     assert (await packets.reads.get("pv"))["version"] == 12
+
+
+def _database_down(statement: str) -> Callable[[], Exception]:
+    """The error a statement meets while the database is down."""
+    return lambda: sqlalchemy.exc.OperationalError(statement, {}, Exception("database is down"))

@@ -91,7 +91,7 @@ async def test_do_connect_listener_sees_a_refused_asyncpg_connection_as_oserror(
 async def test_connect_listener_gets_the_aiosqlite_connection_with_a_cursor(
     tmp_path: Path,
 ) -> None:
-    """groupbuy/storage/db.py, Database.__init__ and _sqlite_pragmas: a "connect" listener
+    """groupbuy/storage/db.py, Database.__init__ and sqlite_pragmas: a "connect" listener
     gets aiosqlite's adapted connection, whose cursor() runs the PRAGMAs synchronously
     before the connection is used."""
 

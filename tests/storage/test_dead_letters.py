@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 import sqlalchemy.exc
@@ -19,11 +18,13 @@ from sqlalchemy import select
 
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
+from groupbuy.redpacket.grab_batch import GrabRows, Moments
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import GrabRecord
 from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
 from groupbuy.storage.deadletters import DeadLetterRow, Poison, apply_isolating, is_poison
+from tests.support.database import fail_writes
 from tests.support.money import assert_money_conserved, count
 
 
@@ -40,16 +41,14 @@ async def grab_some(services: Services, users: list[str], shares: int = 10) -> d
 
 def refuse_grab_rows_of(user_id: str, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
     """Make the grab records of one user fail as poison (a ValueError) in the writer."""
-    import groupbuy.redpacket.records as records
+    real_rows = GrabRows.of
 
-    real_row = records._grab_row
-
-    def refuse(f: GrabRecord) -> dict[str, object]:
-        if f["user_id"] == user_id:
+    def refuse(grabs: list[GrabRecord], moments: Moments) -> GrabRows:
+        if any(f["user_id"] == user_id for f in grabs):
             raise ValueError(error)
-        return real_row(f)
+        return real_rows(grabs, moments)
 
-    monkeypatch.setattr(records, "_grab_row", refuse)
+    monkeypatch.setattr(GrabRows, "of", refuse)
 
 
 async def poison(services: Services, stream: str, **fields: str) -> str:
@@ -118,16 +117,14 @@ async def test_a_transient_sql_failure_dead_letters_nothing(
 ) -> None:
     won = await grab_some(services, ["u0", "u1", "u2"])
     writer = services.packets.writer
-    real = writer._db.transaction
 
-    def locked() -> Any:
-        raise sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+    def locked() -> Exception:
+        return sqlalchemy.exc.OperationalError("INSERT", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(writer._db, "transaction", locked)
+    fail_writes(monkeypatch, writer._db, locked, times=2)
     for _ in range(2):
         with pytest.raises(sqlalchemy.exc.OperationalError):
             await writer.drain("pk")
-    monkeypatch.setattr(writer._db, "transaction", real)
     assert await count(services, DeadLetterRow) == 0
     assert await writer.backlog() == 3  # waiting whole, not split into dead letters
     assert await writer.drain("pk") == 3

@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import os
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -188,3 +188,34 @@ class TestDatabases:
         if database is not None:
             url = url.set(database=database)
         return await asyncpg.connect(url.render_as_string(hide_password=False))
+
+
+def fail_writes(
+    monkeypatch: Any, database: Database, error: Callable[[], Exception], times: int | None = None
+) -> None:
+    """Make the database's write transactions fail with `error()`: both kinds, a pooled
+    session's (`transaction`) and a stepped one's (`run_steps`, the write-behind's batches),
+    the next `times` times (None: until the test undoes it), as SQL down or locked does."""
+    real_transaction, real_run_steps = database.transaction, database.run_steps
+    left = {"times": times}
+
+    def failing() -> bool:
+        if left["times"] is None:
+            return True
+        if left["times"]:
+            left["times"] -= 1
+            return True
+        return False
+
+    def transaction(*args: Any, **kwargs: Any) -> Any:
+        if failing():
+            raise error()
+        return real_transaction(*args, **kwargs)
+
+    async def run_steps(*args: Any, **kwargs: Any) -> Any:
+        if failing():
+            raise error()
+        return await real_run_steps(*args, **kwargs)
+
+    monkeypatch.setattr(database, "transaction", transaction)
+    monkeypatch.setattr(database, "run_steps", run_steps)
