@@ -113,15 +113,6 @@ async def build_backlog(services: Services, load: Load, tag: str) -> Backlog:
     return Backlog(packet_ids, streams, grabbed)
 
 
-async def analyze(database: Database) -> None:
-    """PostgreSQL: fresh planner statistics, as autovacuum keeps them in service. Here the
-    tables grow from empty by 10^4 rows a round in seconds, faster than autovacuum looks,
-    and a plan cached while they were small would scan them whole (docs/benchmarking.md)."""
-    if not database.is_sqlite:
-        async with database.transaction() as session:
-            await session.execute(text("ANALYZE"))
-
-
 # -- the write-behind ----------------------------------------------------------------------
 
 
@@ -323,8 +314,6 @@ async def measure(services: Services, load: Load, rounds: int, kind: str) -> dic
     trials: dict[str, list[Trial]] = {WRITE_BEHIND: [], RAW: []}
     for index in range(rounds + 1):
         backlog = await build_backlog(services, load, f"{kind[0]}{index}")
-        if index:  # not on the warm-up's empty tables: statistics of nothing mislead worse
-            await analyze(services.database)
         for name in harness.rotation(list(trials), index):
             trial = await (
                 drain(services, backlog) if name == WRITE_BEHIND else raw(services, backlog, "raw-")

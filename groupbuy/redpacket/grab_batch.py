@@ -25,18 +25,16 @@ from groupbuy.redpacket.ledger import Entry, entry_steps
 from groupbuy.redpacket.models import GrabRow
 from groupbuy.redpacket.records import GrabRecord, PacketRecord
 from groupbuy.storage.bulk import bind, placeholders
-from groupbuy.storage.steps import Statement, Steps
+from groupbuy.storage.steps import Statement, Steps, inserting
 
 log = logging.getLogger(__name__)
 
-_NEW_GRAB = (
-    "INSERT INTO grabs (packet_id, user_id, seq, amount_cents, grabbed_at) "
-    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-)
+_NEW_GRABS = "INSERT INTO grabs (packet_id, user_id, seq, amount_cents, grabbed_at)"
 _NEW_ACKNOWLEDGED = (
     "INSERT INTO acknowledged_grabs (packet_id, user_id, epoch, seq, amount_cents, acked_at, "
-    "source) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "source)"
 )
+_ONCE = " ON CONFLICT DO NOTHING"
 _RECORDED_ACK = "DELETE FROM acknowledged_grabs WHERE packet_id = ? AND user_id = ? AND epoch = ?"
 _STATUS = "SELECT status FROM packets WHERE packet_id = ?"
 # PostgreSQL keeps a prepared statement's generic plan once it costs no more than the
@@ -118,7 +116,7 @@ def fence_steps(
         len(fenced),
     )
     lost = [acknowledged_grab(f, "fenced", moments) for f in fenced if f["type"] == "grab"]
-    yield Statement(_NEW_ACKNOWLEDGED, lost, many=True)
+    yield from inserting(_NEW_ACKNOWLEDGED, lost, _ONCE)
     return current
 
 
@@ -138,7 +136,7 @@ def acknowledged_grab(f: GrabRecord, source: str, moments: Moments) -> tuple[Any
 def grab_steps(batch: GrabRows, postgresql: bool) -> Steps[None]:
     """The grab rows and their ledger credits, one statement per table, and the
     acknowledged-grab rows they make moot."""
-    yield Statement(_NEW_GRAB, batch.rows, many=True)
+    yield from inserting(_NEW_GRABS, batch.rows, _ONCE)
     yield from entry_steps(batch.credits, postgresql)
     # Recorded now: their acknowledgements have nothing left to prove (the journal row of
     # one that arrives later is dropped by reconciliation). Such rows are few, so they are

@@ -14,7 +14,7 @@ from groupbuy import errors
 from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
 from groupbuy.storage.bulk import bind, dialect_of, placeholders
 from groupbuy.storage.db import dialect_insert
-from groupbuy.storage.steps import Statement, Steps, run_on_session
+from groupbuy.storage.steps import Statement, Steps, inserting, run_on_session
 
 
 async def post_entries(session: AsyncSession, entries: list[dict[str, Any]]) -> int:
@@ -181,12 +181,16 @@ async def entry(session: AsyncSession, business_key: str) -> LedgerEntryRow | No
     )
 
 
-_NEW_ACCOUNT = "INSERT INTO accounts (user_id, balance_cents) VALUES (?, 0) ON CONFLICT DO NOTHING"
-_NEW_ENTRY = (
+_NEW_ACCOUNTS = "INSERT INTO accounts (user_id, balance_cents)"
+_NO_ACCOUNT_TWICE = " ON CONFLICT DO NOTHING"
+_NEW_ENTRIES = (
     "INSERT INTO ledger_entries (business_key, user_id, kind, amount_cents, "
-    "balance_after_cents, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+    "balance_after_cents, created_at)"
 )
-_SET_BALANCE = "UPDATE accounts SET balance_cents = ? WHERE user_id = ?"
+# Every account exists and is locked by now: the upsert only sets the new balances, in
+# one statement (an UPDATE would take one execution per account).
+_NEW_BALANCES = "INSERT INTO accounts (user_id, balance_cents)"
+_SET_BALANCE = " ON CONFLICT (user_id) DO UPDATE SET balance_cents = excluded.balance_cents"
 
 Entry = tuple[str, str, str, int, Any]
 """A ledger entry of a batch, as the driver takes it: (business_key, user_id, kind,
@@ -207,10 +211,11 @@ def entry_of(entry: dict[str, Any], created_at: Callable[[Any], Any] | None) -> 
 
 def entry_steps(entries: Sequence[Entry], postgresql: bool) -> Steps[int]:
     """`_apply` of a batch without `require_funds` (the write-behind's credits), as steps
-    (groupbuy/storage/steps.py): five statements whatever the batch's size, no row built
-    as a dict or an object on the way. Returns how many entries were applied now."""
+    (groupbuy/storage/steps.py): five statements whatever the batch's size (up to the
+    values limit), no row built as a dict or an object on the way. Returns how many
+    entries were applied now."""
     users = sorted({entry[1] for entry in entries})
-    yield Statement(_NEW_ACCOUNT, [(user_id,) for user_id in users], many=True)
+    yield from inserting(_NEW_ACCOUNTS, [(user_id, 0) for user_id in users], _NO_ACCOUNT_TWICE)
     # Locked in user order (PostgreSQL), as _apply does: see there.
     lock = " FOR UPDATE" if postgresql else ""
     held = yield Statement(
@@ -238,7 +243,7 @@ def entry_steps(entries: Sequence[Entry], postgresql: bool) -> Steps[int]:
     # A plain INSERT: the accounts are locked and these keys were not there. A key taken
     # meanwhile (a deposit's, by another user's transaction) fails the batch; the
     # write-behind then splits it, and an entry alone takes `_apply`'s one-entry path.
-    yield Statement(_NEW_ENTRY, fresh, many=True)
+    yield from inserting(_NEW_ENTRIES, fresh)
     changed = sorted({row[1] for row in fresh})
-    yield Statement(_SET_BALANCE, [(balances[user_id], user_id) for user_id in changed], many=True)
+    yield from inserting(_NEW_BALANCES, [(u, balances[u]) for u in changed], _SET_BALANCE)
     return len(fresh)

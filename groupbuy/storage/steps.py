@@ -17,8 +17,9 @@ The SQL is the driver's own (groupbuy/storage/bulk.py): `?` placeholders, tuples
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -41,6 +42,34 @@ class Statement:
 
 Steps = Generator[Statement, Rows, R]
 """A transaction as steps: yields statements, is sent each one's rows, returns its result."""
+
+# Values one statement carries at most: under both databases' limits (SQLite 32,766
+# variables, PostgreSQL 32,767 parameters), so a batch of the largest size the settings
+# allow goes in a few statements.
+MAX_VALUES = 30_000
+
+
+def inserting(head: str, rows: Sequence[tuple[Any, ...]], tail: str = "") -> Iterator[Statement]:
+    """`head VALUES (?, ...), (?, ...) tail`: `rows` in as few statements as the values
+    limit allows, rather than one execution per row.
+
+    Each execution of a statement is a step of the driver, and sqlite3 gives up the GIL
+    around each one: under a busy event loop the writer thread then waits for the GIL
+    once per row (docs/benchmarks-findings.md), and once per statement here."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per_statement = MAX_VALUES // width
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        sql = _values_sql(head, width, len(chunk), tail)
+        yield Statement(sql, [value for row in chunk for value in row])
+
+
+@lru_cache(maxsize=64)
+def _values_sql(head: str, width: int, count: int, tail: str) -> str:
+    row = f"({', '.join('?' * width)})"
+    return f"{head} VALUES {', '.join([row] * count)}{tail}"
 
 
 async def run_on_session(session: AsyncSession, steps: Steps[R]) -> R:
