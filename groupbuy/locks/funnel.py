@@ -173,19 +173,21 @@ def counts_release(
 def count_when_committed(session: AsyncSession, events: Iterable[Event]) -> None:
     """Count the funnel's events of a write-behind batch once `session`'s transaction
     commits (a batch rolled back counts nothing; one applied again, nothing more)."""
-    counted = [
-        (str(event.data["activity_id"]), _FROM_EVENTS[event.type], event)
-        for event in events
-        if event.type in _FROM_EVENTS
-    ]
+    counted = [event for event in events if event.type in _FROM_EVENTS]
     if not counted:
         return
 
     def committed(_session: Any) -> None:
-        for activity_id, outcome, event in counted:
-            TALLY.add_event(activity_id, outcome, event)
+        count_committed(counted)
 
     orm_events.listen(session.sync_session, "after_commit", committed, once=True)
+
+
+def count_committed(events: Iterable[Event]) -> None:
+    """Count the funnel's events of a write-behind batch that has committed."""
+    for event in events:
+        if event.type in _FROM_EVENTS:
+            TALLY.add_event(str(event.data["activity_id"]), _FROM_EVENTS[event.type], event)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ this module gains its record TypedDict (in TEAM_RECORDS), its key parts
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
-from groupbuy_client.wire import from_ms, iso_ms
-from sqlalchemy import Table, bindparam, update
+from groupbuy_client.wire import iso_ms
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from groupbuy.locks import codec
@@ -23,7 +23,6 @@ from groupbuy.locks.event_keys import (
     parse_event_key,
     team_event_key,
 )
-from groupbuy.locks.models import MemberRow, TeamRow
 from groupbuy.locks.waitlist_records import (
     WAITLIST_RECORDS,
     WaitlistRecord,
@@ -31,8 +30,9 @@ from groupbuy.locks.waitlist_records import (
     waitlist_event,
 )
 from groupbuy.metrics import WAITLIST_ENTRIES
-from groupbuy.storage.db import dialect_insert
+from groupbuy.storage.bulk import Moments
 from groupbuy.storage.events import Event
+from groupbuy.storage.steps import Statement, Steps, inserting, run_on_session
 from groupbuy.storage.typedrecords import parse_record
 
 __all__ = ["EVENT_TYPES", "KEY", "TeamEventKey", "parse_event_key", "team_event_key"]
@@ -184,64 +184,73 @@ def _members(encoded: str) -> list[dict[str, Any]]:
     return [m._asdict() for m in codec.parse_member_list(encoded)]
 
 
-def _member_row(f: TeamOpened | MemberJoined, user_id: str, seq: int) -> dict[str, Any]:
-    return {
-        "activity_id": f["activity_id"],
-        "team_id": f["team_id"],
-        "user_id": user_id,
-        "order_id": f.get("order_id") or None,
-        "seq": seq,
-        "joined_at": from_ms(int(f["at_ms"])),
-    }
+def _member_row(f: TeamOpened | MemberJoined, user_id: str, seq: int, at: Any) -> tuple[Any, ...]:
+    """A new member's row (_NEW_MEMBERS' values)."""
+    return (f["activity_id"], f["team_id"], user_id, f.get("order_id") or None, seq, at)
 
 
-async def project_team_records(session: AsyncSession, records: list[TeamRecord]) -> list[Event]:
-    """Apply a batch of team-script outbox entries to SQL and return their events in order.
-
-    New teams and members go in with one executemany each, whatever the batch size (a
-    flush inside a confirm used to wait on one statement per record); the rare endings,
-    leaves, refunds and leader changes update their rows after that, in order, and one
-    executemany raises the version of the teams the other records changed. Rows applied
-    before are skipped and a version never goes down, so a batch applied twice changes
-    nothing.
-    """
-    teams: list[dict[str, Any]] = []
-    members: list[dict[str, Any]] = []
-    endings: list[Any] = []  # UPDATE statements, applied in the records' order
-    events = [_versioned(_project(f, teams, members, endings), f) for f in records]
-    versions = _team_versions(records)
-    for team in teams:  # a team opened in this batch goes in at its version after the batch
-        team["version"] = versions.pop((team["activity_id"], team["team_id"]), 0)
-    if teams:
-        await session.execute(
-            dialect_insert(session, TeamRow.__table__).on_conflict_do_nothing(), teams
-        )
-    if members:
-        await session.execute(
-            dialect_insert(session, MemberRow.__table__).on_conflict_do_nothing(), members
-        )
-    for statement in endings:
-        await session.execute(statement)
-    if versions:
-        await session.execute(
-            _RAISE_VERSION,
-            [{"b_aid": aid, "b_tid": tid, "b_version": v} for (aid, tid), v in versions.items()],
-        )
-    return events
-
-
-_TEAMS = cast(Table, TeamRow.__table__)
+_NEW_TEAMS = (
+    "INSERT INTO teams (activity_id, team_id, leader_id, status, size, created_at, "
+    "deadline_at, redis_cleared, version)"
+)
+_NEW_MEMBERS = "INSERT INTO team_members (activity_id, team_id, user_id, order_id, seq, joined_at)"
+_ONCE = " ON CONFLICT DO NOTHING"
 # A team's version only goes up: a record applied late (a retried batch, a dead letter
 # replayed) leaves the newer version in place.
 _RAISE_VERSION = (
-    update(_TEAMS)
-    .where(
-        _TEAMS.c.activity_id == bindparam("b_aid"),
-        _TEAMS.c.team_id == bindparam("b_tid"),
-        _TEAMS.c.version < bindparam("b_version"),
-    )
-    .values(version=bindparam("b_version"))
+    "UPDATE teams SET version = ? WHERE activity_id = ? AND team_id = ? AND version < ?"
 )
+
+
+@dataclass(frozen=True)
+class TeamBatch:
+    """A batch of team records as SQL takes it, built before the transaction: the new teams
+    and members, the endings' statements in the records' order, the versions to raise, and
+    the events in order."""
+
+    teams: list[tuple[Any, ...]]
+    members: list[tuple[Any, ...]]
+    endings: list[Statement]
+    versions: list[tuple[int, str, str, int]]
+    events: list[Event]
+
+    @classmethod
+    def of(cls, records: list[TeamRecord], moments: Moments) -> TeamBatch:
+        """The rows and events of `records`."""
+        teams: list[list[Any]] = []
+        members: list[tuple[Any, ...]] = []
+        endings: list[Statement] = []
+        events = [_versioned(_project(f, teams, members, endings, moments), f) for f in records]
+        versions = _team_versions(records)
+        for team in teams:  # a team opened in this batch goes in at its version after it
+            team.append(versions.pop((team[0], team[1]), 0))
+        raised = [(v, aid, tid, v) for (aid, tid), v in versions.items()]
+        return cls([tuple(t) for t in teams], members, endings, raised, events)
+
+    def steps(self) -> Steps[None]:
+        """The batch's rows, as steps (groupbuy/storage/steps.py).
+
+        New teams and members go in with a statement each, whatever the batch size; the
+        rare endings, leaves, refunds and leader changes update their rows after that, in
+        order, and one statement a team raises the version of the teams the other records
+        changed. Rows applied before are skipped and a version never goes down, so a batch
+        applied twice changes nothing."""
+        yield from inserting(_NEW_TEAMS, self.teams, _ONCE)
+        yield from inserting(_NEW_MEMBERS, self.members, _ONCE)
+        # Not `yield from` a list: the runner sends each statement's rows back, and a
+        # list's iterator takes no send().
+        for ending in self.endings:  # noqa: UP028
+            yield ending
+        if self.versions:
+            yield Statement(_RAISE_VERSION, self.versions, many=True)
+
+
+async def project_team_records(session: AsyncSession, records: list[TeamRecord]) -> list[Event]:
+    """Apply a batch of team-script outbox entries to SQL, in the session's transaction,
+    and return their events in order (`TeamBatch`)."""
+    batch = TeamBatch.of(records, Moments((await session.connection()).dialect))
+    await run_on_session(session, batch.steps())
+    return batch.events
 
 
 def _team_versions(records: list[TeamRecord]) -> dict[tuple[str, str], int]:
@@ -272,43 +281,37 @@ def _versioned(event: Event, f: TeamRecord) -> Event:
     return event
 
 
-def _team_update(f: TeamRecord) -> Any:
-    """An UPDATE of the record's team row."""
-    return update(TeamRow).where(
-        TeamRow.activity_id == f["activity_id"], TeamRow.team_id == f["team_id"]
+def _team_update(f: TeamRecord, changes: str, *values: Any) -> Statement:
+    """An UPDATE of the record's team row: `changes` is its SET clause."""
+    return Statement(
+        f"UPDATE teams SET {changes} WHERE activity_id = ? AND team_id = ?",
+        (*values, f["activity_id"], f["team_id"]),
     )
 
 
-def _member_update(f: MemberLeft | MemberRefunded) -> Any:
-    """An UPDATE of the record's member row."""
-    return update(MemberRow).where(
-        MemberRow.activity_id == f["activity_id"],
-        MemberRow.team_id == f["team_id"],
-        MemberRow.user_id == f["user_id"],
+def _member_update(f: MemberLeft | MemberRefunded, changes: str, *values: Any) -> Statement:
+    """An UPDATE of the record's member row: `changes` is its SET clause."""
+    return Statement(
+        f"UPDATE team_members SET {changes} WHERE activity_id = ? AND team_id = ? AND user_id = ?",
+        (*values, f["activity_id"], f["team_id"], f["user_id"]),
     )
 
 
 def _project(
     f: TeamRecord,
-    teams: list[dict[str, Any]],
-    members: list[dict[str, Any]],
-    endings: list[Any],
+    teams: list[list[Any]],
+    members: list[tuple[Any, ...]],
+    endings: list[Statement],
+    moments: Moments,
 ) -> Event:
     """The event of one record; the rows it stands for are added to the lists."""
     kind, aid, tid, at_ms = f["type"], f["activity_id"], f["team_id"], int(f["at_ms"])
     base = {"activity_id": aid, "team_id": tid}
     if f["type"] == "team.opened":
-        teams.append(
-            {
-                **base,
-                "leader_id": f["leader_id"],
-                "status": "open",
-                "size": int(f["size"]),
-                "created_at": from_ms(at_ms),
-                "deadline_at": from_ms(int(f["deadline_ms"])),
-            }
-        )
-        members.append(_member_row(f, f["leader_id"], 1))
+        at = moments(f["at_ms"])
+        deadline = moments(f["deadline_ms"])
+        teams.append([aid, tid, f["leader_id"], "open", int(f["size"]), at, deadline, False])
+        members.append(_member_row(f, f["leader_id"], 1, at))
         data = {**base, "leader_id": f["leader_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, team_event_key(kind, aid, tid), data)
     if (
@@ -320,27 +323,26 @@ def _project(
     if f["type"] == "team.member_joined":
         if f.get("offered") == "1":
             WAITLIST_ENTRIES.labels(outcome="taken").inc()
-        members.append(_member_row(f, f["user_id"], int(f["seq"])))
+        members.append(_member_row(f, f["user_id"], int(f["seq"]), moments(f["at_ms"])))
         data = {**base, "user_id": f["user_id"], "order_id": f["order_id"] or None}
         return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
     if f["type"] == "team.formed" or f["type"] == "team.failed":
         members_data: dict[str, Any] = {**base, "members": _members(f["members"])}
-        at = from_ms(at_ms)
+        at = moments(f["at_ms"])
         if f["type"] == "team.formed":
-            endings.append(_team_update(f).values(status="formed", formed_at=at))
+            endings.append(_team_update(f, "status = 'formed', formed_at = ?", at))
             members_data["virtual_seats"] = int(f.get("virtual_seats", 0))
         else:
             why = f.get("reason", "deadline")
-            endings.append(_team_update(f).values(status="failed", failed_at=at, failed_reason=why))
+            failed = "status = 'failed', failed_at = ?, failed_reason = ?"
+            endings.append(_team_update(f, failed, at, why))
             members_data["reason"] = why
         return Event(kind, at_ms, team_event_key(kind, aid, tid), members_data)
     if f["type"] == "team.member_left" or f["type"] == "team.member_refunded":
         reason = f["reason"] or None
-        if f["type"] == "team.member_left":
-            change = {"left_at": from_ms(at_ms), "leave_reason": reason}
-        else:
-            change = {"refunded_at": from_ms(at_ms), "leave_reason": reason}
-        endings.append(_member_update(f).values(**change))
+        when = "left_at" if f["type"] == "team.member_left" else "refunded_at"
+        change = f"{when} = ?, leave_reason = ?"
+        endings.append(_member_update(f, change, moments(f["at_ms"]), reason))
         data = {
             **base,
             "user_id": f["user_id"],
@@ -349,7 +351,7 @@ def _project(
         }
         return Event(kind, at_ms, team_event_key(kind, aid, tid, f["user_id"]), data)
     if f["type"] == "team.leader_changed":
-        endings.append(_team_update(f).values(leader_id=f["leader_id"]))
+        endings.append(_team_update(f, "leader_id = ?", f["leader_id"]))
         data = {
             **base,
             "leader_id": f["leader_id"],

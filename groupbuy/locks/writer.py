@@ -15,16 +15,18 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from groupbuy.locks.funnel import count_when_committed
-from groupbuy.locks.records import parse_team_record, project_team_records
+from groupbuy.locks.funnel import count_committed, count_when_committed
+from groupbuy.locks.records import TeamBatch, parse_team_record, project_team_records
 from groupbuy.storage.backends import Backends
+from groupbuy.storage.bulk import Moments
 from groupbuy.storage.calls import outbox_ack
 from groupbuy.storage.deadletters import DeadLetters, Entries, apply_isolating, is_poison
-from groupbuy.storage.events import record_events
+from groupbuy.storage.events import FEED_COMMITTED, event_steps, record_events
 from groupbuy.storage.groupcommit import GroupCommit, Waiters
 from groupbuy.storage.keys import Keys
 from groupbuy.storage.outbox import RecordWriter, RunTime, drain_each, read_outbox
 from groupbuy.storage.reachability import Reachability
+from groupbuy.storage.steps import Steps
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,6 @@ class TeamRecordWriter(RecordWriter):
     ) -> None:
         super().__init__(backends, ActivityOutboxes(backends.keys), batch_size, dead_letters)
         self._reachability = reachability or Reachability("the configured URL")
-        self._project = project_team_records
         dead_letters.register(self.engine, self._apply)
         # SQLite takes one writer at a time: every activity in one lane, their records in
         # shared transactions. PostgreSQL takes them side by side: a lane per activity.
@@ -131,8 +132,7 @@ class TeamRecordWriter(RecordWriter):
         if not group:
             return
         try:
-            async with self._db.transaction(urgent=True) as session:
-                await self._apply(session, [f for _owner, entries in group for _id, f in entries])
+            await self._write([f for _owner, entries in group for _id, f in entries])
         except Exception as exc:
             if not is_poison(exc):
                 raise
@@ -169,8 +169,7 @@ class TeamRecordWriter(RecordWriter):
         """One activity's batch, a transaction (poison isolated, buried), then acked."""
 
         async def apply(batch: Entries) -> None:
-            async with self._db.transaction(urgent=True) as session:
-                await self._apply(session, [fields for _id, fields in batch])
+            await self._write([fields for _id, fields in batch])
 
         poisoned = await apply_isolating(entries, apply)
         if poisoned:  # out of the stream (into the dead letters) before the rest is acked
@@ -180,11 +179,28 @@ class TeamRecordWriter(RecordWriter):
         await self.ack(activity_id, [entry_id for entry_id, _ in entries if entry_id not in dead])
         return self._written(len(entries) - len(poisoned))
 
+    async def _write(self, fields: list[dict[str, str]]) -> None:
+        """Apply a batch of records in one urgent transaction (a confirm may wait on it).
+
+        The rows are built first; the transaction runs them and the events as steps (on
+        a SQLite file in one hop: groupbuy/storage/sqlite_thread.py), so it holds the
+        single writer for its statements alone. Its events are fed and counted (the
+        console's funnel, groupbuy/locks/funnel.py) once it commits."""
+        moments = Moments(self._db.engine.dialect)
+        batch = TeamBatch.of([parse_team_record(f) for f in fields], moments)
+
+        def steps() -> Steps[None]:
+            yield from batch.steps()
+            yield from event_steps(batch.events, moments)
+
+        await self._db.run_steps(steps, urgent=True, topics=(FEED_COMMITTED,))
+        count_committed(batch.events)
+
     async def _apply(self, session: AsyncSession, fields: list[dict[str, str]]) -> None:
         """Parse records, project them into rows and record their events, in the caller's
-        transaction."""
+        transaction (a dead letter replayed)."""
         records = [parse_team_record(f) for f in fields]
-        events = await self._project(session, records)
+        events = await project_team_records(session, records)
         await record_events(session, events)
         count_when_committed(session, events)  # the console's funnel (groupbuy/locks/funnel.py)
 

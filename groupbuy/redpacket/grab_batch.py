@@ -17,14 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from groupbuy_client.wire import from_ms
-from sqlalchemy.engine import Dialect
-
 from groupbuy.redpacket.codec import grab_credit_key
 from groupbuy.redpacket.ledger import Entry, entry_steps
-from groupbuy.redpacket.models import GrabRow
 from groupbuy.redpacket.records import GrabRecord, PacketRecord
-from groupbuy.storage.bulk import bind, placeholders
+from groupbuy.storage.bulk import Moments, placeholders
 from groupbuy.storage.steps import Statement, Steps, inserting
 
 log = logging.getLogger(__name__)
@@ -47,22 +43,6 @@ CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 def record_epoch(f: PacketRecord) -> int:
     """The epoch of the Redis state that wrote a record (records before epochs: 0)."""
     return int(f.get("epoch", "0"))
-
-
-class Moments:
-    """Records' millisecond timestamps as the driver takes a timestamp column (text on
-    SQLite), each distinct one converted once: a batch's grabs share few milliseconds."""
-
-    def __init__(self, dialect: Dialect) -> None:
-        self._bind = bind(GrabRow.__table__.c.grabbed_at, dialect)
-        self._seen: dict[str, Any] = {}
-
-    def __call__(self, at_ms: str) -> Any:
-        value = self._seen.get(at_ms)
-        if value is None:
-            moment = from_ms(int(at_ms))
-            value = self._seen[at_ms] = self._bind(moment) if self._bind else moment
-        return value
 
 
 @dataclass(frozen=True)

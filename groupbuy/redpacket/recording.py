@@ -15,7 +15,6 @@ from groupbuy.redpacket.codec import refund_key
 from groupbuy.redpacket.grab_batch import (
     CUSTOM_PLANS,
     GrabRows,
-    Moments,
     fence_steps,
     grab_batch_steps,
     grab_steps,
@@ -23,7 +22,7 @@ from groupbuy.redpacket.grab_batch import (
 from groupbuy.redpacket.ledger import post_entry
 from groupbuy.redpacket.models import PacketRow
 from groupbuy.redpacket.records import GrabRecord, PacketEnding, PacketRecord, packet_event_key
-from groupbuy.storage.bulk import dialect_of
+from groupbuy.storage.bulk import Moments, dialect_of
 from groupbuy.storage.db import Database
 from groupbuy.storage.events import Event, record_event
 from groupbuy.storage.steps import run_on_session

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement
+from groupbuy_client.wire import from_ms
+from sqlalchemy import ColumnElement, DateTime
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -67,3 +68,19 @@ def bind(column: ColumnElement[Any], dialect: Dialect) -> Any:
     # The dialect's own type (SQLite's DATETIME writes its text form); the generic type's
     # processor would leave the value to the driver, which writes another form.
     return column.type.dialect_impl(dialect).bind_processor(dialect)
+
+
+class Moments:
+    """Records' millisecond timestamps as the driver takes a timestamp column (text on
+    SQLite), each distinct one converted once: a batch's records share few milliseconds."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._bind = DateTime(timezone=True).dialect_impl(dialect).bind_processor(dialect)
+        self._seen: dict[str, Any] = {}
+
+    def __call__(self, at_ms: str) -> Any:
+        value = self._seen.get(at_ms)
+        if value is None:
+            moment = from_ms(int(at_ms))
+            value = self._seen[at_ms] = self._bind(moment) if self._bind else moment
+        return value

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
@@ -212,20 +212,29 @@ class Database:
 
     def _committed(self, session: AsyncSession) -> None:
         self.reachability.answered()  # committed: the database takes writes (again)
-        for topic in session.info.pop(_COMMIT_TOPICS, ()):
+        self._notify(session.info.pop(_COMMIT_TOPICS, ()))
+
+    def _notify(self, topics: Iterable[str]) -> None:
+        for topic in topics:
             for listener in list(self._listeners.get(topic, ())):
                 listener()
 
-    async def run_steps(self, steps: Callable[[], Steps[R]]) -> R:
+    async def run_steps(
+        self, steps: Callable[[], Steps[R]], urgent: bool = False, topics: tuple[str, ...] = ()
+    ) -> R:
         """Run a stepped transaction (groupbuy/storage/steps.py) and commit it: on a SQLite
-        file in the bulk writer's thread, in one hop, during this process's writer turn;
-        elsewhere on a pooled connection."""
+        file in the bulk writer's thread, in one hop, during this process's writer turn
+        (`urgent`: as `transaction`'s); elsewhere on a pooled connection. The on_commit
+        listeners of `topics` are called once it commits (as mark_committing does)."""
         if self._bulk is None:
-            async with self.transaction() as session:
+            async with self.transaction(urgent) as session:
+                for topic in topics:
+                    mark_committing(session, topic)
                 return await run_on_session(session, steps())
-        async with self._turn(urgent=False):
+        async with self._turn(urgent):
             result = await self._bulk.transaction(steps)
         self.reachability.answered()
+        self._notify(topics)
         return result
 
     def held(self) -> HeldConnection:

@@ -33,7 +33,9 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, aliased, mapped_column
 
+from groupbuy.storage.bulk import Moments
 from groupbuy.storage.db import Base, Database, dialect_insert, insert_ignore, mark_committing
+from groupbuy.storage.steps import Steps, inserting
 
 # The on_commit topic of transactions that recorded events (the webhook deliverer listens).
 FEED_COMMITTED = "feed"
@@ -103,6 +105,20 @@ async def record_events(session: AsyncSession, events: list[Event]) -> None:
         # executemany, rows in list order: compiled once, cached (not per batch size).
         statement = dialect_insert(session, EventRow.__table__).on_conflict_do_nothing()
         await session.execute(statement, [_row(e) for e in events])
+
+
+_NEW_EVENTS = "INSERT INTO events (type, at, dedup_key, data)"
+
+
+def event_steps(events: list[Event], moments: Moments) -> Steps[None]:
+    """`record_events` as steps (groupbuy/storage/steps.py): one statement, the rows in
+    list order (ids follow it), those already recorded skipped. The transaction that runs
+    them must name FEED_COMMITTED among its topics (Database.run_steps)."""
+    rows = [
+        (e.type, moments(str(e.at_ms)), e.dedup_key, json.dumps(e.data, separators=(",", ":")))
+        for e in events
+    ]
+    yield from inserting(_NEW_EVENTS, rows, " ON CONFLICT DO NOTHING")
 
 
 async def assign_positions(database: Database, limit: int = POSITION_BATCH) -> int:

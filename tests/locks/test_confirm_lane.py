@@ -4,13 +4,11 @@ on SQLite, take the writer's turn before bulk transactions waiting for it."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from groupbuy.locks.models import MemberRow
-from groupbuy.locks.records import TeamRecord
 from groupbuy.services import Services
 
 ACTIVITIES = 5
@@ -37,18 +35,18 @@ def _slow_first_round(
     """Make the team writer's first transaction wait: (the sizes of its transactions, in
     records projected; set once the first one writes; set it to let the first one go)."""
     writer = services.team_writer
-    real_project = writer._project
+    real_write = writer._write
     projected: list[int] = []
     writing, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_project(session: Any, records: list[TeamRecord]) -> Any:
+    async def slow_write(records: list[dict[str, str]]) -> None:
         projected.append(len(records))
         if len(projected) == 1:
             writing.set()
             await release.wait()
-        return await real_project(session, records)
+        await real_write(records)
 
-    monkeypatch.setattr(writer, "_project", slow_project)
+    monkeypatch.setattr(writer, "_write", slow_write)
     return projected, writing, release
 
 

@@ -15,7 +15,6 @@ from starlette.testclient import TestClient
 
 from groupbuy import errors
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.locks.records import TeamRecord
 from groupbuy.services import Services
 from groupbuy.storage.db import DatabaseUnreachable
 from groupbuy.storage.events import EventRow
@@ -215,16 +214,16 @@ async def test_a_leave_answers_503_while_sql_is_away_and_its_retry_200(
     await teams.activities.open_team(AID, "L", team_id="t1", order_id="oL")
     await teams.seats.lock(AID, "t1", "u1")
     await teams.seats.confirm(AID, "t1", "u1", "o1")
-    real_project = services.team_writer._project
+    real_write = services.team_writer._write
 
-    async def away(session: Any, batch: list[TeamRecord]) -> Any:
+    async def away(batch: list[dict[str, str]]) -> None:
         raise DatabaseUnreachable("[Errno 111] Connect call failed")
 
-    monkeypatch.setattr(services.team_writer, "_project", away)
+    monkeypatch.setattr(services.team_writer, "_write", away)
     with pytest.raises(DatabaseUnreachable):
         await teams.seats.leave(AID, "t1", "u1", "o1")
     assert (await member_rows(services, "t1"))["u1"].left_at is None
-    monkeypatch.setattr(services.team_writer, "_project", real_project)
+    monkeypatch.setattr(services.team_writer, "_write", real_write)
     retried = await teams.seats.leave(AID, "t1", "u1", "o1")
     assert retried.get("left") is True and users(dict(retried["team"])) == ["L"]
     assert (await member_rows(services, "t1"))["u1"].left_at is not None

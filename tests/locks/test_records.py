@@ -10,7 +10,6 @@ from sqlalchemy import func, select
 
 from groupbuy import errors
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.locks.records import TeamRecord
 from groupbuy.services import Services
 from groupbuy.storage.db import DatabaseUnreachable
 from groupbuy.storage.events import EventRow
@@ -69,15 +68,15 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
     await teams.seats.lock("a1", "t1", "u2")
 
     calls = {"n": 0}
-    real_project = services.team_writer._project
+    real_write = services.team_writer._write
 
-    async def dying_project(session: Any, batch: list[TeamRecord]) -> Any:
+    async def dying_write(batch: list[dict[str, str]]) -> None:
         calls["n"] += 1
         if calls["n"] == 2:  # the database goes away on the second batch, before its commit
             raise DatabaseUnreachable("[Errno 111] Connect call failed")
-        return await real_project(session, batch)
+        await real_write(batch)
 
-    monkeypatch.setattr(services.team_writer, "_project", dying_project)
+    monkeypatch.setattr(services.team_writer, "_write", dying_write)
     await teams.seats.confirm("a1", "t1", "u1", "o1")  # its record lands (batch 1)
     # Not answered while its record is not in SQL (the API answers 503 database_unavailable);
     # the script made u2 a member and the team formed, in Redis, with the records waiting.
@@ -85,7 +84,7 @@ async def test_a_failed_batch_stays_in_redis_and_lands_once_later(
         await teams.seats.confirm("a1", "t1", "u2", "o2")
     assert await services.redis.xlen(services.keys.outbox("a1")) == 2
     assert await _count(services, MemberRow) == 2
-    monkeypatch.setattr(services.team_writer, "_project", real_project)
+    monkeypatch.setattr(services.team_writer, "_write", real_write)
 
     repeat = await teams.seats.confirm("a1", "t1", "u2", "o2")  # the backend's retry: recorded now
     assert not repeat.created and repeat.body["formed"] is True
@@ -113,13 +112,13 @@ async def test_a_flush_ends_while_the_activity_keeps_writing(
         "a1", "L", team_id="t1"
     )  # flushed: the stream is empty
     stream = services.keys.outbox("a1")
-    real_project = services.team_writer._project
+    real_write = services.team_writer._write
 
-    async def slow_project(session: Any, batch: list[TeamRecord]) -> Any:
+    async def slow_write(batch: list[dict[str, str]]) -> None:
         await asyncio.sleep(0.02)
-        return await real_project(session, batch)
+        await real_write(batch)
 
-    monkeypatch.setattr(services.team_writer, "_project", slow_project)
+    monkeypatch.setattr(services.team_writer, "_write", slow_write)
     monkeypatch.setattr(services.team_writer, "_batch_size", batch)  # 10: several batches
     written = 0
     stop = asyncio.Event()

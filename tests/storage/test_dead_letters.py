@@ -18,11 +18,12 @@ from sqlalchemy import select
 
 from groupbuy import errors, metrics
 from groupbuy.locks.models import MemberRow, TeamRow
-from groupbuy.redpacket.grab_batch import GrabRows, Moments
+from groupbuy.redpacket.grab_batch import GrabRows
 from groupbuy.redpacket.models import GrabRow, LedgerEntryRow
 from groupbuy.redpacket.records import GrabRecord
 from groupbuy.redpacket.writer import GROUP
 from groupbuy.services import Services
+from groupbuy.storage.bulk import Moments
 from groupbuy.storage.deadletters import DeadLetterRow, Poison, apply_isolating, is_poison
 from tests.support.database import fail_writes
 from tests.support.money import assert_money_conserved, count

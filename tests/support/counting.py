@@ -9,23 +9,48 @@ from typing import Any
 
 from sqlalchemy import event
 
+from groupbuy.storage import sqlite_thread
 from groupbuy.storage.db import Database
+from groupbuy.storage.steps import Steps
+
+_RUNNER = "run_on_connection"
 
 
 @contextlib.contextmanager
 def sql_statements(database: Database) -> Iterator[list[str]]:
-    """Every SQL statement the database's engine runs inside the block, in order."""
+    """Every SQL statement the database runs inside the block, in order: its engine's, and
+    on a SQLite file its bulk writer thread's (groupbuy/storage/sqlite_thread.py)."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
         seen.append(statement)
 
+    # The bulk writer calls its module's name: replaced there for the block.
+    real_run = getattr(sqlite_thread, _RUNNER)
+
+    def run_recorded(connection: Any, steps: Steps[Any]) -> Any:
+        return real_run(connection, _tapped(steps, seen))
+
     engine = database.engine.sync_engine
     event.listen(engine, "before_cursor_execute", record)
+    setattr(sqlite_thread, _RUNNER, run_recorded)
     try:
         yield seen
     finally:
+        setattr(sqlite_thread, _RUNNER, real_run)
         event.remove(engine, "before_cursor_execute", record)
+
+
+def _tapped(steps: Steps[Any], seen: list[str]) -> Steps[Any]:
+    """`steps`, each statement's SQL noted in `seen` as it is run."""
+    rows: Any = None
+    try:
+        while True:
+            statement = steps.send(rows) if rows is not None else next(steps)
+            seen.append(statement.sql)
+            rows = yield statement
+    except StopIteration as finished:
+        return finished.value
 
 
 # Not the code's own: INFO is how the count is read, and PING is redis-py's health check of
