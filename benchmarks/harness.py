@@ -421,6 +421,16 @@ class Groupbuy:
         return round(wait_idle([self.server]), 2)
 
 
+def admin_client(url: str) -> httpx.Client:
+    """An HTTP client of a benchmark's service, with the admin key."""
+    return httpx.Client(
+        base_url=url,
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=60,
+        limits=httpx.Limits(max_connections=16),
+    )
+
+
 @contextlib.contextmanager
 def groupbuy(
     redis_url: str, workdir: Path, workers: int, tag: str, **settings: str
@@ -429,12 +439,7 @@ def groupbuy(
     args, env, port = groupbuy_command(redis_url, workdir, workers, tag, **settings)
     with (
         serve(args, env, port, workdir / f"groupbuy-{tag}.log") as running,
-        httpx.Client(
-            base_url=running.url,
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-            timeout=60,
-            limits=httpx.Limits(max_connections=16),
-        ) as client,
+        admin_client(running.url) as client,
     ):
         yield Groupbuy(running, client, tag)
 

@@ -30,7 +30,6 @@ import redis
 
 from benchmarks import harness
 from benchmarks.harness import (
-    ADMIN_KEY,
     REPO,
     SERVICE_KEY,
     Bench,
@@ -39,6 +38,7 @@ from benchmarks.harness import (
     Row,
     Server,
     Trial,
+    admin_client,
     bare_command,
     comparison,
     groupbuy,
@@ -247,12 +247,7 @@ def split_groupbuy(redis_url: str, workdir: Path, tag: str) -> Iterator[Layout]:
         job_worker(
             {**env, "GROUPBUY_SCHEDULER_ENABLED": "true"}, workdir / f"worker-{tag}.log"
         ) as worker,
-        httpx.Client(
-            base_url=running.url,
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-            timeout=60,
-            limits=httpx.Limits(max_connections=16),
-        ) as client,
+        admin_client(running.url) as client,
     ):
         yield Layout(running, client, tag, worker)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -210,26 +210,13 @@ async def test_a_woken_run_that_outlasts_its_interval_is_late_as_a_ticked_one_wa
             await release.wait()
         return {}
 
-    async def nothing() -> Report:
-        return {}
-
-    async def no_work() -> bool:
-        return False
-
     async def skipped_at_least(ticks: float) -> bool:
         return (REGISTRY.get_sample_value("groupbuy_job_ticks_skipped_total", labels) or 0) >= ticks
 
     labels = {"job": "slow_prompt"}
     before = REGISTRY.get_sample_value("groupbuy_job_ticks_skipped_total", labels) or 0
     wakeup = Wakeup()
-    prompt = Prompt(wakeup, no_work, NO_POLL_S, lambda report: False)
-    job = Job("slow_prompt", interval_s, nothing, run_within=slow, prompt=prompt)
-    scheduler = Scheduler(
-        JobRunner([job]),
-        services.scripts,
-        services.keys.lease(LEASE),
-        flush_settings(services.settings, NO_POLL_S).scheduler,
-    )
+    scheduler = prompt_scheduler(services, "slow_prompt", interval_s, slow, wakeup, busy=False)
     caplog.set_level(logging.INFO)
     scheduler.start()
     try:
@@ -266,21 +253,8 @@ async def test_a_failing_run_is_retried_at_its_interval_however_often_work_wakes
         runs += 1
         raise errors.DatabaseUnavailable("the database is away")
 
-    async def nothing() -> Report:
-        return {}
-
-    async def no_work() -> bool:
-        return False
-
     wakeup = Wakeup()
-    prompt = Prompt(wakeup, no_work, NO_POLL_S, lambda report: True)
-    job = Job("failing_prompt", interval_s, nothing, run_within=failing, prompt=prompt)
-    scheduler = Scheduler(
-        JobRunner([job]),
-        services.scripts,
-        services.keys.lease(LEASE),
-        flush_settings(services.settings, NO_POLL_S).scheduler,
-    )
+    scheduler = prompt_scheduler(services, "failing_prompt", interval_s, failing, wakeup, busy=True)
     scheduler.start()
     try:
         await leading(scheduler)
@@ -291,3 +265,30 @@ async def test_a_failing_run_is_retried_at_its_interval_however_often_work_wakes
     finally:
         await asyncio.wait_for(scheduler.stop(), STOP_WITHIN_S)
     assert 1 <= runs <= round(window_s / interval_s) + 1, runs
+
+
+def prompt_scheduler(
+    services: Services,
+    name: str,
+    interval_s: float,
+    run_within: Callable[[float], Awaitable[Report]],
+    wakeup: Wakeup,
+    busy: bool,
+) -> Scheduler:
+    """A scheduler of one prompt job `name` that `wakeup` wakes, whose poll finds no work
+    and whose every run reports work done (`busy`) or none."""
+
+    async def nothing() -> Report:
+        return {}
+
+    async def no_work() -> bool:
+        return False
+
+    prompt = Prompt(wakeup, no_work, NO_POLL_S, lambda report: busy)
+    job = Job(name, interval_s, nothing, run_within=run_within, prompt=prompt)
+    return Scheduler(
+        JobRunner([job]),
+        services.scripts,
+        services.keys.lease(LEASE),
+        flush_settings(services.settings, NO_POLL_S).scheduler,
+    )
