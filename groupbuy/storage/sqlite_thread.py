@@ -50,7 +50,9 @@ class SQLiteThread:
     def __init__(self, path: str, busy_timeout_s: float) -> None:
         self._path = path
         self._busy_timeout_ms = round(busy_timeout_s * 1000)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        # Started on first use and again after close(): an engine disposed at shutdown may
+        # serve again (SQLAlchemy's pool does), and so may this writer.
+        self._executor: ThreadPoolExecutor | None = None
         self._connection: sqlite3.Connection | None = None  # touched only in the thread
 
     async def transaction(self, steps: Callable[[], Steps[R]]) -> R:
@@ -59,6 +61,8 @@ class SQLiteThread:
         A cancelled caller still waits for the transaction to end (committed or rolled
         back) before it goes: the writer turn it holds must not pass on while the thread
         still writes."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         future = asyncio.get_running_loop().run_in_executor(self._executor, self._run, steps)
         try:
             return await asyncio.shield(future)
@@ -103,10 +107,13 @@ class SQLiteThread:
                 connection.close()
 
     async def close(self) -> None:
-        """Close the connection and stop the thread (after the transaction running now)."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close_connection)
-        self._executor.shutdown(wait=False)
+        """Close the connection and stop the thread (after the transaction running now); a
+        later transaction starts them again."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(executor, self._close_connection)
+        executor.shutdown(wait=False)
 
 
 def _as_sqlalchemy(error: sqlite3.Error) -> exc.StatementError:

@@ -154,3 +154,12 @@ async def test_a_cancelled_caller_keeps_the_writer_turn_until_the_thread_is_done
     assert await second == 1
     async with db.sessions() as session:
         assert await session.scalar(text("SELECT count(*) FROM accounts")) == 2
+
+
+async def test_a_disposed_database_runs_steps_again(db: Database) -> None:
+    """dispose() (a service's shutdown) closes the bulk writer; the next stepped
+    transaction opens it again, as the pool opens new connections."""
+    assert await db.run_steps(lambda: credits(db, "ann", "k1")) == 1
+    await db.dispose()
+    assert await db.run_steps(lambda: credits(db, "ann", "k2")) == 1
+    assert await balance(db, "ann") == 20
