@@ -30,7 +30,7 @@ from groupbuy.locks.waitlist_records import (
     waitlist_event,
 )
 from groupbuy.metrics import WAITLIST_ENTRIES
-from groupbuy.storage.bulk import Moments
+from groupbuy.storage.bulk import Moments, dialect_of
 from groupbuy.storage.events import Event
 from groupbuy.storage.steps import Statement, Steps, inserting, run_on_session
 from groupbuy.storage.typedrecords import parse_record
@@ -248,7 +248,7 @@ class TeamBatch:
 async def project_team_records(session: AsyncSession, records: list[TeamRecord]) -> list[Event]:
     """Apply a batch of team-script outbox entries to SQL, in the session's transaction,
     and return their events in order (`TeamBatch`)."""
-    batch = TeamBatch.of(records, Moments((await session.connection()).dialect))
+    batch = TeamBatch.of(records, Moments(await dialect_of(session)))
     await run_on_session(session, batch.steps())
     return batch.events
 

@@ -3,15 +3,14 @@
 SQLAlchemy's executemany of a Core statement spends more time per row than the database:
 it builds a dict per row, runs each value's bind processor, and renders RETURNING and
 IN lists anew. On the write-behind's path, rows are plain tuples and the SQL text is the
-driver's own (`exec_driver_sql`): one call per table per batch, in the batch's
-transaction. Placeholders are written `?`, and turned into the driver's own (`$1` for
-asyncpg) once per text.
+driver's own, run as steps (groupbuy/storage/steps.py): one statement per table per
+batch. Placeholders are written `?`, and turned into the driver's own (`$1` for asyncpg)
+once per text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -37,24 +36,6 @@ def in_paramstyle(sql: str, paramstyle: str) -> str:
 def placeholders(count: int) -> str:
     """`?, ?, ...`: `count` placeholders for an IN list."""
     return ", ".join("?" * count)
-
-
-async def execute_many(session: AsyncSession, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Run `sql` once per row of `rows`, as the driver's executemany, in the session's
-    transaction."""
-    if not rows:
-        return
-    connection = await session.connection()
-    text = in_paramstyle(sql, connection.dialect.paramstyle)
-    await connection.exec_driver_sql(text, list(rows))
-
-
-async def fetch(session: AsyncSession, sql: str, values: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """The rows of one query, its parameters `values`."""
-    connection = await session.connection()
-    text = in_paramstyle(sql, connection.dialect.paramstyle)
-    result = await connection.exec_driver_sql(text, values)
-    return [tuple(row) for row in result.all()]
 
 
 async def dialect_of(session: AsyncSession) -> Dialect:

@@ -14,26 +14,27 @@ from typing import Any, TypeVar, cast
 R = TypeVar("R")
 
 
-@cache
 def record_keys(shape: Any) -> tuple[frozenset[str], frozenset[str]]:
     """(required, optional) keys of a TypedDict class."""
-    return frozenset(shape.__required_keys__), frozenset(shape.__optional_keys__)
+    return _keys(shape)[:2]
 
 
 @cache
-def _known_keys(shape: Any) -> frozenset[str]:
-    required, optional = record_keys(shape)
-    return required | optional
+def _keys(shape: type) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(required, optional, either) keys of a TypedDict class, read once per class (the
+    write-behind parses every record with them)."""
+    required = frozenset(cast(Any, shape).__required_keys__)
+    optional = frozenset(cast(Any, shape).__optional_keys__)
+    return required, optional, required | optional
 
 
 def record_fields(shape: Any, fields: Mapping[str, str]) -> dict[str, str]:
     """The fields of TypedDict `shape` out of `fields`: KeyError for a missing required
     one; fields the type does not have are left out (a newer script's, written during a
     rolling deploy, for a writer that does not know them yet)."""
-    required, _optional = record_keys(shape)
+    required, _optional, known = _keys(shape)
     if not required <= fields.keys():
         raise KeyError(min(required - fields.keys()))
-    known = _known_keys(shape)
     if fields.keys() <= known:
         # The common case, on the write-behind's path: the entry is the record as it is.
         return fields if isinstance(fields, dict) else dict(fields)
