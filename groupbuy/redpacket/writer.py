@@ -61,9 +61,6 @@ CALLS_AT_ONCE = 32
 # Packets whose batches drain_all has on their way at once: two keep both sides busy (one
 # writes SQL while the other talks to Redis); more would only queue for SQLite's writer.
 LANES = 2
-# Packets whose batches drain_all has on their way at once: two keep both sides busy (one
-# writes SQL while the other talks to Redis); more would only queue for SQLite's writer.
-LANES = 2
 
 Entries = list[tuple[str, dict[str, str]]]
 
@@ -258,8 +255,8 @@ class PacketRecordWriter(RecordWriter):
     async def drain_all(self, within: RunTime | None = None) -> int:
         """Record what the packets the pending index lists have waiting, oldest record first,
         a batch of each in turn (one huge stream does not hold up the others), until nothing
-        is left or `within` runs out (the first batch always runs). One read of the index
-        when nothing waits; returns how many records were applied."""
+        is left or `within` runs out (the first batch always runs). Each round reads the
+        index again (one read when nothing waits); returns how many records were applied."""
         run = _Round(within or RunTime())
         listed = await self.pending()
         while listed and not run.failures and not run.within.ran_out:
@@ -267,7 +264,10 @@ class PacketRecordWriter(RecordWriter):
             # Two lanes (LANES): while one batch's SQL transaction runs, the other's records
             # are read from Redis or acknowledged there.
             await asyncio.gather(*(self._lane(run) for _ in range(LANES)))
-            listed = run.more
+            # The next round visits every packet listed now, not only those left with more:
+            # one caught up in this round may have new records already, and they would wait
+            # for the run's end, which another busy packet can put off for the whole run.
+            listed = await self.pending() if run.more else []
         if run.failures:
             raise run.failures[0]
         return run.applied

@@ -34,12 +34,12 @@ class Killed(Exception):
     """Stands for the writer process dying at that point."""
 
 
-def other_writer(services: Services, name: str) -> PacketRecordWriter:
+def other_writer(services: Services, name: str, batch_size: int = 500) -> PacketRecordWriter:
     """A second writer process: another consumer of the group, taking over at once."""
     backends = Backends(
         services.redis, services.scripts, services.database, services.keys, services.clock
     )
-    return PacketRecordWriter(backends, 500, 0, consumer=name)
+    return PacketRecordWriter(backends, batch_size, 0, consumer=name)
 
 
 async def grabbed_packet(services: Services, users: int = 5, shares: int = 5) -> dict[str, int]:
@@ -223,6 +223,33 @@ async def test_a_measure_counts_the_records_of_the_oldest_streams_it_may_read(
     assert await writer.measure_backlog() == (9, oldest_ms, 3)
     assert await writer.measure_backlog(most=2) == (5, oldest_ms, 3)
     assert await writer.measure_backlog(most=1) == (3, oldest_ms, 3)
+
+
+async def test_a_run_visits_a_packet_again_whose_records_came_after_its_turn(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy packet keeps drain_all going round after round; a quiet one, caught up in
+    the first round, gets a grab meanwhile: the same run records it, not the next one."""
+    packets = services.packets
+    await packets.accounts.deposit("sender", 1000, "funds")
+    await packets.sending.send("sender", 100, 10, packet_id="busy")
+    await packets.sending.send("sender", 100, 10, packet_id="quiet")
+    for n in range(6):  # three batches of two
+        await packets.grabs.grab("busy", f"u{n}")
+    await packets.grabs.grab("quiet", "u0")
+    batches: list[str] = []
+
+    async def apply(database: Any, packet_id: str, records: list[PacketRecord]) -> str | None:
+        batches.append(packet_id)
+        if batches.count("busy") == 2:  # the second round: "quiet" was caught up in the first
+            await packets.grabs.grab("quiet", "late")
+        return await record_packet_batch(database, packet_id, records)
+
+    monkeypatch.setattr("groupbuy.redpacket.writer.record_packet_batch", apply)
+    writer = other_writer(services, "w", batch_size=2)
+    assert await writer.drain_all() == 6 + 1 + 1  # every grab, the late one too
+    assert batches.count("quiet") == 2
+    assert await writer.measure_backlog() == (0, None, 0)
 
 
 async def test_a_failed_commit_leaves_the_packet_listed_and_a_later_flush_records_it(
