@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from benchmarks.harness import (
@@ -61,6 +61,7 @@ TARGET_CONFIRM_P99_MS = 30.0  # issue 24's figure, shown beside issue 41's, not 
 TARGET_CREDIT_P99_MS = 250.0  # issue 41: from a grab's `grabbed` answer to its credit in SQL
 CREDIT_POLL_S = 0.01  # how often the ledger is read for new credits
 CREDIT_TIMEOUT_S = 30.0  # after the load: a credit not in SQL by then counts as missing
+GAP_WAIT_S = 5.0  # an id passed over and not seen for this long is taken as never committed
 LOOKUP_KEYS = 500  # business keys looked up in one query (SQLite takes 32,766 parameters)
 DATABASES = ("sqlite", "postgresql")
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
@@ -115,27 +116,35 @@ class LedgerWatch:
     """Notes when each ledger entry becomes visible in SQL: a reader of its own, polling
     the entries past the newest it has seen (each poll a fresh snapshot).
 
-    An entry committed after one with a higher id (writers side by side on PostgreSQL) is
-    passed over; the credits not seen are looked up by key at the end, so such an entry
-    counts as `unstamped`, not as missing."""
+    Writers side by side (PostgreSQL) commit entries out of id order: an id a poll passes
+    over is a gap, read again by later polls until it shows or GAP_WAIT_S passes (an id
+    of a rolled-back transaction never shows). The credits still not seen are looked up
+    by key at the end, so such an entry counts as `unstamped`, not as missing."""
 
     def __init__(self, url: str) -> None:
         self._engine = create_async_engine(url)
         self.seen: dict[str, float] = {}  # business key: when first read (perf_counter)
         self.unstamped = 0  # credits in SQL the polls passed over
         self._last_id = 0
+        self._gaps: dict[int, float] = {}  # ids passed over: when first missed
 
     async def poll(self, connection: AsyncConnection) -> None:
-        """Read the entries committed since the last poll."""
+        """Read the entries committed since the last poll, and the gaps that showed since."""
+        newer = LedgerEntryRow.id > self._last_id
+        gaps = sorted(self._gaps)[:LOOKUP_KEYS]
         found = await connection.execute(
             select(LedgerEntryRow.id, LedgerEntryRow.business_key)
-            .where(LedgerEntryRow.id > self._last_id)
+            .where(or_(newer, LedgerEntryRow.id.in_(gaps)) if gaps else newer)
             .order_by(LedgerEntryRow.id)
         )
         now = time.perf_counter()
         for entry_id, key in found.all():
-            self._last_id = entry_id
+            self._gaps.pop(entry_id, None)
+            if entry_id > self._last_id:
+                self._gaps.update((gap, now) for gap in range(self._last_id + 1, entry_id))
+                self._last_id = entry_id
             self.seen.setdefault(key, now)
+        self._gaps = {gap: at for gap, at in self._gaps.items() if now - at < GAP_WAIT_S}
         await connection.rollback()  # the next poll reads a fresh snapshot
 
     async def during(self, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:

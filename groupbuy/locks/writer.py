@@ -183,7 +183,7 @@ class TeamRecordWriter(RecordWriter):
         """Apply a batch of records in one urgent transaction (a confirm may wait on it).
 
         The rows are built first; the transaction runs them and the events as steps (on
-        a SQLite file in one hop: groupbuy/storage/sqlite_thread.py), so it holds the
+        a SQLite file in one call: groupbuy/storage/sqlite_writer.py), so it holds the
         single writer for its statements alone. Its events are fed and counted (the
         console's funnel, groupbuy/locks/funnel.py) once it commits."""
         moments = Moments(self._db.engine.dialect)
@@ -193,7 +193,7 @@ class TeamRecordWriter(RecordWriter):
             yield from batch.steps()
             yield from event_steps(batch.events, moments)
 
-        await self._db.run_steps(steps, urgent=True, topics=(FEED_COMMITTED,))
+        await self._db.run_steps(steps, urgent=True, topics=(FEED_COMMITTED,), records=len(fields))
         count_committed(batch.events)
 
     async def _apply(self, session: AsyncSession, fields: list[dict[str, str]]) -> None:

@@ -40,7 +40,7 @@ async def record_packet_batch(
         batch = GrabRows.of(cast(list[GrabRecord], records), moments)
         postgresql = dialect.name == "postgresql"
         return await database.run_steps(
-            lambda: grab_batch_steps(packet_id, batch, postgresql, moments)
+            lambda: grab_batch_steps(packet_id, batch, postgresql, moments), records=len(records)
         )
     async with database.transaction() as session:
         await apply_packet_records(session, records)

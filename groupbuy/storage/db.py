@@ -23,7 +23,7 @@ from sqlalchemy.orm import DeclarativeBase
 
 from groupbuy.storage.quiet_logs import guard_driver_logs
 from groupbuy.storage.reachability import Reachability
-from groupbuy.storage.sqlite_thread import SQLiteThread, sqlite_pragmas
+from groupbuy.storage.sqlite_writer import SQLiteWriter, sqlite_pragmas
 from groupbuy.storage.steps import Steps, run_on_session
 from groupbuy.storage.turns import WriterTurns
 
@@ -183,10 +183,10 @@ class Database:
         # out the handler's sleeps), urgent ones first (groupbuy/storage/turns.py).
         # Other processes still meet the busy handler.
         self._writers = WriterTurns() if self.is_sqlite else None
-        # The write-behind's batches on a SQLite file: a statement per hop between threads
-        # is most of their time through the pool (groupbuy/storage/sqlite_thread.py).
+        # Stepped transactions on a SQLite file: a hop between threads per statement is most
+        # of their time through the pool (groupbuy/storage/sqlite_writer.py).
         path = sqlite_path(url)
-        self._bulk = SQLiteThread(path, timeout_s) if path is not None else None
+        self._bulk = SQLiteWriter(path, timeout_s) if path is not None else None
         # Called after a transaction that marked their topic commits (mark_committing).
         self._listeners: dict[str, list[Callable[[], None]]] = {}
 
@@ -220,19 +220,24 @@ class Database:
                 listener()
 
     async def run_steps(
-        self, steps: Callable[[], Steps[R]], urgent: bool = False, topics: tuple[str, ...] = ()
+        self,
+        steps: Callable[[], Steps[R]],
+        urgent: bool = False,
+        topics: tuple[str, ...] = (),
+        records: int = 0,
     ) -> R:
         """Run a stepped transaction (groupbuy/storage/steps.py) and commit it: on a SQLite
-        file in the bulk writer's thread, in one hop, during this process's writer turn
+        file by its writer, in one call, during this process's writer turn
         (`urgent`: as `transaction`'s); elsewhere on a pooled connection. The on_commit
-        listeners of `topics` are called once it commits (as mark_committing does)."""
+        listeners of `topics` are called once it commits (as mark_committing does).
+        `records`: how many records it writes (a big batch runs off the event loop)."""
         if self._bulk is None:
             async with self.transaction(urgent) as session:
                 for topic in topics:
                     mark_committing(session, topic)
                 return await run_on_session(session, steps())
         async with self._turn(urgent):
-            result = await self._bulk.transaction(steps)
+            result = await self._bulk.transaction(steps, records)
         self.reachability.answered()
         self._notify(topics)
         return result
@@ -268,7 +273,7 @@ class Database:
             await conn.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
-        """Close every pooled connection, and the bulk writer's."""
+        """Close every pooled connection, and the SQLite writer's."""
         if self._bulk is not None:
             await self._bulk.close()
         await self.engine.dispose()

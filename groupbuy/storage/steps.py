@@ -7,9 +7,9 @@ are sent. Two runners drive it:
 
 - `run_on_session`: statement by statement on an AsyncSession's connection (PostgreSQL,
   and SQLite where the batch shares a transaction with ORM work);
-- `run_on_connection`: all at once on a plain sqlite3 connection, inside one call to the
-  thread that owns it (groupbuy/storage/sqlite_thread.py), so a batch costs one hop
-  between threads instead of one per statement.
+- `run_on_connection`: all at once on a plain sqlite3 connection, in one call on the
+  event loop's thread (groupbuy/storage/sqlite_writer.py): no hop between threads, where
+  the pool would make one per statement.
 
 The SQL is the driver's own (groupbuy/storage/bulk.py): `?` placeholders, tuples of values.
 """

@@ -1,6 +1,7 @@
 """Stepped transactions (groupbuy/storage/steps.py) as Database.run_steps runs them: on a
-SQLite file in the bulk writer's thread (groupbuy/storage/sqlite_thread.py), on
-PostgreSQL through a pooled session."""
+SQLite file by its writer (groupbuy/storage/sqlite_writer.py), on the loop's thread or,
+while another process holds the write lock, in its own; on PostgreSQL through a pooled
+session."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from groupbuy.redpacket.models import AccountRow, LedgerEntryRow
 from groupbuy.storage.bulk import bind
 from groupbuy.storage.db import Database, sqlite_path, unavailable
 from groupbuy.storage.deadletters import is_poison
+from groupbuy.storage.sqlite_writer import BIG_BATCH
 from groupbuy.storage.steps import Statement, Steps
 
 AT = datetime(2026, 12, 2, 21, 30, 0, 123000, tzinfo=UTC)
@@ -128,13 +130,61 @@ async def test_sqlite_locked_by_another_process_is_transient(db: Database) -> No
     await quick.dispose()
 
 
+def locked_elsewhere(db: Database) -> sqlite3.Connection:
+    """Another process's connection holding the SQLite file's write lock."""
+    path = sqlite_path(db.url)
+    if path is None:
+        pytest.skip("only SQLite has a file lock")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+async def test_a_transaction_runs_on_the_loop_thread_while_the_file_is_free(
+    db: Database,
+) -> None:
+    """No hop between threads: a small transaction's steps run on the caller's thread."""
+    if sqlite_path(db.url) is None:
+        pytest.skip("PostgreSQL runs steps through the pool")
+
+    def where() -> Steps[threading.Thread]:
+        yield Statement("INSERT OR IGNORE INTO accounts (user_id, balance_cents) VALUES ('a', 0)")
+        return threading.current_thread()
+
+    assert await db.run_steps(where) is threading.current_thread()
+    # a big batch would hold the loop for milliseconds: it runs in the writer's thread
+    assert await db.run_steps(where, records=BIG_BATCH) is not threading.current_thread()
+
+
+async def test_a_lock_held_elsewhere_is_waited_for_off_the_loop(db: Database) -> None:
+    """Another process writes: the transaction waits for the lock in the writer's thread,
+    and the loop goes on meanwhile; it commits once the lock is free."""
+    other = locked_elsewhere(db)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticking = asyncio.create_task(tick())
+    writing = asyncio.create_task(db.run_steps(lambda: credits(db, "ann", "k1")))
+    await asyncio.sleep(0.3)
+    assert not writing.done() and ticks >= 10  # waiting, and not on the loop
+    await asyncio.to_thread(other.execute, "ROLLBACK")
+    other.close()
+    assert await writing == 1
+    ticking.cancel()
+    assert await balance(db, "ann") == 10
+
+
 async def test_a_cancelled_caller_keeps_the_writer_turn_until_the_thread_is_done(
     db: Database,
 ) -> None:
-    """Cancelling a caller whose transaction runs in the thread does not let the next
-    writer of this process in before that transaction ends."""
-    if sqlite_path(db.url) is None:
-        pytest.skip("only SQLite's bulk writer runs in a thread")
+    """Cancelling a caller whose transaction runs in the thread (it met another process's
+    lock) does not let the next writer of this process in before that transaction ends."""
+    other = locked_elsewhere(db)
     inside, release = threading.Event(), threading.Event()
 
     def slow() -> Steps[None]:
@@ -143,6 +193,9 @@ async def test_a_cancelled_caller_keeps_the_writer_turn_until_the_thread_is_done
         release.wait(5)
 
     first = asyncio.create_task(db.run_steps(slow))
+    await asyncio.sleep(0.1)  # on its way to the thread, waiting for the lock there
+    await asyncio.to_thread(other.execute, "ROLLBACK")
+    other.close()
     await asyncio.to_thread(inside.wait, 5)
     first.cancel()
     second = asyncio.create_task(db.run_steps(lambda: credits(db, "bob", "k1")))
@@ -157,7 +210,7 @@ async def test_a_cancelled_caller_keeps_the_writer_turn_until_the_thread_is_done
 
 
 async def test_a_disposed_database_runs_steps_again(db: Database) -> None:
-    """dispose() (a service's shutdown) closes the bulk writer; the next stepped
+    """dispose() (a service's shutdown) closes the SQLite writer; the next stepped
     transaction opens it again, as the pool opens new connections."""
     assert await db.run_steps(lambda: credits(db, "ann", "k1")) == 1
     await db.dispose()

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from groupbuy.storage import sqlite_thread
+from groupbuy.storage import sqlite_writer
 from groupbuy.storage.db import Database
 from groupbuy.storage.steps import Steps
 
@@ -19,25 +19,25 @@ _RUNNER = "run_on_connection"
 @contextlib.contextmanager
 def sql_statements(database: Database) -> Iterator[list[str]]:
     """Every SQL statement the database runs inside the block, in order: its engine's, and
-    on a SQLite file its bulk writer thread's (groupbuy/storage/sqlite_thread.py)."""
+    on a SQLite file its writer's (groupbuy/storage/sqlite_writer.py)."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
         seen.append(statement)
 
-    # The bulk writer calls its module's name: replaced there for the block.
-    real_run = getattr(sqlite_thread, _RUNNER)
+    # The writer calls its module's name: replaced there for the block.
+    real_run = getattr(sqlite_writer, _RUNNER)
 
     def run_recorded(connection: Any, steps: Steps[Any]) -> Any:
         return real_run(connection, _tapped(steps, seen))
 
     engine = database.engine.sync_engine
     event.listen(engine, "before_cursor_execute", record)
-    setattr(sqlite_thread, _RUNNER, run_recorded)
+    setattr(sqlite_writer, _RUNNER, run_recorded)
     try:
         yield seen
     finally:
-        setattr(sqlite_thread, _RUNNER, real_run)
+        setattr(sqlite_writer, _RUNNER, real_run)
         event.remove(engine, "before_cursor_execute", record)
 
 
