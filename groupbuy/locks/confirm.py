@@ -113,7 +113,7 @@ class SeatConfirm:
         # a member in Redis (no lock left to expire) and written the record to the outbox in
         # the same call: SQL away, this raises (503 database_unavailable), the record waits
         # in Redis, and the backend's retry answers EXISTING once a flush has it in SQL.
-        await self._outbox.drain(activity_id)
+        await self._outbox.committed(activity_id)
         # `formed` is this confirm's own: true for exactly one confirm per team (and its
         # repeats), so a backend can say "your team is complete" once.
         team = TeamView.from_snapshot(activity_id, team_id, reply.team)

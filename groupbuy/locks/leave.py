@@ -108,7 +108,7 @@ class SeatLeave:
         # As a confirm: the script changed Redis and wrote the record in the same call; the
         # answer waits for SQL (503 database_unavailable while it is away), and the retry
         # answers EXISTING once a flush has the record in SQL.
-        await self._outbox.drain(activity_id)
+        await self._outbox.committed(activity_id)
         return leave_body(reply.kind, TeamView.from_snapshot(activity_id, team_id, reply.team))
 
 

@@ -102,6 +102,12 @@ class TeamRecordWriter(RecordWriter):
         """
         return await self._rounds.join(owner)
 
+    async def committed(self, owner: str) -> int:
+        """As `drain`, but returns once the owner's records are committed, before the
+        round acknowledges them in Redis: for an answer that waits on SQL (a confirm). An
+        acknowledgement that fails leaves the entries to a later drain, a no-op."""
+        return await self._rounds.join(owner, settled=False)
+
     async def _commit(self, waiters: Waiters) -> None:
         """One round: read each listed stream, commit the short ones' records together, then
         drain the long ones (a full batch waiting) one by one."""
@@ -139,11 +145,11 @@ class TeamRecordWriter(RecordWriter):
             for owner, entries in group:
                 waiters[owner].set_result(await self._apply_batch(owner, entries))
             return
+        for owner, entries in group:  # committed: `committed` callers go on now
+            waiters[owner].set_result(self._written(len(entries)))
         await asyncio.gather(
             *(self.ack(owner, [entry_id for entry_id, _ in entries]) for owner, entries in group)
         )
-        for owner, entries in group:
-            waiters[owner].set_result(self._written(len(entries)))
 
     async def _read(self, activity_id: str, last_id: str) -> Entries:
         stream = self.layout.stream(activity_id)

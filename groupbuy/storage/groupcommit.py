@@ -17,10 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 Waiters = dict[str, asyncio.Future[int]]
 """A round's owners, in the order they joined, each with the future its callers await:
 the number of its records the round applied."""
+
+
+@dataclass
+class _Round:
+    """A round: its owners' futures, the task that runs it, and the error it ended with
+    (one met after its owners' records were committed: an acknowledgement that failed)."""
+
+    waiters: Waiters = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    error: Exception | None = None
 
 
 def _retrieved(future: asyncio.Future[int]) -> None:
@@ -40,35 +51,44 @@ class GroupCommit:
     ) -> None:
         self._commit = commit
         self._lane = lane
-        self._gathering: dict[str, Waiters] = {}  # per lane: the next round, not started yet
+        self._gathering: dict[str, _Round] = {}  # per lane: the next round, not started yet
         self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def join(self, owner: str) -> int:
+    async def join(self, owner: str, settled: bool = True) -> int:
         """Wait for the owner's records written before this call to reach SQL; how many the
-        round applied. The round runs in its own task: a cancelled caller never interrupts
-        it mid-SQL."""
+        round applied. `settled`: wait for the whole round too, its work after the commit
+        included (a drain's caller), and raise its error; else return once committed (an
+        answer that waits on SQL). The round runs in its own task: a cancelled caller never
+        interrupts it mid-SQL."""
         lane = self._lane(owner)
-        waiters = self._gathering.get(lane)
-        if waiters is None:
-            waiters = self._gathering[lane] = {}
-            task = asyncio.create_task(self._run(lane, self._running.get(lane), waiters))
+        round_ = self._gathering.get(lane)
+        if round_ is None:
+            round_ = self._gathering[lane] = _Round()
+            task = asyncio.create_task(self._run(lane, self._running.get(lane), round_))
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
-        future = waiters.get(owner)
+            round_.task = task
+        future = round_.waiters.get(owner)
         if future is None:
-            future = waiters[owner] = asyncio.get_running_loop().create_future()
+            future = round_.waiters[owner] = asyncio.get_running_loop().create_future()
             future.add_done_callback(_retrieved)
-        return await asyncio.shield(future)
+        applied = await asyncio.shield(future)
+        if settled and round_.task is not None:
+            await asyncio.shield(round_.task)
+            if round_.error is not None:
+                raise round_.error
+        return applied
 
-    async def _run(self, lane: str, previous: asyncio.Task[None] | None, waiters: Waiters) -> None:
+    async def _run(self, lane: str, previous: asyncio.Task[None] | None, round_: _Round) -> None:
         me = asyncio.current_task()
         assert me is not None
+        waiters = round_.waiters
         try:
             if previous is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(previous)
-            if self._gathering.get(lane) is waiters:
+            if self._gathering.get(lane) is round_:
                 del self._gathering[lane]  # from here on, callers join the round after this
             self._running[lane] = me
             await self._commit(waiters)
@@ -77,6 +97,7 @@ class GroupCommit:
                 future.cancel()
             raise
         except Exception as error:
+            round_.error = error
             for future in waiters.values():
                 if not future.done():
                     future.set_exception(error)
@@ -85,7 +106,7 @@ class GroupCommit:
                 if not future.done():
                     future.set_result(0)
         finally:
-            if self._gathering.get(lane) is waiters:
+            if self._gathering.get(lane) is round_:
                 del self._gathering[lane]
             if self._running.get(lane) is me:
                 del self._running[lane]

@@ -106,3 +106,25 @@ async def test_owners_in_lanes_of_their_own_do_not_wait_for_each_other() -> None
     release.set()
     assert list(await asyncio.gather(slow, later)) == [1, 1]
     assert rounds_seen == [["a"], ["b"], ["a"]]
+
+
+async def test_a_committed_caller_goes_on_before_the_round_ends_a_settled_one_after() -> None:
+    """Work after the owners' results (the acknowledgements) holds only settled callers,
+    and its failure reaches them alone."""
+    after, failure = asyncio.Event(), RuntimeError("the acknowledgement failed")
+
+    async def commit(waiters: Waiters) -> None:
+        for future in waiters.values():
+            future.set_result(1)  # committed
+        await after.wait()
+        raise failure
+
+    rounds = GroupCommit(commit, ONE_LANE)
+    settled = asyncio.create_task(rounds.join("a"))
+    assert await rounds.join("a", settled=False) == 1
+    await asyncio.sleep(0.01)
+    assert not settled.done()
+    after.set()
+    with pytest.raises(RuntimeError) as raised:
+        await settled
+    assert raised.value is failure
