@@ -74,6 +74,7 @@ async def test_a_round_with_work_visits_only_what_has_work(
     await services.packets.grabs.grab("idle7", "g1")
     await services.teams.seats.unlock("a3", "t1", "u1")
     await services.teams.seats.confirm("a4", "t1", "u1", "o1")  # recorded at once, by the confirm
+    await services.team_writer.drain("a4")  # and acknowledged by its round, after the answer
     with sql_statements(services.database) as statements:
         before = await commands_processed(redis_client)
         report = await services.jobs.run("flush_records")
