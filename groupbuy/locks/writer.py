@@ -76,6 +76,10 @@ class TeamRecordWriter(RecordWriter):
         # SQLite takes one writer at a time: every activity in one lane, their records in
         # shared transactions. PostgreSQL takes them side by side: a lane per activity.
         self._rounds = GroupCommit(self._commit, _one_lane if self._db.is_sqlite else _own_lane)
+        # Per activity: entries committed whose acknowledgement is on its way. The lane's
+        # next round starts meanwhile (GroupCommit) and reads past them.
+        self._acking: dict[str, set[str]] = {}
+        self._ack_ended = asyncio.Event()  # set (then replaced) as each acknowledgement ends
 
     async def drain_all(self, within: RunTime | None = None) -> int:
         """Drain every stream the pending index lists, oldest record first (one read of the
@@ -147,13 +151,35 @@ class TeamRecordWriter(RecordWriter):
             return
         for owner, entries in group:  # committed: `committed` callers go on now
             waiters[owner].set_result(self._written(len(entries)))
-        await asyncio.gather(
-            *(self.ack(owner, [entry_id for entry_id, _ in entries]) for owner, entries in group)
-        )
+        acked = {owner: [entry_id for entry_id, _ in entries] for owner, entries in group}
+        for owner, ids in acked.items():
+            self._acking.setdefault(owner, set()).update(ids)
+        try:
+            await asyncio.gather(*(self.ack(owner, ids) for owner, ids in acked.items()))
+        finally:
+            for owner, ids in acked.items():
+                acking = self._acking[owner]
+                acking.difference_update(ids)
+                if not acking:
+                    del self._acking[owner]
+            ended, self._ack_ended = self._ack_ended, asyncio.Event()
+            ended.set()
 
     async def _read(self, activity_id: str, last_id: str) -> Entries:
+        """The stream's next batch up to `last_id`, past the entries being acknowledged."""
         stream = self.layout.stream(activity_id)
-        return await read_outbox(self._scripts, stream, "-", last_id, self._batch_size)
+        while True:
+            entries = await read_outbox(self._scripts, stream, "-", last_id, self._batch_size)
+            acking = self._acking.get(activity_id)
+            if not acking:
+                return entries
+            kept = [(entry_id, fields) for entry_id, fields in entries if entry_id not in acking]
+            if len(kept) == len(entries) or len(entries) < self._batch_size:
+                return kept
+            # A full read that held entries on their way out: what lies past the batch would
+            # be missed. Those acknowledgements take a Redis round trip: wait, read again.
+            while self._acking.get(activity_id):
+                await self._ack_ended.wait()
 
     async def _drain_long(self, activity_id: str, entries: Entries) -> int:
         """The rest of a stream that held a full batch or more, batch by batch: up to its

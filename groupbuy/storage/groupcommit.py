@@ -2,20 +2,21 @@
 
 A round writes what several owners (activities) have waiting, in as few transactions as
 the records allow, and answers each owner's callers as soon as that owner's records are
-committed. One round runs at a time in a lane; a caller arriving meanwhile joins the
-lane's round that is gathering (every record written before it joined is in that round's
-reads). With one lane for every owner (SQLite, one writer at a time), N concurrent
-confirms of any number of activities cost about two rounds, not N transactions queueing
-for the writer; with a lane per owner (PostgreSQL, writers side by side), each activity's
-confirms share their own rounds, and activities do not wait for each other. Nothing
-waits on purpose: a round starts as soon as the previous one ends, and how much one
-transaction takes is the writer's bound (its batch size).
+committed. A lane's rounds follow each other: one starts once the one before has
+answered its callers, while that one's work after its commit (the acknowledgements in
+Redis) goes on beside it. A caller arriving meanwhile joins the lane's round that is
+gathering (every record written before it joined is in that round's reads). With one
+lane for every owner (SQLite, one writer at a time), N concurrent confirms of any number
+of activities cost about two rounds, not N transactions queueing for the writer; with a
+lane per owner (PostgreSQL, writers side by side), each activity's confirms share their
+own rounds, and activities do not wait for each other. Nothing waits on purpose: a round
+starts as soon as the previous one has answered, and how much one transaction takes is
+the writer's bound (its batch size).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +32,25 @@ class _Round:
 
     waiters: Waiters = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    # The lane's rounds still running when this one was made: a settled caller waits for
+    # them too (their acknowledgements may still be on their way).
+    before: set[asyncio.Task[None]] = field(default_factory=set)
     error: Exception | None = None
+    # Set once every owner's future is resolved (or the round ended): the next round of
+    # the lane starts then, while this one's work after the commit goes on.
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def watch(self) -> None:
+        """Set `answered` once every owner's future is resolved (the owners are final)."""
+        futures = list(self.waiters.values())
+
+        def check(_future: object = None) -> None:
+            if all(future.done() for future in futures):
+                self.answered.set()
+
+        for future in futures:
+            future.add_done_callback(check)
+        check()
 
 
 def _retrieved(future: asyncio.Future[int]) -> None:
@@ -41,7 +60,7 @@ def _retrieved(future: asyncio.Future[int]) -> None:
 
 
 class GroupCommit:
-    """Rounds of `commit(waiters)`, one at a time in each lane; `commit` resolves each owner's
+    """Rounds of `commit(waiters)`, one after another in each lane; `commit` resolves each owner's
     future once that owner's records are in SQL (those it leaves unresolved get its error,
     or 0). `lane(owner)` names the owner's lane: one lane for all shares rounds across
     owners; a lane per owner lets owners' rounds run side by side."""
@@ -52,8 +71,8 @@ class GroupCommit:
         self._commit = commit
         self._lane = lane
         self._gathering: dict[str, _Round] = {}  # per lane: the next round, not started yet
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[str, _Round] = {}  # per lane: the newest round started
+        self._tasks: dict[str, set[asyncio.Task[None]]] = {}  # per lane: rounds running
 
     async def join(self, owner: str, settled: bool = True) -> int:
         """Wait for the owner's records written before this call to reach SQL; how many the
@@ -64,10 +83,11 @@ class GroupCommit:
         lane = self._lane(owner)
         round_ = self._gathering.get(lane)
         if round_ is None:
-            round_ = self._gathering[lane] = _Round()
+            running = self._tasks.setdefault(lane, set())
+            round_ = self._gathering[lane] = _Round(before=set(running))
             task = asyncio.create_task(self._run(lane, self._running.get(lane), round_))
-            self._tasks.add(task)  # the loop keeps only a weak reference
-            task.add_done_callback(self._tasks.discard)
+            running.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(lambda done: self._forget(lane, done))
             round_.task = task
         future = round_.waiters.get(owner)
         if future is None:
@@ -75,22 +95,28 @@ class GroupCommit:
             future.add_done_callback(_retrieved)
         applied = await asyncio.shield(future)
         if settled and round_.task is not None:
-            await asyncio.shield(round_.task)
+            await asyncio.wait({round_.task, *round_.before})  # a cancelled wait stops none
             if round_.error is not None:
                 raise round_.error
         return applied
 
-    async def _run(self, lane: str, previous: asyncio.Task[None] | None, round_: _Round) -> None:
-        me = asyncio.current_task()
-        assert me is not None
+    def _forget(self, lane: str, task: asyncio.Task[None]) -> None:
+        """A round of the lane ended: no longer running (nor the lane, with none left)."""
+        running = self._tasks.get(lane)
+        if running is not None:
+            running.discard(task)
+            if not running:
+                del self._tasks[lane]
+
+    async def _run(self, lane: str, previous: _Round | None, round_: _Round) -> None:
         waiters = round_.waiters
         try:
             if previous is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(previous)
+                await previous.answered.wait()
             if self._gathering.get(lane) is round_:
                 del self._gathering[lane]  # from here on, callers join the round after this
-            self._running[lane] = me
+            self._running[lane] = round_
+            round_.watch()
             await self._commit(waiters)
         except asyncio.CancelledError:
             for future in waiters.values():
@@ -106,7 +132,8 @@ class GroupCommit:
                 if not future.done():
                     future.set_result(0)
         finally:
+            round_.answered.set()
             if self._gathering.get(lane) is round_:
                 del self._gathering[lane]
-            if self._running.get(lane) is me:
+            if self._running.get(lane) is round_:
                 del self._running[lane]

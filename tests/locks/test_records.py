@@ -33,6 +33,7 @@ async def _formed_team(services: Services) -> None:
     await teams.activities.open_team("a1", "L", team_id="t1", order_id="oL")
     await teams.seats.lock("a1", "t1", "u1")
     await teams.seats.confirm("a1", "t1", "u1", "o1")
+    await services.team_writer.drain("a1")  # the confirm's round has acknowledged its entries
 
 
 async def test_open_and_confirm_are_recorded_at_once(services: Services) -> None:

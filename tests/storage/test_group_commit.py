@@ -128,3 +128,28 @@ async def test_a_committed_caller_goes_on_before_the_round_ends_a_settled_one_af
     with pytest.raises(RuntimeError) as raised:
         await settled
     assert raised.value is failure
+
+
+async def test_the_next_round_starts_once_the_one_before_has_answered() -> None:
+    """A round's work after its answers (the acknowledgements) runs beside the next round;
+    a settled caller of a later round waits for it."""
+    after = asyncio.Event()
+    rounds_seen: list[list[str]] = []
+
+    async def commit(waiters: Waiters) -> None:
+        rounds_seen.append(list(waiters))
+        for future in waiters.values():
+            future.set_result(1)
+        if len(rounds_seen) == 1:
+            await after.wait()  # the first round's acknowledgements take their time
+
+    rounds = GroupCommit(commit, ONE_LANE)
+    first = asyncio.create_task(rounds.join("a"))
+    await asyncio.sleep(0.01)
+    assert await rounds.join("b", settled=False) == 1  # ran while the first still works
+    assert rounds_seen == [["a"], ["b"]] and not first.done()
+    settled = asyncio.create_task(rounds.join("c"))  # a drain: waits for the work before too
+    await asyncio.sleep(0.01)
+    assert rounds_seen == [["a"], ["b"], ["c"]] and not settled.done()
+    after.set()
+    assert await first == 1 and await settled == 1
