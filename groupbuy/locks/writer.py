@@ -151,7 +151,13 @@ class TeamRecordWriter(RecordWriter):
             return
         for owner, entries in group:  # committed: `committed` callers go on now
             waiters[owner].set_result(self._written(len(entries)))
-        acked = {owner: [entry_id for entry_id, _ in entries] for owner, entries in group}
+        await self._ack_committed(
+            {owner: [entry_id for entry_id, _ in entries] for owner, entries in group}
+        )
+
+    async def _ack_committed(self, acked: dict[str, list[str]]) -> None:
+        """Acknowledge entries committed, per activity; a round that reads meanwhile reads
+        past them (`_read`)."""
         for owner, ids in acked.items():
             self._acking.setdefault(owner, set()).update(ids)
         try:

@@ -110,15 +110,21 @@ async def test_timestamps_are_written_as_sqlalchemy_writes_them(db: Database) ->
     assert same == 2
 
 
-async def test_sqlite_locked_by_another_process_is_transient(db: Database) -> None:
-    """The file's write lock held elsewhere past the busy timeout: OperationalError, judged
-    as the database being unavailable (the batch waits in Redis), not as poison."""
+def locked_elsewhere(db: Database) -> sqlite3.Connection:
+    """Another process's connection holding the SQLite file's write lock."""
     path = sqlite_path(db.url)
     if path is None:
         pytest.skip("only SQLite has a file lock")
-    quick = Database(db.url, timeout_s=0.2)
-    other = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+async def test_sqlite_locked_by_another_process_is_transient(db: Database) -> None:
+    """The file's write lock held elsewhere past the busy timeout: OperationalError, judged
+    as the database being unavailable (the batch waits in Redis), not as poison."""
+    other = locked_elsewhere(db)
+    quick = Database(db.url, timeout_s=0.2)
     try:
         with pytest.raises(exc.OperationalError) as raised:
             await quick.run_steps(lambda: credits(db, "ann", "k1"))
@@ -128,16 +134,6 @@ async def test_sqlite_locked_by_another_process_is_transient(db: Database) -> No
         other.close()
     assert await quick.run_steps(lambda: credits(db, "ann", "k1")) == 1  # free again
     await quick.dispose()
-
-
-def locked_elsewhere(db: Database) -> sqlite3.Connection:
-    """Another process's connection holding the SQLite file's write lock."""
-    path = sqlite_path(db.url)
-    if path is None:
-        pytest.skip("only SQLite has a file lock")
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")
-    return other
 
 
 async def test_a_transaction_runs_on_the_loop_thread_while_the_file_is_free(
